@@ -1,0 +1,39 @@
+// Typed errors of the library. Library code throws; only tools (the CLI) exit.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace sparkdraft {
+
+// Base of every error sparkdraft throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A model config (ours or an imported config.json) that is malformed or unsupported.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A checkpoint file or tensor that is missing, malformed or does not match the config.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Bad input refused at the API boundary (sizes, ids, slots, temperature, ...).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// A CUDA / cuBLAS / NCCL call that failed (see cuda/check.h for the macros).
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace sparkdraft
