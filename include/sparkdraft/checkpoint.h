@@ -1,0 +1,123 @@
+// A draft checkpoint: config + safetensors weights, resolved to the tensors of
+// SPEC section 1 and validated against the config (names, dtypes, shapes).
+//
+// Directory layout (DeepSpec / HF): config.json (ours or Qwen3DSparkModel) and
+// model.safetensors, or shards listed in model.safetensors.index.json.
+//
+// Tensor names (no `model.` prefix; a prefixed checkpoint is accepted too):
+//   embed_tokens.weight [V, H], lm_head.weight [V, H], fc.weight [H, taps*H_t],
+//   hidden_norm.weight [H], norm.weight [H],
+//   layers.i.input_layernorm.weight [H], layers.i.post_attention_layernorm.weight [H],
+//   layers.i.self_attn.{q_proj [nH*hd, H], k_proj, v_proj [nKV*hd, H], o_proj [H, nH*hd]}.weight,
+//   layers.i.self_attn.{q_norm, k_norm}.weight [hd]          (qk_norm)
+//   layers.i.mlp.{gate_proj, up_proj [I, H], down_proj [H, I]}.weight,
+//   markov_head.markov_w1.weight [V, r], markov_head.markov_w2.weight [V, r].
+// Muse-style options add:
+//   layers.i.self_attn.g_proj.weight [nH*hd, H]              (output_gate)
+//   layers.i.self_attn.o_norm.weight [hd]                     (o_norm)
+//   layers.i.pre_feedforward_layernorm.weight [H],
+//   layers.i.post_feedforward_layernorm.weight [H]            (sandwich; there
+//     post_attention_layernorm is the attention branch's post-norm)
+//   layers.i.attn_residual.{alpha, beta} [H] F32,
+//   layers.i.mlp_residual.{alpha, beta} [H] F32               (norm_preserving)
+// Norm weights are absent under NormGain::none; everything else is BF16.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sparkdraft/config.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/safetensors.h"
+
+namespace sparkdraft {
+
+struct LayerWeights {
+  const bf16* input_norm = nullptr;      // [H]
+  const bf16* post_attn_norm = nullptr;  // [H] pre-norm: MLP input norm; sandwich: attn post-norm
+  const bf16* pre_ffn_norm = nullptr;    // [H] sandwich only: MLP input norm
+  const bf16* post_ffn_norm = nullptr;   // [H] sandwich only: MLP post-norm
+  const bf16* q_proj = nullptr;          // [nH*hd, H]
+  const bf16* k_proj = nullptr;          // [nKV*hd, H]
+  const bf16* v_proj = nullptr;          // [nKV*hd, H]
+  const bf16* g_proj = nullptr;          // [nH*hd, H] output gate
+  const bf16* o_proj = nullptr;          // [H, nH*hd]
+  const bf16* q_norm = nullptr;          // [hd]
+  const bf16* k_norm = nullptr;          // [hd]
+  const bf16* o_norm = nullptr;          // [hd]
+  const bf16* gate_proj = nullptr;       // [I, H]
+  const bf16* up_proj = nullptr;         // [I, H]
+  const bf16* down_proj = nullptr;       // [H, I]
+  const float* attn_alpha = nullptr;     // [H] norm-preserving residual
+  const float* attn_beta = nullptr;
+  const float* mlp_alpha = nullptr;
+  const float* mlp_beta = nullptr;
+};
+
+struct DraftWeights {
+  const bf16* embed = nullptr;        // [V, H]
+  const bf16* lm_head = nullptr;      // [V, H]
+  const bf16* fc = nullptr;           // [H, taps*H_t]
+  const bf16* hidden_norm = nullptr;  // [H]
+  const bf16* final_norm = nullptr;   // [H]
+  const bf16* markov_w1 = nullptr;    // [V, r]
+  const bf16* markov_w2 = nullptr;    // [V, r]
+  std::vector<LayerWeights> layers;
+};
+
+class Checkpoint {
+ public:
+  // Loads config.json (ours or HF) and the safetensors files of `dir`, resolves
+  // and validates every tensor. Throws ConfigError / CheckpointError naming the
+  // field, file or tensor at fault.
+  static Checkpoint load(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const DraftWeights& weights() const { return weights_; }
+  const std::string& dir() const { return dir_; }
+  size_t total_bytes() const;  // bytes of the resolved tensors
+
+ private:
+  std::string dir_;
+  ModelConfig config_;
+  DraftWeights weights_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+};
+
+// The names of every tensor a config needs, with dtype and shape (what `load`
+// validates against and what `make-checkpoint` writes).
+struct TensorSpec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
+
+// Named synthetic shapes for make-checkpoint.
+//   tiny:     H 64, L 2, 4/2 heads, hd 16, I 160, V 1000, r 64, N 7, 3 taps of H_t 48
+//   qwen3-8b: the published Qwen3-8B draft shape (H 4096, L 5, 32/8, hd 128, I 12288,
+//             V 151936, r 256, N 7, taps [1,9,17,25,33] of 4096)
+//   muse:     the open Muse Spark draft shape (H 8192, L 5, 128/16, hd 64, I 16384,
+//             V 202048, r 512, N 7) with every Muse-style option
+// `style` "qwen3" (pre-norm, DeepSpec) or "muse" (every Muse-style option) applies
+// a style to any preset's shape; "" = the preset's own (muse for muse, else qwen3).
+//   qwen3: w gain, eps 1e-6, pre_norm, plain bf16 residual, NeoX, theta 1e6,
+//          QK-norm, no gate / o-norm / v-norm / context norm / transform.
+//   muse:  1+w gain, eps 1e-6, sandwich, norm_preserving fp32 residual, GPT-J,
+//          theta 5e5, QK-norm, output gate + o-norm, no v-norm, context layer
+//          norm, logit multiplier 0.7 and soft cap 30, full attention.
+// Muse preset taps: [13, 29, 45, 57, 61] of H_t 8192, mask id V-1 (~13.9 GB).
+ModelConfig preset_config(const std::string& preset, const std::string& style = "");
+std::vector<std::string> preset_names();
+
+struct SyntheticOptions {
+  uint64_t seed = 1;
+  bool hf_config = true;  // write config.json in the DeepSpec/HF form when the config allows it
+  std::function<void(size_t done, size_t total)> progress;
+};
+// Writes config.json + model.safetensors with seeded, non-zero, sanely scaled weights.
+void write_synthetic_checkpoint(const ModelConfig& config, const std::string& dir,
+                                const SyntheticOptions& options);
+
+}  // namespace sparkdraft

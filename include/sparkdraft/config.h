@@ -1,0 +1,112 @@
+// The model config of SPEC section 1: one struct for every known DSpark draft.
+//
+// Read from our own JSON (`to_json`/`from_json` round-trip) or imported from a
+// DeepSpec / HF `Qwen3DSparkModel` config.json (`import_hf_config`). Anything
+// out of scope (a reduced draft vocabulary with d2t, DeepSeek-V4's MLA draft,
+// the fill-in layout) is refused with a ConfigError that says why.
+//
+// Our JSON: one flat object, every field of ModelConfig under its own name,
+// enums as strings ("pre_norm", "sandwich", "one_plus_weight", "f32", "gptj"),
+// the optional transform fields as a number or null, plus "format":
+// "sparkdraft" and "format_version": 1 (how load_config_file tells it from an
+// HF config.json). Unknown or missing keys are refused. Every config that is
+// not pure Qwen3 style (any Muse-style option) is written in this form; the HF
+// form carries no sparkdraft extension fields beyond `target_hidden_size`
+// (when H_t != H) and vLLM's `is_neox_style` (when false).
+//
+// HF import: Qwen3 defaults (pre-norm, plain bf16 residual, w gain, QK-norm,
+// NeoX unless `is_neox_style` is false). Absent fields default as in HF's
+// Qwen3Config (num_key_value_heads = heads, head_dim = hidden / heads,
+// rms_norm_eps 1e-6, max_position_embeddings 32768, markov_head_type
+// "vanilla", sample_from_anchor true, target_hidden_size = hidden_size); the
+// rope theta, block_size, target_layer_ids, mask_token_id and markov_rank are
+// required. layer_types must be all "full_attention" or all
+// "sliding_attention" (then `sliding_window` is required).
+// markov_rank 0 means no Markov head: no markov tensors are expected and the
+// step logits would be the base logits (a backend without that path refuses it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace sparkdraft {
+
+// Gain of an RMSNorm: y = x * r * w, x * r * (1 + w), or x * r (no weight).
+enum class NormGain { weight, one_plus_weight, none };
+// pre_norm: Qwen3 (input norm -> branch -> residual add).
+// sandwich: Muse/Gemma (input norm -> branch -> post-norm -> residual -> next pre-norm).
+enum class LayerStyle { pre_norm, sandwich };
+// plain: s + b. norm_preserving: alpha * s + beta * b with fp32 [H] coefficients.
+enum class ResidualKind { plain, norm_preserving };
+enum class StreamDType { bf16, f32 };
+// neox: rotate halves (x[i], x[i + d/2]); gptj: rotate interleaved pairs (x[2i], x[2i+1]).
+enum class RopeStyle { neox, gptj };
+
+struct ModelConfig {
+  std::string architecture = "sparkdraft";  // informational
+  // Shapes.
+  int hidden_size = 0;          // H
+  int num_layers = 0;           // L
+  int num_heads = 0;            // query heads
+  int num_kv_heads = 0;         // KV heads (GQA)
+  int head_dim = 0;             // hd
+  int intermediate_size = 0;    // I (SwiGLU)
+  int vocab_size = 0;           // V (embedding, lm_head, Markov w1/w2 rows)
+  int markov_rank = 0;          // r (0 = no Markov head)
+  int block_size = 0;           // N draft tokens per request per round
+  int target_hidden_size = 0;   // H_t of the target model
+  std::vector<int> target_layer_ids;  // taps; fc input width = taps * H_t
+  int64_t mask_token_id = 0;
+  int max_position_embeddings = 0;
+  // Norms.
+  NormGain norm_gain = NormGain::weight;
+  float rms_norm_eps = 1e-6f;
+  // Layers.
+  LayerStyle layer_style = LayerStyle::pre_norm;
+  ResidualKind residual_kind = ResidualKind::plain;
+  StreamDType stream_dtype = StreamDType::bf16;
+  bool context_layer_norm = false;  // apply each layer's input norm to the context
+  // Attention.
+  RopeStyle rope_style = RopeStyle::neox;
+  double rope_theta = 1e6;
+  bool qk_norm = true;
+  bool v_norm = false;       // per-head RMSNorm on V without a weight
+  bool output_gate = false;  // o = o * sigmoid(g), g from g_proj
+  bool o_norm = false;       // per-head RMSNorm on the attention output (before the gate)
+  int sliding_window = 0;    // 0 = full attention
+  // Output-logit transform of the step logits (SPEC section 3).
+  std::optional<float> logit_multiplier;
+  std::optional<float> logit_soft_cap;
+  // Layout: true = DSpark (N queries give N drafts).
+  bool sample_from_anchor = true;
+
+  int taps() const { return static_cast<int>(target_layer_ids.size()); }
+  int q_size() const { return num_heads * head_dim; }
+  int kv_size() const { return num_kv_heads * head_dim; }
+  bool has_logit_transform() const { return logit_multiplier.has_value() || logit_soft_cap.has_value(); }
+
+  // Throws ConfigError naming the first field that is out of range or unsupported.
+  void validate() const;
+};
+
+// Our own JSON form (every option explicit).
+nlohmann::json config_to_json(const ModelConfig& config);
+ModelConfig config_from_json(const nlohmann::json& j);
+ModelConfig load_config_file(const std::string& path);  // ours or HF, detected
+void save_config_file(const ModelConfig& config, const std::string& path);
+
+// A DeepSpec / HF `Qwen3DSparkModel` config.json (and the speculators /
+// DeepSeek-V4 forms, which are refused with a clear message).
+ModelConfig import_hf_config(const nlohmann::json& j);
+
+const char* to_string(NormGain g);
+const char* to_string(LayerStyle s);
+const char* to_string(ResidualKind k);
+const char* to_string(StreamDType d);
+const char* to_string(RopeStyle s);
+
+}  // namespace sparkdraft

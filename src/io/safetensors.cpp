@@ -1,0 +1,328 @@
+// safetensors: an mmap reader that trusts nothing in the file, and a
+// streaming writer.
+//
+// Reader: the whole file is mapped read-only and tensors point into the
+// mapping, so a 5 GB checkpoint costs no copy and no load time. Because those
+// pointers are handed straight to kernels, every header field is checked
+// before anything points into the data: header size, JSON, dtype, shape,
+// offsets (inside the data section, sized numel * dtype size, no overlap).
+//
+// Writer: the output file is sized up front (posix_fallocate, so a full disk
+// fails here rather than as SIGBUS later), mapped, and each tensor's fill
+// callback writes straight into the mapping: multi-GB checkpoints are never
+// held in memory twice. The file is written under a temporary name and
+// renamed at the end, so a failed write leaves no half file behind.
+#include "sparkdraft/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "sparkdraft/error.h"
+
+namespace sparkdraft {
+namespace {
+
+using json = nlohmann::json;
+// The reference implementation's limit; a larger value is a corrupt file.
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::bf16, "BF16", 2}, {DType::f16, "F16", 2}, {DType::f32, "F32", 4},
+    {DType::f64, "F64", 8},   {DType::i8, "I8", 1},   {DType::u8, "U8", 1},
+    {DType::i32, "I32", 4},   {DType::i64, "I64", 8}, {DType::bool_, "BOOL", 1},
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Reads a non-negative JSON integer; false when it is anything else.
+bool read_u64(const json& v, uint64_t* out) {
+  if (v.is_number_unsigned()) {
+    *out = v.get<uint64_t>();
+    return true;
+  }
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) {
+    *out = static_cast<uint64_t>(v.get<int64_t>());
+    return true;
+  }
+  return false;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+const char* dtype_name(DType d) {
+  for (const auto& t : kDTypes)
+    if (t.dtype == d) return t.name;
+  return "?";
+}
+
+size_t dtype_size(DType d) {
+  for (const auto& t : kDTypes)
+    if (t.dtype == d) return t.size;
+  return 0;
+}
+
+DType dtype_from_name(const std::string& name) {
+  for (const auto& t : kDTypes)
+    if (name == t.name) return t.dtype;
+  throw CheckpointError("unsupported safetensors dtype '" + name + "'");
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string TensorInfo::shape_string() const { return shape_text(shape); }
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError("cannot open '" + path + "': " + errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw CheckpointError("cannot stat '" + path + "': " + why);
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8) {
+    ::close(fd);
+    throw CheckpointError(path + ": truncated safetensors file (" + std::to_string(file_size) +
+                          " bytes; the header size alone takes 8)");
+  }
+  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const std::string map_error = map == MAP_FAILED ? errno_text() : "";
+  ::close(fd);
+  if (map == MAP_FAILED) throw CheckpointError("cannot map '" + path + "': " + map_error);
+
+  std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
+  file->path_ = path;
+  file->map_ = map;
+  file->map_size_ = file_size;
+  auto corrupt = [&](const std::string& what) { throw CheckpointError(path + ": " + what); };
+
+  const auto* bytes = static_cast<const uint8_t*>(map);
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
+  if (header_size > kMaxHeaderBytes)
+    corrupt("corrupt header: header size " + std::to_string(header_size) + " exceeds the " +
+            std::to_string(kMaxHeaderBytes) + "-byte limit");
+  if (header_size > file_size - 8)
+    corrupt("truncated or corrupt file: header size " + std::to_string(header_size) +
+            " does not fit in the file (" + std::to_string(file_size) + " bytes)");
+
+  json header;
+  try {
+    header = json::parse(bytes + 8, bytes + 8 + header_size);
+  } catch (const json::exception& e) {
+    corrupt(std::string("corrupt header: not valid JSON (") + e.what() + ")");
+  }
+  if (!header.is_object()) corrupt("corrupt header: not a JSON object");
+
+  const uint8_t* data = bytes + 8 + header_size;
+  const uint64_t data_size = file_size - 8 - header_size;
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> ranges;
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& v = item.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) corrupt("corrupt header: __metadata__ must be an object of strings");
+      for (const auto& m : v.items()) {
+        if (!m.value().is_string())
+          corrupt("corrupt header: __metadata__ entry '" + m.key() + "' is not a string");
+        file->metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& what) { corrupt("corrupt header: tensor '" + name + "': " + what); };
+    if (!v.is_object()) bad("entry is not an object");
+    if (!v.contains("dtype") || !v["dtype"].is_string()) bad("missing or non-string 'dtype'");
+    if (!v.contains("shape") || !v["shape"].is_array()) bad("missing or non-list 'shape'");
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+      bad("'data_offsets' must be a list of two integers");
+
+    TensorInfo t;
+    t.name = name;
+    try {
+      t.dtype = dtype_from_name(v["dtype"].get<std::string>());
+    } catch (const CheckpointError& e) {
+      bad(e.what());
+    }
+    uint64_t numel = 1;
+    for (const json& d : v["shape"]) {
+      uint64_t dim = 0;
+      if (!read_u64(d, &dim) || dim > (uint64_t{1} << 62)) bad("shape " + v["shape"].dump() + " must hold non-negative integers");
+      t.shape.push_back(static_cast<int64_t>(dim));
+      if (__builtin_mul_overflow(numel, dim, &numel)) bad("shape " + v["shape"].dump() + " overflows");
+    }
+    uint64_t begin = 0, end = 0, nbytes = 0;
+    if (!read_u64(v["data_offsets"][0], &begin) || !read_u64(v["data_offsets"][1], &end) || end < begin)
+      bad("data_offsets " + v["data_offsets"].dump() + " must be non-negative integers with begin <= end");
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &nbytes))
+      bad("shape " + v["shape"].dump() + " overflows");
+    if (end - begin != nbytes)
+      bad("data_offsets " + v["data_offsets"].dump() + " hold " + std::to_string(end - begin) + " bytes but " +
+          dtype_name(t.dtype) + " " + t.shape_string() + " needs " + std::to_string(nbytes));
+    if (end > data_size)
+      bad("data_offsets " + v["data_offsets"].dump() + " are out of range (the data section has " +
+          std::to_string(data_size) + " bytes; truncated file?)");
+    t.data = data + begin;
+    t.nbytes = nbytes;
+    if (nbytes > 0) ranges.emplace_back(begin, end, name);
+    file->tensors_.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (std::get<0>(ranges[i]) < std::get<1>(ranges[i - 1]))
+      corrupt("corrupt header: tensors '" + std::get<2>(ranges[i - 1]) + "' and '" + std::get<2>(ranges[i]) +
+              "' overlap in the data section");
+  return file;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+const TensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill) {
+  if (name.empty() || name == "__metadata__") throw InvalidArgument("safetensors writer: bad tensor name '" + name + "'");
+  for (const Entry& e : entries_)
+    if (e.name == name) throw InvalidArgument("safetensors writer: tensor '" + name + "' added twice");
+  for (int64_t d : shape)
+    if (d < 0) throw InvalidArgument("safetensors writer: tensor '" + name + "' has a negative dimension " + shape_text(shape));
+  if (!fill) throw InvalidArgument("safetensors writer: tensor '" + name + "' has no fill callback");
+  entries_.push_back({name, dtype, std::move(shape), std::move(fill)});
+}
+
+void SafetensorsWriter::add_copy(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const size_t nbytes = static_cast<size_t>(std::max<int64_t>(numel, 0)) * dtype_size(dtype);
+  auto copy = std::make_shared<std::vector<uint8_t>>(nbytes);
+  if (nbytes) std::memcpy(copy->data(), data, nbytes);
+  add(name, dtype, std::move(shape), [copy](uint8_t* dst, size_t n) { std::memcpy(dst, copy->data(), n); });
+}
+
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+
+size_t SafetensorsWriter::total_bytes() const {
+  size_t total = 0;
+  for (const Entry& e : entries_) {
+    size_t n = dtype_size(e.dtype);
+    for (int64_t d : e.shape) n *= static_cast<size_t>(d);
+    total += n;
+  }
+  return total;
+}
+
+void SafetensorsWriter::write(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
+  // Header: metadata first, then the tensors in declaration order (that is
+  // also their order in the data section).
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  std::vector<size_t> sizes;
+  size_t offset = 0;
+  for (const Entry& e : entries_) {
+    size_t n = dtype_size(e.dtype);
+    for (int64_t d : e.shape) n *= static_cast<size_t>(d);
+    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + n}}};
+    sizes.push_back(n);
+    offset += n;
+  }
+  std::string text = header.dump();
+  // Pad with spaces (valid JSON whitespace) so that the data section starts
+  // 8-byte aligned in the file and therefore in the reader's mapping.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const size_t data_total = offset;
+  const size_t file_size = 8 + text.size() + data_total;
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError("cannot create '" + tmp + "': " + errno_text());
+  void* map = MAP_FAILED;
+  auto cleanup = [&] {
+    if (map != MAP_FAILED) ::munmap(map, file_size);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+  };
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(file_size));
+  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+    cleanup();
+    throw CheckpointError("cannot allocate " + std::to_string(file_size) + " bytes for '" + path + "': " + std::strerror(rc));
+  }
+  if (rc != 0 && ::ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
+    const std::string why = errno_text();
+    cleanup();
+    throw CheckpointError("cannot size '" + tmp + "': " + why);
+  }
+  map = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    const std::string why = errno_text();
+    cleanup();
+    throw CheckpointError("cannot map '" + tmp + "' for writing: " + why);
+  }
+  auto* out = static_cast<uint8_t*>(map);
+  const uint64_t header_size = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(header_size >> (8 * i));
+  std::memcpy(out + 8, text.data(), text.size());
+  uint8_t* data = out + 8 + text.size();
+  size_t done = 0;
+  try {
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    for (size_t i = 0; i < entries_.size(); ++i) {
+#ifdef MADV_POPULATE_WRITE
+      // Prefault the tensor's pages in one call (far cheaper than one fault
+      // per page); where the kernel lacks it, pages fault in on demand.
+      if (sizes[i] >= (size_t{1} << 20)) {
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(data + done) & ~(page - 1);
+        const uintptr_t hi = reinterpret_cast<uintptr_t>(data + done + sizes[i]);
+        ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+      }
+#endif
+      entries_[i].fill(data + done, sizes[i]);
+      done += sizes[i];
+      if (progress) progress(done, data_total);
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  ::munmap(map, file_size);
+  map = MAP_FAILED;
+  if (::close(fd) != 0) {
+    const std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot write '" + tmp + "': " + why);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot rename '" + tmp + "' to '" + path + "': " + why);
+  }
+}
+
+}  // namespace sparkdraft

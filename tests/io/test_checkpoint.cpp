@@ -1,0 +1,506 @@
+// Checkpoints: synthetic tiny checkpoints of both styles load, are non-zero,
+// sanely scaled and deterministic per seed; every malformed or unsupported
+// checkpoint is refused with a message naming the tensor, field or file.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "io/io_test_util.h"
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::error_of;
+using test::expect_mentions;
+
+// Tensors to write by hand: the expected set, fp32 first (alignment), each
+// filled with a constant non-zero byte so that tests can edit the list freely.
+std::vector<TensorSpec> aligned_specs(const ModelConfig& c) {
+  std::vector<TensorSpec> specs = expected_tensors(c);
+  std::stable_sort(specs.begin(), specs.end(),
+                   [](const TensorSpec& a, const TensorSpec& b) { return dtype_size(a.dtype) > dtype_size(b.dtype); });
+  return specs;
+}
+
+void write_tensors(const std::string& path, const std::vector<TensorSpec>& specs, uint8_t byte = 0x3c) {
+  SafetensorsWriter w;
+  for (const TensorSpec& s : specs)
+    w.add(s.name, s.dtype, s.shape, [byte](uint8_t* d, size_t n) { std::fill(d, d + n, byte); });
+  w.write(path);
+}
+
+// A checkpoint directory with our config.json and the given tensors.
+void write_checkpoint(const std::string& dir, const ModelConfig& c, const std::vector<TensorSpec>& specs) {
+  fs::create_directories(dir);
+  save_config_file(c, (fs::path(dir) / "config.json").string());
+  write_tensors((fs::path(dir) / "model.safetensors").string(), specs);
+}
+
+TensorSpec& spec_named(std::vector<TensorSpec>& specs, const std::string& name) {
+  for (TensorSpec& s : specs)
+    if (s.name == name) return s;
+  throw std::runtime_error("no spec " + name);
+}
+
+float bf16_value(const uint8_t* p, int64_t i) {
+  bf16 b;
+  std::memcpy(&b, p + 2 * i, 2);
+  return to_f32(b);
+}
+
+struct Stats {
+  double min = INFINITY, max = -INFINITY, mean = 0, rms = 0;
+  int64_t zeros = 0, non_finite = 0;
+};
+
+Stats stats_of(const TensorInfo& t) {
+  Stats s;
+  const int64_t n = t.numel();
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    if (t.dtype == DType::f32)
+      std::memcpy(&v, t.data + 4 * i, 4);
+    else
+      v = bf16_value(t.data, i);
+    if (!std::isfinite(v)) ++s.non_finite;
+    if (v == 0.0f) ++s.zeros;
+    s.min = std::min<double>(s.min, v);
+    s.max = std::max<double>(s.max, v);
+    sum += v;
+    sq += static_cast<double>(v) * v;
+  }
+  s.mean = sum / n;
+  s.rms = std::sqrt(sq / n);
+  return s;
+}
+
+TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
+  const ModelConfig q = preset_config("tiny", "qwen3");
+  const ModelConfig m = preset_config("tiny", "muse");
+  EXPECT_EQ(expected_tensors(q).size(), 7u + 2 * 11);
+  EXPECT_EQ(expected_tensors(m).size(), 7u + 2 * 19);
+  const auto specs = expected_tensors(q);
+  auto find = [&](const std::vector<TensorSpec>& v, const std::string& name) -> const TensorSpec* {
+    for (const auto& s : v)
+      if (s.name == name) return &s;
+    return nullptr;
+  };
+  ASSERT_NE(find(specs, "fc.weight"), nullptr);
+  EXPECT_EQ(find(specs, "fc.weight")->shape, (std::vector<int64_t>{64, 3 * 48}));
+  EXPECT_EQ(find(specs, "layers.1.self_attn.k_proj.weight")->shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(find(specs, "layers.1.self_attn.o_proj.weight")->shape, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(find(specs, "layers.0.mlp.down_proj.weight")->shape, (std::vector<int64_t>{64, 160}));
+  EXPECT_EQ(find(specs, "markov_head.markov_w2.weight")->shape, (std::vector<int64_t>{1000, 64}));
+  EXPECT_EQ(find(specs, "layers.0.self_attn.g_proj.weight"), nullptr);
+  const auto mspecs = expected_tensors(m);
+  ASSERT_NE(find(mspecs, "layers.1.mlp_residual.beta"), nullptr);
+  EXPECT_EQ(find(mspecs, "layers.1.mlp_residual.beta")->dtype, DType::f32);
+  EXPECT_EQ(find(mspecs, "layers.0.self_attn.o_norm.weight")->shape, (std::vector<int64_t>{16}));
+  EXPECT_NE(find(mspecs, "layers.0.pre_feedforward_layernorm.weight"), nullptr);
+  ModelConfig none = q;
+  none.norm_gain = NormGain::none;
+  for (const auto& s : expected_tensors(none)) EXPECT_EQ(s.name.find("norm"), std::string::npos) << s.name;
+  // The published Qwen3-8B draft: 2,371,077,376 bf16 parameters (4.74 GB).
+  size_t bytes = 0;
+  for (const auto& s : expected_tensors(preset_config("qwen3-8b"))) {
+    size_t n = dtype_size(s.dtype);
+    for (int64_t d : s.shape) n *= static_cast<size_t>(d);
+    bytes += n;
+  }
+  EXPECT_EQ(bytes, size_t{2371077376} * 2);
+}
+
+TEST(Checkpoint, Presets) {
+  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "qwen3-8b", "muse"}));
+  const ModelConfig q8 = preset_config("qwen3-8b");
+  EXPECT_EQ(q8.hidden_size, 4096);
+  EXPECT_EQ(q8.vocab_size, 151936);
+  EXPECT_EQ(q8.target_layer_ids, (std::vector<int>{1, 9, 17, 25, 33}));
+  EXPECT_EQ(q8.layer_style, LayerStyle::pre_norm);
+  const ModelConfig muse = preset_config("muse");
+  EXPECT_EQ(muse.num_heads, 128);
+  EXPECT_EQ(muse.head_dim, 64);
+  EXPECT_EQ(muse.layer_style, LayerStyle::sandwich);
+  EXPECT_EQ(muse.residual_kind, ResidualKind::norm_preserving);
+  EXPECT_EQ(muse.stream_dtype, StreamDType::f32);
+  EXPECT_EQ(muse.norm_gain, NormGain::one_plus_weight);
+  EXPECT_EQ(muse.rope_style, RopeStyle::gptj);
+  EXPECT_TRUE(muse.output_gate && muse.o_norm && muse.qk_norm && muse.context_layer_norm);
+  EXPECT_FALSE(muse.v_norm);
+  ASSERT_TRUE(muse.logit_multiplier && muse.logit_soft_cap);
+  EXPECT_EQ(*muse.logit_multiplier, 0.7f);
+  EXPECT_EQ(*muse.logit_soft_cap, 30.0f);
+  EXPECT_EQ(preset_config("qwen3-8b", "muse").layer_style, LayerStyle::sandwich);
+  EXPECT_EQ(preset_config("muse", "qwen3").layer_style, LayerStyle::pre_norm);
+  expect_mentions(error_of<ConfigError>([] { preset_config("llama"); }), {"'llama'", "tiny", "qwen3-8b", "muse"});
+  expect_mentions(error_of<ConfigError>([] { preset_config("tiny", "gemma"); }), {"'gemma'", "qwen3", "muse"});
+}
+
+TEST(Checkpoint, SyntheticQwen3StyleLoadsWithAnHfConfig) {
+  test::TempDir dir;
+  const ModelConfig c = preset_config("tiny", "qwen3");
+  SyntheticOptions o;
+  o.seed = 11;
+  std::vector<std::pair<size_t, size_t>> calls;
+  o.progress = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+  write_synthetic_checkpoint(c, dir.path(), o);
+  ASSERT_FALSE(calls.empty());
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_GE(calls[i].first, calls[i - 1].first);
+
+  // The DeepSpec path: config.json is the HF form.
+  const json cj = json::parse(test::read_file(dir / "config.json"));
+  EXPECT_EQ(cj.at("architectures"), json::array({"Qwen3DSparkModel"}));
+  EXPECT_FALSE(cj.contains("format"));
+
+  const Checkpoint ck = Checkpoint::load(dir.path());
+  EXPECT_EQ(config_to_json(ck.config()), config_to_json(c));
+  EXPECT_EQ(ck.dir(), dir.path());
+  EXPECT_EQ(ck.total_bytes(), calls.back().second);
+  EXPECT_EQ(calls.back().first, calls.back().second);
+  const DraftWeights& w = ck.weights();
+  for (const bf16* p : {w.embed, w.lm_head, w.fc, w.hidden_norm, w.final_norm, w.markov_w1, w.markov_w2})
+    EXPECT_NE(p, nullptr);
+  ASSERT_EQ(w.layers.size(), 2u);
+  for (const LayerWeights& l : w.layers) {
+    for (const bf16* p : {l.input_norm, l.post_attn_norm, l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.q_norm, l.k_norm,
+                          l.gate_proj, l.up_proj, l.down_proj})
+      EXPECT_NE(p, nullptr);
+    for (const bf16* p : {l.pre_ffn_norm, l.post_ffn_norm, l.g_proj, l.o_norm}) EXPECT_EQ(p, nullptr);
+    for (const float* p : {l.attn_alpha, l.attn_beta, l.mlp_alpha, l.mlp_beta}) EXPECT_EQ(p, nullptr);
+  }
+  // Pointers are into the file: the embedding row of the mask token is the file's.
+  auto file = SafetensorsFile::open(dir / "model.safetensors");
+  const TensorInfo* embed = file->find("embed_tokens.weight");
+  ASSERT_NE(embed, nullptr);
+  EXPECT_EQ(std::memcmp(embed->data, w.embed, embed->nbytes), 0);
+}
+
+TEST(Checkpoint, SyntheticWeightsAreNonZeroAndSanelyScaled) {
+  for (const char* style : {"qwen3", "muse"}) {
+    SCOPED_TRACE(style);
+    test::TempDir dir;
+    const ModelConfig c = preset_config("tiny", style);
+    SyntheticOptions o;
+    o.seed = 3;
+    write_synthetic_checkpoint(c, dir.path(), o);
+    auto file = SafetensorsFile::open(dir / "model.safetensors");
+    EXPECT_EQ(file->metadata().at("seed"), "3");
+    for (const TensorSpec& spec : expected_tensors(c)) {
+      SCOPED_TRACE(spec.name);
+      const TensorInfo* t = file->find(spec.name);
+      ASSERT_NE(t, nullptr);
+      const Stats s = stats_of(*t);
+      EXPECT_EQ(s.zeros, 0);
+      EXPECT_EQ(s.non_finite, 0);
+      const std::string& n = spec.name;
+      if (spec.dtype == DType::f32) {  // residual alpha / beta
+        EXPECT_GT(s.min, 0.9);
+        EXPECT_LT(s.max, 1.1);
+      } else if (spec.shape.size() == 1) {  // norm gains: center +- 0.1, then rounded to bf16
+        const float center = c.norm_gain == NormGain::one_plus_weight ? 0.0f : 1.0f;
+        EXPECT_GE(s.min, round_bf16(center - 0.1f));
+        EXPECT_LE(s.max, round_bf16(center + 0.1f));
+        EXPECT_GT(s.max - s.min, 0.05);
+      } else if (n == "embed_tokens.weight" || n == "markov_head.markov_w1.weight") {
+        EXPECT_NEAR(s.rms, 1.0, 0.05);
+        EXPECT_NEAR(s.mean, 0.0, 0.05);
+      } else {  // projections: variance 1 / fan_in
+        const double expected = 1.0 / std::sqrt(static_cast<double>(spec.shape[1]));
+        EXPECT_NEAR(s.rms, expected, 0.1 * expected);
+        EXPECT_LT(std::fabs(s.mean), 0.1 * expected);
+      }
+    }
+    // The Markov bias w2 @ w1[prev] is O(1).
+    const TensorInfo* w1 = file->find("markov_head.markov_w1.weight");
+    const TensorInfo* w2 = file->find("markov_head.markov_w2.weight");
+    const int r = c.markov_rank;
+    for (int64_t prev : {int64_t{0}, int64_t{17}, c.mask_token_id}) {
+      double sq = 0;
+      for (int v = 0; v < c.vocab_size; ++v) {
+        float acc = 0;
+        for (int k = 0; k < r; ++k) acc += bf16_value(w2->data, int64_t{v} * r + k) * bf16_value(w1->data, prev * r + k);
+        sq += static_cast<double>(acc) * acc;
+      }
+      const double rms = std::sqrt(sq / c.vocab_size);
+      EXPECT_GT(rms, 0.5) << "prev " << prev;
+      EXPECT_LT(rms, 2.0) << "prev " << prev;
+    }
+  }
+}
+
+TEST(Checkpoint, SyntheticMuseStyleLoadsWithOurConfig) {
+  test::TempDir dir;
+  const ModelConfig c = preset_config("tiny", "muse");
+  write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+  const json cj = json::parse(test::read_file(dir / "config.json"));
+  EXPECT_EQ(cj.at("format"), "sparkdraft");
+  const Checkpoint ck = Checkpoint::load(dir.path());
+  EXPECT_EQ(config_to_json(ck.config()), config_to_json(c));
+  for (const LayerWeights& l : ck.weights().layers) {
+    for (const bf16* p : {l.input_norm, l.post_attn_norm, l.pre_ffn_norm, l.post_ffn_norm, l.g_proj, l.o_norm,
+                          l.q_norm, l.k_norm})
+      EXPECT_NE(p, nullptr);
+    for (const float* p : {l.attn_alpha, l.attn_beta, l.mlp_alpha, l.mlp_beta}) {
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignof(float), 0u);
+      for (int i = 0; i < c.hidden_size; ++i) {
+        EXPECT_GT(p[i], 0.9f) << "i " << i;
+        EXPECT_LT(p[i], 1.1f) << "i " << i;
+      }
+    }
+  }
+  // A qwen3-style config asked for without the HF form gets ours.
+  test::TempDir ours;
+  SyntheticOptions o;
+  o.hf_config = false;
+  write_synthetic_checkpoint(preset_config("tiny", "qwen3"), ours.path(), o);
+  EXPECT_EQ(json::parse(test::read_file(ours / "config.json")).at("format"), "sparkdraft");
+  EXPECT_NO_THROW(Checkpoint::load(ours.path()));
+}
+
+TEST(Checkpoint, SyntheticIsDeterministicPerSeed) {
+  for (const char* style : {"qwen3", "muse"}) {
+    SCOPED_TRACE(style);
+    const ModelConfig c = preset_config("tiny", style);
+    test::TempDir a, b, other;
+    SyntheticOptions o;
+    o.seed = 1234;
+    write_synthetic_checkpoint(c, a.path(), o);
+    write_synthetic_checkpoint(c, b.path(), o);
+    o.seed = 1235;
+    write_synthetic_checkpoint(c, other.path(), o);
+    const std::string fa = test::read_file(a / "model.safetensors"), fb = test::read_file(b / "model.safetensors");
+    const std::string fo = test::read_file(other / "model.safetensors");
+    EXPECT_EQ(fa, fb);
+    EXPECT_EQ(test::read_file(a / "config.json"), test::read_file(b / "config.json"));
+    ASSERT_EQ(fa.size(), fo.size());
+    // Same header layout, different weights: compare each tensor.
+    auto ta = SafetensorsFile::open(a / "model.safetensors");
+    auto to = SafetensorsFile::open(other / "model.safetensors");
+    for (const auto& [name, info] : ta->tensors()) {
+      const TensorInfo* x = to->find(name);
+      ASSERT_NE(x, nullptr) << name;
+      size_t same = 0;
+      for (size_t i = 0; i < info.nbytes; i += dtype_size(info.dtype))
+        same += std::memcmp(info.data + i, x->data + i, dtype_size(info.dtype)) == 0;
+      const size_t n = info.nbytes / dtype_size(info.dtype);
+      EXPECT_LT(same, n / 2 + 1) << name << ": " << same << " of " << n << " elements equal across seeds";
+    }
+  }
+}
+
+// Each value depends only on (seed, name, index): the first 1.28M embedding
+// values are split across two threads at V = 20000 and made by one thread at
+// V = 40000, and must be the same bytes.
+TEST(Checkpoint, SyntheticValuesDoNotDependOnTheThreadSplit) {
+  ModelConfig small = preset_config("tiny");
+  small.vocab_size = 20000;
+  ModelConfig large = small;
+  large.vocab_size = 40000;
+  test::TempDir a, b;
+  write_synthetic_checkpoint(small, a.path(), SyntheticOptions{});
+  write_synthetic_checkpoint(large, b.path(), SyntheticOptions{});
+  auto fa = SafetensorsFile::open(a / "model.safetensors");
+  auto fb = SafetensorsFile::open(b / "model.safetensors");
+  for (const char* name : {"embed_tokens.weight", "lm_head.weight", "markov_head.markov_w2.weight"}) {
+    const TensorInfo* x = fa->find(name);
+    const TensorInfo* y = fb->find(name);
+    ASSERT_TRUE(x && y) << name;
+    for (size_t i = 0; i < x->nbytes; i += 2) {
+      uint16_t u, v;
+      std::memcpy(&u, x->data + i, 2);
+      std::memcpy(&v, y->data + i, 2);
+      ASSERT_EQ(u, v) << name << " element " << i / 2;
+    }
+  }
+}
+
+TEST(Checkpoint, RefusesAMissingTensor) {
+  test::TempDir dir;
+  const ModelConfig c = preset_config("tiny");
+  auto specs = aligned_specs(c);
+  specs.erase(std::remove_if(specs.begin(), specs.end(),
+                             [](const TensorSpec& s) { return s.name == "layers.1.self_attn.k_proj.weight"; }),
+              specs.end());
+  write_checkpoint(dir.path(), c, specs);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"missing tensor 'layers.1.self_attn.k_proj.weight' in " + dir.path()});
+}
+
+TEST(Checkpoint, RefusesAWrongShape) {
+  test::TempDir dir;
+  const ModelConfig c = preset_config("tiny");
+  auto specs = aligned_specs(c);
+  spec_named(specs, "layers.0.self_attn.o_proj.weight").shape = {64, 65};
+  write_checkpoint(dir.path(), c, specs);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"'layers.0.self_attn.o_proj.weight'", "shape [64, 65]", "expected [64, 64]", "model.safetensors"});
+}
+
+TEST(Checkpoint, RefusesAWrongDType) {
+  test::TempDir dir;
+  const ModelConfig c = preset_config("tiny");
+  auto specs = aligned_specs(c);
+  spec_named(specs, "layers.1.self_attn.q_norm.weight").dtype = DType::f32;
+  write_checkpoint(dir.path(), c, specs);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"'layers.1.self_attn.q_norm.weight'", "dtype F32, expected BF16"});
+  test::TempDir muse_dir;
+  const ModelConfig m = preset_config("tiny", "muse");
+  auto mspecs = aligned_specs(m);
+  spec_named(mspecs, "layers.0.attn_residual.alpha").dtype = DType::bf16;
+  write_checkpoint(muse_dir.path(), m, mspecs);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(muse_dir.path()); }),
+                  {"'layers.0.attn_residual.alpha'", "dtype BF16, expected F32"});
+}
+
+TEST(Checkpoint, RefusesTruncatedAndCorruptFiles) {
+  const ModelConfig c = preset_config("tiny");
+  {
+    test::TempDir dir;
+    write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+    const std::string path = dir / "model.safetensors";
+    fs::resize_file(path, fs::file_size(path) - 3);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {path, "out of range"});
+  }
+  {
+    test::TempDir dir;
+    write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+    const std::string path = dir / "model.safetensors";
+    std::string bytes = test::read_file(path);
+    for (int i = 0; i < 8; ++i) bytes[i] = '\x7f';  // header size far past the file
+    test::write_file(path, bytes);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {path, "header size"});
+    bytes = test::read_file(path);
+    bytes[0] = 16, std::fill(bytes.begin() + 1, bytes.begin() + 8, '\0');  // cuts the JSON short
+    test::write_file(path, bytes);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {path, "not valid JSON"});
+  }
+}
+
+TEST(Checkpoint, RefusesUnsupportedFormatsByTensorName) {
+  const ModelConfig c = preset_config("tiny");
+  struct Case {
+    TensorSpec extra;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{"d2t", DType::i64, {1000}}, "speculators reduced-vocabulary draft (d2t) is not supported"},
+      {{"t2d", DType::bool_, {1000}}, "speculators reduced-vocabulary draft (d2t) is not supported"},
+      {{"layers.0.attn.wkv.weight", DType::bf16, {8, 64}}, "DeepSeek-V4 MLA draft is not supported"},
+      {{"layers.0.attn.wq_a.weight", DType::bf16, {8, 64}}, "DeepSeek-V4 MLA draft is not supported"},
+      {{"mtp.0.main_norm.weight", DType::bf16, {64}}, "DeepSeek-V4 MLA draft is not supported"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.extra.name);
+    test::TempDir dir;
+    auto specs = aligned_specs(c);
+    specs.push_back(k.extra);
+    write_checkpoint(dir.path(), c, specs);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {k.needle, "'" + k.extra.name + "'"});
+  }
+}
+
+TEST(Checkpoint, RefusesConfigsOutOfScope) {
+  test::TempDir dir;
+  write_synthetic_checkpoint(preset_config("tiny"), dir.path(), SyntheticOptions{});
+  json cj = json::parse(test::read_file(dir / "config.json"));
+  cj["draft_vocab_size"] = 500;
+  test::write_file(dir / "config.json", cj.dump());
+  expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(dir.path()); }),
+                  {dir / "config.json", "reduced draft vocabularies (d2t) are not supported yet"});
+  cj.erase("draft_vocab_size");
+  cj["sample_from_anchor"] = false;
+  test::write_file(dir / "config.json", cj.dump());
+  expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(dir.path()); }),
+                  {"the fill-in layout (sample_from_anchor = false) is not supported yet"});
+}
+
+TEST(Checkpoint, IgnoresExtraTensorsAndAcceptsTheModelPrefix) {
+  const ModelConfig c = preset_config("tiny");
+  test::TempDir extra;
+  auto specs = aligned_specs(c);
+  specs.push_back({"confidence_head.proj.weight", DType::bf16, {1, c.hidden_size + c.markov_rank}});
+  specs.push_back({"confidence_head.proj.bias", DType::bf16, {1}});
+  write_checkpoint(extra.path(), c, specs);
+  EXPECT_NO_THROW(Checkpoint::load(extra.path()));
+
+  test::TempDir prefixed;
+  auto pspecs = aligned_specs(c);
+  for (TensorSpec& s : pspecs)
+    if (s.name != "lm_head.weight") s.name = "model." + s.name;  // the HF / vLLM layout
+  write_checkpoint(prefixed.path(), c, pspecs);
+  const Checkpoint ck = Checkpoint::load(prefixed.path());
+  EXPECT_NE(ck.weights().layers.at(1).down_proj, nullptr);
+  EXPECT_NE(ck.weights().lm_head, nullptr);
+
+  test::TempDir twice;
+  auto tspecs = aligned_specs(c);
+  tspecs.push_back({"model.norm.weight", DType::bf16, {c.hidden_size}});
+  write_checkpoint(twice.path(), c, tspecs);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(twice.path()); }), {"'norm.weight'", "twice"});
+}
+
+TEST(Checkpoint, RefusesMisalignedTensors) {
+  test::TempDir dir;
+  const ModelConfig c = preset_config("tiny", "muse");
+  auto specs = aligned_specs(c);
+  specs.insert(specs.begin(), {"odd_extra", DType::bf16, {1}});  // shifts every fp32 tensor by 2 bytes
+  write_checkpoint(dir.path(), c, specs);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"residual", "not aligned"});
+}
+
+TEST(Checkpoint, LoadsShardsThroughTheIndex) {
+  const ModelConfig c = preset_config("tiny", "muse");
+  test::TempDir dir;
+  save_config_file(c, dir / "config.json");
+  const auto specs = aligned_specs(c);
+  const size_t half = specs.size() / 2;
+  const std::vector<TensorSpec> first(specs.begin(), specs.begin() + half), second(specs.begin() + half, specs.end());
+  write_tensors(dir / "model-00001-of-00002.safetensors", first, 0x3c);
+  write_tensors(dir / "model-00002-of-00002.safetensors", second, 0x3d);
+  json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
+  for (const auto& s : first) index["weight_map"][s.name] = "model-00001-of-00002.safetensors";
+  for (const auto& s : second) index["weight_map"][s.name] = "model-00002-of-00002.safetensors";
+  test::write_file(dir / "model.safetensors.index.json", index.dump());
+  const Checkpoint ck = Checkpoint::load(dir.path());
+  // Each pointer reads its own shard's bytes.
+  const uint8_t first_byte = *reinterpret_cast<const uint8_t*>(ck.weights().layers[0].attn_alpha);
+  const uint8_t last_byte = *reinterpret_cast<const uint8_t*>(ck.weights().markov_w2);
+  EXPECT_EQ(first_byte, 0x3c);
+  EXPECT_EQ(last_byte, 0x3d);
+
+  json bad = index;
+  bad["weight_map"]["norm.weight"] = "model-00003-of-00002.safetensors";
+  test::write_file(dir / "model.safetensors.index.json", bad.dump());
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"model-00003-of-00002.safetensors", "missing"});
+  bad = index;
+  bad["weight_map"]["ghost.weight"] = "model-00001-of-00002.safetensors";
+  test::write_file(dir / "model.safetensors.index.json", bad.dump());
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"'ghost.weight'"});
+  test::write_file(dir / "model.safetensors.index.json", "{\"weight_map\": 3}");
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"weight_map"});
+}
+
+TEST(Checkpoint, RefusesIncompleteDirectories) {
+  test::TempDir dir;
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir / "nope"); }), {dir / "nope", "does not exist"});
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"no config.json", dir.path()});
+  save_config_file(preset_config("tiny"), dir / "config.json");
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"no model.safetensors or model.safetensors.index.json", dir.path()});
+}
+
+}  // namespace
+}  // namespace sparkdraft

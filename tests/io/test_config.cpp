@@ -1,0 +1,447 @@
+// ModelConfig: validation, our JSON round trip, the DeepSpec / HF import of a
+// realistic Qwen3-8B DSpark config.json, and every refusal naming its cause.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "io/hf_config.h"
+#include "io/io_test_util.h"
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/config.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft {
+namespace {
+
+using json = nlohmann::json;
+using test::error_of;
+using test::expect_mentions;
+
+// The released Qwen3-8B draft's config.json as DeepSpec / HF write it
+// (background doc section 4.1: the fields of the quoted 4B config with the 8B
+// target's dimensions).
+const char* kQwen3_8bDSpark = R"({
+  "architectures": ["Qwen3DSparkModel"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "block_size": 7,
+  "bos_token_id": 151643,
+  "confidence_head_with_markov": true,
+  "dtype": "bfloat16",
+  "enable_confidence_head": true,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 12288,
+  "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention", "full_attention"],
+  "markov_head_type": "vanilla",
+  "markov_rank": 256,
+  "mask_token_id": 151669,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 36,
+  "model_type": "qwen3",
+  "num_anchors": 512,
+  "num_attention_heads": 32,
+  "num_hidden_layers": 5,
+  "num_key_value_heads": 8,
+  "num_target_layers": 36,
+  "rms_norm_eps": 1e-06,
+  "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"},
+  "sliding_window": null,
+  "target_layer_ids": [1, 9, 17, 25, 33],
+  "tie_word_embeddings": false,
+  "transformers_version": "4.57.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+json qwen3_8b() { return json::parse(kQwen3_8bDSpark); }
+
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+// A config with every option away from its default.
+ModelConfig unusual_config() {
+  ModelConfig c = preset_config("tiny", "muse");
+  c.architecture = "custom";
+  c.num_heads = 6;
+  c.num_kv_heads = 3;
+  c.head_dim = 10;
+  c.markov_rank = 3;  // not a power of two: valid, only the fused path cares
+  c.block_size = 64;
+  c.target_layer_ids = {-1, 0, 7};
+  c.mask_token_id = 5;
+  c.norm_gain = NormGain::none;
+  c.rms_norm_eps = 1e-5f;
+  c.stream_dtype = StreamDType::bf16;
+  c.context_layer_norm = false;
+  c.rope_theta = 12345.678;
+  c.qk_norm = false;
+  c.v_norm = true;
+  c.output_gate = false;
+  c.sliding_window = 33;
+  c.logit_multiplier.reset();
+  c.logit_soft_cap = 0.1f;
+  return c;
+}
+
+void expect_same(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(config_to_json(a).dump(), config_to_json(b).dump());
+  EXPECT_EQ(bits(a.rms_norm_eps), bits(b.rms_norm_eps));
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.logit_multiplier.has_value(), b.logit_multiplier.has_value());
+  if (a.logit_multiplier && b.logit_multiplier) {
+    EXPECT_EQ(bits(*a.logit_multiplier), bits(*b.logit_multiplier));
+  }
+  EXPECT_EQ(a.logit_soft_cap.has_value(), b.logit_soft_cap.has_value());
+  if (a.logit_soft_cap && b.logit_soft_cap) {
+    EXPECT_EQ(bits(*a.logit_soft_cap), bits(*b.logit_soft_cap));
+  }
+}
+
+TEST(Config, OurJsonRoundTripsEveryPresetAndOption) {
+  std::vector<std::pair<std::string, ModelConfig>> cases;
+  for (const auto& p : preset_names())
+    for (const char* style : {"qwen3", "muse"}) cases.emplace_back(p + "/" + style, preset_config(p, style));
+  cases.emplace_back("unusual", unusual_config());
+  for (const auto& [name, c] : cases) {
+    SCOPED_TRACE(name);
+    const std::string text = config_to_json(c).dump(2);
+    const ModelConfig back = config_from_json(json::parse(text));
+    expect_same(c, back);
+    EXPECT_EQ(back.hidden_size, c.hidden_size);
+    EXPECT_EQ(back.target_layer_ids, c.target_layer_ids);
+    EXPECT_EQ(back.layer_style, c.layer_style);
+    EXPECT_EQ(back.rope_style, c.rope_style);
+  }
+}
+
+TEST(Config, OurJsonIsExplicitAndReadable) {
+  const json j = config_to_json(preset_config("tiny", "muse"));
+  EXPECT_EQ(j.at("format"), "sparkdraft");
+  EXPECT_EQ(j.at("format_version"), 1);
+  EXPECT_EQ(j.at("layer_style"), "sandwich");
+  EXPECT_EQ(j.at("residual_kind"), "norm_preserving");
+  EXPECT_EQ(j.at("stream_dtype"), "f32");
+  EXPECT_EQ(j.at("norm_gain"), "one_plus_weight");
+  EXPECT_EQ(j.at("rope_style"), "gptj");
+  // fp32 values written as their shortest decimal, not as widened doubles.
+  EXPECT_NE(j.dump().find("\"rms_norm_eps\":1e-06"), std::string::npos) << j.dump();
+  EXPECT_NE(j.dump().find("\"logit_multiplier\":0.7,"), std::string::npos) << j.dump();
+  const json q = config_to_json(preset_config("tiny", "qwen3"));
+  EXPECT_TRUE(q.at("logit_multiplier").is_null());
+  EXPECT_TRUE(q.at("logit_soft_cap").is_null());
+  EXPECT_EQ(q.at("layer_style"), "pre_norm");
+  EXPECT_EQ(q.at("norm_gain"), "weight");
+  EXPECT_EQ(q.at("rope_style"), "neox");
+}
+
+TEST(Config, OurJsonRefusesUnknownMissingAndMistypedFields) {
+  const json good = config_to_json(preset_config("tiny"));
+  json j = good;
+  j["hiden_size"] = 64;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"unknown field 'hiden_size'"});
+  j = good;
+  j.erase("rope_style");
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"missing field 'rope_style'"});
+  j = good;
+  j["num_heads"] = "four";
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'num_heads'", "integer"});
+  j = good;
+  j["layer_style"] = "post_norm";
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'layer_style'", "\"pre_norm\"", "\"sandwich\"", "post_norm"});
+  j = good;
+  j["qk_norm"] = 1;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'qk_norm'", "true or false"});
+  j = good;
+  j["format_version"] = 2;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"format_version 2"});
+  j = good;
+  j["hidden_size"] = 0;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'hidden_size'", ">= 1"});
+  j = good;
+  j["rms_norm_eps"] = 1e300;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'rms_norm_eps'", "fp32 range"});
+}
+
+TEST(Config, ValidateNamesTheBadField) {
+  struct Case {
+    const char* field;
+    void (*edit)(ModelConfig&);
+  };
+  const Case cases[] = {
+      {"hidden_size", [](ModelConfig& c) { c.hidden_size = -1; }},
+      {"num_layers", [](ModelConfig& c) { c.num_layers = 0; }},
+      {"num_kv_heads", [](ModelConfig& c) { c.num_kv_heads = 0; }},
+      {"num_heads", [](ModelConfig& c) { c.num_kv_heads = 3; }},
+      {"head_dim", [](ModelConfig& c) { c.head_dim = 15; }},
+      {"intermediate_size", [](ModelConfig& c) { c.intermediate_size = 0; }},
+      {"vocab_size", [](ModelConfig& c) { c.vocab_size = 0; }},
+      {"markov_rank", [](ModelConfig& c) { c.markov_rank = -1; }},
+      {"block_size", [](ModelConfig& c) { c.block_size = 0; }},
+      {"block_size", [](ModelConfig& c) { c.block_size = 65; }},
+      {"target_hidden_size", [](ModelConfig& c) { c.target_hidden_size = 0; }},
+      {"target_layer_ids", [](ModelConfig& c) { c.target_layer_ids = {}; }},
+      {"target_layer_ids", [](ModelConfig& c) { c.target_layer_ids = {3, 3}; }},
+      {"target_layer_ids", [](ModelConfig& c) { c.target_layer_ids = {-2, 4}; }},
+      {"mask_token_id", [](ModelConfig& c) { c.mask_token_id = c.vocab_size; }},
+      {"mask_token_id", [](ModelConfig& c) { c.mask_token_id = -1; }},
+      {"max_position_embeddings", [](ModelConfig& c) { c.max_position_embeddings = 0; }},
+      {"rms_norm_eps", [](ModelConfig& c) { c.rms_norm_eps = 0.0f; }},
+      {"rms_norm_eps", [](ModelConfig& c) { c.rms_norm_eps = std::numeric_limits<float>::quiet_NaN(); }},
+      {"rope_theta", [](ModelConfig& c) { c.rope_theta = -10000.0; }},
+      {"sliding_window", [](ModelConfig& c) { c.sliding_window = -1; }},
+      {"logit_soft_cap", [](ModelConfig& c) { c.logit_soft_cap = 0.0f; }},
+      {"logit_multiplier", [](ModelConfig& c) { c.logit_multiplier = std::numeric_limits<float>::infinity(); }},
+      {"num_heads * head_dim", [](ModelConfig& c) { c.num_heads = 1 << 20, c.num_kv_heads = 1, c.head_dim = 1 << 12; }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.field);
+    ModelConfig c = preset_config("tiny");
+    k.edit(c);
+    expect_mentions(error_of<ConfigError>([&] { c.validate(); }), {k.field});
+  }
+  ModelConfig c = preset_config("tiny");
+  c.sample_from_anchor = false;
+  expect_mentions(error_of<ConfigError>([&] { c.validate(); }),
+                  {"the fill-in layout (sample_from_anchor = false) is not supported yet"});
+}
+
+TEST(Config, ValidateAcceptsRankZeroAndAnyPositiveRank) {
+  for (int rank : {0, 1, 3, 64, 100}) {
+    SCOPED_TRACE(rank);
+    ModelConfig c = preset_config("tiny");
+    c.markov_rank = rank;
+    EXPECT_NO_THROW(c.validate());
+  }
+  ModelConfig c = preset_config("tiny");
+  c.markov_rank = 0;
+  for (const TensorSpec& s : expected_tensors(c)) EXPECT_EQ(s.name.find("markov"), std::string::npos) << s.name;
+}
+
+TEST(Config, ImportsTheQwen3_8bDSparkConfig) {
+  const ModelConfig c = import_hf_config(qwen3_8b());
+  EXPECT_EQ(c.architecture, "Qwen3DSparkModel");
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.num_layers, 5);
+  EXPECT_EQ(c.num_heads, 32);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.intermediate_size, 12288);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.markov_rank, 256);
+  EXPECT_EQ(c.block_size, 7);
+  EXPECT_EQ(c.target_hidden_size, 4096);
+  EXPECT_EQ(c.target_layer_ids, (std::vector<int>{1, 9, 17, 25, 33}));
+  EXPECT_EQ(c.mask_token_id, 151669);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(bits(c.rms_norm_eps), bits(1e-6f));
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.norm_gain, NormGain::weight);
+  EXPECT_EQ(c.layer_style, LayerStyle::pre_norm);
+  EXPECT_EQ(c.residual_kind, ResidualKind::plain);
+  EXPECT_EQ(c.stream_dtype, StreamDType::bf16);
+  EXPECT_FALSE(c.context_layer_norm);
+  EXPECT_EQ(c.rope_style, RopeStyle::neox);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.v_norm);
+  EXPECT_FALSE(c.output_gate);
+  EXPECT_FALSE(c.o_norm);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_FALSE(c.has_logit_transform());
+  EXPECT_TRUE(c.sample_from_anchor);
+  // The import and the qwen3-8b preset describe the same model.
+  const ModelConfig preset = preset_config("qwen3-8b");
+  EXPECT_EQ(config_to_json(c).dump(), config_to_json(preset).dump());
+}
+
+TEST(Config, ImportsFieldVariants) {
+  // Old-style top-level rope_theta, no head_dim, no kv heads, no eps.
+  json j = qwen3_8b();
+  j.erase("rope_parameters");
+  j["rope_theta"] = 500000.0;
+  j.erase("head_dim");
+  j.erase("num_key_value_heads");
+  j.erase("rms_norm_eps");
+  j.erase("max_position_embeddings");
+  j.erase("markov_head_type");
+  ModelConfig c = import_hf_config(j);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.head_dim, 4096 / 32);
+  EXPECT_EQ(c.num_kv_heads, 32);
+  EXPECT_EQ(bits(c.rms_norm_eps), bits(1e-6f));
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  // Explicit sample_from_anchor, target hidden size, sliding layers, GPT-J RoPE.
+  j = qwen3_8b();
+  j["sample_from_anchor"] = true;
+  j["target_hidden_size"] = 5120;
+  j["layer_types"] = json::array();
+  for (int i = 0; i < 5; ++i) j["layer_types"].push_back("sliding_attention");
+  j["sliding_window"] = 2048;
+  j["is_neox_style"] = false;
+  c = import_hf_config(j);
+  EXPECT_EQ(c.target_hidden_size, 5120);
+  EXPECT_EQ(c.sliding_window, 2048);
+  EXPECT_EQ(c.rope_style, RopeStyle::gptj);
+  // The exported form reads back to the same config.
+  expect_same(c, import_hf_config(io::export_hf_config(c)));
+}
+
+TEST(Config, HfExportRoundTripsAndRefusesMuseStyle) {
+  ModelConfig c = preset_config("tiny", "qwen3");
+  expect_same(c, import_hf_config(io::export_hf_config(c)));
+  ModelConfig muse = preset_config("tiny", "muse");
+  std::string why;
+  EXPECT_FALSE(io::hf_expressible(muse, &why));
+  EXPECT_FALSE(why.empty());
+  expect_mentions(error_of<ConfigError>([&] { io::export_hf_config(muse); }), {"no DeepSpec/HF config.json form"});
+}
+
+TEST(Config, RefusesASpeculatorsDraftWithAReducedVocabulary) {
+  const json j = json::parse(R"({
+    "architectures": ["DSparkDraftModel"],
+    "speculators_model_type": "dspark",
+    "draft_vocab_size": 32000,
+    "block_size": 8,
+    "markov_rank": 256,
+    "markov_head_type": "vanilla",
+    "mask_token_id": 4,
+    "target_hidden_size": 2816,
+    "aux_hidden_state_layer_ids": [3, 10, 18, 25, 28],
+    "sample_from_anchor": true,
+    "transformer_layer_config": {"model_type": "qwen3", "hidden_size": 2816, "vocab_size": 262144,
+                                 "num_hidden_layers": 5}
+  })");
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(j); }),
+                  {"reduced draft vocabularies (d2t) are not supported yet", "32000", "262144"});
+  json full = j;
+  full["draft_vocab_size"] = 262144;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(full); }), {"speculators", "not supported"});
+  json flat = qwen3_8b();
+  flat["draft_vocab_size"] = 32000;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"reduced draft vocabularies (d2t) are not supported yet"});
+  flat["draft_vocab_size"] = 151936;  // the full vocabulary is fine
+  EXPECT_NO_THROW(import_hf_config(flat));
+}
+
+TEST(Config, RefusesDeepSeekV4Drafts) {
+  const json v4 = json::parse(R"({
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "model_type": "deepseek_v4",
+    "hidden_size": 4096,
+    "kv_lora_rank": 512,
+    "n_routed_experts": 256,
+    "dspark_target_layer_ids": [40, 41, 42],
+    "dspark_block_size": 5,
+    "markov_rank": 256,
+    "vocab_size": 129280
+  })");
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(v4); }), {"DeepSeek-V4 MLA/MoE drafts are not supported"});
+  for (const char* field : {"kv_lora_rank", "n_routed_experts", "dspark_target_layer_ids", "num_nextn_predict_layers"}) {
+    SCOPED_TRACE(field);
+    json j = qwen3_8b();
+    j[field] = 3;
+    expect_mentions(error_of<ConfigError>([&] { import_hf_config(j); }),
+                    {"DeepSeek-V4 MLA/MoE drafts are not supported", field});
+  }
+  json mt = qwen3_8b();
+  mt["model_type"] = "deepseek_v4";
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(mt); }), {"DeepSeek-V4", "deepseek_v4"});
+}
+
+TEST(Config, RefusesWhatTheRuntimeCannotRunExactly) {
+  struct Case {
+    const char* what;
+    void (*edit)(json&);
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {"fill-in", [](json& j) { j["sample_from_anchor"] = false; },
+       {"the fill-in layout (sample_from_anchor = false) is not supported yet"}},
+      {"gated head", [](json& j) { j["markov_head_type"] = "gated"; }, {"markov_head_type 'gated'", "vanilla"}},
+      {"other arch", [](json& j) { j["architectures"] = {"Gemma4DSparkModel"}; }, {"Gemma4DSparkModel", "Qwen3DSparkModel"}},
+      {"no arch", [](json& j) { j.erase("architectures"); }, {"'architectures'"}},
+      {"model type", [](json& j) { j["model_type"] = "gemma4"; }, {"model_type 'gemma4'"}},
+      {"tied", [](json& j) { j["tie_word_embeddings"] = true; }, {"tie_word_embeddings"}},
+      {"bias", [](json& j) { j["attention_bias"] = true; }, {"attention_bias"}},
+      {"act", [](json& j) { j["hidden_act"] = "gelu"; }, {"hidden_act 'gelu'"}},
+      {"yarn", [](json& j) { j["rope_parameters"]["rope_type"] = "yarn"; }, {"rope_type 'yarn'"}},
+      {"rope scaling", [](json& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2}}; }, {"RoPE scaling"}},
+      {"no theta", [](json& j) { j.erase("rope_parameters"); }, {"rope_theta"}},
+      {"mixed layers", [](json& j) { j["layer_types"][2] = "sliding_attention"; }, {"mixed layer_types"}},
+      {"layer count", [](json& j) { j["layer_types"].erase(0); }, {"'layer_types'", "one entry per layer"}},
+      {"odd layer", [](json& j) { j["layer_types"][0] = "chunked_attention"; }, {"chunked_attention"}},
+      {"window missing", [](json& j) {
+         for (auto& t : j["layer_types"]) t = "sliding_attention";
+       }, {"'sliding_window'"}},
+      {"implicit sliding", [](json& j) { j.erase("layer_types"), j["use_sliding_window"] = true; }, {"use_sliding_window"}},
+      {"final tap", [](json& j) { j["target_layer_ids"] = {1, 9, 35}; }, {"target_layer_ids", "35", "num_target_layers 36"}},
+      {"missing block", [](json& j) { j.erase("block_size"); }, {"missing field 'block_size'"}},
+      {"missing rank", [](json& j) { j.erase("markov_rank"); }, {"missing field 'markov_rank'"}},
+      {"missing mask", [](json& j) { j.erase("mask_token_id"); }, {"missing field 'mask_token_id'"}},
+      {"string size", [](json& j) { j["hidden_size"] = "4096"; }, {"'hidden_size'", "integer"}},
+      {"negative layers", [](json& j) { j["num_hidden_layers"] = -5; }, {"'num_hidden_layers'", ">= 1"}},
+      {"heads vs kv", [](json& j) { j["num_key_value_heads"] = 5; }, {"num_heads", "num_kv_heads"}},
+      {"head_dim odd", [](json& j) { j["head_dim"] = 127; }, {"head_dim", "even"}},
+      {"block 65", [](json& j) { j["block_size"] = 65; }, {"block_size", "[1, 64]"}},
+      {"mask id", [](json& j) { j["mask_token_id"] = 151936; }, {"mask_token_id"}},
+      {"not increasing", [](json& j) { j["target_layer_ids"] = {9, 1}; }, {"target_layer_ids", "increasing"}},
+      {"eps", [](json& j) { j["rms_norm_eps"] = 0; }, {"rms_norm_eps"}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    json j = qwen3_8b();
+    k.edit(j);
+    expect_mentions(error_of<ConfigError>([&] { import_hf_config(j); }), k.needles);
+  }
+}
+
+TEST(Config, FilesAreDetectedAndErrorsNameThePath) {
+  test::TempDir dir;
+  const ModelConfig muse = preset_config("tiny", "muse");
+  save_config_file(muse, dir / "ours.json");
+  expect_same(muse, load_config_file(dir / "ours.json"));
+  test::write_file(dir / "hf.json", kQwen3_8bDSpark);
+  EXPECT_EQ(load_config_file(dir / "hf.json").architecture, "Qwen3DSparkModel");
+
+  test::write_file(dir / "broken.json", "{\"hidden_size\": 4096,");
+  expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "broken.json"); }),
+                  {dir / "broken.json", "not valid JSON"});
+  json fill_in = qwen3_8b();
+  fill_in["sample_from_anchor"] = false;
+  test::write_file(dir / "fill.json", fill_in.dump());
+  expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "fill.json"); }),
+                  {dir / "fill.json", "sample_from_anchor = false"});
+  expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "absent.json"); }), {dir / "absent.json"});
+  ModelConfig bad = muse;
+  bad.head_dim = 7;
+  expect_mentions(error_of<ConfigError>([&] { save_config_file(bad, dir / "bad.json"); }), {"head_dim"});
+}
+
+TEST(Config, EnumNames) {
+  EXPECT_STREQ(to_string(NormGain::weight), "weight");
+  EXPECT_STREQ(to_string(NormGain::one_plus_weight), "one_plus_weight");
+  EXPECT_STREQ(to_string(NormGain::none), "none");
+  EXPECT_STREQ(to_string(LayerStyle::pre_norm), "pre_norm");
+  EXPECT_STREQ(to_string(LayerStyle::sandwich), "sandwich");
+  EXPECT_STREQ(to_string(ResidualKind::plain), "plain");
+  EXPECT_STREQ(to_string(ResidualKind::norm_preserving), "norm_preserving");
+  EXPECT_STREQ(to_string(StreamDType::bf16), "bf16");
+  EXPECT_STREQ(to_string(StreamDType::f32), "f32");
+  EXPECT_STREQ(to_string(RopeStyle::neox), "neox");
+  EXPECT_STREQ(to_string(RopeStyle::gptj), "gptj");
+}
+
+}  // namespace
+}  // namespace sparkdraft
