@@ -1,0 +1,552 @@
+// The CPU reference ops of cpu/ops.h. Every function follows its header comment
+// literally: the same rounding points, the canonical reduction order of
+// core/reduce.h where the contract names it, the math of core/math.h, no fma
+// except the canonical lane accumulation (built with -ffp-contract=off). Work
+// is split over rows, heads or vocab entries (cpu/parallel.h) and every index
+// gets the same arithmetic whatever thread runs it, so results never depend
+// on the thread count.
+//
+// Two ops are matrix products held to a bf16-ulp budget against the GPU, not
+// to its bits; each has one fixed order written down here:
+//   * gemm: 8 fp32 lane accumulators per output, lane l summing the terms
+//     k = l, l+8, l+16, ... in increasing k as acc = acc + x*w (the product
+//     rounded to fp32, then the add), each starting at +0; then the butterfly
+//     p[l] += p[l+off] for off = 4, 2, 1. The 8 lanes of an output are one
+//     8-float vector (GCC/Clang vector extension: elementwise IEEE mul and add,
+//     nothing reassociated), a 3x3 tile of outputs stays in registers, and
+//     each weight row is converted to fp32 once for all rows of x. About 1 s
+//     for a Qwen3-8B lm_head (M 56, N 151936, K 4096) on 2 Zen 3 cores.
+//   * attention: q . k_j as one fp32 accumulator in increasing dimension,
+//     acc = acc + q_i*k_i; then the header's softmax, sums in increasing position.
+#include "sparkdraft/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/parallel.h"
+#include "sparkdraft/core/math.h"
+#include "sparkdraft/core/reduce.h"
+#include "sparkdraft/core/sampling.h"
+#include "sparkdraft/error.h"
+
+// The gemm and Markov kernels get an AVX2 / FMA clone picked at run time (the
+// build has no -march flag). Each clone performs the same IEEE operations on
+// each element in the same order (vector width only; fma is correctly rounded
+// in hardware and in libm alike), so every clone returns the same bits.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SD_GEMM_CLONES __attribute__((target_clones("avx2", "default")))
+#define SD_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define SD_GEMM_CLONES
+#define SD_FMA_CLONES
+#endif
+
+namespace sparkdraft::cpu {
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw InvalidArgument(std::string(op) + ": " + what);
+}
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) fail(op, what);
+}
+
+void check_norm_weight(const char* op, const char* field, const bf16* weight, NormGain gain) {
+  require(weight != nullptr || gain == NormGain::none, op,
+          std::string(field) + " is null but the norm gain needs a weight (w or 1+w)");
+}
+
+// One RMSNorm row (header order): ss in the canonical order, r, then
+// bf16((x_i * r) * g_i). load(i) returns f32(x_i); y may alias x (each x_i is
+// read before y_i is written, after the whole sum).
+template <class Load>
+void norm_row(Load load, int n, const bf16* weight, NormGain gain, float eps, bf16* y) {
+  const float ss = canonical_sum(n, [&](int i, float& a, float& b) {
+    a = load(i);
+    b = a;
+  });
+  const float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int i = 0; i < n; ++i) {
+    float v = load(i) * r;
+    if (gain == NormGain::weight) {
+      v = v * to_f32(weight[i]);
+    } else if (gain == NormGain::one_plus_weight) {
+      v = v * (1.0f + to_f32(weight[i]));
+    }
+    y[i] = to_bf16(v);
+  }
+}
+
+template <class T>
+void rms_norm_impl(const T* x, int64_t x_stride, int rows, int n, const bf16* weight,
+                   NormGain gain, float eps, bf16* y, int64_t y_stride, int threads) {
+  require(rows >= 0 && n >= 1, "rms_norm", "needs rows >= 0 and n >= 1 (got rows " +
+                                               std::to_string(rows) + ", n " + std::to_string(n) + ")");
+  require(x_stride >= n && y_stride >= n, "rms_norm", "row strides must be >= n");
+  check_norm_weight("rms_norm", "weight", weight, gain);
+  parallel_for(rows, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * x_stride;
+      norm_row(
+          [xr](int i) {
+            if constexpr (std::is_same_v<T, bf16>) {
+              return to_f32(xr[i]);
+            } else {
+              return xr[i];
+            }
+          },
+          n, weight, gain, eps, y + r * y_stride);
+    }
+  });
+}
+
+}  // namespace
+
+void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
+              float eps, bf16* y, int64_t y_stride, int threads) {
+  rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
+}
+
+void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
+              NormGain gain, float eps, bf16* y, int64_t y_stride, int threads) {
+  rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
+}
+
+void residual_boundary(const BoundaryParams& p, const bf16* branch, void* stream, bf16* next,
+                       int threads) {
+  const char* op = "residual_boundary";
+  require(p.rows >= 0 && p.hidden >= 1, op, "needs rows >= 0 and hidden >= 1");
+  require(branch != nullptr && stream != nullptr && next != nullptr, op,
+          "branch, stream and next must be non-null");
+  require((p.alpha == nullptr) == (p.beta == nullptr), op,
+          "alpha and beta must be both given (norm-preserving) or both null (plain)");
+  if (p.post_norm) check_norm_weight(op, "post_weight", p.post_weight, p.gain);
+  check_norm_weight(op, "pre_weight", p.pre_weight, p.gain);
+  const int h = p.hidden;
+  parallel_for(p.rows, threads, [&](int64_t begin, int64_t end) {
+    std::vector<bf16> normed(static_cast<size_t>(p.post_norm ? h : 0));
+    std::vector<bf16> rounded(static_cast<size_t>(h));
+    for (int64_t r = begin; r < end; ++r) {
+      const bf16* b = branch + r * h;
+      if (p.post_norm) {
+        norm_row([b](int i) { return to_f32(b[i]); }, h, p.post_weight, p.gain, p.eps,
+                 normed.data());
+        b = normed.data();
+      }
+      for (int i = 0; i < h; ++i) {
+        const int64_t at = r * h + i;
+        const float s = p.stream_dtype == StreamDType::f32 ? static_cast<float*>(stream)[at]
+                                                           : to_f32(static_cast<bf16*>(stream)[at]);
+        const float bi = to_f32(b[i]);
+        float out;
+        if (p.alpha != nullptr) {
+          const float scaled_s = p.alpha[i] * s;
+          const float scaled_b = p.beta[i] * bi;
+          out = scaled_s + scaled_b;
+        } else {
+          out = s + bi;
+        }
+        rounded[static_cast<size_t>(i)] = to_bf16(out);
+        if (p.stream_dtype == StreamDType::f32) {
+          static_cast<float*>(stream)[at] = out;
+        } else {
+          static_cast<bf16*>(stream)[at] = rounded[static_cast<size_t>(i)];
+        }
+      }
+      norm_row([&rounded](int i) { return to_f32(rounded[static_cast<size_t>(i)]); }, h,
+               p.pre_weight, p.gain, p.eps, next + r * h);
+    }
+  });
+}
+
+void rope_table(double theta, int head_dim, int64_t max_positions, float* table) {
+  require(head_dim >= 2 && head_dim % 2 == 0, "rope_table",
+          "head_dim must be even and >= 2 (got " + std::to_string(head_dim) + ")");
+  require(std::isfinite(theta) && theta > 0.0, "rope_table", "theta must be finite and > 0");
+  require(max_positions >= 0, "rope_table", "max_positions must be >= 0");
+  const int half = head_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i)
+    inv_freq[static_cast<size_t>(i)] = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim)));
+  for (int64_t pos = 0; pos < max_positions; ++pos) {
+    float* row = table + pos * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(pos) * static_cast<double>(inv_freq[static_cast<size_t>(i)]);
+      row[i] = static_cast<float>(std::cos(angle));
+      row[half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim,
+          const int64_t* positions, const float* table, RopeStyle style, int threads) {
+  const char* op = "rope";
+  require(tokens >= 0 && heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
+          "needs tokens >= 0, heads >= 1 and an even head_dim");
+  require(x_stride >= static_cast<int64_t>(heads) * head_dim, op, "x_stride must be >= heads * head_dim");
+  for (int t = 0; t < tokens; ++t)
+    require(positions[t] >= 0, op,
+            "token " + std::to_string(t) + " has negative position " + std::to_string(positions[t]));
+  const int half = head_dim / 2;
+  parallel_for(tokens, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cos_row = table + positions[t] * head_dim;
+      const float* sin_row = cos_row + half;
+      for (int h = 0; h < heads; ++h) {
+        bf16* xh = x + t * x_stride + static_cast<int64_t>(h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const int i1 = style == RopeStyle::neox ? i : 2 * i;
+          const int i2 = style == RopeStyle::neox ? i + half : 2 * i + 1;
+          const float x1 = to_f32(xh[i1]), x2 = to_f32(xh[i2]);
+          const float c = cos_row[i], s = sin_row[i];
+          const float x1c = x1 * c, x2s = x2 * s, x2c = x2 * c, x1s = x1 * s;
+          xh[i1] = to_bf16(x1c - x2s);
+          xh[i2] = to_bf16(x2c + x1s);
+        }
+      }
+    }
+  });
+}
+
+void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
+               int kv_heads, int head_dim, const int64_t* slots, bf16* cache) {
+  const char* op = "kv_insert";
+  require(tokens >= 0 && kv_heads >= 1 && head_dim >= 1, op,
+          "needs tokens >= 0, kv_heads >= 1, head_dim >= 1");
+  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
+  require(k_stride >= width && v_stride >= width, op, "k/v strides must be >= kv_heads * head_dim");
+  for (int t = 0; t < tokens; ++t)
+    require(slots[t] >= -1, op, "token " + std::to_string(t) + " has slot " +
+                                    std::to_string(slots[t]) + " (must be >= 0, or -1 to skip)");
+  const size_t bytes = static_cast<size_t>(head_dim) * sizeof(bf16);
+  for (int t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    for (int h = 0; h < kv_heads; ++h) {
+      bf16* dst = cache + (slots[t] * kv_heads + h) * 2 * static_cast<int64_t>(head_dim);
+      std::memcpy(dst, k + t * k_stride + static_cast<int64_t>(h) * head_dim, bytes);
+      std::memcpy(dst + head_dim, v + t * v_stride + static_cast<int64_t>(h) * head_dim, bytes);
+    }
+  }
+}
+
+void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) {
+  require(rows >= 0 && hidden >= 1, "embed", "needs rows >= 0 and hidden >= 1");
+  for (int r = 0; r < rows; ++r) {
+    require(ids[r] >= 0, "embed", "row " + std::to_string(r) + " has negative id " + std::to_string(ids[r]));
+    std::memcpy(out + static_cast<int64_t>(r) * hidden, table + ids[r] * hidden,
+                static_cast<size_t>(hidden) * sizeof(bf16));
+  }
+}
+
+void silu_mul(const bf16* gu, int rows, int inter, bf16* y, int threads) {
+  require(rows >= 0 && inter >= 1, "silu_mul", "needs rows >= 0 and inter >= 1");
+  parallel_for(rows, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const bf16* g = gu + r * 2 * inter;
+      const bf16* u = g + inter;
+      for (int i = 0; i < inter; ++i) y[r * inter + i] = to_bf16(silu_f32(to_f32(g[i])) * to_f32(u[i]));
+    }
+  });
+}
+
+void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
+                 bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride,
+                 int threads) {
+  const char* op = "o_norm_gate";
+  require(tokens >= 0 && heads >= 1 && head_dim >= 1, op,
+          "needs tokens >= 0, heads >= 1, head_dim >= 1");
+  if (o_norm) check_norm_weight(op, "o_norm_weight", o_norm_weight, gain);
+  const int64_t width = static_cast<int64_t>(heads) * head_dim;
+  require(g == nullptr || g_stride >= width, op, "g_stride must be >= heads * head_dim");
+  parallel_for(tokens, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        bf16* oh = o + t * width + static_cast<int64_t>(h) * head_dim;
+        if (o_norm) norm_row([oh](int i) { return to_f32(oh[i]); }, head_dim, o_norm_weight, gain, eps, oh);
+        if (g == nullptr) continue;
+        const bf16* gh = g + t * g_stride + static_cast<int64_t>(h) * head_dim;
+        for (int i = 0; i < head_dim; ++i) oh[i] = to_bf16(to_f32(oh[i]) * sigmoid_f32(to_f32(gh[i])));
+      }
+    }
+  });
+}
+
+// ---- gemm ---------------------------------------------------------------------------
+namespace {
+
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+
+constexpr int kGemmLanes = 8;     // accumulators per output = one f32x8
+constexpr int kTileM = 3;         // x rows per register tile
+constexpr int kTileN = 3;         // weight rows per register tile (3x3 f32x8 accumulators)
+constexpr int kChunkK = 512;      // k extent of one fp32 weight panel (6 KiB, stays in L1)
+constexpr int kSuperN = 48;       // weight rows that share one pass over an x chunk (in L2)
+constexpr int kGroupM = 64;       // x rows per pass over the weights (x chunk + partials fit L2)
+
+// Continues the lane sums of an mb x nb tile over kc (multiple of 8) values of k.
+// x: rows at stride kp; panel: nb fp32 weight rows at stride kc; acc: lanes of
+// output (i, j) at acc + i * acc_stride + j * 8.
+template <int mb, int nb>
+[[gnu::always_inline]] inline void gemm_tile(const float* x, int64_t kp, const float* panel, int kc,
+                                             float* acc, int64_t acc_stride) {
+  f32x8 a[mb][nb];
+#pragma GCC unroll 4
+  for (int i = 0; i < mb; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < nb; ++j) std::memcpy(&a[i][j], acc + i * acc_stride + j * kGemmLanes, sizeof(f32x8));
+  for (int k = 0; k < kc; k += kGemmLanes) {
+    f32x8 w[nb];
+#pragma GCC unroll 4
+    for (int j = 0; j < nb; ++j) std::memcpy(&w[j], panel + j * kc + k, sizeof(f32x8));
+#pragma GCC unroll 4
+    for (int i = 0; i < mb; ++i) {
+      f32x8 xv;
+      std::memcpy(&xv, x + i * kp + k, sizeof(f32x8));
+#pragma GCC unroll 4
+      for (int j = 0; j < nb; ++j) a[i][j] = a[i][j] + xv * w[j];
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < mb; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < nb; ++j) std::memcpy(acc + i * acc_stride + j * kGemmLanes, &a[i][j], sizeof(f32x8));
+}
+
+template <int mb>
+[[gnu::always_inline]] inline void gemm_tile_n(int nb, const float* x, int64_t kp, const float* panel,
+                                               int kc, float* acc, int64_t acc_stride) {
+  if (nb == 3) {
+    gemm_tile<mb, 3>(x, kp, panel, kc, acc, acc_stride);
+  } else if (nb == 2) {
+    gemm_tile<mb, 2>(x, kp, panel, kc, acc, acc_stride);
+  } else {
+    gemm_tile<mb, 1>(x, kp, panel, kc, acc, acc_stride);
+  }
+}
+
+// Output rows [n_begin, n_end) of y for all M rows. xf: x as fp32 [M, kp], kp =
+// K rounded up to 8, zero padded. Padding adds +0 products to lanes that are
+// never -0 (they start at +0), so it leaves every lane's bits unchanged.
+SD_GEMM_CLONES void gemm_range(const float* xf, int64_t kp, const bf16* w, int M, int K,
+                               int64_t n_begin, int64_t n_end, bf16* y, int64_t y_stride) {
+  const int64_t acc_stride = static_cast<int64_t>(kSuperN) * kGemmLanes;
+  std::vector<float> panel(static_cast<size_t>(kTileN) * kChunkK);
+  std::vector<float> acc(static_cast<size_t>(std::min(M, kGroupM)) * acc_stride);
+  for (int g0 = 0; g0 < M; g0 += kGroupM) {
+    const int gm = std::min(kGroupM, M - g0);
+    for (int64_t s0 = n_begin; s0 < n_end; s0 += kSuperN) {
+      const int sn = static_cast<int>(std::min<int64_t>(kSuperN, n_end - s0));
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k0 = 0; k0 < kp; k0 += kChunkK) {
+        const int kc = static_cast<int>(std::min<int64_t>(kChunkK, kp - k0));
+        const int k_valid = static_cast<int>(std::min<int64_t>(kc, K - k0));
+        for (int t0 = 0; t0 < sn; t0 += kTileN) {
+          const int nb = std::min(kTileN, sn - t0);
+          // bf16 -> fp32 by shifting the bits up (exact).
+          for (int j = 0; j < nb; ++j) {
+            const bf16* src = w + (s0 + t0 + j) * K + k0;
+            float* dst = panel.data() + j * kc;
+            int k = 0;
+            for (; k + kGemmLanes <= k_valid; k += kGemmLanes) {
+              u16x8 h;
+              std::memcpy(&h, src + k, sizeof(h));
+              const u32x8 u = __builtin_convertvector(h, u32x8) << 16;
+              std::memcpy(dst + k, &u, sizeof(u));
+            }
+            for (; k < k_valid; ++k) dst[k] = to_f32(src[k]);
+            for (; k < kc; ++k) dst[k] = 0.0f;
+          }
+          const float* xg = xf + static_cast<int64_t>(g0) * kp + k0;
+          float* ag = acc.data() + t0 * kGemmLanes;
+          int m0 = 0;
+          for (; m0 + kTileM <= gm; m0 += kTileM)
+            gemm_tile_n<3>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride, acc_stride);
+          if (gm - m0 == 2) gemm_tile_n<2>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride, acc_stride);
+          if (gm - m0 == 1) gemm_tile_n<1>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride, acc_stride);
+        }
+      }
+      for (int m = 0; m < gm; ++m) {
+        for (int j = 0; j < sn; ++j) {
+          float p[kGemmLanes];
+          std::memcpy(p, acc.data() + m * acc_stride + j * kGemmLanes, sizeof(p));
+          for (int off = kGemmLanes / 2; off > 0; off /= 2)
+            for (int l = 0; l < off; ++l) p[l] = p[l] + p[l + off];
+          y[(g0 + m) * y_stride + s0 + j] = to_bf16(p[0]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
+          int64_t y_stride, int threads) {
+  require(M >= 0 && N >= 0 && K >= 0, "gemm", "needs M, N, K >= 0");
+  require(x_stride >= K && y_stride >= N, "gemm", "needs x_stride >= K and y_stride >= N");
+  if (M == 0 || N == 0) return;
+  const int64_t kp = (static_cast<int64_t>(K) + kGemmLanes - 1) / kGemmLanes * kGemmLanes;
+  std::vector<float> xf(static_cast<size_t>(M * kp), 0.0f);
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) xf[static_cast<size_t>(m * kp + k)] = to_f32(x[m * x_stride + k]);
+  parallel_for(N, threads, [&](int64_t begin, int64_t end) {
+    gemm_range(xf.data(), kp, w, M, K, begin, end, y, y_stride);
+  });
+}
+
+// ---- attention ----------------------------------------------------------------------
+void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16* out, int threads) {
+  const char* op = "attention";
+  require(p.tokens >= 0 && p.heads >= 1 && p.kv_heads >= 1 && p.head_dim >= 1, op,
+          "needs tokens >= 0, heads, kv_heads and head_dim >= 1");
+  require(p.heads % p.kv_heads == 0, op, "heads (" + std::to_string(p.heads) +
+                                             ") must be a multiple of kv_heads (" +
+                                             std::to_string(p.kv_heads) + ")");
+  require(p.page_size >= 1 && p.max_pages >= 1 && p.window >= 0, op,
+          "needs page_size >= 1, max_pages >= 1, window >= 0");
+  require(p.q_stride >= static_cast<int64_t>(p.heads) * p.head_dim, op, "q_stride must be >= heads * head_dim");
+  const int64_t capacity = static_cast<int64_t>(p.max_pages) * p.page_size;
+  for (int t = 0; t < p.tokens; ++t) {
+    const int32_t r = p.token_request[t];
+    const std::string who = "token " + std::to_string(t);
+    require(r >= -1, op, who + " has request " + std::to_string(r));
+    if (r < 0) continue;
+    const int64_t kv_len = p.kv_lens[r], pos = p.positions[t];
+    require(kv_len >= 1 && kv_len <= capacity, op,
+            who + ": kv_len " + std::to_string(kv_len) + " is outside [1, " + std::to_string(capacity) + "]");
+    require(pos >= 0, op, who + " has negative position " + std::to_string(pos));
+    const int64_t lo = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
+    require(lo < kv_len, op, who + ": window start " + std::to_string(lo) + " is not below kv_len " +
+                                 std::to_string(kv_len));
+    const int32_t* table = p.block_tables + static_cast<int64_t>(r) * p.max_pages;
+    for (int64_t page = lo / p.page_size; page * p.page_size < kv_len; ++page)
+      require(table[page] >= 0, op, "request " + std::to_string(r) + " has block table entry " +
+                                        std::to_string(table[page]) + " at page " + std::to_string(page));
+  }
+  const int hd = p.head_dim;
+  const int group = p.heads / p.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t width = static_cast<int64_t>(p.heads) * hd;
+  parallel_for(static_cast<int64_t>(p.tokens) * p.heads, threads, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(static_cast<size_t>(hd)), acc(static_cast<size_t>(hd)), s;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / p.heads;
+      const int h = static_cast<int>(item % p.heads);
+      bf16* o = out + t * width + static_cast<int64_t>(h) * hd;
+      const int32_t r = p.token_request[t];
+      if (r < 0) {
+        std::fill(o, o + hd, bf16{0});
+        continue;
+      }
+      const int64_t kv_len = p.kv_lens[r];
+      const int64_t lo = p.window > 0 ? std::max<int64_t>(0, p.positions[t] - p.window + 1) : 0;
+      const int32_t* table = p.block_tables + static_cast<int64_t>(r) * p.max_pages;
+      const int kvh = h / group;
+      const bf16* qh = q + t * p.q_stride + static_cast<int64_t>(h) * hd;
+      for (int i = 0; i < hd; ++i) qf[static_cast<size_t>(i)] = to_f32(qh[i]);
+      auto head_of = [&](int64_t j) {
+        return cache + (kv_slot(table, p.page_size, j) * p.kv_heads + kvh) * 2 * static_cast<int64_t>(hd);
+      };
+      s.resize(static_cast<size_t>(kv_len - lo));
+      for (int64_t j = lo; j < kv_len; ++j) {
+        const bf16* k = head_of(j);
+        float dot = 0.0f;
+        for (int i = 0; i < hd; ++i) dot = dot + qf[static_cast<size_t>(i)] * to_f32(k[i]);
+        s[static_cast<size_t>(j - lo)] = dot * scale;
+      }
+      float m = s[0];
+      for (const float v : s)
+        if (v > m) m = v;
+      float sum = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = lo; j < kv_len; ++j) {
+        const float pj = exp_f32(s[static_cast<size_t>(j - lo)] - m);
+        sum = sum + pj;
+        const bf16* v = head_of(j) + hd;
+        for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] = acc[static_cast<size_t>(i)] + pj * to_f32(v[i]);
+      }
+      for (int i = 0; i < hd; ++i) o[i] = to_bf16(acc[static_cast<size_t>(i)] / sum);
+    }
+  });
+}
+
+// ---- Markov head, step logits, sampling -----------------------------------------------
+namespace {
+
+// bias entries [v_begin, v_end) of every row; ef: e as fp32 [rows, rank].
+SD_FMA_CLONES void markov_range(const float* ef, int rows, const bf16* w2, int vocab, int rank,
+                                int64_t v_begin, int64_t v_end, bf16* bias) {
+  for (int64_t v = v_begin; v < v_end; ++v) {
+    const bf16* wv = w2 + v * rank;
+    for (int r = 0; r < rows; ++r) {
+      const float* er = ef + static_cast<int64_t>(r) * rank;
+      bias[static_cast<int64_t>(r) * vocab + v] =
+          to_bf16(canonical_dot(rank, [wv](int k) { return to_f32(wv[k]); }, [er](int k) { return er[k]; }));
+    }
+  }
+}
+
+}  // namespace
+
+void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
+                 int threads) {
+  require(rows >= 0 && vocab >= 0 && rank >= 1, "markov_bias", "needs rows >= 0, vocab >= 0, rank >= 1");
+  std::vector<float> ef(static_cast<size_t>(rows) * static_cast<size_t>(rank));
+  for (size_t i = 0; i < ef.size(); ++i) ef[i] = to_f32(e[i]);
+  parallel_for(vocab, threads, [&](int64_t begin, int64_t end) {
+    markov_range(ef.data(), rows, w2, vocab, rank, begin, end, bias);
+  });
+}
+
+LogitTransform LogitTransform::from_config(const ModelConfig& c) {
+  LogitTransform t;
+  t.enabled = c.has_logit_transform();
+  t.multiplier = c.logit_multiplier.value_or(1.0f);
+  if (!std::isfinite(t.multiplier))
+    throw ConfigError("logit_multiplier must be finite (got " + std::to_string(t.multiplier) + ")");
+  if (c.logit_soft_cap.has_value()) {
+    t.has_cap = true;
+    t.cap = *c.logit_soft_cap;
+    if (!(std::isfinite(t.cap) && t.cap > 0.0f))
+      throw ConfigError("logit_soft_cap must be finite and > 0 (got " + std::to_string(t.cap) + ")");
+    t.inv_cap = 1.0f / t.cap;
+  }
+  return t;
+}
+
+void step_logits(const bf16* base, const bf16* bias, int n, const LogitTransform& t, bf16* l) {
+  require(n >= 0, "step_logits", "needs n >= 0");
+  for (int i = 0; i < n; ++i) {
+    const bf16 s = to_bf16(to_f32(base[i]) + to_f32(bias[i]));
+    if (!t.enabled) {
+      l[i] = s;
+      continue;
+    }
+    float v = to_f32(s) * t.multiplier;
+    if (t.has_cap) v = tanh_f32(v * t.inv_cap) * t.cap;
+    l[i] = to_bf16(v);
+  }
+}
+
+RowBest sample_row(const bf16* l, int n, int64_t id_offset, float temperature, uint32_t step_seed) {
+  require(n >= 1, "sample_row", "needs n >= 1");
+  require(std::isfinite(temperature) && temperature >= 0.0f, "sample_row",
+          "temperature must be finite and >= 0 (got " + std::to_string(temperature) + ")");
+  RowBest best{noised_score(to_f32(l[0]), temperature, step_seed, id_offset), id_offset};
+  for (int i = 1; i < n; ++i) {
+    const int64_t id = id_offset + i;
+    const float z = noised_score(to_f32(l[i]), temperature, step_seed, id);
+    if (better(z, id, best.value, best.id)) best = RowBest{z, id};
+  }
+  return best;
+}
+
+}  // namespace sparkdraft::cpu

@@ -1,0 +1,1327 @@
+// Every CPU reference op (cpu/ops.h) against a naive version written here,
+// straight from the formula in the header comment: loops over the documented
+// order (the canonical reduction as 32 literal lane arrays, gemm as 8), bit for
+// bit wherever the contract is exact, and the two matrix products also against
+// a double-precision reference within a stated bf16-ulp budget. Shapes are
+// small and odd, inputs seeded (the seed is in every failure message), with
+// special rows (NaN, +-inf, ties, all equal, padding), and every threaded op
+// is run with 1, 2 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/math.h"
+#include "sparkdraft/core/sampling.h"
+#include "sparkdraft/cpu/ops.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cpu {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int kThreadCounts[] = {1, 2, 3};
+constexpr NormGain kGains[] = {NormGain::weight, NormGain::one_plus_weight, NormGain::none};
+
+std::string seed_note(uint64_t seed) { return "seed " + std::to_string(seed); }
+
+struct Rng {
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
+  int64_t integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
+  std::vector<bf16> bf16s(size_t n, float lo, float hi) {
+    std::vector<bf16> v(n);
+    for (auto& x : v) x = to_bf16(uniform(lo, hi));
+    return v;
+  }
+  std::vector<float> floats(size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = uniform(lo, hi);
+    return v;
+  }
+  std::mt19937_64 gen;
+};
+
+std::string hex16(uint16_t b) {
+  std::ostringstream s;
+  s << "0x" << std::hex << b;
+  return s.str();
+}
+
+std::string hex32(uint32_t b) {
+  std::ostringstream s;
+  s << "0x" << std::hex << b;
+  return s.str();
+}
+
+::testing::AssertionResult same_bits(const std::vector<bf16>& got, const std::vector<bf16>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i].bits != want[i].bits && bad++ == 0) first = i;
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " differ; first at index " << first << ": found "
+         << hex16(got[first].bits) << " (" << to_f32(got[first]) << ") expected "
+         << hex16(want[first].bits) << " (" << to_f32(want[first]) << ")";
+}
+
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (f32_bits(got[i]) != f32_bits(want[i]) && bad++ == 0) first = i;
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " differ; first at index " << first << ": found "
+         << hex32(f32_bits(got[first])) << " (" << got[first] << ") expected "
+         << hex32(f32_bits(want[first])) << " (" << want[first] << ")";
+}
+
+// ---- naive references -------------------------------------------------------------
+
+// core/reduce.h order written out: 32 lane accumulators, element i in lane
+// (i / 8) % 32, one fmaf per term in increasing i, then the butterfly.
+float naive_canonical_dot(const std::vector<float>& a, const std::vector<float>& b) {
+  float lane[32];
+  for (float& l : lane) l = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const size_t l = (i / 8) % 32;
+    lane[l] = std::fmaf(a[i], b[i], lane[l]);
+  }
+  for (int off = 16; off >= 1; off /= 2)
+    for (int l = 0; l < off; ++l) lane[l] = lane[l] + lane[l + off];
+  return lane[0];
+}
+
+// One RMSNorm row from the header formula.
+std::vector<bf16> naive_rms(const std::vector<float>& x, const bf16* w, NormGain gain, float eps) {
+  const float ss = naive_canonical_dot(x, x);
+  const float mean = ss / static_cast<float>(x.size());
+  const float r = 1.0f / std::sqrt(mean + eps);
+  std::vector<bf16> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float xr = x[i] * r;
+    float v = xr;
+    if (gain == NormGain::weight) v = xr * to_f32(w[i]);
+    if (gain == NormGain::one_plus_weight) v = xr * (1.0f + to_f32(w[i]));
+    y[i] = to_bf16(v);
+  }
+  return y;
+}
+
+std::vector<float> widen(const bf16* x, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = to_f32(x[i]);
+  return v;
+}
+
+// Spacing of bf16 values at |v| (8 significant bits).
+double bf16_ulp(double v) {
+  int e = 0;
+  std::frexp(std::max(std::fabs(v), 0x1p-126), &e);
+  return std::ldexp(1.0, e - 8);
+}
+
+// ---- RMSNorm ----------------------------------------------------------------------
+
+// Puts the special rows into a [rows, stride] matrix: row 1 has a NaN, row 2 a
+// +inf and a -inf, row 3 is all equal, row 4 is zero (ss = 0, r = 1/sqrt(eps)).
+template <class T>
+void add_special_rows(std::vector<T>& x, int rows, int n, int64_t stride, T (*make)(float)) {
+  if (rows > 1) x[static_cast<size_t>(stride + n / 2)] = make(kNaN);
+  if (rows > 2) {
+    x[static_cast<size_t>(2 * stride)] = make(kInf);
+    x[static_cast<size_t>(2 * stride + n - 1)] = make(-kInf);
+  }
+  if (rows > 3)
+    for (int i = 0; i < n; ++i) x[static_cast<size_t>(3 * stride + i)] = make(-1.375f);
+  if (rows > 4)
+    for (int i = 0; i < n; ++i) x[static_cast<size_t>(4 * stride + i)] = make(0.0f);
+}
+
+bf16 make_bf16(float v) { return to_bf16(v); }
+float make_f32(float v) { return v; }
+
+TEST(CpuOpsRmsNorm, Bf16InputMatchesNaiveBitForBit) {
+  const uint64_t seed = 1001;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const float eps = 1e-6f;
+  for (int rows : {1, 3, 5}) {
+    for (int n : {1, 7, 9, 33, 100, 130, 300}) {
+      const int64_t xs = n + 3, ys = n + 5;
+      std::vector<bf16> x = rng.bf16s(static_cast<size_t>(rows * xs), -4.0f, 4.0f);
+      add_special_rows(x, rows, n, xs, make_bf16);
+      const std::vector<bf16> w = rng.bf16s(static_cast<size_t>(n), -1.5f, 1.5f);
+      for (NormGain gain : kGains) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n) + " gain " +
+                     std::to_string(static_cast<int>(gain)));
+        std::vector<bf16> want(static_cast<size_t>(rows * ys), bf16{0x7e7e});
+        for (int r = 0; r < rows; ++r) {
+          const auto y = naive_rms(widen(&x[static_cast<size_t>(r * xs)], static_cast<size_t>(n)),
+                                   w.data(), gain, eps);
+          std::copy(y.begin(), y.end(), want.begin() + r * ys);
+        }
+        for (int threads : kThreadCounts) {
+          std::vector<bf16> y(static_cast<size_t>(rows * ys), bf16{0x7e7e});
+          rms_norm(x.data(), xs, rows, n, gain == NormGain::none ? nullptr : w.data(), gain, eps,
+                   y.data(), ys, threads);
+          EXPECT_TRUE(same_bits(y, want)) << "threads " << threads;
+        }
+        // In place (y == x, same stride): the rows only, padding columns untouched.
+        std::vector<bf16> inplace = x;
+        rms_norm(inplace.data(), xs, rows, n, w.data(), gain, eps, inplace.data(), xs, 2);
+        for (int r = 0; r < rows; ++r)
+          for (int i = 0; i < xs; ++i) {
+            const size_t at = static_cast<size_t>(r * xs + i);
+            const uint16_t expect = i < n ? want[static_cast<size_t>(r * ys + i)].bits : x[at].bits;
+            ASSERT_EQ(inplace[at].bits, expect) << "in place, row " << r << " col " << i;
+          }
+      }
+    }
+  }
+}
+
+TEST(CpuOpsRmsNorm, F32InputMatchesNaiveBitForBit) {
+  const uint64_t seed = 1002;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const float eps = 1e-5f;
+  for (int rows : {1, 3, 5}) {
+    for (int n : {1, 7, 9, 33, 100, 130, 300}) {
+      const int64_t xs = n + 1, ys = n;
+      std::vector<float> x = rng.floats(static_cast<size_t>(rows * xs), -8.0f, 8.0f);  // full fp32 mantissas
+      add_special_rows(x, rows, n, xs, make_f32);
+      const std::vector<bf16> w = rng.bf16s(static_cast<size_t>(n), -1.5f, 1.5f);
+      for (NormGain gain : kGains) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n) + " gain " +
+                     std::to_string(static_cast<int>(gain)));
+        std::vector<bf16> want;
+        for (int r = 0; r < rows; ++r) {
+          const auto y = naive_rms(std::vector<float>(x.begin() + r * xs, x.begin() + r * xs + n),
+                                   w.data(), gain, eps);
+          want.insert(want.end(), y.begin(), y.end());
+        }
+        for (int threads : kThreadCounts) {
+          std::vector<bf16> y(static_cast<size_t>(rows * ys));
+          rms_norm(x.data(), xs, rows, n, w.data(), gain, eps, y.data(), ys, threads);
+          EXPECT_TRUE(same_bits(y, want)) << "threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuOpsRmsNorm, SpecialRowsBehaveAsIeeeSays) {
+  // A NaN poisons its row; an inf gives ss = inf, r = 0: finite entries -> 0,
+  // the infinite entry -> inf * 0 = NaN; equal entries give equal outputs.
+  const int n = 9;
+  std::vector<bf16> x(static_cast<size_t>(3 * n), to_bf16(2.0f));
+  x[3] = to_bf16(kNaN);
+  x[static_cast<size_t>(n + 4)] = to_bf16(kInf);
+  std::vector<bf16> y(x.size());
+  rms_norm(x.data(), n, 3, n, nullptr, NormGain::none, 1e-6f, y.data(), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(i)])) << "NaN row, col " << i;
+    if (i == 4) {
+      EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(n + i)])) << "inf entry";
+    } else {
+      EXPECT_EQ(y[static_cast<size_t>(n + i)].bits & 0x7fffu, 0u) << "inf row, col " << i;
+    }
+    EXPECT_EQ(y[static_cast<size_t>(2 * n + i)].bits, y[static_cast<size_t>(2 * n)].bits);
+  }
+  // 2 * 1/sqrt(4 + 1e-6) rounds to 1.0 in bf16.
+  EXPECT_EQ(y[static_cast<size_t>(2 * n)].bits, to_bf16(1.0f).bits);
+}
+
+// Gains that put (x_i * r) * g_i within one fp32 ulp of a bf16 rounding
+// midpoint (low 16 bits 0x7fff..0x8001) wherever a candidate gain does, so a
+// different r (another summation order) or another association of the
+// products flips the rounding of those outputs. Random data alone would
+// almost never show such a change through the bf16 rounding. Candidates: the
+// 128 bf16 significands in [1, 2) for w, w in [0.25, 1) for 1 + w; about one
+// element in 200 finds one.
+std::vector<bf16> knife_edge_gains(const std::vector<float>& x, float r, NormGain gain, Rng& rng, int& edges) {
+  std::vector<bf16> w(x.size());
+  const uint16_t first = gain == NormGain::weight ? 0x3f80 : 0x3e80;
+  const int count = gain == NormGain::weight ? 128 : 256;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float a = x[i] * r;
+    w[i] = to_bf16(rng.uniform(0.5f, 2.0f));
+    for (int c = 0; c < count; ++c) {
+      const bf16 cand{static_cast<uint16_t>(first + c)};
+      const float g = gain == NormGain::weight ? to_f32(cand) : 1.0f + to_f32(cand);
+      const uint32_t low = f32_bits(a * g) & 0xffffu;
+      if (low >= 0x7fffu && low <= 0x8001u) {
+        w[i] = cand;
+        ++edges;
+        break;
+      }
+    }
+  }
+  return w;
+}
+
+TEST(CpuOpsRmsNorm, KnifeEdgeGainsPinTheOrderOfOperations) {
+  const uint64_t seed = 1004;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const float eps = 1e-6f;
+  const int rows = 8;
+  for (NormGain gain : {NormGain::weight, NormGain::one_plus_weight})
+    for (int n : {300, 1000, 2048})
+      for (bool f32_input : {false, true}) {
+        SCOPED_TRACE("gain " + std::to_string(static_cast<int>(gain)) + " n " + std::to_string(n) +
+                     " f32 input " + std::to_string(f32_input));
+        int edges = 0;
+        for (int row = 0; row < rows; ++row) {
+          std::vector<float> x = rng.floats(static_cast<size_t>(n), -3.0f, 3.0f);
+          if (!f32_input)
+            for (float& v : x) v = round_bf16(v);
+          const float r = 1.0f / std::sqrt(naive_canonical_dot(x, x) / static_cast<float>(n) + eps);
+          const auto w = knife_edge_gains(x, r, gain, rng, edges);
+          const auto want = naive_rms(x, w.data(), gain, eps);
+          std::vector<bf16> y(static_cast<size_t>(n));
+          if (f32_input) {
+            rms_norm(x.data(), n, 1, n, w.data(), gain, eps, y.data(), n);
+          } else {
+            std::vector<bf16> xb(static_cast<size_t>(n));
+            for (int i = 0; i < n; ++i) xb[static_cast<size_t>(i)] = to_bf16(x[static_cast<size_t>(i)]);
+            rms_norm(xb.data(), n, 1, n, w.data(), gain, eps, y.data(), n);
+          }
+          EXPECT_TRUE(same_bits(y, want)) << "row " << row;
+        }
+        EXPECT_GE(edges, rows * n / 400) << "too few knife-edge gains found";
+      }
+}
+
+// ---- residual boundary -------------------------------------------------------------
+
+struct BoundaryCase {
+  StreamDType dtype;
+  bool post_norm;
+  int residual;  // 0 plain, 1 random alpha/beta, 2 alpha = beta = 1
+};
+
+// The boundary from its header formula. stream: fp32 values (bf16 streams hold
+// bf16-representable values), updated in place; returns next.
+std::vector<bf16> naive_boundary(const BoundaryParams& p, const std::vector<bf16>& branch,
+                                 std::vector<float>& stream) {
+  std::vector<bf16> next;
+  const int h = p.hidden;
+  for (int r = 0; r < p.rows; ++r) {
+    std::vector<bf16> b(branch.begin() + r * h, branch.begin() + (r + 1) * h);
+    if (p.post_norm) b = naive_rms(widen(b.data(), b.size()), p.post_weight, p.gain, p.eps);
+    std::vector<float> rounded(static_cast<size_t>(h));
+    for (int i = 0; i < h; ++i) {
+      float& s = stream[static_cast<size_t>(r * h + i)];
+      const float bi = to_f32(b[static_cast<size_t>(i)]);
+      float out;
+      if (p.alpha) {
+        const float as = p.alpha[i] * s;
+        const float bb = p.beta[i] * bi;
+        out = as + bb;
+      } else {
+        out = s + bi;
+      }
+      s = p.stream_dtype == StreamDType::bf16 ? round_bf16(out) : out;
+      rounded[static_cast<size_t>(i)] = round_bf16(out);
+    }
+    const auto y = naive_rms(rounded, p.pre_weight, p.gain, p.eps);
+    next.insert(next.end(), y.begin(), y.end());
+  }
+  return next;
+}
+
+// Runs the op on a copy of the stream given as fp32 values; returns (stream, next).
+std::pair<std::vector<float>, std::vector<bf16>> run_boundary(const BoundaryParams& p,
+                                                              const std::vector<bf16>& branch,
+                                                              const std::vector<float>& stream0,
+                                                              int threads) {
+  std::vector<bf16> next(branch.size());
+  std::vector<float> out(stream0.size());
+  if (p.stream_dtype == StreamDType::f32) {
+    out = stream0;
+    residual_boundary(p, branch.data(), out.data(), next.data(), threads);
+  } else {
+    std::vector<bf16> s(stream0.size());
+    for (size_t i = 0; i < s.size(); ++i) s[i] = to_bf16(stream0[i]);
+    residual_boundary(p, branch.data(), s.data(), next.data(), threads);
+    for (size_t i = 0; i < s.size(); ++i) out[i] = to_f32(s[i]);
+  }
+  return {out, next};
+}
+
+TEST(CpuOpsResidualBoundary, MatchesNaiveBitForBit) {
+  const uint64_t seed = 2001;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  for (StreamDType dtype : {StreamDType::bf16, StreamDType::f32})
+    for (bool post_norm : {false, true})
+      for (int residual : {0, 1, 2})
+        for (NormGain gain : kGains)
+          for (int rows : {1, 3, 5})
+            for (int h : {1, 7, 33, 130}) {
+              SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dtype)) + " post_norm " +
+                           std::to_string(post_norm) + " residual " + std::to_string(residual) +
+                           " gain " + std::to_string(static_cast<int>(gain)) + " rows " +
+                           std::to_string(rows) + " H " + std::to_string(h));
+              const auto post_w = rng.bf16s(static_cast<size_t>(h), -1.0f, 1.0f);
+              const auto pre_w = rng.bf16s(static_cast<size_t>(h), -1.0f, 1.0f);
+              std::vector<float> alpha = rng.floats(static_cast<size_t>(h), 0.5f, 1.5f);
+              std::vector<float> beta = rng.floats(static_cast<size_t>(h), -1.0f, 1.0f);
+              if (residual == 2) alpha.assign(alpha.size(), 1.0f), beta.assign(beta.size(), 1.0f);
+              auto branch = rng.bf16s(static_cast<size_t>(rows * h), -3.0f, 3.0f);
+              auto stream0 = rng.floats(static_cast<size_t>(rows * h), -20.0f, 20.0f);
+              if (dtype == StreamDType::bf16)
+                for (float& s : stream0) s = round_bf16(s);
+              if (rows > 1) branch[static_cast<size_t>(h)] = to_bf16(kNaN);
+              if (rows > 2) stream0[static_cast<size_t>(2 * h)] = kInf;
+
+              BoundaryParams p;
+              p.rows = rows;
+              p.hidden = h;
+              p.stream_dtype = dtype;
+              p.post_norm = post_norm;
+              p.post_weight = post_norm ? post_w.data() : nullptr;
+              p.alpha = residual ? alpha.data() : nullptr;
+              p.beta = residual ? beta.data() : nullptr;
+              p.pre_weight = pre_w.data();
+              p.gain = gain;
+              p.eps = 1e-6f;
+              std::vector<float> want_stream = stream0;
+              const auto want_next = naive_boundary(p, branch, want_stream);
+              for (int threads : kThreadCounts) {
+                const auto [stream, next] = run_boundary(p, branch, stream0, threads);
+                EXPECT_TRUE(same_bits(stream, want_stream)) << "stream, threads " << threads;
+                EXPECT_TRUE(same_bits(next, want_next)) << "next, threads " << threads;
+              }
+            }
+}
+
+TEST(CpuOpsResidualBoundary, UnitCoefficientsGivePlainAddBits) {
+  // SPEC section 3: the norm-preserving residual with alpha = beta = 1 gives
+  // exactly the bits of s + b, in both stream dtypes.
+  const uint64_t seed = 2002;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  for (StreamDType dtype : {StreamDType::bf16, StreamDType::f32})
+    for (bool post_norm : {false, true}) {
+      const int rows = 5, h = 130;
+      const auto post_w = rng.bf16s(static_cast<size_t>(h), -1.0f, 1.0f);
+      const auto pre_w = rng.bf16s(static_cast<size_t>(h), -1.0f, 1.0f);
+      const std::vector<float> ones(static_cast<size_t>(h), 1.0f);
+      const auto branch = rng.bf16s(static_cast<size_t>(rows * h), -3.0f, 3.0f);
+      auto stream0 = rng.floats(static_cast<size_t>(rows * h), -50.0f, 50.0f);
+      if (dtype == StreamDType::bf16)
+        for (float& s : stream0) s = round_bf16(s);
+      BoundaryParams p;
+      p.rows = rows;
+      p.hidden = h;
+      p.stream_dtype = dtype;
+      p.post_norm = post_norm;
+      p.post_weight = post_w.data();
+      p.pre_weight = pre_w.data();
+      const auto plain = run_boundary(p, branch, stream0, 1);
+      p.alpha = ones.data();
+      p.beta = ones.data();
+      const auto unit = run_boundary(p, branch, stream0, 1);
+      EXPECT_TRUE(same_bits(unit.first, plain.first)) << "dtype " << static_cast<int>(dtype);
+      EXPECT_TRUE(same_bits(unit.second, plain.second)) << "dtype " << static_cast<int>(dtype);
+      // And the plain stream is s + b itself (no post-norm) rounded per dtype.
+      if (!post_norm)
+        for (size_t i = 0; i < stream0.size(); ++i) {
+          const float sum = stream0[i] + to_f32(branch[i]);
+          const float want = dtype == StreamDType::bf16 ? round_bf16(sum) : sum;
+          ASSERT_EQ(f32_bits(plain.first[i]), f32_bits(want)) << "index " << i;
+        }
+    }
+}
+
+// ---- RoPE ---------------------------------------------------------------------------
+
+TEST(CpuOpsRope, TableMatchesDoubleFormulaBitForBit) {
+  for (double theta : {10000.0, 1e6, 500000.0})
+    for (int hd : {2, 6, 8, 64, 80, 96, 128}) {  // 6, 80, 96: 2i/d inexact
+      const int64_t positions = 4099;
+      std::vector<float> table(static_cast<size_t>(positions * hd), kNaN);
+      rope_table(theta, hd, positions, table.data());
+      for (int64_t pos = 0; pos < positions; ++pos)
+        for (int i = 0; i < hd / 2; ++i) {
+          const float inv = static_cast<float>(1.0 / std::pow(theta, (2.0 * i) / hd));
+          const double angle = static_cast<double>(pos) * inv;
+          const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+          const size_t at = static_cast<size_t>(pos * hd + i);
+          ASSERT_EQ(f32_bits(table[at]), f32_bits(c)) << "cos theta " << theta << " hd " << hd << " pos " << pos << " i " << i;
+          ASSERT_EQ(f32_bits(table[at + static_cast<size_t>(hd / 2)]), f32_bits(s))
+              << "sin theta " << theta << " hd " << hd << " pos " << pos << " i " << i;
+        }
+      EXPECT_EQ(table[0], 1.0f);
+      EXPECT_EQ(f32_bits(table[static_cast<size_t>(hd / 2)]), 0u);
+    }
+}
+
+TEST(CpuOpsRope, NeoxAndGptjMatchNaiveBitForBit) {
+  const uint64_t seed = 3001;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const int64_t max_pos = 300;
+  for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj})
+    for (int hd : {2, 8, 14, 64})
+      for (int heads : {1, 3})
+        for (int tokens : {1, 3, 5}) {
+          SCOPED_TRACE("style " + std::to_string(static_cast<int>(style)) + " hd " + std::to_string(hd) +
+                       " heads " + std::to_string(heads) + " tokens " + std::to_string(tokens));
+          std::vector<float> table(static_cast<size_t>(max_pos * hd));
+          rope_table(1e4, hd, max_pos, table.data());
+          const int64_t stride = heads * hd + 5;
+          auto x0 = rng.bf16s(static_cast<size_t>(tokens * stride), -3.0f, 3.0f);
+          if (tokens > 2) x0[static_cast<size_t>(2 * stride + 1)] = to_bf16(kInf);
+          std::vector<int64_t> pos(static_cast<size_t>(tokens));
+          for (auto& p : pos) p = rng.integer(0, max_pos - 1);
+          pos[0] = 0;  // position 0 rotates by nothing
+          std::vector<bf16> want = x0;
+          for (int t = 0; t < tokens; ++t)
+            for (int h = 0; h < heads; ++h)
+              for (int i = 0; i < hd / 2; ++i) {
+                const size_t base = static_cast<size_t>(t * stride + h * hd);
+                const size_t a = base + static_cast<size_t>(style == RopeStyle::neox ? i : 2 * i);
+                const size_t b = base + static_cast<size_t>(style == RopeStyle::neox ? i + hd / 2 : 2 * i + 1);
+                const float c = table[static_cast<size_t>(pos[static_cast<size_t>(t)] * hd + i)];
+                const float s = table[static_cast<size_t>(pos[static_cast<size_t>(t)] * hd + hd / 2 + i)];
+                const float x1 = to_f32(x0[a]), x2 = to_f32(x0[b]);
+                const float p1 = x1 * c, p2 = x2 * s, p3 = x2 * c, p4 = x1 * s;
+                want[a] = to_bf16(p1 - p2);
+                want[b] = to_bf16(p3 + p4);
+              }
+          for (int threads : kThreadCounts) {
+            std::vector<bf16> x = x0;
+            rope(x.data(), stride, tokens, heads, hd, pos.data(), table.data(), style, threads);
+            EXPECT_TRUE(same_bits(x, want)) << "threads " << threads;
+            for (int i = 0; i < heads * hd; ++i)
+              ASSERT_EQ(x[static_cast<size_t>(i)].bits, x0[static_cast<size_t>(i)].bits) << "position 0, col " << i;
+          }
+        }
+}
+
+// ---- KV cache, embedding, activations -------------------------------------------------
+
+TEST(CpuOpsKvInsert, CopiesToSlotsAndSkipsMinusOne) {
+  const uint64_t seed = 4001;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const int kv_heads = 3, hd = 5, tokens = 7, slots_total = 20;
+  const int64_t ks = kv_heads * hd + 2, vs = kv_heads * hd + 7;
+  const auto k = rng.bf16s(static_cast<size_t>(tokens * ks), -2.0f, 2.0f);
+  const auto v = rng.bf16s(static_cast<size_t>(tokens * vs), -2.0f, 2.0f);
+  const std::vector<int64_t> slots = {4, -1, 0, 19, 7, -1, 12};
+  const size_t cache_size = static_cast<size_t>(slots_total * kv_heads * 2 * hd);
+  std::vector<bf16> cache(cache_size, bf16{0x7fc1}), want = cache;
+  for (int t = 0; t < tokens; ++t) {
+    if (slots[static_cast<size_t>(t)] < 0) continue;
+    for (int h = 0; h < kv_heads; ++h)
+      for (int i = 0; i < hd; ++i) {
+        const int64_t row = slots[static_cast<size_t>(t)] * kv_heads + h;
+        want[static_cast<size_t>((row * 2 + 0) * hd + i)] = k[static_cast<size_t>(t * ks + h * hd + i)];
+        want[static_cast<size_t>((row * 2 + 1) * hd + i)] = v[static_cast<size_t>(t * vs + h * hd + i)];
+      }
+  }
+  kv_insert(k.data(), ks, v.data(), vs, tokens, kv_heads, hd, slots.data(), cache.data());
+  EXPECT_TRUE(same_bits(cache, want));
+}
+
+TEST(CpuOpsKvInsert, SlotOfPositionFollowsBlockTable) {
+  const int32_t table[] = {5, 0, 9};
+  EXPECT_EQ(kv_slot(table, 16, 0), 80);
+  EXPECT_EQ(kv_slot(table, 16, 15), 95);
+  EXPECT_EQ(kv_slot(table, 16, 16), 0);
+  EXPECT_EQ(kv_slot(table, 16, 40), 9 * 16 + 8);
+}
+
+TEST(CpuOpsEmbed, CopiesTableRows) {
+  const uint64_t seed = 4002;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const int vocab = 11, hidden = 9;
+  auto table = rng.bf16s(static_cast<size_t>(vocab * hidden), -1.0f, 1.0f);
+  table[static_cast<size_t>(3 * hidden + 2)] = to_bf16(kNaN);
+  const std::vector<int64_t> ids = {3, 0, 10, 3, 7};
+  std::vector<bf16> out(ids.size() * hidden), want;
+  for (int64_t id : ids) want.insert(want.end(), table.begin() + id * hidden, table.begin() + (id + 1) * hidden);
+  embed(ids.data(), static_cast<int>(ids.size()), table.data(), hidden, out.data());
+  EXPECT_TRUE(same_bits(out, want));
+}
+
+TEST(CpuOpsSiluMul, MatchesNaiveBitForBit) {
+  const uint64_t seed = 4003;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  for (int rows : {1, 3, 5})
+    for (int inter : {1, 7, 9, 33, 130}) {
+      auto gu = rng.bf16s(static_cast<size_t>(rows * 2 * inter), -8.0f, 8.0f);
+      if (rows > 1) gu[static_cast<size_t>(2 * inter)] = to_bf16(kNaN);       // gate NaN
+      if (rows > 2) gu[static_cast<size_t>(4 * inter)] = to_bf16(kInf);       // gate +inf
+      if (rows > 3) gu[static_cast<size_t>(6 * inter)] = to_bf16(-kInf);      // gate -inf
+      if (rows > 4) gu[static_cast<size_t>(9 * inter)] = to_bf16(kInf);       // up +inf
+      std::vector<bf16> want;
+      for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < inter; ++i) {
+          const float g = to_f32(gu[static_cast<size_t>(r * 2 * inter + i)]);
+          const float u = to_f32(gu[static_cast<size_t>(r * 2 * inter + inter + i)]);
+          want.push_back(to_bf16(silu_f32(g) * u));
+        }
+      for (int threads : kThreadCounts) {
+        std::vector<bf16> y(want.size());
+        silu_mul(gu.data(), rows, inter, y.data(), threads);
+        EXPECT_TRUE(same_bits(y, want)) << "rows " << rows << " inter " << inter << " threads " << threads;
+      }
+    }
+}
+
+TEST(CpuOpsONormGate, MatchesNaiveBitForBit) {
+  const uint64_t seed = 4004;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  for (bool o_norm : {false, true})
+    for (bool gate : {false, true})
+      for (NormGain gain : kGains)
+        for (int tokens : {1, 3})
+          for (int heads : {1, 3})
+            for (int hd : {1, 7, 8, 33}) {
+              SCOPED_TRACE("o_norm " + std::to_string(o_norm) + " gate " + std::to_string(gate) + " gain " +
+                           std::to_string(static_cast<int>(gain)) + " tokens " + std::to_string(tokens) +
+                           " heads " + std::to_string(heads) + " hd " + std::to_string(hd));
+              const int width = heads * hd;
+              const int64_t gs = 2 * width + 3;  // e.g. g inside a fused q|g projection
+              auto o0 = rng.bf16s(static_cast<size_t>(tokens * width), -4.0f, 4.0f);
+              auto g = rng.bf16s(static_cast<size_t>(tokens * gs), -6.0f, 6.0f);
+              const auto w = rng.bf16s(static_cast<size_t>(hd), -1.0f, 1.0f);
+              if (tokens > 1) g[static_cast<size_t>(gs)] = to_bf16(-kInf);
+              std::vector<bf16> want = o0;
+              for (int t = 0; t < tokens; ++t)
+                for (int h = 0; h < heads; ++h) {
+                  bf16* oh = &want[static_cast<size_t>(t * width + h * hd)];
+                  if (o_norm) {
+                    const auto y = naive_rms(widen(oh, static_cast<size_t>(hd)), w.data(), gain, 1e-6f);
+                    std::copy(y.begin(), y.end(), oh);
+                  }
+                  if (gate)
+                    for (int i = 0; i < hd; ++i)
+                      oh[i] = to_bf16(to_f32(oh[i]) * sigmoid_f32(to_f32(g[static_cast<size_t>(t * gs + h * hd + i)])));
+                }
+              for (int threads : kThreadCounts) {
+                std::vector<bf16> o = o0;
+                o_norm_gate(o.data(), tokens, heads, hd, w.data(), o_norm, gain, 1e-6f,
+                            gate ? g.data() : nullptr, gs, threads);
+                EXPECT_TRUE(same_bits(o, want)) << "threads " << threads;
+              }
+            }
+}
+
+// ---- gemm ----------------------------------------------------------------------------
+
+// The documented order of gemm, literally: 8 lane sums (lane k % 8, increasing k,
+// product rounded then added), then the butterfly.
+float naive_gemm_dot(const bf16* x, const bf16* w, int k_len) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < k_len; ++k) {
+    const float prod = to_f32(x[k]) * to_f32(w[k]);
+    lane[k % 8] = lane[k % 8] + prod;
+  }
+  for (int off = 4; off >= 1; off /= 2)
+    for (int l = 0; l < off; ++l) lane[l] = lane[l] + lane[l + off];
+  return lane[0];
+}
+
+void check_gemm(Rng& rng, int M, int N, int K, bool specials) {
+  SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+  const int64_t xs = K + 3, ys = N + 2;
+  auto x = rng.bf16s(static_cast<size_t>(M * xs), -2.0f, 2.0f);
+  const auto w = rng.bf16s(static_cast<size_t>(N) * K, -1.0f, 1.0f);
+  if (specials && M > 2) {
+    x[static_cast<size_t>(xs + K / 2)] = to_bf16(kNaN);  // row 1: NaN
+    x[static_cast<size_t>(2 * xs)] = to_bf16(kInf);      // row 2: +inf
+  }
+  std::vector<bf16> want(static_cast<size_t>(M * ys), bf16{0x7e7e});
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      want[static_cast<size_t>(m * ys + n)] =
+          to_bf16(naive_gemm_dot(&x[static_cast<size_t>(m * xs)], &w[static_cast<size_t>(n) * K], K));
+  for (int threads : kThreadCounts) {
+    std::vector<bf16> y(static_cast<size_t>(M * ys), bf16{0x7e7e});
+    gemm(x.data(), xs, w.data(), M, N, K, y.data(), ys, threads);
+    ASSERT_TRUE(same_bits(y, want)) << "threads " << threads;
+  }
+  // Against exact (double) sums. Budget: 1 bf16 ulp of the exact value plus
+  // the fp32 accumulation bound. The final rounding is half an ulp; the fp32
+  // error (K/8 chained adds, 3 combine adds, the product rounding: at most
+  // (K/8 + 4) * 2^-24 * sum|x w|) is far below that except on rows that
+  // cancel, and may push a value near a rounding midpoint to its neighbour.
+  for (int m = 0; m < M; ++m) {
+    if (specials && M > 2 && (m == 1 || m == 2)) continue;
+    for (int n = 0; n < N; ++n) {
+      double exact = 0, magnitude = 0;
+      for (int k = 0; k < K; ++k) {
+        const double p = static_cast<double>(to_f32(x[static_cast<size_t>(m * xs + k)])) *
+                         to_f32(w[static_cast<size_t>(n) * K + k]);
+        exact += p;
+        magnitude += std::fabs(p);
+      }
+      const double budget = bf16_ulp(exact) + (K / 8 + 4) * 0x1p-24 * magnitude;
+      const float got = to_f32(want[static_cast<size_t>(m * ys + n)]);
+      ASSERT_LE(std::fabs(got - exact), budget) << "m " << m << " n " << n << " got " << got << " exact " << exact;
+    }
+  }
+}
+
+TEST(CpuOpsGemm, MatchesDocumentedOrderAndDoubleReference) {
+  const uint64_t seed = 5001;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  for (int M : {1, 3, 5})
+    for (int N : {1, 7, 9, 33, 100, 130})
+      for (int K : {1, 7, 9, 33, 100, 130}) check_gemm(rng, M, N, K, true);
+}
+
+TEST(CpuOpsGemm, LargerShapesCrossEveryBlockBoundary) {
+  // K past one 512 panel, N past a 48-row super block, M past a 64-row group,
+  // and row counts that leave 1 and 2 rows after the 3-row tiles.
+  const uint64_t seed = 5002;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  check_gemm(rng, 7, 131, 1030, true);
+  check_gemm(rng, 67, 50, 520, true);
+  check_gemm(rng, 8, 97, 1024, false);
+  check_gemm(rng, 2, 5, 4096, false);
+}
+
+// Rows whose exact dot product is a bf16 rounding midpoint plus tiny terms:
+// one product B = (1.3125 * 2^a) * (1.625 * 2^b) = 273 * 2^(a+b-7) (a midpoint
+// between two bf16 values, exact in fp32) and other products around half an
+// fp32 ulp of B with random signs. Which tiny terms survive depends on the
+// exact order of the fp32 additions, and the bf16 result on the sign of what
+// survives, so any other summation order gives other bits on many outputs.
+void midpoint_rows(Rng& rng, int rows, int len, std::vector<bf16>& a, std::vector<bf16>& b, int& b_rows) {
+  a.assign(static_cast<size_t>(rows * len), bf16{0});
+  b.assign(static_cast<size_t>(b_rows * len), bf16{0});
+  const int k0 = static_cast<int>(rng.integer(0, len - 1));
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < len; ++k) {
+      const float sign = rng.integer(0, 1) ? 1.0f : -1.0f;
+      a[static_cast<size_t>(r * len + k)] = to_bf16(k == k0 ? sign * 1.3125f : sign * rng.uniform(1.0f, 2.0f));
+    }
+  for (int n = 0; n < b_rows; ++n)
+    for (int k = 0; k < len; ++k) {
+      const float sign = rng.integer(0, 1) ? 1.0f : -1.0f;
+      // B lies in [2, 4): fp32 ulp 2^-22; tiny products span 2^-26 .. 2^-20.
+      b[static_cast<size_t>(n * len + k)] =
+          to_bf16(k == k0 ? sign * 1.625f : sign * std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.integer(-27, -21))));
+    }
+}
+
+TEST(CpuOpsGemm, MidpointRowsPinTheSummationOrder) {
+  const uint64_t seed = 5003;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  int rounded_up = 0, rounded_down = 0;
+  for (int K : {9, 33, 130, 600}) {
+    SCOPED_TRACE("K " + std::to_string(K));
+    const int M = 3;
+    int N = 200;
+    std::vector<bf16> x, w;
+    midpoint_rows(rng, M, K, x, w, N);
+    std::vector<bf16> want(static_cast<size_t>(M * N));
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        const float dot = naive_gemm_dot(&x[static_cast<size_t>(m * K)], &w[static_cast<size_t>(n * K)], K);
+        want[static_cast<size_t>(m * N + n)] = to_bf16(dot);
+        const float mag = std::fabs(dot);
+        if (mag > 2.1328125f) ++rounded_up;
+        if (mag < 2.1328125f) ++rounded_down;
+      }
+    for (int threads : kThreadCounts) {
+      std::vector<bf16> y(want.size());
+      gemm(x.data(), K, w.data(), M, N, K, y.data(), N, threads);
+      EXPECT_TRUE(same_bits(y, want)) << "threads " << threads;
+    }
+  }
+  // The construction works: results fall on both sides of the midpoint.
+  EXPECT_GT(rounded_up, 100);
+  EXPECT_GT(rounded_down, 100);
+}
+
+TEST(CpuOpsGemm, SpecialValuesPropagate) {
+  const int K = 9, N = 4;
+  std::vector<bf16> x(static_cast<size_t>(2 * K), to_bf16(1.0f)), w(static_cast<size_t>(N * K), to_bf16(0.5f));
+  x[2] = to_bf16(kNaN);
+  x[static_cast<size_t>(K + 3)] = to_bf16(kInf);
+  w[static_cast<size_t>(K + 3)] = to_bf16(0.0f);   // inf * 0 in row 1 for column 1
+  w[static_cast<size_t>(2 * K + 4)] = to_bf16(-1.0f);
+  std::vector<bf16> y(static_cast<size_t>(2 * N));
+  gemm(x.data(), K, w.data(), 2, N, K, y.data(), N);
+  for (int n = 0; n < N; ++n) EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(n)])) << "NaN row, n " << n;
+  EXPECT_EQ(y[static_cast<size_t>(N)].bits, to_bf16(kInf).bits);
+  EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(N + 1)]));
+  EXPECT_EQ(y[static_cast<size_t>(N + 2)].bits, to_bf16(kInf).bits);
+}
+
+// ---- attention --------------------------------------------------------------------------
+
+struct AttentionSetup {
+  AttentionParams p;
+  std::vector<int32_t> tables, token_request;
+  std::vector<int64_t> positions, kv_lens;
+  std::vector<bf16> q, cache;
+};
+
+// Requests with kv_len = a + N, N queries each at positions a .. a+N-1, pages
+// scattered through a shuffled block table, and one trailing padding token.
+AttentionSetup make_attention(Rng& rng, int heads, int kv_heads, int hd, int window,
+                              const std::vector<int64_t>& kv_lens, int block) {
+  AttentionSetup s;
+  const int requests = static_cast<int>(kv_lens.size());
+  const int page_size = 4, max_pages = 8;
+  std::vector<int32_t> pages(static_cast<size_t>(requests * max_pages));
+  for (size_t i = 0; i < pages.size(); ++i) pages[i] = static_cast<int32_t>(i);
+  std::shuffle(pages.begin(), pages.end(), rng.gen);
+  s.tables = pages;
+  s.kv_lens = kv_lens;
+  for (int r = 0; r < requests; ++r)
+    for (int j = 0; j < block; ++j) {
+      s.token_request.push_back(r);
+      s.positions.push_back(kv_lens[static_cast<size_t>(r)] - block + j);
+    }
+  s.token_request.push_back(-1);
+  s.positions.push_back(0);
+  const int tokens = static_cast<int>(s.token_request.size());
+  s.p.tokens = tokens;
+  s.p.heads = heads;
+  s.p.kv_heads = kv_heads;
+  s.p.head_dim = hd;
+  s.p.page_size = page_size;
+  s.p.max_pages = max_pages;
+  s.p.window = window;
+  s.p.q_stride = heads * hd + 6;
+  s.q = rng.bf16s(static_cast<size_t>(tokens * s.p.q_stride), -2.0f, 2.0f);
+  s.cache = rng.bf16s(pages.size() * page_size * kv_heads * 2 * hd, -2.0f, 2.0f);
+  s.p.block_tables = s.tables.data();
+  s.p.token_request = s.token_request.data();
+  s.p.positions = s.positions.data();
+  s.p.kv_lens = s.kv_lens.data();
+  return s;
+}
+
+const bf16* naive_kv(const AttentionSetup& s, int r, int64_t pos, int kvh, bool value) {
+  const int64_t page = s.tables[static_cast<size_t>(r * s.p.max_pages + pos / s.p.page_size)];
+  const int64_t slot = page * s.p.page_size + pos % s.p.page_size;
+  return &s.cache[static_cast<size_t>(((slot * s.p.kv_heads + kvh) * 2 + (value ? 1 : 0)) * s.p.head_dim)];
+}
+
+// One (token, head) of attention from the header formula: fp32 in the
+// documented order (q . k in increasing dimension, sums in increasing
+// position), and the exact softmax in double alongside.
+struct NaiveHead {
+  std::vector<bf16> o;          // bf16(acc / sum)
+  std::vector<double> exact;    // double softmax output
+  double vmax = 0.0;            // max |v| over the range
+  float sum = 0.0f, p_last = 0.0f;
+  std::vector<float> acc_before_last;  // acc_i before the last position's term
+};
+
+NaiveHead naive_attention_head(const AttentionSetup& s, int t, int h) {
+  const int hd = s.p.head_dim, group = s.p.heads / s.p.kv_heads;
+  const int r = s.token_request[static_cast<size_t>(t)];
+  NaiveHead out;
+  out.o.assign(static_cast<size_t>(hd), to_bf16(0.0f));
+  if (r < 0) return out;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t pos = s.positions[static_cast<size_t>(t)], kv_len = s.kv_lens[static_cast<size_t>(r)];
+  const int64_t lo = s.p.window ? std::max<int64_t>(0, pos - s.p.window + 1) : 0;
+  const bf16* qh = &s.q[static_cast<size_t>(t * s.p.q_stride + h * hd)];
+  std::vector<float> sc;
+  std::vector<double> scd;
+  for (int64_t j = lo; j < kv_len; ++j) {
+    const bf16* k = naive_kv(s, r, j, h / group, false);
+    float dot = 0.0f;
+    double dotd = 0.0;
+    for (int i = 0; i < hd; ++i) {
+      const float qk = to_f32(qh[i]) * to_f32(k[i]);
+      dot = dot + qk;
+      dotd += static_cast<double>(to_f32(qh[i])) * to_f32(k[i]);
+    }
+    sc.push_back(dot * scale);
+    scd.push_back(dotd / std::sqrt(static_cast<double>(hd)));
+  }
+  const float m = *std::max_element(sc.begin(), sc.end());
+  const double md = *std::max_element(scd.begin(), scd.end());
+  double sumd = 0.0;
+  std::vector<float> acc(static_cast<size_t>(hd), 0.0f);
+  std::vector<double> accd(static_cast<size_t>(hd), 0.0);
+  for (int64_t j = lo; j < kv_len; ++j) {
+    const float pj = exp_f32(sc[static_cast<size_t>(j - lo)] - m);
+    const double pd = std::exp(scd[static_cast<size_t>(j - lo)] - md);
+    if (j == kv_len - 1) {
+      out.acc_before_last = acc;
+      out.p_last = pj;
+    }
+    out.sum = out.sum + pj;
+    sumd += pd;
+    const bf16* v = naive_kv(s, r, j, h / group, true);
+    for (int i = 0; i < hd; ++i) {
+      const float pv = pj * to_f32(v[i]);
+      acc[static_cast<size_t>(i)] = acc[static_cast<size_t>(i)] + pv;
+      accd[static_cast<size_t>(i)] += pd * to_f32(v[i]);
+      out.vmax = std::max(out.vmax, std::fabs(static_cast<double>(to_f32(v[i]))));
+    }
+  }
+  for (int i = 0; i < hd; ++i) {
+    out.o[static_cast<size_t>(i)] = to_bf16(acc[static_cast<size_t>(i)] / out.sum);
+    out.exact.push_back(accd[static_cast<size_t>(i)] / sumd);
+  }
+  return out;
+}
+
+TEST(CpuOpsAttention, MatchesNaiveBitForBitAndDoubleWithinBudget) {
+  const uint64_t seed = 6001;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  struct Shape {
+    int heads, kv_heads, hd;
+  };
+  for (Shape sh : {Shape{2, 2, 4}, Shape{4, 2, 12}, Shape{6, 1, 7}, Shape{8, 4, 32}})
+    for (int window : {0, 1, 5})
+      for (int block : {1, 3}) {
+        SCOPED_TRACE("heads " + std::to_string(sh.heads) + " kv_heads " + std::to_string(sh.kv_heads) +
+                     " hd " + std::to_string(sh.hd) + " window " + std::to_string(window) + " N " +
+                     std::to_string(block));
+        const AttentionSetup s = make_attention(rng, sh.heads, sh.kv_heads, sh.hd, window, {block, 13, 29}, block);
+        const int hd = sh.hd, width = sh.heads * hd;
+        std::vector<bf16> want;
+        for (int t = 0; t < s.p.tokens; ++t)
+          for (int h = 0; h < sh.heads; ++h) {
+            const NaiveHead nh = naive_attention_head(s, t, h);
+            want.insert(want.end(), nh.o.begin(), nh.o.end());
+            // Budget vs exact softmax: 1 bf16 ulp (half for the final rounding,
+            // the rest for a value near a rounding midpoint) plus 2^-14 * max|v|
+            // for the fp32 score, exp and sum errors (about 1e-6 relative to
+            // max|v| at these lengths, amplified at most a few-fold by exp).
+            for (size_t i = 0; i < nh.exact.size(); ++i)
+              ASSERT_LE(std::fabs(to_f32(nh.o[i]) - nh.exact[i]), bf16_ulp(nh.exact[i]) + 0x1p-14 * nh.vmax)
+                  << "token " << t << " head " << h << " dim " << i;
+          }
+        ASSERT_EQ(want.size(), static_cast<size_t>(s.p.tokens * width));
+        for (int threads : kThreadCounts) {
+          std::vector<bf16> out(want.size(), bf16{0x7e7e});
+          attention(s.p, s.q.data(), s.cache.data(), out.data(), threads);
+          EXPECT_TRUE(same_bits(out, want)) << "threads " << threads;
+        }
+      }
+}
+
+TEST(CpuOpsAttention, KnifeEdgeValuesPinTheOrder) {
+  // The last position's V entries are chosen so that acc / sum lands within one
+  // fp32 ulp of a bf16 rounding midpoint; then any other order of the score,
+  // exp or sum arithmetic flips the rounding of some outputs.
+  const uint64_t seed = 6003;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  AttentionSetup s = make_attention(rng, 4, 4, 64, 0, {29}, 1);
+  const int hd = 64;
+  int edges = 0;
+  for (int h = 0; h < 4; ++h) {
+    const NaiveHead nh = naive_attention_head(s, 0, h);
+    bf16* v_last = const_cast<bf16*>(naive_kv(s, 0, 28, h, true));
+    for (int i = 0; i < hd; ++i) {
+      const uint32_t start = static_cast<uint32_t>(rng.integer(0, 0xffff));
+      for (uint32_t c = 0; c < 0x10000u; ++c) {
+        const bf16 cand{static_cast<uint16_t>((start + c) & 0xffffu)};
+        const float v = to_f32(cand);
+        if (!(std::fabs(v) <= 4.0f)) continue;
+        const float pv = nh.p_last * v;
+        const float o = (nh.acc_before_last[static_cast<size_t>(i)] + pv) / nh.sum;
+        const uint32_t low = f32_bits(o) & 0xffffu;
+        if (low >= 0x7fffu && low <= 0x8001u) {
+          v_last[i] = cand;
+          ++edges;
+          break;
+        }
+      }
+    }
+  }
+  EXPECT_GE(edges, 32) << "too few knife-edge values found";  // 45 of 256 dims with this seed
+  std::vector<bf16> want;
+  for (int t = 0; t < s.p.tokens; ++t)
+    for (int h = 0; h < 4; ++h) {
+      const NaiveHead nh = naive_attention_head(s, t, h);
+      want.insert(want.end(), nh.o.begin(), nh.o.end());
+    }
+  std::vector<bf16> out(want.size());
+  attention(s.p, s.q.data(), s.cache.data(), out.data(), 2);
+  EXPECT_TRUE(same_bits(out, want)) << edges << " knife-edge values";
+}
+
+TEST(CpuOpsAttention, WindowOfOneIsTheQueryPositionsValue) {
+  // window = 1 sees [pos, kv_len); with a block of one query that is only the
+  // query's own position, so o = bf16(v_pos) exactly (p = exp(0) = 1, sum 1).
+  const uint64_t seed = 6002;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const AttentionSetup s = make_attention(rng, 4, 2, 8, 1, {5, 17, 1}, 1);
+  std::vector<bf16> out(static_cast<size_t>(s.p.tokens * 4 * 8));
+  attention(s.p, s.q.data(), s.cache.data(), out.data(), 2);
+  for (int t = 0; t + 1 < s.p.tokens; ++t)
+    for (int h = 0; h < 4; ++h) {
+      const bf16* v = naive_kv(s, s.token_request[static_cast<size_t>(t)], s.positions[static_cast<size_t>(t)], h / 2, true);
+      for (int i = 0; i < 8; ++i)
+        ASSERT_EQ(out[static_cast<size_t>(t * 32 + h * 8 + i)].bits, v[i].bits) << "token " << t << " head " << h;
+    }
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[static_cast<size_t>((s.p.tokens - 1) * 32 + i)].bits, 0u) << "padding token";
+}
+
+// ---- Markov bias, step logits, sampling ---------------------------------------------------
+
+TEST(CpuOpsMarkovBias, MatchesCanonicalOrderBitForBit) {
+  const uint64_t seed = 7001;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  for (int rows : {1, 3, 5})
+    for (int rank : {1, 7, 9, 33, 100, 130, 256, 300})
+      for (int vocab : {1, 7, 33, 130}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " rank " + std::to_string(rank) + " vocab " + std::to_string(vocab));
+        auto e = rng.bf16s(static_cast<size_t>(rows * rank), -1.0f, 1.0f);
+        auto w2 = rng.bf16s(static_cast<size_t>(vocab) * rank, -0.5f, 0.5f);
+        if (rows > 1) e[static_cast<size_t>(rank + rank / 2)] = to_bf16(kNaN);
+        if (vocab > 1) w2[static_cast<size_t>(rank)] = to_bf16(kInf);
+        if (rows > 2)  // an all-equal row of e
+          for (int k = 0; k < rank; ++k) e[static_cast<size_t>(2 * rank + k)] = to_bf16(0.25f);
+        std::vector<bf16> want;
+        for (int r = 0; r < rows; ++r)
+          for (int v = 0; v < vocab; ++v)
+            want.push_back(to_bf16(naive_canonical_dot(widen(&w2[static_cast<size_t>(v) * rank], static_cast<size_t>(rank)),
+                                                       widen(&e[static_cast<size_t>(r * rank)], static_cast<size_t>(rank)))));
+        for (int threads : kThreadCounts) {
+          std::vector<bf16> bias(want.size());
+          markov_bias(e.data(), rows, w2.data(), vocab, rank, bias.data(), threads);
+          EXPECT_TRUE(same_bits(bias, want)) << "threads " << threads;
+        }
+      }
+}
+
+TEST(CpuOpsMarkovBias, MidpointRowsPinTheCanonicalOrder) {
+  const uint64_t seed = 7006;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  int rounded_up = 0, rounded_down = 0;
+  for (int rank : {33, 256, 300, 512}) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const int rows = 2;
+    int vocab = 300;
+    std::vector<bf16> e, w2;
+    midpoint_rows(rng, rows, rank, e, w2, vocab);
+    std::vector<bf16> want;
+    for (int r = 0; r < rows; ++r)
+      for (int v = 0; v < vocab; ++v) {
+        const float dot = naive_canonical_dot(widen(&w2[static_cast<size_t>(v * rank)], static_cast<size_t>(rank)),
+                                              widen(&e[static_cast<size_t>(r * rank)], static_cast<size_t>(rank)));
+        want.push_back(to_bf16(dot));
+        if (std::fabs(dot) > 2.1328125f) ++rounded_up;
+        if (std::fabs(dot) < 2.1328125f) ++rounded_down;
+      }
+    for (int threads : kThreadCounts) {
+      std::vector<bf16> bias(want.size());
+      markov_bias(e.data(), rows, w2.data(), vocab, rank, bias.data(), threads);
+      EXPECT_TRUE(same_bits(bias, want)) << "threads " << threads;
+    }
+  }
+  EXPECT_GT(rounded_up, 100);
+  EXPECT_GT(rounded_down, 100);
+}
+
+TEST(CpuOpsLogitTransform, FromConfig) {
+  ModelConfig c;
+  LogitTransform t = LogitTransform::from_config(c);
+  EXPECT_FALSE(t.enabled);
+  EXPECT_FALSE(t.has_cap);
+  EXPECT_EQ(t.multiplier, 1.0f);
+
+  c.logit_multiplier = 0.8f;
+  t = LogitTransform::from_config(c);
+  EXPECT_TRUE(t.enabled);
+  EXPECT_FALSE(t.has_cap);
+  EXPECT_EQ(f32_bits(t.multiplier), f32_bits(0.8f));
+
+  c.logit_multiplier.reset();
+  c.logit_soft_cap = 30.0f;
+  t = LogitTransform::from_config(c);
+  EXPECT_TRUE(t.enabled);
+  EXPECT_TRUE(t.has_cap);
+  EXPECT_EQ(t.multiplier, 1.0f);
+  EXPECT_EQ(f32_bits(t.cap), f32_bits(30.0f));
+  const float thirty = 30.0f;
+  EXPECT_EQ(f32_bits(t.inv_cap), f32_bits(1.0f / thirty));
+
+  c.logit_multiplier = 2.5f;
+  c.logit_soft_cap = 7.0f;
+  t = LogitTransform::from_config(c);
+  EXPECT_TRUE(t.enabled && t.has_cap);
+  EXPECT_EQ(t.multiplier, 2.5f);
+  const float seven = 7.0f;
+  EXPECT_EQ(f32_bits(t.inv_cap), f32_bits(1.0f / seven));
+
+  for (float bad : {0.0f, -3.0f, kInf, kNaN}) {
+    c.logit_soft_cap = bad;
+    EXPECT_THROW(LogitTransform::from_config(c), ConfigError) << "cap " << bad;
+  }
+  c.logit_soft_cap.reset();
+  c.logit_multiplier = kNaN;
+  EXPECT_THROW(LogitTransform::from_config(c), ConfigError);
+}
+
+TEST(CpuOpsStepLogits, MatchesNaiveWithAndWithoutTransform) {
+  const uint64_t seed = 7002;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  struct Tr {
+    bool enabled, has_cap;
+    float mult, cap;
+  };
+  // Caps 15 and 7 have inexact inverses (t * inv_cap differs from t / cap).
+  for (Tr tr : {Tr{false, false, 1.0f, 0.0f}, Tr{true, false, 0.7f, 0.0f}, Tr{true, true, 1.0f, 15.0f},
+                Tr{true, true, 1.9f, 7.0f}})
+    for (int n : {1, 7, 130, 65536}) {
+      SCOPED_TRACE("enabled " + std::to_string(tr.enabled) + " cap " + std::to_string(tr.has_cap) + " n " + std::to_string(n));
+      auto base = rng.bf16s(static_cast<size_t>(n), -40.0f, 40.0f);
+      auto bias = rng.bf16s(static_cast<size_t>(n), -4.0f, 4.0f);
+      if (n == 65536) {
+        // Every bf16 bit pattern as the base with a zero bias, so s runs through
+        // every bf16 value: at multiplier 1.9 and cap 7, 238 of them round
+        // differently if t / cap were used instead of t * inv_cap.
+        for (int i = 0; i < n; ++i) base[static_cast<size_t>(i)] = bf16{static_cast<uint16_t>(i)};
+        bias.assign(bias.size(), to_bf16(0.0f));
+      }
+      if (n > 5 && n < 65536) {
+        base[1] = to_bf16(kNaN);
+        base[2] = to_bf16(kInf);
+        base[3] = to_bf16(-kInf);
+        base[4] = to_bf16(3.0e38f);  // base + bias overflows bf16 only if bias is positive
+      }
+      LogitTransform t;
+      t.enabled = tr.enabled;
+      t.multiplier = tr.mult;
+      t.has_cap = tr.has_cap;
+      t.cap = tr.cap;
+      t.inv_cap = tr.has_cap ? 1.0f / tr.cap : 0.0f;
+      std::vector<bf16> want;
+      for (int i = 0; i < n; ++i) {
+        const float s = round_bf16(to_f32(base[static_cast<size_t>(i)]) + to_f32(bias[static_cast<size_t>(i)]));
+        if (!tr.enabled) {
+          want.push_back(to_bf16(s));
+          continue;
+        }
+        float v = s * tr.mult;
+        if (tr.has_cap) {
+          const float scaled = v * t.inv_cap;
+          v = tanh_f32(scaled) * tr.cap;
+        }
+        want.push_back(to_bf16(v));
+      }
+      std::vector<bf16> l(static_cast<size_t>(n));
+      step_logits(base.data(), bias.data(), n, t, l.data());
+      EXPECT_TRUE(same_bits(l, want));
+      if (tr.has_cap && n > 5 && n < 65536) {
+        EXPECT_EQ(to_f32(l[2]), round_bf16(tr.cap)) << "tanh(inf) * cap";
+      }
+    }
+}
+
+// The sampling contract's noise, written from SPEC section 4 independently of
+// core/philox.h: Philox4x32-10 word 0, two levels, u, g = -log(-log1p(-u)).
+uint32_t naive_randint(int64_t seed, int64_t off) {
+  const uint64_t s = static_cast<uint64_t>(seed), o = static_cast<uint64_t>(off);
+  uint32_t c[4] = {static_cast<uint32_t>(o), static_cast<uint32_t>(o >> 32), 0, 0};
+  uint32_t k0 = static_cast<uint32_t>(s), k1 = static_cast<uint32_t>(s >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t a = 0xD2511F53ull * c[0], b = 0xCD9E8D57ull * c[2];
+    const uint32_t n[4] = {static_cast<uint32_t>(b >> 32) ^ c[1] ^ k0, static_cast<uint32_t>(b),
+                           static_cast<uint32_t>(a >> 32) ^ c[3] ^ k1, static_cast<uint32_t>(a)};
+    std::memcpy(c, n, sizeof(c));
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c[0];
+}
+
+float naive_noise(uint32_t step_seed, int64_t v) {
+  int32_t x = static_cast<int32_t>(naive_randint(static_cast<int64_t>(step_seed), v));
+  if (x < 0) x = ~x;
+  float u = static_cast<float>(x) * 0x1.fffffep-32f;
+  if (u < 0x1.fffffep-32f) u = 0x1.fffffep-32f;
+  return -log_f32(-log1p_f32(-u));
+}
+
+RowBest naive_sample(const std::vector<bf16>& l, int64_t offset, float temperature, uint32_t step_seed) {
+  std::vector<float> z(l.size());
+  for (size_t i = 0; i < l.size(); ++i) {
+    const float logit = to_f32(l[i]);
+    z[i] = temperature > 0.0f ? logit / temperature + naive_noise(step_seed, offset + static_cast<int64_t>(i)) : logit;
+  }
+  for (size_t i = 0; i < z.size(); ++i)
+    if (std::isnan(z[i])) return RowBest{z[i], offset + static_cast<int64_t>(i)};
+  size_t best = 0;
+  for (size_t i = 1; i < z.size(); ++i)
+    if (z[i] > z[best]) best = i;
+  return RowBest{z[best], offset + static_cast<int64_t>(best)};
+}
+
+TEST(CpuOpsSampleRow, NaiveNoiseMatchesSpecVectors) {
+  // Anchors the test's own Philox on SPEC section 4 before it is used below.
+  EXPECT_EQ(naive_randint(0, 0), 1713891541u);
+  EXPECT_EQ(naive_randint(12345, 77), 668326920u);
+  EXPECT_EQ(naive_randint(-5, 9), 2883358565u);
+  EXPECT_EQ(naive_randint((int64_t{1} << 40) + 987654321, (int64_t{1} << 30) + 4096), 1595797246u);
+  EXPECT_EQ(naive_randint(12345, 77 + (int64_t{1} << 30)), 2211821518u);
+}
+
+TEST(CpuOpsSampleRow, MatchesNaiveScanAtZeroAndPositiveTemperature) {
+  const uint64_t seed = 7003;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  int noise_changed_winner = 0;
+  for (float temperature : {0.0f, 0.6f, 1.0f, 2.5f})
+    for (int n : {1, 7, 33, 130, 1000})
+      for (int64_t offset : {int64_t{0}, int64_t{75968}})
+        for (int trial = 0; trial < 3; ++trial) {
+          const uint32_t step_seed = static_cast<uint32_t>(rng.integer(0, 0xffffffffll));
+          SCOPED_TRACE("T " + std::to_string(temperature) + " n " + std::to_string(n) + " offset " +
+                       std::to_string(offset) + " step_seed " + std::to_string(step_seed));
+          const auto l = rng.bf16s(static_cast<size_t>(n), -3.0f, 3.0f);
+          const RowBest got = sample_row(l.data(), n, offset, temperature, step_seed);
+          const RowBest want = naive_sample(l, offset, temperature, step_seed);
+          EXPECT_EQ(got.id, want.id);
+          EXPECT_EQ(f32_bits(got.value), f32_bits(want.value));
+          if (temperature > 0.0f && got.id != naive_sample(l, offset, 0.0f, 0).id) ++noise_changed_winner;
+        }
+  EXPECT_GT(noise_changed_winner, 0) << "T > 0 never moved the winner: is the noise applied?";
+}
+
+TEST(CpuOpsSampleRow, SpecialRowsFollowTheRule) {
+  const uint64_t seed = 7004;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const int n = 33;
+  const int64_t offset = 1000;
+  for (float temperature : {0.0f, 1.0f}) {
+    SCOPED_TRACE("T " + std::to_string(temperature));
+    const uint32_t gs = 0xC0FFEEu;
+    // Ties: all equal -> at T = 0 the lowest id.
+    std::vector<bf16> equal(static_cast<size_t>(n), to_bf16(1.5f));
+    RowBest b = sample_row(equal.data(), n, offset, temperature, gs);
+    EXPECT_EQ(b.id, naive_sample(equal, offset, temperature, gs).id);
+    if (temperature == 0.0f) {
+      EXPECT_EQ(b.id, offset);
+    }
+    // Two maxima: the lower id.
+    auto two = rng.bf16s(static_cast<size_t>(n), -3.0f, 3.0f);
+    two[9] = two[20] = to_bf16(kInf);
+    b = sample_row(two.data(), n, offset, temperature, gs);
+    EXPECT_EQ(b.id, offset + 9);
+    // NaNs win, the lowest NaN id, whatever the maximum.
+    auto nan = two;
+    nan[25] = nan[12] = to_bf16(kNaN);
+    b = sample_row(nan.data(), n, offset, temperature, gs);
+    EXPECT_EQ(b.id, offset + 12);
+    EXPECT_TRUE(std::isnan(b.value));
+    // All -inf: every score is -inf, the lowest id.
+    std::vector<bf16> neg(static_cast<size_t>(n), to_bf16(-kInf));
+    b = sample_row(neg.data(), n, offset, temperature, gs);
+    EXPECT_EQ(b.id, offset);
+    EXPECT_EQ(b.value, -kInf);
+    // +0 and -0 tie: the lower id.
+    std::vector<bf16> zeros(static_cast<size_t>(2), to_bf16(-0.0f));
+    zeros[1] = to_bf16(0.0f);
+    if (temperature == 0.0f) {
+      EXPECT_EQ(sample_row(zeros.data(), 2, 0, 0.0f, gs).id, 0);
+    }
+  }
+}
+
+TEST(CpuOpsSampleRow, SlicesCombineToTheWholeRow) {
+  // A vocab split (SPEC section 4 invariance): best of slices == best of the row.
+  const uint64_t seed = 7005;
+  SCOPED_TRACE(seed_note(seed));
+  Rng rng(seed);
+  const int n = 999;
+  auto l = rng.bf16s(static_cast<size_t>(n), -2.0f, 2.0f);
+  l[500] = l[100] = to_bf16(2.0f);
+  for (float temperature : {0.0f, 0.8f}) {
+    const RowBest whole = sample_row(l.data(), n, 0, temperature, 77u);
+    for (int cut : {1, 100, 101, 500, 998}) {
+      const RowBest a = sample_row(l.data(), cut, 0, temperature, 77u);
+      const RowBest b = sample_row(l.data() + cut, n - cut, cut, temperature, 77u);
+      const RowBest best = better(b.value, b.id, a.value, a.id) ? b : a;
+      EXPECT_EQ(best.id, whole.id) << "cut " << cut << " T " << temperature;
+      EXPECT_EQ(f32_bits(best.value), f32_bits(whole.value));
+    }
+  }
+}
+
+// ---- bad input --------------------------------------------------------------------------
+
+TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
+  std::vector<bf16> buf(64, to_bf16(1.0f));
+  std::vector<float> table(64, 0.0f);
+  EXPECT_THROW(rms_norm(buf.data(), 8, 2, 8, nullptr, NormGain::weight, 1e-6f, buf.data(), 8), InvalidArgument);
+  EXPECT_THROW(rms_norm(buf.data(), 4, 2, 8, nullptr, NormGain::none, 1e-6f, buf.data(), 8), InvalidArgument);
+  BoundaryParams p;
+  p.rows = 1;
+  p.hidden = 8;
+  p.pre_weight = buf.data();
+  std::vector<float> alpha(8, 1.0f);
+  p.alpha = alpha.data();  // beta missing
+  EXPECT_THROW(residual_boundary(p, buf.data(), buf.data(), buf.data() + 8), InvalidArgument);
+  EXPECT_THROW(rope_table(1e4, 7, 4, table.data()), InvalidArgument);
+  const int64_t neg_pos = -1;
+  EXPECT_THROW(rope(buf.data(), 8, 1, 1, 8, &neg_pos, table.data(), RopeStyle::neox), InvalidArgument);
+  const int64_t bad_slot = -2;
+  EXPECT_THROW(kv_insert(buf.data(), 4, buf.data(), 4, 1, 1, 4, &bad_slot, buf.data()), InvalidArgument);
+  const int64_t bad_id = -1;
+  EXPECT_THROW(embed(&bad_id, 1, buf.data(), 4, buf.data()), InvalidArgument);
+  EXPECT_THROW(gemm(buf.data(), 2, buf.data(), 1, 1, 4, buf.data(), 1), InvalidArgument);
+  EXPECT_THROW(sample_row(buf.data(), 4, 0, -1.0f, 0), InvalidArgument);
+  EXPECT_THROW(sample_row(buf.data(), 4, 0, kInf, 0), InvalidArgument);
+  EXPECT_THROW(sample_row(buf.data(), 0, 0, 1.0f, 0), InvalidArgument);
+  AttentionParams a;
+  a.tokens = 1;
+  a.heads = 3;
+  a.kv_heads = 2;  // not a divisor
+  a.head_dim = 4;
+  a.page_size = 4;
+  a.max_pages = 1;
+  a.q_stride = 12;
+  EXPECT_THROW(attention(a, buf.data(), buf.data(), buf.data()), InvalidArgument);
+  const int32_t req = 0, page = 0;
+  const int64_t pos = 9, kv_len = 3;  // window start past kv_len
+  a.heads = 2;
+  a.q_stride = 8;
+  a.window = 2;
+  a.block_tables = &page;
+  a.token_request = &req;
+  a.positions = &pos;
+  a.kv_lens = &kv_len;
+  EXPECT_THROW(attention(a, buf.data(), buf.data(), buf.data()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace sparkdraft::cpu
