@@ -1,0 +1,102 @@
+// The draft job (SPEC section 1) behind one backend interface.
+//
+//   store_context: target hidden states of newly verified tokens -> fc ->
+//                  hidden_norm -> (per-layer input norm) -> K/V -> K-norm ->
+//                  RoPE -> insert into every layer's paged KV cache.
+//   propose:       per request the query block (anchor at position a, N-1 mask
+//                  tokens) -> backbone -> final norm -> lm_head -> Markov loop
+//                  -> draft_tokens [rows, N] and the draft-logits cache
+//                  [cache_slots, N, V].
+//
+// The KV cache of each layer is [pages, page_size, kv_heads, 2*head_dim] bf16 and
+// belongs to the backend; slot = page * page_size + offset through the request's
+// block table. Inputs here are host buffers (the CLI and tests); the CUDA backend
+// also takes device pointers on the caller's stream (cuda/draft.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/cpu/ops.h"
+
+namespace sparkdraft {
+
+struct DraftOptions {
+  int max_reqs = 8;            // rows per propose call
+  int num_pages = 256;         // KV cache pages per layer
+  int page_size = 16;          // positions per page
+  int max_pages_per_req = 64;  // block table row width
+  int cache_slots = 8;         // rows of the draft-logits cache
+  int tp = 1;                  // vocab-parallel ranks of the Markov loop
+  int threads = 0;             // CPU worker threads (0 = hardware concurrency)
+  int64_t max_positions() const { return static_cast<int64_t>(max_pages_per_req) * page_size; }
+};
+
+// Newly verified tokens of any requests, flattened.
+struct ContextBatch {
+  int num_tokens = 0;
+  const bf16* hidden = nullptr;        // [T, taps * H_t] target hidden states
+  const int64_t* positions = nullptr;  // [T] absolute positions
+  const int64_t* slots = nullptr;      // [T] KV slots (-1: skip)
+};
+
+// One propose call over `num_rows` rows (requests or padding rows).
+struct ProposeBatch {
+  int num_rows = 0;
+  const int64_t* anchor_tokens = nullptr;     // [rows] the target's last sampled token
+  const int64_t* anchor_positions = nullptr;  // [rows] a: the anchor's absolute position
+  const int64_t* seeds = nullptr;             // [rows]
+  const float* temperatures = nullptr;        // [rows] >= 0, finite
+  const int64_t* cache_slots = nullptr;       // [rows] draft-logits cache row, -1 = padding
+  const int32_t* block_tables = nullptr;      // [rows, max_pages_per_req]
+};
+
+struct ProposeOutputs {
+  int64_t* draft_tokens = nullptr;  // [rows, N]
+  bf16* draft_logits = nullptr;     // [cache_slots, N, V]
+};
+
+struct StageTimings {
+  double context_ms = 0, embed_ms = 0, backbone_ms = 0, lm_head_ms = 0, markov_ms = 0;
+  double total_ms() const { return embed_ms + backbone_ms + lm_head_ms + markov_ms; }
+};
+
+class DraftBackend {
+ public:
+  virtual ~DraftBackend() = default;
+  virtual std::string name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const DraftOptions& options() const = 0;
+  virtual void store_context(const ContextBatch& batch) = 0;
+  virtual void propose(const ProposeBatch& batch, const ProposeOutputs& out) = 0;
+  virtual StageTimings last_timings() const = 0;
+  // Host copy of one layer's KV cache [pages * page_size * kv_heads * 2 * head_dim].
+  virtual std::vector<bf16> kv_cache(int layer) const = 0;
+};
+
+// Refuses bad input at the API boundary (InvalidArgument naming row and field).
+void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b);
+void validate_propose(const ModelConfig& c, const DraftOptions& o, const ProposeBatch& b);
+
+// The matrix products of the CPU backend (the ops the contract lets differ
+// from the GPU within a bf16-ulp budget). By default cpu::gemm and
+// cpu::attention; a test may put the GPU's in their place to run the CPU
+// pipeline on the GPU's matrix products and compare everything else bit for bit.
+struct MatmulOps {
+  std::function<void(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
+                     int64_t y_stride)>
+      gemm;
+  std::function<void(const cpu::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out)>
+      attention;
+};
+
+std::unique_ptr<DraftBackend> make_cpu_backend(std::shared_ptr<const Checkpoint> ckpt,
+                                               const DraftOptions& options,
+                                               const MatmulOps* matmul = nullptr);
+
+}  // namespace sparkdraft

@@ -1,0 +1,52 @@
+// A deterministic multi-round drafting scenario against any backend: what the
+// demo runs and what the invariance tests compare across backends, batch
+// compositions and TP sizes.
+//
+// Each request id has its own prompt length, seed, temperature and synthetic
+// target hidden states, all derived from (scenario seed, request id) alone, so a
+// request drafts the same tokens whatever batch it is in. Each round: the new
+// verified context of every request is stored, one propose call drafts all rows,
+// then a mock verifier accepts a seeded number k of the drafts: the anchor and
+// the k accepted tokens become context, and a fresh bonus token at a + k + 1 is
+// the next anchor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "sparkdraft/draft.h"
+
+namespace sparkdraft {
+
+struct ScenarioOptions {
+  std::vector<int> request_ids{0, 1, 2};  // the real requests, in row order
+  std::vector<int> padding_before;        // row indices (into the final rows) that are padding
+  int rounds = 3;
+  uint64_t seed = 1;
+  int min_prompt = 12;                    // prompt length in [min_prompt, min_prompt + 16)
+  int page_size = 16;
+};
+
+struct RequestDraft {
+  int request_id;
+  int64_t anchor_token, anchor_position;
+  float temperature;
+  std::vector<int64_t> tokens;  // [N]
+  std::vector<bf16> logits;     // [N, V] the request's draft-logits cache rows
+};
+
+struct ScenarioRound {
+  std::vector<RequestDraft> drafts;  // one per real request, in request_ids order
+  StageTimings timings;
+};
+
+// Options a backend needs to run the scenario (rows, pages, slots).
+DraftOptions scenario_draft_options(const ModelConfig& config, const ScenarioOptions& s);
+
+// Runs the rounds; `on_round` (optional) sees each round as it completes.
+std::vector<ScenarioRound> run_scenario(
+    DraftBackend& backend, const ScenarioOptions& s,
+    const std::function<void(int round, const ScenarioRound&)>& on_round = nullptr);
+
+}  // namespace sparkdraft

@@ -1,0 +1,173 @@
+// Vocab-parallel Markov loop on the CPU (see markov_loop.h).
+#include "runtime/markov_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "sparkdraft/core/philox.h"
+#include "sparkdraft/core/sampling.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// A rank's per-row packet: its best (value, id).
+struct Packet {
+  float value;
+  int32_t pad;
+  int64_t id;
+};
+
+// The loop over this rank's slice given its base logits [rows, N, slice].
+void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
+                const ProposeOutputs& out) {
+  const ModelConfig& c = *in.config;
+  const MarkovRows& rows = *in.rows;
+  const int R = rows.num_rows, N = c.block_size, rank = c.markov_rank;
+  const int tp = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+  const int slice = c.vocab_size / tp;
+  const int64_t offset = static_cast<int64_t>(me) * slice;
+  const bf16* w2 = in.weights->markov_w2 + offset * rank;
+  const bf16* w1 = in.weights->markov_w1;
+
+  std::vector<int64_t> prev(rows.anchor_tokens);
+  std::vector<bf16> e(static_cast<size_t>(R) * rank), bias(static_cast<size_t>(R) * slice);
+  std::vector<bf16> local(static_cast<size_t>(R) * N * slice);  // [R, N, slice]
+  std::vector<Packet> mine(R), all(static_cast<size_t>(R) * tp);
+  for (int j = 0; j < N; ++j) {
+    for (int r = 0; r < R; ++r)
+      std::memcpy(&e[static_cast<size_t>(r) * rank], w1 + prev[r] * rank, rank * sizeof(bf16));
+    cpu::markov_bias(e.data(), R, w2, slice, rank, bias.data(), in.threads);
+    for (int r = 0; r < R; ++r) {
+      bf16* l = &local[(static_cast<size_t>(r) * N + j) * slice];
+      cpu::step_logits(base + (static_cast<size_t>(r) * N + j) * slice,
+                       &bias[static_cast<size_t>(r) * slice], slice, *in.transform, l);
+      const uint32_t gs = draft_step_seed(rows.seeds[r], rows.anchor_positions[r], j);
+      const cpu::RowBest best = cpu::sample_row(l, slice, offset, rows.temperatures[r], gs);
+      mine[r] = Packet{best.value, 0, best.id};
+    }
+    if (comm) {
+      comm->all_gather(mine.data(), all.data(), sizeof(Packet) * R);
+    } else {
+      std::memcpy(all.data(), mine.data(), sizeof(Packet) * R);
+    }
+    for (int r = 0; r < R; ++r) {
+      // Ranks hold increasing id ranges; fold in rank order with the rule.
+      Packet win = all[r];
+      for (int k = 1; k < tp; ++k) {
+        const Packet& p = all[static_cast<size_t>(k) * R + r];
+        if (better(p.value, p.id, win.value, win.id)) win = p;
+      }
+      prev[r] = win.id;
+      if (me == 0) out.draft_tokens[static_cast<size_t>(r) * N + j] = win.id;
+    }
+  }
+  // Cache: all-gather the slices, then every row with a slot gets its full rows.
+  std::vector<bf16> gathered;
+  const bf16* src = local.data();
+  if (comm) {
+    gathered.resize(local.size() * tp);
+    comm->all_gather(local.data(), gathered.data(), local.size() * sizeof(bf16));
+    src = gathered.data();
+  }
+  if (me != 0) return;
+  const size_t V = c.vocab_size;
+  for (int r = 0; r < R; ++r) {
+    const int64_t slot = rows.cache_slots[r];
+    if (slot < 0) continue;
+    for (int j = 0; j < N; ++j)
+      for (int k = 0; k < tp; ++k)
+        std::memcpy(out.draft_logits + (static_cast<size_t>(slot) * N + j) * V + k * slice,
+                    src + static_cast<size_t>(k) * local.size() +
+                        (static_cast<size_t>(r) * N + j) * slice,
+                    slice * sizeof(bf16));
+  }
+}
+
+// Base logits of this rank's slice: [rows*N, slice] = hidden @ lm_head[slice]^T.
+std::vector<bf16> slice_base(const MarkovInputs& in, int tp, int me, const bf16* hidden) {
+  const ModelConfig& c = *in.config;
+  const int T = in.rows->num_rows * c.block_size, H = c.hidden_size;
+  const int slice = c.vocab_size / tp;
+  std::vector<bf16> base(static_cast<size_t>(T) * slice);
+  const bf16* w = in.weights->lm_head + static_cast<size_t>(me) * slice * H;
+  if (in.gemm && *in.gemm)
+    (*in.gemm)(hidden, H, w, T, slice, H, base.data(), slice);
+  else
+    cpu::gemm(hidden, H, w, T, slice, H, base.data(), slice, in.threads);
+  return base;
+}
+
+void check_tp(const ModelConfig& c, int tp) {
+  if (tp < 1 || (tp & (tp - 1)) || c.vocab_size % tp != 0)
+    throw InvalidArgument("vocab-parallel Markov loop: tp " + std::to_string(tp) +
+                          " must be a power of two dividing the vocabulary " +
+                          std::to_string(c.vocab_size));
+}
+
+}  // namespace
+
+MarkovRows markov_rows(const ProposeBatch& b, int block_size) {
+  (void)block_size;
+  MarkovRows m;
+  m.num_rows = b.num_rows;
+  for (int r = 0; r < b.num_rows; ++r) {
+    const bool pad = b.cache_slots[r] < 0;
+    m.anchor_tokens.push_back(pad ? 0 : b.anchor_tokens[r]);
+    m.anchor_positions.push_back(pad ? 0 : b.anchor_positions[r]);
+    m.seeds.push_back(b.seeds[r]);
+    m.temperatures.push_back(b.temperatures[r]);
+    m.cache_slots.push_back(b.cache_slots[r]);
+  }
+  return m;
+}
+
+void markov_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,
+                 const ProposeOutputs& out, double* lm_head_ms, double* loop_ms) {
+  const int tp = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+  auto t0 = Clock::now();
+  std::vector<bf16> base = slice_base(in, tp, me, hidden);
+  if (me == 0 && lm_head_ms) *lm_head_ms = ms_since(t0);
+  t0 = Clock::now();
+  loop_slice(in, comm, base.data(), out);
+  if (me == 0 && loop_ms) *loop_ms = ms_since(t0);
+}
+
+void run_vocab_parallel_markov(const MarkovInputs& in, int tp, const bf16* hidden,
+                               const ProposeOutputs& out, double* lm_head_ms, double* loop_ms) {
+  check_tp(*in.config, tp);
+  if (tp == 1) return markov_rank(in, nullptr, hidden, out, lm_head_ms, loop_ms);
+  MarkovInputs per_rank = in;
+  per_rank.threads = std::max(1, in.threads / tp);
+  run_thread_group(tp, [&](Communicator& comm) {
+    markov_rank(per_rank, &comm, hidden, out, lm_head_ms, loop_ms);
+  });
+}
+
+void markov_loop_from_base(const MarkovInputs& in, int tp, const bf16* base,
+                           const ProposeOutputs& out) {
+  check_tp(*in.config, tp);
+  const ModelConfig& c = *in.config;
+  const int R = in.rows->num_rows, N = c.block_size, V = c.vocab_size, slice = V / tp;
+  auto slice_of = [&](int me) {
+    std::vector<bf16> s(static_cast<size_t>(R) * N * slice);
+    for (int t = 0; t < R * N; ++t)
+      std::memcpy(&s[static_cast<size_t>(t) * slice], base + static_cast<size_t>(t) * V + me * slice,
+                  slice * sizeof(bf16));
+    return s;
+  };
+  if (tp == 1) return loop_slice(in, nullptr, base, out);
+  run_thread_group(tp, [&](Communicator& comm) {
+    std::vector<bf16> s = slice_of(comm.rank());
+    loop_slice(in, &comm, s.data(), out);
+  });
+}
+
+}  // namespace sparkdraft

@@ -1,0 +1,52 @@
+// The Markov loop on the CPU backend, vocab-parallel over ranks as threads
+// (SPEC section 6 (b)). Rank k owns the k-th equal slice of lm_head and w2:
+// per step it samples its slice and contributes a packet (best value, best id);
+// every rank folds the packets in rank order with the contract's rule, so all
+// ranks pick the same token and the tokens and cache are bit for bit TP = 1's.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/comm.h"
+#include "sparkdraft/cpu/ops.h"
+#include "sparkdraft/draft.h"
+
+namespace sparkdraft {
+
+// Per-row sampling state, with padding rows (cache slot -1) made safe to run:
+// their anchor token and position are replaced by 0 (their tokens are don't-care).
+struct MarkovRows {
+  int num_rows = 0;
+  std::vector<int64_t> anchor_tokens, anchor_positions, seeds, cache_slots;
+  std::vector<float> temperatures;
+};
+MarkovRows markov_rows(const ProposeBatch& b, int block_size);
+
+struct MarkovInputs {
+  const ModelConfig* config;
+  const DraftWeights* weights;
+  const cpu::LogitTransform* transform;
+  const MarkovRows* rows;
+  int cache_slots;  // rows of the output draft-logits cache
+  int threads;
+  // The lm_head GEMM (MatmulOps::gemm of the backend); null = cpu::gemm.
+  const decltype(MatmulOps::gemm)* gemm = nullptr;
+};
+
+// One rank's part: base logits of its vocab slice from the final hidden states
+// [rows*N, H], then the N steps. `comm` may be null for a single rank.
+void markov_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,
+                 const ProposeOutputs& out, double* lm_head_ms, double* loop_ms);
+
+// Runs markov_rank on `tp` thread ranks (inline for tp == 1).
+void run_vocab_parallel_markov(const MarkovInputs& in, int tp, const bf16* hidden,
+                               const ProposeOutputs& out, double* lm_head_ms, double* loop_ms);
+
+// The Markov loop alone over given base logits [rows, N, V] (tests and the GPU
+// comparison use it): tokens [rows, N] and the cache [slots, N, V].
+void markov_loop_from_base(const MarkovInputs& in, int tp, const bf16* base,
+                           const ProposeOutputs& out);
+
+}  // namespace sparkdraft

@@ -1,0 +1,172 @@
+// The whole draft job on the CPU backend: determinism, batch invariance (a
+// request alone vs inside a batch with padding rows), TP invariance (thread
+// ranks), a DeepSpec-style checkpoint, and the API boundary's refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/draft.h"
+#include "sparkdraft/error.h"
+#include "sparkdraft/scenario.h"
+#include "test_util.h"
+
+namespace sparkdraft {
+namespace {
+
+using testing::TempDir;
+
+std::shared_ptr<const Checkpoint> tiny(const std::string& style, const TempDir& dir,
+                                       uint64_t seed = 3) {
+  SyntheticOptions so;
+  so.seed = seed;
+  write_synthetic_checkpoint(preset_config("tiny", style), dir.path(), so);
+  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+}
+
+struct DraftRun {
+  std::vector<ScenarioRound> rounds;
+  std::vector<std::vector<bf16>> kv;
+};
+
+DraftRun run(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, int tp = 1,
+        int threads = 2, const DraftOptions* base = nullptr) {
+  DraftOptions o = base ? *base : scenario_draft_options(ckpt->config(), s);
+  o.tp = tp;
+  o.threads = threads;
+  auto backend = make_cpu_backend(ckpt, o);
+  DraftRun r;
+  r.rounds = run_scenario(*backend, s);
+  for (int l = 0; l < ckpt->config().num_layers; ++l) r.kv.push_back(backend->kv_cache(l));
+  return r;
+}
+
+// Every draft of request `id` in a equals the one in b (tokens and cache rows).
+void expect_same_request(const DraftRun& a, const DraftRun& b, int id, const std::string& what) {
+  ASSERT_EQ(a.rounds.size(), b.rounds.size());
+  for (size_t round = 0; round < a.rounds.size(); ++round) {
+    const RequestDraft* da = nullptr;
+    const RequestDraft* db = nullptr;
+    for (const auto& d : a.rounds[round].drafts) if (d.request_id == id) da = &d;
+    for (const auto& d : b.rounds[round].drafts) if (d.request_id == id) db = &d;
+    ASSERT_TRUE(da && db) << what << ": request " << id << " missing in round " << round;
+    EXPECT_EQ(da->tokens, db->tokens) << what << ": request " << id << " round " << round;
+    SD_EXPECT_BF16_EQ(da->logits, db->logits,
+                      what + ": cache of request " + std::to_string(id) + " round " + std::to_string(round));
+  }
+}
+
+class DraftStyles : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DraftStyles, RerunGivesIdenticalTokensCacheAndKv) {
+  TempDir dir;
+  auto ckpt = tiny(GetParam(), dir);
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2};
+  const DraftRun a = run(ckpt, s), b = run(ckpt, s, 1, 1);
+  for (int id : s.request_ids) expect_same_request(a, b, id, "rerun (2 vs 1 threads)");
+  for (size_t l = 0; l < a.kv.size(); ++l) SD_EXPECT_BF16_EQ(a.kv[l], b.kv[l], "kv layer " + std::to_string(l));
+  // The drafts are real: sampled tokens are in range and the cache is not constant.
+  const auto& d = a.rounds[0].drafts[0];
+  for (int64_t t : d.tokens) EXPECT_TRUE(t >= 0 && t < ckpt->config().vocab_size);
+  bool varies = false;
+  for (const auto& x : d.logits) varies |= x.bits != d.logits[0].bits;
+  EXPECT_TRUE(varies) << "draft logits are constant";
+}
+
+TEST_P(DraftStyles, RequestAloneEqualsRequestInBatchOfFiveWithPadding) {
+  TempDir dir;
+  auto ckpt = tiny(GetParam(), dir);
+  ScenarioOptions batch;
+  batch.request_ids = {0, 1, 2};
+  batch.padding_before = {1, 3};  // rows: req0, pad, req1, pad, req2
+  ScenarioOptions alone;
+  alone.request_ids = {2};
+  // Same geometry so that request 2 uses the same pages in both runs.
+  const DraftOptions o = scenario_draft_options(ckpt->config(), batch);
+  const DraftRun b = run(ckpt, batch, 1, 2, &o);
+  const DraftRun a = run(ckpt, alone, 1, 2, &o);
+  expect_same_request(a, b, 2, "alone vs batch of 5");
+}
+
+TEST_P(DraftStyles, TensorParallelRanksGiveTheTokensAndCacheOfOneRank) {
+  TempDir dir;
+  auto ckpt = tiny(GetParam(), dir);
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2, 3};
+  s.padding_before = {2};
+  const DraftRun one = run(ckpt, s, 1);
+  for (int tp : {2, 4, 8}) {
+    const DraftRun many = run(ckpt, s, tp);
+    for (int id : s.request_ids) expect_same_request(one, many, id, "tp " + std::to_string(tp));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, DraftStyles, ::testing::Values("qwen3", "muse"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Draft, DeepSpecStyleCheckpointLoadsAndDrafts) {
+  TempDir dir;
+  SyntheticOptions so;
+  so.seed = 11;
+  so.hf_config = true;
+  write_synthetic_checkpoint(preset_config("tiny", "qwen3"), dir.path(), so);
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+  EXPECT_EQ(ckpt->config().layer_style, LayerStyle::pre_norm);
+  ScenarioOptions s;
+  const DraftRun r = run(ckpt, s);
+  EXPECT_EQ(r.rounds.size(), 3u);
+  EXPECT_EQ(r.rounds[0].drafts.size(), 3u);
+}
+
+TEST(Draft, RefusesBadInputAtTheBoundary) {
+  TempDir dir;
+  auto ckpt = tiny("qwen3", dir);
+  ScenarioOptions s;
+  DraftOptions o = scenario_draft_options(ckpt->config(), s);
+  o.threads = 1;
+  auto backend = make_cpu_backend(ckpt, o);
+  const int N = ckpt->config().block_size, V = ckpt->config().vocab_size;
+  int64_t anchor = 5, apos = 20, seed = 1, slot = 0;
+  float temp = 0.5f;
+  std::vector<int32_t> table(o.max_pages_per_req);
+  for (int p = 0; p < o.max_pages_per_req; ++p) table[p] = p;
+  std::vector<int64_t> tokens(N);
+  std::vector<bf16> cache(static_cast<size_t>(o.cache_slots) * N * V);
+  auto propose = [&] {
+    ProposeBatch b{1, &anchor, &apos, &seed, &temp, &slot, table.data()};
+    backend->propose(b, ProposeOutputs{tokens.data(), cache.data()});
+  };
+  EXPECT_NO_THROW(propose());
+  temp = -0.1f;
+  EXPECT_THROW(propose(), InvalidArgument);
+  temp = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(propose(), InvalidArgument);
+  temp = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(propose(), InvalidArgument);
+  temp = 0.5f;
+  anchor = V;
+  EXPECT_THROW(propose(), InvalidArgument);
+  anchor = 5;
+  slot = o.cache_slots;
+  EXPECT_THROW(propose(), InvalidArgument);
+  slot = 0;
+  apos = o.max_positions();
+  EXPECT_THROW(propose(), InvalidArgument);
+  apos = 20;
+  table[1] = o.num_pages;
+  EXPECT_THROW(propose(), InvalidArgument);
+  table[1] = 1;
+  try {
+    temp = -1.0f;
+    propose();
+    ADD_FAILURE() << "negative temperature accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("temperature"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace sparkdraft

@@ -1,0 +1,135 @@
+// The CPU Markov loop (runtime/markov_loop.h) from given base logits: equal to
+// a naive loop written from SPEC sections 1 and 4, and bit for bit the same
+// tokens and cache at TP 1, 2, 4 and 8, with NaN rows, exact ties and padding rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "runtime/markov_loop.h"
+#include "sparkdraft/core/philox.h"
+#include "sparkdraft/core/sampling.h"
+#include "test_util.h"
+
+namespace sparkdraft {
+namespace {
+
+struct LoopSetup {
+  ModelConfig c;
+  std::vector<bf16> w1, w2, base;
+  DraftWeights w;
+  cpu::LogitTransform transform;
+  MarkovRows rows;
+};
+
+LoopSetup make_setup(uint64_t seed, int R, int N, int V, int rank, bool cap) {
+  LoopSetup s;
+  s.c.vocab_size = V;
+  s.c.markov_rank = rank;
+  s.c.block_size = N;
+  if (cap) {
+    s.c.logit_multiplier = 0.75f;
+    s.c.logit_soft_cap = 20.0f;
+  }
+  s.w1 = testing::random_bf16(static_cast<size_t>(V) * rank, seed, 0.3f);
+  s.w2 = testing::random_bf16(static_cast<size_t>(V) * rank, seed + 1, 0.3f);
+  s.base = testing::random_bf16(static_cast<size_t>(R) * N * V, seed + 2, 2.0f);
+  // Row 1: a NaN base logit at a late id of step 0 and several at step 2.
+  // Row 2: exact ties: two ids with identical base logits and identical w2 rows.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (R > 1) {
+    s.base[(1 * N + 0) * V + V - 3] = to_bf16(nan);
+    if (N > 2) {
+      s.base[(1 * N + 2) * V + 17] = to_bf16(nan);
+      s.base[(1 * N + 2) * V + 5] = to_bf16(nan);
+    }
+  }
+  if (R > 2) {
+    for (int j = 0; j < N; ++j) {
+      bf16* row = &s.base[(2 * N + j) * V];
+      for (int v = 0; v < V; ++v) row[v] = to_bf16(-30.0f);
+      row[V / 2 + 3] = row[V / 3] = to_bf16(40.0f);
+    }
+    std::memcpy(&s.w2[static_cast<size_t>(V / 2 + 3) * rank], &s.w2[static_cast<size_t>(V / 3) * rank],
+                rank * sizeof(bf16));
+  }
+  s.w.markov_w1 = s.w1.data();
+  s.w.markov_w2 = s.w2.data();
+  s.transform = cpu::LogitTransform::from_config(s.c);
+  s.rows.num_rows = R;
+  for (int r = 0; r < R; ++r) {
+    s.rows.anchor_tokens.push_back((r * 37 + 11) % V);
+    s.rows.anchor_positions.push_back(100 + 13 * r);
+    s.rows.seeds.push_back(static_cast<int64_t>(seed * 1000 + r) - 500);
+    s.rows.temperatures.push_back(r == 2 || r % 3 == 0 ? 0.0f : (r % 3 == 1 ? 0.7f : 1.0f));
+    s.rows.cache_slots.push_back(r == R - 1 && R > 3 ? -1 : r);  // last row padding when R > 3
+  }
+  return s;
+}
+
+// The loop written from the SPEC text, one entry at a time.
+void naive_loop(const LoopSetup& s, std::vector<int64_t>& tokens, std::vector<bf16>& cache) {
+  const int R = s.rows.num_rows, N = s.c.block_size, V = s.c.vocab_size, K = s.c.markov_rank;
+  for (int r = 0; r < R; ++r) {
+    int64_t prev = s.rows.anchor_tokens[r];
+    for (int j = 0; j < N; ++j) {
+      std::vector<bf16> e(s.w1.begin() + prev * K, s.w1.begin() + (prev + 1) * K), bias(V), l(V);
+      cpu::markov_bias(e.data(), 1, s.w2.data(), V, K, bias.data());
+      cpu::step_logits(&s.base[(static_cast<size_t>(r) * N + j) * V], bias.data(), V, s.transform, l.data());
+      const uint32_t gs = draft_step_seed(s.rows.seeds[r], s.rows.anchor_positions[r], j);
+      int64_t best = -1;
+      float best_z = 0;
+      for (int v = 0; v < V; ++v) {
+        const float z = noised_score(to_f32(l[v]), s.rows.temperatures[r], gs, v);
+        if (best < 0) { best = v; best_z = z; continue; }
+        const bool bn = std::isnan(best_z);
+        if (bn) continue;                       // the lowest NaN stays
+        if (std::isnan(z) || z > best_z) { best = v; best_z = z; }  // strict: lowest id of the max
+      }
+      tokens[static_cast<size_t>(r) * N + j] = best;
+      if (s.rows.cache_slots[r] >= 0)
+        std::memcpy(&cache[(static_cast<size_t>(s.rows.cache_slots[r]) * N + j) * V], l.data(), V * sizeof(bf16));
+      prev = best;
+    }
+  }
+}
+
+TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
+  struct Case { int R, N, V, rank; bool cap; };
+  for (const Case k : {Case{1, 7, 1000, 64, false}, Case{5, 5, 1000, 64, true}, Case{4, 16, 512, 128, false},
+                       Case{3, 1, 1024, 256, true}}) {
+    const uint64_t seed = 1234 + k.R * 7 + k.N;
+    SCOPED_TRACE("seed " + std::to_string(seed) + " R " + std::to_string(k.R) + " N " +
+                 std::to_string(k.N) + " V " + std::to_string(k.V) + " rank " + std::to_string(k.rank));
+    LoopSetup s = make_setup(seed, k.R, k.N, k.V, k.rank, k.cap);
+    const size_t cache_size = static_cast<size_t>(k.R) * k.N * k.V;
+    std::vector<int64_t> naive_tokens(static_cast<size_t>(k.R) * k.N);
+    std::vector<bf16> naive_cache(cache_size, to_bf16(-7.0f));
+    naive_loop(s, naive_tokens, naive_cache);
+    if (k.R > 1 && k.N > 2) {
+      EXPECT_EQ(naive_tokens[1 * k.N + 0], k.V - 3) << "NaN row must pick the NaN id";
+      EXPECT_EQ(naive_tokens[1 * k.N + 2], 5) << "the lowest NaN id wins";
+    }
+    if (k.R > 2) {
+      for (int j = 0; j < k.N; ++j)
+        EXPECT_EQ(naive_tokens[2 * k.N + j], k.V / 3) << "exact tie at T = 0: the lowest id wins";
+    }
+    MarkovInputs in{&s.c, &s.w, &s.transform, &s.rows, k.R, 2};
+    for (int tp : {1, 2, 4, 8}) {
+      if (k.V % tp) continue;
+      std::vector<int64_t> tokens(naive_tokens.size(), -1);
+      std::vector<bf16> cache(cache_size, to_bf16(-7.0f));
+      markov_loop_from_base(in, tp, s.base.data(), ProposeOutputs{tokens.data(), cache.data()});
+      for (int r = 0; r < k.R; ++r) {
+        if (s.rows.cache_slots[r] < 0) continue;  // padding row tokens are don't-care
+        for (int j = 0; j < k.N; ++j)
+          EXPECT_EQ(tokens[r * k.N + j], naive_tokens[r * k.N + j]) << "tp " << tp << " row " << r << " step " << j;
+      }
+      SD_EXPECT_BF16_EQ(cache, naive_cache, "cache at tp " + std::to_string(tp));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sparkdraft
