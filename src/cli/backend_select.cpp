@@ -1,0 +1,54 @@
+// CLI backend selection (see backend_select.h).
+#include "cli/backend_select.h"
+
+#include <cstdio>
+
+#include "sparkdraft/error.h"
+
+#if defined(SPARKDRAFT_HAVE_CUDA)
+#include "sparkdraft/cuda/draft.h"
+#endif
+
+namespace sparkdraft::cli {
+
+std::string backend_help() {
+  return "Backend: auto (the GPU when one is present, else the CPU), cpu, or cuda";
+}
+
+std::unique_ptr<DraftBackend> make_backend(const std::string& kind,
+                                           std::shared_ptr<const Checkpoint> ckpt,
+                                           const DraftOptions& options) {
+  if (kind != "auto" && kind != "cpu" && kind != "cuda")
+    throw InvalidArgument("--backend must be auto, cpu or cuda, not '" + kind + "'");
+  if (kind == "cpu") return make_cpu_backend(std::move(ckpt), options);
+#if defined(SPARKDRAFT_HAVE_CUDA)
+  const bool gpu = cuda::cuda_available();
+  if (kind == "cuda" && !gpu) throw InvalidArgument("--backend cuda: no usable CUDA GPU here");
+  if (gpu && options.tp == 1) {
+    std::printf("backend: cuda (GPU found)\n");
+    return std::make_unique<cuda::CudaDraft>(std::move(ckpt), options);
+  }
+  if (gpu) {
+    if (kind == "cuda")
+      throw InvalidArgument("--backend cuda drafts at tp 1; --tp > 1 runs the CPU thread ranks");
+    std::printf("backend: cpu (--tp %d runs the vocab-parallel loop on CPU thread ranks)\n", options.tp);
+  } else {
+    std::printf("backend: cpu (no CUDA GPU found)\n");
+  }
+#else
+  if (kind == "cuda") throw InvalidArgument("--backend cuda: this build has no CUDA backend (no nvcc at configure time)");
+  std::printf("backend: cpu (this build has no CUDA backend)\n");
+#endif
+  return make_cpu_backend(std::move(ckpt), options);
+}
+
+std::string backend_plan(const DraftBackend& backend) {
+#if defined(SPARKDRAFT_HAVE_CUDA)
+  if (const auto* gpu = dynamic_cast<const cuda::CudaDraft*>(&backend)) return "\n" + gpu->plan();
+#endif
+  const DraftOptions& o = backend.options();
+  return backend.name() + " backend, " + std::to_string(o.threads) + " threads, Markov loop on " +
+         std::to_string(o.tp) + " vocab-parallel rank(s)";
+}
+
+}  // namespace sparkdraft::cli

@@ -1,0 +1,181 @@
+// `sparkdraft check`, `sparkdraft plan` and `sparkdraft bench`: the GPU side of
+// the tool. In a build without the CUDA backend they exist and say so.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/error.h"
+#include "sparkdraft/scenario.h"
+
+#if defined(SPARKDRAFT_HAVE_CUDA)
+#include "cuda/markov/bench_markov.h"
+#include "sparkdraft/cuda/check_draft.h"
+#include "sparkdraft/cuda/draft.h"
+#include "sparkdraft/cuda/markov.h"
+#endif
+
+namespace sparkdraft::cli {
+namespace {
+
+std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir_in, const std::string& style) {
+  std::string dir = dir_in;
+  if (dir.empty()) {
+    dir = (std::filesystem::temp_directory_path() / ("sparkdraft-check-tiny-" + (style.empty() ? std::string("qwen3") : style))).string();
+    SyntheticOptions so;
+    so.seed = 1;
+    write_synthetic_checkpoint(preset_config("tiny", style), dir, so);
+    std::printf("made a tiny synthetic checkpoint (%s style) in %s\n", style.empty() ? "qwen3" : style.c_str(), dir.c_str());
+  }
+  return std::make_shared<const Checkpoint>(Checkpoint::load(dir));
+}
+
+[[noreturn]] void no_cuda(const char* what) {
+  throw InvalidArgument(std::string(what) + " needs the CUDA backend, which this build does not have (no nvcc at configure time)");
+}
+
+#if defined(SPARKDRAFT_HAVE_CUDA)
+void require_gpu(const char* what) {
+  if (!cuda::cuda_available()) throw InvalidArgument(std::string(what) + " needs a CUDA GPU, and none is usable here");
+}
+#endif
+
+}  // namespace
+
+Command add_check(CLI::App& app) {
+  struct Opts {
+    std::string checkpoint, style;
+    int requests = 3, rounds = 3;
+    uint64_t seed = 1;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand(
+      "check",
+      "Bit-for-bit check of the exactness contract on the GPU: the CPU backend (its matrix "
+      "products done on the GPU) vs the GPU eager path vs the GPU fused path, on draft tokens, "
+      "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any difference.");
+  sub->add_option("--checkpoint", opts->checkpoint, "Checkpoint directory; default: a tiny synthetic one");
+  sub->add_option("--style", opts->style, "Style of the default tiny checkpoint: qwen3 or muse");
+  sub->add_option("--requests", opts->requests, "Requests")->check(CLI::Range(1, 64))->capture_default_str();
+  sub->add_option("--rounds", opts->rounds, "Rounds")->check(CLI::Range(1, 100))->capture_default_str();
+  sub->add_option("--seed", opts->seed, "Scenario seed")->capture_default_str();
+  return {sub, [opts] {
+#if defined(SPARKDRAFT_HAVE_CUDA)
+            require_gpu("check");
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style);
+            ScenarioOptions s;
+            s.request_ids.clear();
+            for (int r = 0; r < opts->requests; ++r) s.request_ids.push_back(r);
+            s.rounds = opts->rounds;
+            s.seed = opts->seed;
+            const cuda::CheckReport report = cuda::check_draft(ckpt, s);
+            std::fputs(report.text().c_str(), stdout);
+            return report.ok() ? 0 : 1;
+#else
+            (void)opts;
+            no_cuda("check");
+#endif
+          }};
+}
+
+Command add_plan(CLI::App& app) {
+  struct Opts {
+    std::string checkpoint, style;
+    int max_reqs = 8;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("plan", "Print what runs fused on the GPU for a checkpoint, and why any part does not");
+  sub->add_option("--checkpoint", opts->checkpoint, "Checkpoint directory; default: a tiny synthetic one");
+  sub->add_option("--style", opts->style, "Style of the default tiny checkpoint: qwen3 or muse");
+  sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")->capture_default_str();
+  return {sub, [opts] {
+#if defined(SPARKDRAFT_HAVE_CUDA)
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style);
+            std::printf("%s\n", cuda::gpu_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs).c_str());
+            return 0;
+#else
+            (void)opts;
+            no_cuda("plan");
+#endif
+          }};
+}
+
+Command add_bench(CLI::App& app) {
+  struct Opts {
+    std::string json;
+    std::vector<int> rows{1};
+    int vocab = 151936, rank = 256, steps = 7, repeats = 50;
+    float temperature = 1.0f;
+    bool transform = false, spec_suite = false;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks (SPEC section 7)");
+  bench->require_subcommand(1);
+  CLI::App* sub = bench->add_subcommand(
+      "markov",
+      "The Markov loop: eager (in a CUDA graph) vs fused (in a CUDA graph) vs the floor, the bytes "
+      "the loop must move over the copy bandwidth measured in the same run. Checks fused == eager "
+      "bit for bit before timing; median of repeats; prints a table and writes JSON.");
+  sub->add_option("--vocab", opts->vocab, "Vocabulary V")->capture_default_str();
+  sub->add_option("--rank", opts->rank, "Markov rank")->capture_default_str();
+  sub->add_option("--steps", opts->steps, "Draft tokens N")->capture_default_str();
+  sub->add_option("--rows", opts->rows, "Row counts to run (several allowed)")->capture_default_str();
+  sub->add_option("--repeats", opts->repeats, "Timed repeats (median)")->capture_default_str();
+  sub->add_option("--temperature", opts->temperature, "Temperature of every row")->capture_default_str();
+  sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");
+  sub->add_flag("--spec", opts->spec_suite,
+                "Run the SPEC section 7 shapes: V 151936 rank 256 N 7 at 1, 8, 32 rows and V 202048 rank 512 at 1 row");
+  sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
+  return {sub, [opts] {
+#if defined(SPARKDRAFT_HAVE_CUDA)
+            require_gpu("bench markov");
+            std::vector<cuda::MarkovBenchOptions> runs;
+            auto make = [&](int v, int k, int rows) {
+              cuda::MarkovBenchOptions b;
+              b.vocab = v;
+              b.rank = k;
+              b.steps = opts->steps;
+              b.rows = rows;
+              b.repeats = opts->repeats;
+              b.transform = opts->transform;
+              b.temperature = opts->temperature;
+              return b;
+            };
+            if (opts->spec_suite) {
+              for (int rows : {1, 8, 32}) runs.push_back(make(151936, 256, rows));
+              runs.push_back(make(202048, 512, 1));
+            } else {
+              for (int rows : opts->rows) runs.push_back(make(opts->vocab, opts->rank, rows));
+            }
+            nlohmann::json all = nlohmann::json::array();
+            std::vector<cuda::MarkovBenchResult> results;
+            for (const auto& b : runs) {
+              const cuda::MarkovBenchResult r = cuda::bench_markov(b, std::cout);
+              all.push_back(cuda::markov_bench_json(r));
+              results.push_back(r);
+            }
+            std::printf("\n%-8s %-5s %-3s %-5s %11s %11s %10s %11s %11s\n", "V", "rank", "N", "rows",
+                        "eager us", "fused us", "floor us", "fused/floor", "eager/floor");
+            for (const auto& r : results)
+              std::printf("%-8d %-5d %-3d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f\n", r.options.vocab,
+                          r.options.rank, r.options.steps, r.options.rows, r.eager_us, r.fused_us,
+                          r.floor_us, r.fused_ratio, r.eager_ratio);
+            if (!opts->json.empty()) {
+              std::ofstream f(opts->json);
+              if (!f) throw InvalidArgument("cannot write " + opts->json);
+              f << all.dump(2) << "\n";
+              std::printf("wrote %s\n", opts->json.c_str());
+            }
+            return 0;
+#else
+            (void)opts;
+            no_cuda("bench markov");
+#endif
+          }};
+}
+
+}  // namespace sparkdraft::cli
