@@ -1,0 +1,53 @@
+// One family of check macros for CUDA, cuBLAS(Lt) and NCCL calls: a failing call
+// throws DeviceError naming the call, the file:line and the library's message.
+// Every kernel launch is followed by SD_CHECK_LAUNCH().
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <sstream>
+#include <string>
+
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cuda {
+
+[[noreturn]] inline void throw_device_error(const char* lib, const char* call, const char* file,
+                                            int line, const std::string& what) {
+  std::ostringstream os;
+  os << lib << " call failed: " << call << " at " << file << ":" << line << ": " << what;
+  throw DeviceError(os.str());
+}
+
+}  // namespace sparkdraft::cuda
+
+#define SD_CUDA_CHECK(call)                                                                   \
+  do {                                                                                        \
+    cudaError_t sd_err_ = (call);                                                             \
+    if (sd_err_ != cudaSuccess)                                                               \
+      ::sparkdraft::cuda::throw_device_error("CUDA", #call, __FILE__, __LINE__,               \
+                                             cudaGetErrorString(sd_err_));                    \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors surface here.
+#define SD_CHECK_LAUNCH() SD_CUDA_CHECK(cudaGetLastError())
+
+#define SD_CUBLAS_CHECK(call)                                                                 \
+  do {                                                                                        \
+    cublasStatus_t sd_st_ = (call);                                                           \
+    if (sd_st_ != CUBLAS_STATUS_SUCCESS)                                                      \
+      ::sparkdraft::cuda::throw_device_error("cuBLAS", #call, __FILE__, __LINE__,             \
+                                             std::to_string(static_cast<int>(sd_st_)));      \
+  } while (0)
+
+#if defined(SPARKDRAFT_HAVE_NCCL) || defined(SD_WITH_NCCL)
+#include <nccl.h>
+#define SD_NCCL_CHECK(call)                                                                   \
+  do {                                                                                        \
+    ncclResult_t sd_nr_ = (call);                                                             \
+    if (sd_nr_ != ncclSuccess)                                                                \
+      ::sparkdraft::cuda::throw_device_error("NCCL", #call, __FILE__, __LINE__,               \
+                                             ncclGetErrorString(sd_nr_));                     \
+  } while (0)
+#endif

@@ -1,0 +1,91 @@
+// Shared pieces of the eager kernels: the row-norm steps every normed kernel uses
+// (so rms_norm, residual_boundary and o_norm_gate round at exactly the same points
+// as cpu::rms_norm), and the launchers' argument checks.
+//
+// A normed row is owned by one warp and walked in the canonical order of
+// core/reduce.h: lane l takes chunks l, l+32, ... of 8 elements, in increasing
+// index, one fma per term; warp_canonical_combine is the butterfly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "sparkdraft/config.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/math.h"
+#include "sparkdraft/core/reduce.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cuda::detail {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr int kRowWarps = 4;  // warps (rows) per block of the warp-per-row kernels
+inline constexpr int kRowThreads = kRowWarps * kWarpSize;
+
+// Calls f(i) for the elements lane `lane` owns, in the canonical lane order.
+template <class F>
+__device__ __forceinline__ void for_lane_elements(int lane, int n, F f) {
+  for (int c = lane; c * kReduceChunk < n; c += kReduceLanes) {
+    const int begin = c * kReduceChunk;
+    const int end = begin + kReduceChunk < n ? begin + kReduceChunk : n;
+    for (int i = begin; i < end; ++i) f(i);
+  }
+}
+
+// Canonical sum of load(i)^2 over i < n; every lane of the warp gets the sum.
+template <class Load>
+__device__ __forceinline__ float warp_sum_squares(int lane, int n, Load load) {
+  const float partial = canonical_lane_partial(lane, n, [&](int i, float& a, float& b) {
+    a = load(i);
+    b = a;
+  });
+  return warp_canonical_combine(partial);
+}
+
+// r = 1 / sqrt(ss / n + eps): IEEE division, add, then rsqrt_f32 (core/math.h:
+// IEEE sqrt and division), no fma.
+__device__ __forceinline__ float rms_scale(float ss, int n, float eps) {
+  return rsqrt_f32(__fadd_rn(__fdiv_rn(ss, static_cast<float>(n)), eps));
+}
+
+// (x * r) * g_i with g_i = w_i, 1 + w_i, or no multiply; the caller rounds to bf16.
+__device__ __forceinline__ float apply_norm(float x, float r, const bf16* w, NormGain gain, int i) {
+  const float xr = __fmul_rn(x, r);
+  switch (gain) {
+    case NormGain::weight:
+      return __fmul_rn(xr, to_f32(w[i]));
+    case NormGain::one_plus_weight:
+      return __fmul_rn(xr, __fadd_rn(1.0f, to_f32(w[i])));
+    case NormGain::none:
+      break;
+  }
+  return xr;
+}
+
+// ---- host side ----------------------------------------------------------------------
+
+// Throws InvalidArgument("cuda::<op>: <what>") when `ok` is false.
+inline void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw InvalidArgument(std::string("cuda::") + op + ": " + what);
+}
+
+inline void require_eps(float eps, const char* op) {
+  require(eps >= 0.0f && eps <= 3.0e38f, op, "eps must be finite and >= 0, got " + std::to_string(eps));
+}
+
+inline void require_gain_weight(const bf16* weight, NormGain gain, const char* op,
+                                const char* field) {
+  require(gain == NormGain::none || weight != nullptr, op,
+          std::string(field) + " is null but the norm gain is " + to_string(gain));
+}
+
+// Blocks of `threads` covering `total` items (total > 0), within the grid's x limit.
+inline unsigned blocks_for(int64_t total, int threads, const char* op) {
+  const int64_t blocks = (total + threads - 1) / threads;
+  require(blocks <= 0x7fffffffLL, op, std::to_string(total) + " work items exceed one grid");
+  return static_cast<unsigned>(blocks);
+}
+
+}  // namespace sparkdraft::cuda::detail

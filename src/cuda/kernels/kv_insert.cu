@@ -1,0 +1,60 @@
+// KV insert into the paged cache, bit for bit cpu::kv_insert.
+//
+// What it computes: for token t with slot s = slots[t] >= 0, head h and j < d:
+//   cache[s][h][j] = k[t][h*d + j],  cache[s][h][d + j] = v[t][h*d + j]
+// (cache layout [slots, kv_heads, 2*d]); a negative slot (-1 = padding) writes
+// nothing. Where it rounds: nowhere, these are exact bf16 copies.
+// Launch: one 128-thread block per token, threads striding over kv_heads * d.
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/kernels.h"
+
+#include "cuda/kernels/common.cuh"
+
+namespace sparkdraft::cuda {
+namespace {
+
+constexpr int kKvThreads = 128;
+
+__global__ void __launch_bounds__(kKvThreads)
+    kv_insert_kernel(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                     int kv_heads, int head_dim, const int64_t* slots, bf16* cache) {
+  const int64_t t = blockIdx.x;
+  const int64_t slot = slots[t];
+  if (slot < 0) return;
+  const int width = kv_heads * head_dim;
+  const bf16* kt = k + t * k_stride;
+  const bf16* vt = v + t * v_stride;
+  bf16* dst = cache + slot * width * 2;
+  for (int e = threadIdx.x; e < width; e += kKvThreads) {
+    const int h = e / head_dim;
+    const int j = e - h * head_dim;
+    bf16* head = dst + static_cast<int64_t>(h) * 2 * head_dim;
+    head[j] = kt[e];
+    head[head_dim + j] = vt[e];
+  }
+}
+
+}  // namespace
+
+void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
+               int kv_heads, int head_dim, const int64_t* slots, bf16* cache,
+               cudaStream_t stream) {
+  using detail::require;
+  require(tokens >= 0, "kv_insert", "tokens must be >= 0, got " + std::to_string(tokens));
+  require(kv_heads >= 1, "kv_insert", "kv_heads must be >= 1, got " + std::to_string(kv_heads));
+  require(head_dim >= 1, "kv_insert", "head_dim must be >= 1, got " + std::to_string(head_dim));
+  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
+  require(width <= 0x3fffffff, "kv_insert", "kv_heads * head_dim too large");
+  require(k_stride >= width, "kv_insert",
+          "k_stride " + std::to_string(k_stride) + " < kv_heads * head_dim " + std::to_string(width));
+  require(v_stride >= width, "kv_insert",
+          "v_stride " + std::to_string(v_stride) + " < kv_heads * head_dim " + std::to_string(width));
+  if (tokens == 0) return;
+  require(k != nullptr && v != nullptr && slots != nullptr && cache != nullptr, "kv_insert",
+          "k, v, slots and cache must not be null");
+  kv_insert_kernel<<<static_cast<unsigned>(tokens), kKvThreads, 0, stream>>>(
+      k, k_stride, v, v_stride, kv_heads, head_dim, slots, cache);
+  SD_CHECK_LAUNCH();
+}
+
+}  // namespace sparkdraft::cuda

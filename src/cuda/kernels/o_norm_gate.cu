@@ -1,0 +1,72 @@
+// Attention output norm and gate in place, bit for bit cpu::o_norm_gate.
+//
+// What it computes, per token t and head h over the head's d values:
+//   o = o_norm ? bf16((f32(o_i) * r) * g_i) : o      (cpu::rms_norm's steps over d,
+//                                                    gain from o_norm_weight [d])
+//   o = gate   ? bf16(f32(o_i) * sigmoid_f32(f32(g[t][h*d + i]))) : o
+// Where it rounds: after the norm (bf16), after the gate (bf16); sigmoid_f32 is
+// core/math.h's.
+// Launch: one warp per (token, head) in the canonical order of the norm, 4 per
+// 128-thread block; each lane rewrites only its own elements.
+#include "sparkdraft/core/math.h"
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/kernels.h"
+
+#include "cuda/kernels/common.cuh"
+
+namespace sparkdraft::cuda {
+namespace {
+
+__global__ void __launch_bounds__(detail::kRowThreads)
+    o_norm_gate_kernel(bf16* o, int64_t units, int heads, int head_dim,
+                       const bf16* o_norm_weight, bool o_norm, NormGain gain, float eps,
+                       const bf16* g, int64_t g_stride) {
+  const int lane = threadIdx.x % detail::kWarpSize;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * detail::kRowWarps +
+                       threadIdx.x / detail::kWarpSize;
+  if (unit >= units) return;
+  const int64_t t = unit / heads;
+  const int h = static_cast<int>(unit - t * heads);
+  bf16* oh = o + unit * head_dim;  // o is [tokens, heads * head_dim]
+  const bf16* gh = g != nullptr ? g + t * g_stride + static_cast<int64_t>(h) * head_dim : nullptr;
+
+  float r = 0.0f;
+  if (o_norm)
+    r = detail::rms_scale(
+        detail::warp_sum_squares(lane, head_dim, [&](int i) { return to_f32(oh[i]); }), head_dim,
+        eps);
+  detail::for_lane_elements(lane, head_dim, [&](int i) {
+    float v = to_f32(oh[i]);
+    if (o_norm) v = round_bf16(detail::apply_norm(v, r, o_norm_weight, gain, i));
+    if (gh != nullptr) v = round_bf16(__fmul_rn(v, sigmoid_f32(to_f32(gh[i]))));
+    oh[i] = to_bf16(v);
+  });
+}
+
+}  // namespace
+
+void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
+                 bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride,
+                 cudaStream_t stream) {
+  using detail::require;
+  require(tokens >= 0, "o_norm_gate", "tokens must be >= 0, got " + std::to_string(tokens));
+  require(heads >= 1, "o_norm_gate", "heads must be >= 1, got " + std::to_string(heads));
+  require(head_dim >= 1, "o_norm_gate", "head_dim must be >= 1, got " + std::to_string(head_dim));
+  if (o_norm) {
+    detail::require_gain_weight(o_norm_weight, gain, "o_norm_gate", "o_norm_weight");
+    detail::require_eps(eps, "o_norm_gate");
+  }
+  if (g != nullptr)
+    require(g_stride >= static_cast<int64_t>(heads) * head_dim, "o_norm_gate",
+            "g_stride " + std::to_string(g_stride) + " < heads * head_dim " +
+                std::to_string(static_cast<int64_t>(heads) * head_dim));
+  if (tokens == 0 || (!o_norm && g == nullptr)) return;  // nothing to do: o stays as it is
+  require(o != nullptr, "o_norm_gate", "o must not be null");
+  const int64_t units = static_cast<int64_t>(tokens) * heads;
+  const unsigned blocks = detail::blocks_for(units, detail::kRowWarps, "o_norm_gate");
+  o_norm_gate_kernel<<<blocks, detail::kRowThreads, 0, stream>>>(
+      o, units, heads, head_dim, o_norm_weight, o_norm, gain, eps, g, g_stride);
+  SD_CHECK_LAUNCH();
+}
+
+}  // namespace sparkdraft::cuda

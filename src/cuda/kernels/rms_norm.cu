@@ -1,0 +1,71 @@
+// RMSNorm of rows, bit for bit cpu::rms_norm.
+//
+// What it computes: per row of n values, ss = sum x_i^2 in the canonical order
+// (fp32, fma per term), r = 1 / sqrt(ss / n + eps), y_i = bf16((x_i * r) * g_i).
+// Where it rounds: only the output, once, to bf16; x_i is f32(bf16) or the fp32
+// stream value, r and the products stay fp32.
+// Launch: one warp per row (the canonical order is a warp's natural walk), 4 rows
+// per 128-thread block. Each lane reads and writes only its own elements, which
+// makes y == x safe.
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/kernels.h"
+
+#include "cuda/kernels/common.cuh"
+
+namespace sparkdraft::cuda {
+namespace {
+
+__device__ __forceinline__ float load_f32(const bf16* p) { return to_f32(*p); }
+__device__ __forceinline__ float load_f32(const float* p) { return *p; }
+
+template <class In>
+__global__ void __launch_bounds__(detail::kRowThreads)
+    rms_norm_kernel(const In* x, int64_t x_stride, int rows, int n, const bf16* weight,
+                    NormGain gain, float eps, bf16* y, int64_t y_stride) {
+  const int lane = threadIdx.x % detail::kWarpSize;
+  const int row = blockIdx.x * detail::kRowWarps + threadIdx.x / detail::kWarpSize;
+  if (row >= rows) return;  // whole warps leave together
+  const In* xr = x + row * x_stride;
+  bf16* yr = y + row * y_stride;
+  const float ss = detail::warp_sum_squares(lane, n, [&](int i) { return load_f32(xr + i); });
+  const float r = detail::rms_scale(ss, n, eps);
+  detail::for_lane_elements(lane, n, [&](int i) {
+    yr[i] = to_bf16(detail::apply_norm(load_f32(xr + i), r, weight, gain, i));
+  });
+}
+
+template <class In>
+void launch_rms_norm(const In* x, int64_t x_stride, int rows, int n, const bf16* weight,
+                     NormGain gain, float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
+  using detail::require;
+  require(rows >= 0, "rms_norm", "rows must be >= 0, got " + std::to_string(rows));
+  require(n >= 1, "rms_norm", "n must be >= 1, got " + std::to_string(n));
+  require(x_stride >= n, "rms_norm",
+          "x_stride " + std::to_string(x_stride) + " < n " + std::to_string(n));
+  require(y_stride >= n, "rms_norm",
+          "y_stride " + std::to_string(y_stride) + " < n " + std::to_string(n));
+  detail::require_gain_weight(weight, gain, "rms_norm", "weight");
+  detail::require_eps(eps, "rms_norm");
+  if (rows == 0) return;
+  require(x != nullptr && y != nullptr, "rms_norm", "x and y must not be null");
+  require(static_cast<const void*>(x) != static_cast<const void*>(y) || x_stride == y_stride,
+          "rms_norm", "in place (y == x) needs y_stride == x_stride");
+  const unsigned blocks = detail::blocks_for(rows, detail::kRowWarps, "rms_norm");
+  rms_norm_kernel<In><<<blocks, detail::kRowThreads, 0, stream>>>(x, x_stride, rows, n, weight,
+                                                                  gain, eps, y, y_stride);
+  SD_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
+              float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
+  launch_rms_norm(x, x_stride, rows, n, weight, gain, eps, y, y_stride, stream);
+}
+
+void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
+              NormGain gain, float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
+  launch_rms_norm(x, x_stride, rows, n, weight, gain, eps, y, y_stride, stream);
+}
+
+}  // namespace sparkdraft::cuda

@@ -1,0 +1,872 @@
+// The eager CUDA kernels against the CPU reference (cpu/ops.h), SPEC section 3:
+// every non-matmul kernel equals its CPU op bit for bit over seeded sweeps (odd
+// sizes, 1 to 64 rows, NaN/inf/overflowing/subnormal rows, padding slots and
+// tokens, both stream dtypes, every norm gain, both rope styles); attention is
+// held within a stated bf16-ulp budget and must not depend on the launch.
+//
+// NaN: a NaN output matches a NaN output whatever its sign and payload. The GPU's
+// fp32 arithmetic returns the canonical NaN 0x7fffffff where x86 keeps an
+// operand's payload or returns 0xffc00000, and bf16 rounding keeps that sign
+// (SPEC: "NaN stays NaN"). Exact copies (embed, kv_insert) compare raw bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/cpu/ops.h"
+#include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/cuda/kernels.h"
+
+namespace sparkdraft {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceStream;
+
+// ---- seeded inputs -------------------------------------------------------------------
+
+class Gen {
+ public:
+  explicit Gen(uint64_t seed) : rng_(seed) {}
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
+  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }  // [lo, hi]
+  std::vector<bf16> bf16s(size_t n, float lo, float hi) {
+    std::vector<bf16> v(n);
+    for (auto& e : v) e = to_bf16(uniform(lo, hi));
+    return v;
+  }
+  std::vector<float> floats(size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = uniform(lo, hi);
+    return v;
+  }
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+template <class T>
+T from_float(float v);
+template <>
+bf16 from_float<bf16>(float v) {
+  return to_bf16(v);
+}
+template <>
+float from_float<float>(float v) {
+  return v;
+}
+
+// Quiet and signaling NaNs of both signs, as the input type.
+template <class T>
+T nan_value(int which);
+template <>
+bf16 nan_value<bf16>(int which) {
+  const uint16_t bits[] = {0x7fc0, 0xffc0, 0x7f81, 0xff95};
+  return bf16{bits[which % 4]};
+}
+template <>
+float nan_value<float>(int which) {
+  const uint32_t bits[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff951234u};
+  return bits_f32(bits[which % 4]);
+}
+
+// Row kinds a sweep cycles through (row 0 is always ordinary).
+enum class RowKind { ordinary, one_nan, one_pos_inf, one_neg_inf, huge, tiny, zeros };
+
+RowKind row_kind(int row) {
+  switch (row % 8) {
+    case 1: return RowKind::one_nan;
+    case 2: return RowKind::one_pos_inf;
+    case 3: return RowKind::one_neg_inf;
+    case 4: return RowKind::huge;
+    case 5: return RowKind::tiny;
+    case 6: return RowKind::zeros;
+    default: return RowKind::ordinary;
+  }
+}
+
+// Fills n values of one row of the given kind. Ordinary rows take a random scale so
+// that sums of squares cover several binades.
+template <class T>
+void fill_row(Gen& gen, T* row, int n, RowKind kind) {
+  const float scales[] = {1e-3f, 0.25f, 1.0f, 37.0f};
+  const float scale = scales[gen.integer(0, 3)];
+  for (int i = 0; i < n; ++i) {
+    float v = gen.uniform(-scale, scale);
+    if (kind == RowKind::huge) v = (gen.integer(0, 1) ? 1.0f : -1.0f) * gen.uniform(1e37f, 3e38f);
+    if (kind == RowKind::tiny) v = gen.uniform(-2e-39f, 2e-39f);  // subnormal in fp32 and bf16
+    if (kind == RowKind::zeros) v = gen.integer(0, 1) ? 0.0f : -0.0f;
+    row[i] = from_float<T>(v);
+  }
+  const int at = gen.integer(0, n - 1);
+  if (kind == RowKind::one_nan) row[at] = nan_value<T>(gen.integer(0, 3));
+  if (kind == RowKind::one_pos_inf) row[at] = from_float<T>(INFINITY);
+  if (kind == RowKind::one_neg_inf) row[at] = from_float<T>(-INFINITY);
+}
+
+// rows x stride values: each row's first n of its kind (ordinary only if !special),
+// the padding past n filled with junk that would change any sum that read it.
+template <class T>
+std::vector<T> make_rows(Gen& gen, int rows, int n, int64_t stride, bool special) {
+  std::vector<T> v(static_cast<size_t>(rows) * stride);
+  for (int r = 0; r < rows; ++r) {
+    T* row = v.data() + static_cast<int64_t>(r) * stride;
+    fill_row(gen, row, n, special ? row_kind(r) : RowKind::ordinary);
+    for (int64_t i = n; i < stride; ++i) row[i] = from_float<T>(gen.uniform(500.0f, 900.0f));
+  }
+  return v;
+}
+
+// ---- comparisons --------------------------------------------------------------------
+
+bool same_bf16(bf16 a, bf16 b, bool nan_equal) {
+  return a.bits == b.bits || (nan_equal && bf16_is_nan(a) && bf16_is_nan(b));
+}
+bool same_f32(float a, float b) {
+  return f32_bits(a) == f32_bits(b) || (std::isnan(a) && std::isnan(b));
+}
+
+std::string hex(uint32_t bits, int width) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%0*x", width, bits);
+  return buf;
+}
+
+// Bit-for-bit comparison of two bf16 buffers, reporting the first mismatches as
+// index (row, column of a `width`-wide row), found and expected bits and values.
+::testing::AssertionResult bf16_bits_equal(const std::vector<bf16>& found,
+                                           const std::vector<bf16>& expected, int64_t width,
+                                           bool nan_equal = true) {
+  if (found.size() != expected.size())
+    return ::testing::AssertionFailure()
+           << "size " << found.size() << " != expected size " << expected.size();
+  std::ostringstream os;
+  size_t bad = 0;
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (same_bf16(found[i], expected[i], nan_equal)) continue;
+    if (++bad <= 8)
+      os << "\n  index " << i << " (row " << static_cast<int64_t>(i) / width << ", col "
+         << static_cast<int64_t>(i) % width << "): found " << hex(found[i].bits, 4) << " ("
+         << to_f32(found[i]) << "), expected " << hex(expected[i].bits, 4) << " ("
+         << to_f32(expected[i]) << ")";
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << found.size() << " values differ:"
+                                       << os.str();
+}
+
+::testing::AssertionResult f32_bits_equal(const std::vector<float>& found,
+                                          const std::vector<float>& expected, int64_t width) {
+  if (found.size() != expected.size())
+    return ::testing::AssertionFailure()
+           << "size " << found.size() << " != expected size " << expected.size();
+  std::ostringstream os;
+  size_t bad = 0;
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (same_f32(found[i], expected[i])) continue;
+    if (++bad <= 8)
+      os << "\n  index " << i << " (row " << static_cast<int64_t>(i) / width << ", col "
+         << static_cast<int64_t>(i) % width << "): found " << hex(f32_bits(found[i]), 8) << " ("
+         << found[i] << "), expected " << hex(f32_bits(expected[i]), 8) << " (" << expected[i]
+         << ")";
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << found.size() << " values differ:"
+                                       << os.str();
+}
+
+const NormGain kGains[] = {NormGain::weight, NormGain::one_plus_weight, NormGain::none};
+
+std::vector<bf16> gain_weights(Gen& gen, int n, NormGain gain) {
+  // 1 + w stays near 1 as real checkpoints do; plain weights span both signs.
+  return gain == NormGain::one_plus_weight ? gen.bf16s(n, -0.9f, 0.9f) : gen.bf16s(n, -2.5f, 2.5f);
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------
+
+template <class In>
+void check_rms_norm(uint64_t seed, int rows, int n, int pad, NormGain gain, bool in_place,
+                    cudaStream_t stream) {
+  std::ostringstream trace;
+  trace << "rms_norm seed " << seed << " input " << (sizeof(In) == 4 ? "f32" : "bf16") << " rows "
+        << rows << " n " << n << " pad " << pad << " gain " << to_string(gain)
+        << (in_place ? " in place" : "");
+  SCOPED_TRACE(trace.str());
+  Gen gen(seed);
+  const int64_t x_stride = n + pad;
+  const int64_t y_stride = in_place ? x_stride : n + (pad + 1) % 4;
+  const float eps = seed % 2 ? 1e-6f : 1e-5f;
+  const std::vector<In> x = make_rows<In>(gen, rows, n, x_stride, true);
+  const std::vector<bf16> w = gain_weights(gen, n, gain);
+  const bf16* w_host = gain == NormGain::none ? nullptr : w.data();
+
+  DeviceBuffer<In> dx(x, stream);
+  DeviceBuffer<bf16> dw(w, stream);
+  const bf16* w_dev = gain == NormGain::none ? nullptr : dw.data();
+  std::vector<bf16> expected, found;
+  if constexpr (std::is_same_v<In, bf16>) {
+    if (in_place) {
+      expected = x;
+      cpu::rms_norm(expected.data(), x_stride, rows, n, w_host, gain, eps, expected.data(),
+                    x_stride);
+      cuda::rms_norm(dx.data(), x_stride, rows, n, w_dev, gain, eps, dx.data(), x_stride, stream);
+      found = dx.download(stream);
+      EXPECT_TRUE(bf16_bits_equal(found, expected, x_stride));
+      return;
+    }
+  }
+  const std::vector<bf16> y0 = gen.bf16s(static_cast<size_t>(rows) * y_stride, -5.0f, 5.0f);
+  expected = y0;
+  cpu::rms_norm(x.data(), x_stride, rows, n, w_host, gain, eps, expected.data(), y_stride);
+  DeviceBuffer<bf16> dy(y0, stream);
+  cuda::rms_norm(dx.data(), x_stride, rows, n, w_dev, gain, eps, dy.data(), y_stride, stream);
+  found = dy.download(stream);
+  EXPECT_TRUE(bf16_bits_equal(found, expected, y_stride));
+}
+
+const int kNormSizes[] = {1, 7, 8, 9, 31, 64, 100, 128, 255, 256, 257, 1000, 4096, 5003, 16384};
+const int kRowCounts[] = {1, 13, 64};
+
+TEST(CudaRmsNorm, Bf16InputMatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0100;
+  for (int n : kNormSizes)
+    for (NormGain gain : kGains)
+      for (int rows : kRowCounts) {
+        ++seed;
+        check_rms_norm<bf16>(seed, rows, n, static_cast<int>(seed % 3) * 3, gain, false,
+                             stream.get());
+      }
+}
+
+TEST(CudaRmsNorm, F32InputMatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0200;
+  for (int n : kNormSizes)
+    for (NormGain gain : kGains)
+      for (int rows : kRowCounts) {
+        ++seed;
+        check_rms_norm<float>(seed, rows, n, static_cast<int>(seed % 3) * 5, gain, false,
+                              stream.get());
+      }
+}
+
+TEST(CudaRmsNorm, InPlaceMatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0300;
+  for (int n : {1, 33, 128, 4099})
+    for (NormGain gain : kGains)
+      for (int rows : {1, 9, 64}) check_rms_norm<bf16>(++seed, rows, n, 2, gain, true, stream.get());
+}
+
+// ---- residual boundary ----------------------------------------------------------------
+
+struct BoundaryCase {
+  int rows, hidden;
+  StreamDType dtype;
+  bool post_norm, norm_preserving;
+  NormGain gain;
+};
+
+std::string describe(const BoundaryCase& c, uint64_t seed) {
+  std::ostringstream os;
+  os << "residual_boundary seed " << seed << " rows " << c.rows << " H " << c.hidden
+     << " stream " << to_string(c.dtype) << (c.post_norm ? " post-norm" : " no post-norm")
+     << (c.norm_preserving ? " alpha/beta" : " plain") << " gain " << to_string(c.gain);
+  return os.str();
+}
+
+// Host inputs of one boundary case.
+struct BoundaryInputs {
+  std::vector<bf16> branch, post_w, pre_w, next0;
+  std::vector<float> alpha, beta, stream_f32;
+  std::vector<bf16> stream_bf16;
+};
+
+BoundaryInputs make_boundary_inputs(Gen& gen, const BoundaryCase& c) {
+  BoundaryInputs in;
+  const size_t total = static_cast<size_t>(c.rows) * c.hidden;
+  in.branch = make_rows<bf16>(gen, c.rows, c.hidden, c.hidden, true);
+  in.post_w = gain_weights(gen, c.hidden, c.gain);
+  in.pre_w = gain_weights(gen, c.hidden, c.gain);
+  in.alpha = gen.floats(c.hidden, 0.5f, 1.5f);
+  in.beta = gen.floats(c.hidden, -1.5f, 1.5f);
+  // The stream's special rows fall on other rows than the branch's (rows shifted by 3).
+  in.stream_f32.assign(total, 0.0f);
+  for (int r = 0; r < c.rows; ++r)
+    fill_row(gen, in.stream_f32.data() + static_cast<size_t>(r) * c.hidden, c.hidden,
+             r == 0 ? RowKind::ordinary : row_kind(r + 3));
+  in.stream_bf16.resize(total);
+  for (size_t i = 0; i < total; ++i) in.stream_bf16[i] = to_bf16(in.stream_f32[i]);
+  in.next0 = gen.bf16s(total, -3.0f, 3.0f);
+  return in;
+}
+
+struct BoundaryOutputs {
+  std::vector<bf16> next, stream_bf16;
+  std::vector<float> stream_f32;
+};
+
+BoundaryOutputs run_boundary_gpu(const BoundaryCase& c, const BoundaryInputs& in, bool ones,
+                                 cudaStream_t stream) {
+  DeviceBuffer<bf16> branch(in.branch, stream), post_w(in.post_w, stream), pre_w(in.pre_w, stream),
+      next(in.next0, stream);
+  const std::vector<float> one(c.hidden, 1.0f);
+  DeviceBuffer<float> alpha(ones ? one : in.alpha, stream), beta(ones ? one : in.beta, stream);
+  DeviceBuffer<float> s_f32(in.stream_f32, stream);
+  DeviceBuffer<bf16> s_bf16(in.stream_bf16, stream);
+  cuda::BoundaryParams p;
+  p.rows = c.rows;
+  p.hidden = c.hidden;
+  p.stream_dtype = c.dtype;
+  p.post_norm = c.post_norm;
+  p.post_weight = c.gain == NormGain::none ? nullptr : post_w.data();
+  p.pre_weight = c.gain == NormGain::none ? nullptr : pre_w.data();
+  p.alpha = c.norm_preserving || ones ? alpha.data() : nullptr;
+  p.beta = c.norm_preserving || ones ? beta.data() : nullptr;
+  p.gain = c.gain;
+  p.eps = 1e-6f;
+  void* s = c.dtype == StreamDType::f32 ? static_cast<void*>(s_f32.data())
+                                        : static_cast<void*>(s_bf16.data());
+  cuda::residual_boundary(p, branch.data(), s, next.data(), stream);
+  BoundaryOutputs out;
+  out.next = next.download(stream);
+  out.stream_f32 = s_f32.download(stream);
+  out.stream_bf16 = s_bf16.download(stream);
+  return out;
+}
+
+TEST(CudaResidualBoundary, MatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0400;
+  for (int hidden : {1, 40, 257, 1024, 4099, 16384})
+    for (StreamDType dtype : {StreamDType::bf16, StreamDType::f32})
+      for (bool post_norm : {false, true})
+        for (bool norm_preserving : {false, true})
+          for (NormGain gain : kGains) {
+            ++seed;
+            const BoundaryCase c{kRowCounts[seed % 3], hidden, dtype, post_norm, norm_preserving,
+                                 gain};
+            SCOPED_TRACE(describe(c, seed));
+            Gen gen(seed);
+            const BoundaryInputs in = make_boundary_inputs(gen, c);
+
+            cpu::BoundaryParams p;
+            p.rows = c.rows;
+            p.hidden = c.hidden;
+            p.stream_dtype = dtype;
+            p.post_norm = post_norm;
+            p.post_weight = gain == NormGain::none ? nullptr : in.post_w.data();
+            p.pre_weight = gain == NormGain::none ? nullptr : in.pre_w.data();
+            p.alpha = norm_preserving ? in.alpha.data() : nullptr;
+            p.beta = norm_preserving ? in.beta.data() : nullptr;
+            p.gain = gain;
+            p.eps = 1e-6f;
+            std::vector<bf16> next = in.next0;
+            std::vector<float> s_f32 = in.stream_f32;
+            std::vector<bf16> s_bf16 = in.stream_bf16;
+            void* s = dtype == StreamDType::f32 ? static_cast<void*>(s_f32.data())
+                                                : static_cast<void*>(s_bf16.data());
+            cpu::residual_boundary(p, in.branch.data(), s, next.data());
+
+            const BoundaryOutputs got = run_boundary_gpu(c, in, false, stream.get());
+            EXPECT_TRUE(bf16_bits_equal(got.next, next, hidden)) << "next";
+            if (dtype == StreamDType::f32)
+              EXPECT_TRUE(f32_bits_equal(got.stream_f32, s_f32, hidden)) << "fp32 stream";
+            else
+              EXPECT_TRUE(bf16_bits_equal(got.stream_bf16, s_bf16, hidden)) << "bf16 stream";
+          }
+}
+
+// SPEC: the plain residual is alpha = beta = 1 and must give the same bits as s + b.
+TEST(CudaResidualBoundary, UnitAlphaBetaEqualsPlain) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0500;
+  for (int hidden : {3, 256, 5000})
+    for (StreamDType dtype : {StreamDType::bf16, StreamDType::f32})
+      for (bool post_norm : {false, true}) {
+        ++seed;
+        const BoundaryCase c{7, hidden, dtype, post_norm, false, NormGain::weight};
+        SCOPED_TRACE(describe(c, seed));
+        Gen gen(seed);
+        const BoundaryInputs in = make_boundary_inputs(gen, c);
+        const BoundaryOutputs plain = run_boundary_gpu(c, in, false, stream.get());
+        const BoundaryOutputs unit = run_boundary_gpu(c, in, true, stream.get());
+        EXPECT_TRUE(bf16_bits_equal(unit.next, plain.next, hidden)) << "next";
+        EXPECT_TRUE(f32_bits_equal(unit.stream_f32, plain.stream_f32, hidden)) << "fp32 stream";
+        EXPECT_TRUE(bf16_bits_equal(unit.stream_bf16, plain.stream_bf16, hidden)) << "bf16 stream";
+      }
+}
+
+// ---- RoPE ------------------------------------------------------------------------------
+
+TEST(CudaRope, MatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  constexpr int64_t kPositions = 4099;
+  uint64_t seed = 0x5D0600;
+  for (int head_dim : {2, 16, 64, 80, 128, 256})
+    for (double theta : {1e4, 1e6}) {
+      std::vector<float> table(static_cast<size_t>(kPositions) * head_dim);
+      cpu::rope_table(theta, head_dim, kPositions, table.data());
+      DeviceBuffer<float> dtable(table, stream.get());
+      for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj})
+        for (int heads : {1, 5, 8}) {
+          ++seed;
+          const int tokens = kRowCounts[seed % 3];
+          const int64_t x_stride = static_cast<int64_t>(heads) * head_dim + (seed % 2 ? 2 * head_dim : 0);
+          std::ostringstream trace;
+          trace << "rope seed " << seed << " style " << to_string(style) << " theta " << theta
+                << " head_dim " << head_dim << " heads " << heads << " tokens " << tokens
+                << " x_stride " << x_stride;
+          SCOPED_TRACE(trace.str());
+          Gen gen(seed);
+          std::vector<bf16> x = gen.bf16s(static_cast<size_t>(tokens) * x_stride, -4.0f, 4.0f);
+          for (int t = 1; t < tokens; t += 5) {  // a NaN and an inf in some tokens
+            x[t * x_stride + gen.integer(0, heads * head_dim - 1)] = nan_value<bf16>(t);
+            x[t * x_stride + gen.integer(0, heads * head_dim - 1)] = to_bf16(INFINITY);
+          }
+          std::vector<int64_t> pos(tokens);
+          for (auto& p : pos) p = gen.integer(0, kPositions - 1);
+          pos[0] = kPositions - 1;
+          if (tokens > 1) pos[1] = 0;
+
+          std::vector<bf16> expected = x;
+          cpu::rope(expected.data(), x_stride, tokens, heads, head_dim, pos.data(), table.data(),
+                    style);
+          DeviceBuffer<bf16> dx(x, stream.get());
+          DeviceBuffer<int64_t> dpos(pos, stream.get());
+          cuda::rope(dx.data(), x_stride, tokens, heads, head_dim, dpos.data(), dtable.data(), style,
+                     stream.get());
+          EXPECT_TRUE(bf16_bits_equal(dx.download(stream.get()), expected, x_stride));
+        }
+    }
+}
+
+// ---- KV insert, embedding -------------------------------------------------------------------
+
+TEST(CudaKvInsert, MatchesCpuBitForBitWithPaddingSlots) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  constexpr int kSlots = 160;
+  uint64_t seed = 0x5D0700;
+  for (int head_dim : {16, 72, 128})
+    for (int kv_heads : {1, 2, 8})
+      for (int tokens : {1, 9, 64}) {
+        ++seed;
+        const int width = kv_heads * head_dim;
+        const int64_t k_stride = width + 5, v_stride = width + 11;
+        std::ostringstream trace;
+        trace << "kv_insert seed " << seed << " tokens " << tokens << " kv_heads " << kv_heads
+              << " head_dim " << head_dim;
+        SCOPED_TRACE(trace.str());
+        Gen gen(seed);
+        std::vector<bf16> k = gen.bf16s(static_cast<size_t>(tokens) * k_stride, -3.0f, 3.0f);
+        std::vector<bf16> v = gen.bf16s(static_cast<size_t>(tokens) * v_stride, -3.0f, 3.0f);
+        k[0] = nan_value<bf16>(2);  // payloads travel unchanged
+        std::vector<int64_t> all(kSlots);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), gen.rng());
+        std::vector<int64_t> slots(all.begin(), all.begin() + tokens);
+        for (int t = 0; t < tokens; t += 4) slots[t] = -1;
+        if (tokens > 1) slots[tokens - 1] = kSlots - 1;
+        const std::vector<bf16> cache0 =
+            gen.bf16s(static_cast<size_t>(kSlots) * width * 2, -9.0f, 9.0f);
+
+        std::vector<bf16> expected = cache0;
+        cpu::kv_insert(k.data(), k_stride, v.data(), v_stride, tokens, kv_heads, head_dim,
+                       slots.data(), expected.data());
+        DeviceBuffer<bf16> dk(k, stream.get()), dv(v, stream.get()), dcache(cache0, stream.get());
+        DeviceBuffer<int64_t> dslots(slots, stream.get());
+        cuda::kv_insert(dk.data(), k_stride, dv.data(), v_stride, tokens, kv_heads, head_dim,
+                        dslots.data(), dcache.data(), stream.get());
+        EXPECT_TRUE(bf16_bits_equal(dcache.download(stream.get()), expected, 2 * width, false));
+      }
+}
+
+TEST(CudaEmbed, MatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  constexpr int kVocab = 1000;
+  uint64_t seed = 0x5D0800;
+  for (int hidden : {1, 33, 256, 4096})
+    for (int rows : {1, 7, 64}) {
+      ++seed;
+      std::ostringstream trace;
+      trace << "embed seed " << seed << " rows " << rows << " hidden " << hidden;
+      SCOPED_TRACE(trace.str());
+      Gen gen(seed);
+      std::vector<bf16> table = gen.bf16s(static_cast<size_t>(kVocab) * hidden, -1.0f, 1.0f);
+      table[static_cast<size_t>(kVocab - 1) * hidden] = nan_value<bf16>(3);
+      std::vector<int64_t> ids(rows);
+      for (auto& id : ids) id = gen.integer(0, kVocab - 1);
+      ids[0] = kVocab - 1;
+      if (rows > 1) ids[1] = 0;
+      std::vector<bf16> expected(static_cast<size_t>(rows) * hidden);
+      cpu::embed(ids.data(), rows, table.data(), hidden, expected.data());
+      DeviceBuffer<bf16> dtable(table, stream.get()), dout(expected.size());
+      DeviceBuffer<int64_t> dids(ids, stream.get());
+      cuda::embed(dids.data(), rows, dtable.data(), hidden, dout.data(), stream.get());
+      EXPECT_TRUE(bf16_bits_equal(dout.download(stream.get()), expected, hidden, false));
+    }
+}
+
+// ---- activations ------------------------------------------------------------------------------
+
+TEST(CudaSiluMul, MatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  const float specials[] = {NAN, INFINITY, -INFINITY, -130.0f, -104.5f, -40.0f, 41.0f, 88.0f,
+                            -0.0f, 0.0f, 1e-40f, -3e-39f, 3.0e38f, -3.0e38f};
+  uint64_t seed = 0x5D0900;
+  for (int inter : {1, 3, 100, 1023, 4096})
+    for (int rows : {1, 5, 64}) {
+      ++seed;
+      std::ostringstream trace;
+      trace << "silu_mul seed " << seed << " rows " << rows << " inter " << inter;
+      SCOPED_TRACE(trace.str());
+      Gen gen(seed);
+      std::vector<bf16> gu = gen.bf16s(static_cast<size_t>(rows) * 2 * inter, -12.0f, 12.0f);
+      for (size_t i = 0; i < gu.size(); i += 7)
+        gu[i] = to_bf16(specials[gen.integer(0, static_cast<int>(std::size(specials)) - 1)]);
+      std::vector<bf16> expected(static_cast<size_t>(rows) * inter);
+      cpu::silu_mul(gu.data(), rows, inter, expected.data());
+      DeviceBuffer<bf16> dgu(gu, stream.get()), dy(expected.size());
+      cuda::silu_mul(dgu.data(), rows, inter, dy.data(), stream.get());
+      EXPECT_TRUE(bf16_bits_equal(dy.download(stream.get()), expected, inter));
+    }
+}
+
+TEST(CudaONormGate, MatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0A00;
+  for (int head_dim : {16, 64, 80, 128, 256})
+    for (int heads : {1, 4, 16})
+      for (bool o_norm : {false, true})
+        for (bool gate : {false, true}) {
+          ++seed;
+          const int tokens = kRowCounts[seed % 3];
+          const NormGain gain = kGains[seed % 3];
+          const int64_t width = static_cast<int64_t>(heads) * head_dim;
+          const int64_t g_stride = width + 3 * head_dim;
+          std::ostringstream trace;
+          trace << "o_norm_gate seed " << seed << " tokens " << tokens << " heads " << heads
+                << " head_dim " << head_dim << (o_norm ? " o_norm" : "") << (gate ? " gate" : "")
+                << " gain " << to_string(gain);
+          SCOPED_TRACE(trace.str());
+          Gen gen(seed);
+          // Each (token, head) is a normed row of head_dim values.
+          const std::vector<bf16> o = make_rows<bf16>(gen, tokens * heads, head_dim, head_dim, true);
+          std::vector<bf16> g = gen.bf16s(static_cast<size_t>(tokens) * g_stride, -9.0f, 9.0f);
+          for (size_t i = 0; i < g.size(); i += 11) g[i] = to_bf16(i % 2 ? -120.0f : 50.0f);
+          const std::vector<bf16> w = gain_weights(gen, head_dim, gain);
+          const bf16* w_host = gain == NormGain::none ? nullptr : w.data();
+
+          std::vector<bf16> expected = o;
+          cpu::o_norm_gate(expected.data(), tokens, heads, head_dim, w_host, o_norm, gain, 1e-6f,
+                           gate ? g.data() : nullptr, g_stride);
+          DeviceBuffer<bf16> dout(o, stream.get()), dg(g, stream.get()), dw(w, stream.get());
+          cuda::o_norm_gate(dout.data(), tokens, heads, head_dim,
+                            gain == NormGain::none ? nullptr : dw.data(), o_norm, gain, 1e-6f,
+                            gate ? dg.data() : nullptr, g_stride, stream.get());
+          EXPECT_TRUE(bf16_bits_equal(dout.download(stream.get()), expected, width));
+        }
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+// Budget: |gpu - cpu| <= 2 bf16 ulps of max(|cpu|, 2^-8). Both sides accumulate in
+// fp32 and round once, but in different orders (the GPU splits q.k over lanes and
+// the context over 512-position splits, then rescales the split sums), so their
+// fp32 results differ by a few fp32 ulps of the terms; rounding to bf16 turns that
+// into at most 1 ulp where the two straddle a rounding boundary (2 for margin). The
+// output is a weighted mean of V values in [-1, 1], so where it cancels toward zero
+// the fp32 difference stays absolute, not relative: the floor 2^-8 (1 bf16 ulp
+// there = 2^-16, far above the ~1e-6 absolute fp32 difference) covers that.
+constexpr double kAttentionUlps = 2.0;
+constexpr double kAttentionFloor = 0x1p-8;
+
+double bf16_ulp(double v) {  // spacing of bf16 at |v| (8 significant bits), v finite
+  if (v == 0.0) return 0x1p-133;
+  int e = 0;
+  std::frexp(std::fabs(v), &e);
+  return std::ldexp(1.0, std::max(e - 8, -133));
+}
+
+struct AttentionCase {
+  int heads, kv_heads, head_dim, page_size, block, window;
+  std::vector<int64_t> kv_lens;
+  int padding_tokens;
+};
+
+std::string describe(const AttentionCase& c, uint64_t seed) {
+  std::ostringstream os;
+  os << "attention seed " << seed << " heads " << c.heads << "/" << c.kv_heads << " head_dim "
+     << c.head_dim << " page_size " << c.page_size << " block " << c.block << " window "
+     << c.window << " padding " << c.padding_tokens << " kv_lens";
+  for (int64_t l : c.kv_lens) os << " " << l;
+  return os.str();
+}
+
+// Host data of one attention call (the cpu::AttentionParams pointers point here).
+struct AttentionData {
+  int tokens = 0, max_pages = 0;
+  int64_t q_stride = 0, max_kv_len = 0;
+  std::vector<bf16> q, cache;
+  std::vector<int32_t> block_tables, token_request;
+  std::vector<int64_t> positions, kv_lens;
+};
+
+AttentionData make_attention_data(Gen& gen, const AttentionCase& c) {
+  AttentionData d;
+  const int requests = static_cast<int>(c.kv_lens.size());
+  d.kv_lens = c.kv_lens;
+  d.max_kv_len = *std::max_element(c.kv_lens.begin(), c.kv_lens.end());
+  d.max_pages = static_cast<int>((d.max_kv_len + c.page_size - 1) / c.page_size) + 1;
+  // Pages shuffled over the requests; spare pages stay unused (random contents).
+  const int pages = requests * d.max_pages + 3;
+  std::vector<int32_t> page_ids(pages);
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), gen.rng());
+  d.block_tables.assign(static_cast<size_t>(requests) * d.max_pages, 0);
+  for (int r = 0, next = 0; r < requests; ++r)
+    for (int i = 0; i < d.max_pages; ++i) d.block_tables[r * d.max_pages + i] = page_ids[next++];
+  d.cache = gen.bf16s(static_cast<size_t>(pages) * c.page_size * c.kv_heads * 2 * c.head_dim,
+                      -1.0f, 1.0f);
+  // Tokens: each request's block (positions kv_len - block .. kv_len - 1), with
+  // padding tokens spread between them.
+  for (int r = 0; r < requests; ++r) {
+    for (int j = 0; j < c.block; ++j) {
+      d.token_request.push_back(r);
+      d.positions.push_back(c.kv_lens[r] - c.block + j);
+    }
+    if (r < c.padding_tokens) {
+      d.token_request.push_back(-1);
+      d.positions.push_back(0);
+    }
+  }
+  for (int extra = requests; extra < c.padding_tokens; ++extra) {
+    d.token_request.push_back(-1);
+    d.positions.push_back(0);
+  }
+  d.tokens = static_cast<int>(d.token_request.size());
+  d.q_stride = static_cast<int64_t>(c.heads + 2 * c.kv_heads) * c.head_dim;  // packed QKV rows
+  d.q = gen.bf16s(static_cast<size_t>(d.tokens) * d.q_stride, -2.0f, 2.0f);
+  return d;
+}
+
+template <class Params>
+Params attention_params(const AttentionCase& c, const AttentionData& d) {
+  Params p;
+  p.tokens = d.tokens;
+  p.heads = c.heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.page_size = c.page_size;
+  p.max_pages = d.max_pages;
+  p.window = c.window;
+  p.q_stride = d.q_stride;
+  return p;
+}
+
+// Runs the GPU attention over d (token subset: all), with a kv-length bound.
+std::vector<bf16> run_attention_gpu(const AttentionCase& c, const AttentionData& d,
+                                    int64_t max_kv_len, cudaStream_t stream) {
+  DeviceBuffer<bf16> q(d.q, stream), cache(d.cache, stream);
+  DeviceBuffer<int32_t> tables(d.block_tables, stream), token_request(d.token_request, stream);
+  DeviceBuffer<int64_t> positions(d.positions, stream), kv_lens(d.kv_lens, stream);
+  auto p = attention_params<cuda::AttentionParams>(c, d);
+  p.block_tables = tables.data();
+  p.token_request = token_request.data();
+  p.positions = positions.data();
+  p.kv_lens = kv_lens.data();
+  p.max_kv_len = max_kv_len;
+  DeviceBuffer<unsigned char> workspace(cuda::attention_workspace_bytes(p));
+  DeviceBuffer<bf16> out(static_cast<size_t>(d.tokens) * c.heads * c.head_dim);
+  cuda::attention(p, q.data(), cache.data(), out.data(), workspace.data(), workspace.bytes(),
+                  stream);
+  return out.download(stream);
+}
+
+const AttentionCase kAttentionCases[] = {
+    {4, 4, 64, 16, 7, 0, {7, 100}, 2},
+    {8, 2, 128, 16, 7, 0, {513, 1300, 64}, 1},
+    {16, 2, 64, 16, 7, 300, {2100, 900}, 3},
+    {2, 1, 256, 32, 5, 0, {512, 1024}, 0},
+    {4, 2, 16, 8, 16, 1000, {1537, 40}, 1},
+    {6, 3, 80, 16, 7, 0, {1100}, 0},
+    {12, 4, 96, 16, 9, 513, {2050, 10, 600}, 2},
+};
+
+TEST(CudaAttention, MatchesCpuWithinBudget) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0B00;
+  size_t total = 0, exact = 0;
+  double worst = 0.0;
+  for (const AttentionCase& c : kAttentionCases) {
+    ++seed;
+    SCOPED_TRACE(describe(c, seed));
+    Gen gen(seed);
+    const AttentionData d = make_attention_data(gen, c);
+    auto hp = attention_params<cpu::AttentionParams>(c, d);
+    hp.block_tables = d.block_tables.data();
+    hp.token_request = d.token_request.data();
+    hp.positions = d.positions.data();
+    hp.kv_lens = d.kv_lens.data();
+    std::vector<bf16> expected(static_cast<size_t>(d.tokens) * c.heads * c.head_dim);
+    cpu::attention(hp, d.q.data(), d.cache.data(), expected.data());
+    const std::vector<bf16> found = run_attention_gpu(c, d, d.max_kv_len, stream.get());
+
+    const int width = c.heads * c.head_dim;
+    int reported = 0;
+    for (size_t i = 0; i < found.size(); ++i) {
+      const int t = static_cast<int>(i / width);
+      if (d.token_request[t] < 0) {  // padding tokens: exact zeros on both sides
+        if (found[i].bits != 0 || expected[i].bits != 0)
+          ADD_FAILURE() << "padding token " << t << " index " << i << ": found "
+                        << hex(found[i].bits, 4) << ", expected " << hex(expected[i].bits, 4)
+                        << " (both must be 0x0000)";
+        continue;
+      }
+      const double e = to_f32(expected[i]), f = to_f32(found[i]);
+      const double unit = bf16_ulp(std::max(std::fabs(e), kAttentionFloor));
+      const double ulps = std::fabs(f - e) / unit;
+      ++total;
+      exact += found[i].bits == expected[i].bits;
+      if (!(ulps <= kAttentionUlps)) {
+        if (++reported <= 8)
+          ADD_FAILURE() << "index " << i << " (token " << t << ", head " << (i % width) / c.head_dim
+                        << ", dim " << i % c.head_dim << "): found " << hex(found[i].bits, 4) << " ("
+                        << f << "), expected " << hex(expected[i].bits, 4) << " (" << e << "), "
+                        << ulps << " ulps > budget " << kAttentionUlps;
+      } else {
+        worst = std::max(worst, ulps);
+      }
+    }
+  }
+  std::printf("[attention] %zu outputs, %zu bit-exact, worst %.3g bf16 ulps (budget %.3g)\n",
+              total, exact, worst, kAttentionUlps);
+}
+
+// The bits depend only on the inputs: not on the kv-length bound (the split grid),
+// the other requests in the batch, or the run.
+TEST(CudaAttention, IndependentOfLaunchAndBatch) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0C00;
+  for (const AttentionCase& c : kAttentionCases) {
+    ++seed;
+    SCOPED_TRACE(describe(c, seed));
+    Gen gen(seed);
+    const AttentionData d = make_attention_data(gen, c);
+    const int64_t addressable = static_cast<int64_t>(d.max_pages) * c.page_size;
+    const std::vector<bf16> base = run_attention_gpu(c, d, d.max_kv_len, stream.get());
+    EXPECT_TRUE(bf16_bits_equal(run_attention_gpu(c, d, d.max_kv_len, stream.get()), base,
+                                c.heads * c.head_dim, false))
+        << "second run";
+    EXPECT_TRUE(bf16_bits_equal(run_attention_gpu(c, d, addressable, stream.get()), base,
+                                c.heads * c.head_dim, false))
+        << "max_kv_len " << addressable << " instead of " << d.max_kv_len;
+
+    // Request 0 alone (its tokens only, same cache and block table).
+    AttentionData alone = d;
+    const size_t width = static_cast<size_t>(c.heads) * c.head_dim;
+    alone.token_request.clear();
+    alone.positions.clear();
+    alone.q.clear();
+    std::vector<bf16> expected;
+    for (int t = 0; t < d.tokens; ++t) {
+      if (d.token_request[t] != 0) continue;
+      alone.token_request.push_back(0);
+      alone.positions.push_back(d.positions[t]);
+      alone.q.insert(alone.q.end(), d.q.begin() + t * d.q_stride, d.q.begin() + (t + 1) * d.q_stride);
+      expected.insert(expected.end(), base.begin() + t * width, base.begin() + (t + 1) * width);
+    }
+    alone.tokens = static_cast<int>(alone.token_request.size());
+    alone.kv_lens = {d.kv_lens[0]};
+    alone.block_tables.resize(d.max_pages);
+    alone.max_kv_len = d.kv_lens[0];
+    EXPECT_TRUE(bf16_bits_equal(run_attention_gpu(c, alone, alone.max_kv_len, stream.get()),
+                                expected, static_cast<int64_t>(width), false))
+        << "request 0 alone";
+  }
+}
+
+// ---- argument checks ------------------------------------------------------------------------------
+
+TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
+  SD_REQUIRE_GPU();
+  bf16* const none = nullptr;
+  EXPECT_THROW(cuda::rms_norm(none, 8, 1, 0, none, NormGain::none, 1e-6f, none, 8, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::rms_norm(none, 7, 1, 8, none, NormGain::none, 1e-6f, none, 8, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::rms_norm(none, 8, 1, 8, none, NormGain::weight, 1e-6f, none, 8, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::rms_norm(none, 8, 1, 8, none, NormGain::none, NAN, none, 8, nullptr),
+               InvalidArgument);
+
+  cuda::BoundaryParams bp;
+  bp.rows = 1;
+  bp.hidden = 8;
+  bp.gain = NormGain::none;
+  const float coeff = 1.0f;
+  bp.alpha = &coeff;  // beta missing
+  EXPECT_THROW(bp.check(), InvalidArgument);
+  bp.alpha = nullptr;
+  bp.gain = NormGain::weight;  // pre_weight missing
+  EXPECT_THROW(bp.check(), InvalidArgument);
+
+  EXPECT_THROW(cuda::rope(none, 8, 1, 1, 7, nullptr, nullptr, RopeStyle::neox, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::rope(none, 15, 1, 2, 8, nullptr, nullptr, RopeStyle::gptj, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::kv_insert(none, 15, none, 16, 1, 2, 8, nullptr, none, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::embed(nullptr, 1, none, 0, none, nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::silu_mul(none, 1, 0, none, nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::o_norm_gate(none, 1, 2, 8, none, true, NormGain::weight, 1e-6f, none, 16,
+                                 nullptr),
+               InvalidArgument);
+
+  cuda::AttentionParams ap;
+  ap.tokens = 0;
+  ap.heads = 6;
+  ap.kv_heads = 4;  // not a divisor
+  ap.head_dim = 64;
+  ap.page_size = 16;
+  ap.max_pages = 4;
+  ap.q_stride = 6 * 64;
+  ap.max_kv_len = 64;
+  EXPECT_THROW(ap.check(), InvalidArgument);
+  ap.kv_heads = 3;
+  EXPECT_NO_THROW(ap.check());
+  ap.head_dim = cuda::kAttentionMaxHeadDim + 1;
+  EXPECT_THROW(ap.check(), InvalidArgument);
+  ap.head_dim = 64;
+  ap.max_kv_len = 65;  // past the block table
+  EXPECT_THROW(ap.check(), InvalidArgument);
+  ap.max_kv_len = 64;
+  ap.tokens = 1;
+  EXPECT_THROW(ap.check(), InvalidArgument);  // null device pointers with tokens
+}
+
+}  // namespace
+}  // namespace sparkdraft
