@@ -1,0 +1,307 @@
+// The Markov loop on the GPU (SPEC sections 1.5, 4, 5 and 6): per request row r and
+// step j = 0..N-1
+//   prev    = the anchor (j = 0), else the token of step j-1
+//   e       = w1[prev]                                               bf16 [K]
+//   bias[v] = bf16(canonical dot over k of f32(w2[v][k]) * f32(e[k]))  (core/reduce.h)
+//   s       = bf16(f32(base[r][j][v]) + f32(bias[v]))
+//   l       = s, or with the transform bf16(t): t = f32(s) * multiplier,
+//             cap: t = tanh_f32(t * inv_cap) * cap                 (cpu::LogitTransform)
+//   cache[slot_r][j][v] = l          (slot -1: a padding row, nothing written)
+//   z       = noised_score(l, T_r, draft_step_seed(seed_r, a_r, j), v)  (core/sampling.h)
+//   token   = the lowest id whose z is NaN, else the lowest id of the maximum.
+// Every value above is bit for bit the CPU reference's (cpu/ops.h markov_bias,
+// step_logits, sample_row), except that a NaN logit keeps NaN but not its payload
+// (the GPU's float arithmetic returns the canonical NaN, x86 propagates payloads).
+//
+// Three loops give the same tokens and cache bit for bit:
+//   * eager: one plain kernel per op (embedding, bias GEMV, step logits, sampler),
+//     the GPU reference;
+//   * fused: one anchor kernel, then per step ONE kernel over the vocabulary that
+//     reads w2 once for all rows (16-byte cp.async tiles), computes bias, logits,
+//     cache, noise and a per-block best per row; the last block of each row (an
+//     arrival counter) reduces the blocks' bests, writes the token and the next
+//     step's embedding. Launched with programmatic dependent launch.
+//   * vocab-parallel: S shards each own V/S consecutive ids of w2 and the base
+//     logits; per step each shard runs the fused step over its slice and leaves a
+//     per-row packet, the packets are all-gathered and a pick kernel applies the
+//     rule in shard order; after the loop the cache slices are all-gathered.
+//     The two collectives go through MarkovExchange (a loopback on one GPU here,
+//     NCCL later).
+// The sampling rule is associative and commutative, so block size, grid and vocab
+// split never change a token.
+//
+// Everything that runs per call only launches kernels and device copies on the
+// caller's stream: no host synchronization, no allocation, so a call can be
+// captured in a CUDA graph. Buffers are allocated when a loop object is built.
+// Values behind device pointers (token ids, positions, slots) are not read on the
+// host: the API boundary validates them (anchor ids in [0, V), slots in range).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/cpu/ops.h"
+#include "sparkdraft/cuda/buffer.h"
+
+namespace sparkdraft::cuda {
+
+// A (score, vocab id) pair: a block's or a row's best under the sampling rule.
+struct MarkovCandidate {
+  float value;
+  int32_t id;
+};
+static_assert(sizeof(MarkovCandidate) == 8);
+
+// A shard's per-row result of one step: its best score, that score's id (global
+// vocab id) and whether the score is NaN (then `id` is the shard's lowest NaN id).
+struct MarkovPacket {
+  float value;
+  int32_t id;
+  int32_t nan;
+};
+static_assert(sizeof(MarkovPacket) == 12);
+
+// ---- eager kernels (one op each, cpu/ops.h one to one) -----------------------------
+// e[r] = w1[tokens[r * token_stride]]: exact bf16 copies of rank-wide rows.
+void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const bf16* w1, int rank,
+                  bf16* e, cudaStream_t stream);
+
+// cpu::markov_bias: bias[r][v] = bf16(canonical dot of w2[v] and e[r]); one warp
+// per (row, vocab entry). e [rows, rank], w2 [vocab, rank], bias [rows, vocab].
+void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
+                 cudaStream_t stream);
+
+// cpu::step_logits over rows: l = transform(bf16(base + bias)) into logits
+// [rows, vocab]; also into cache + slot * cache_slot_stride for rows whose
+// cache_slots[r] >= 0 (cache may be null: no store). base row r starts at
+// base + r * base_stride.
+void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
+                        int vocab, const cpu::LogitTransform& transform, bf16* logits,
+                        bf16* cache, const int64_t* cache_slots, int64_t cache_slot_stride,
+                        cudaStream_t stream);
+
+// cpu::sample_row over rows: each block of kSampleBlockVocab entries writes its
+// best (noised score, id + id_offset) to partials [rows, markov_sample_blocks(vocab)],
+// a final kernel reduces them per row into best[r] and, when tokens is not null,
+// tokens[r * token_stride] = best id. Step seed: draft_step_seed(seeds[r],
+// anchor_positions[r], step).
+inline constexpr int kSampleBlockVocab = 2048;
+int markov_sample_blocks(int vocab);
+void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
+                   const float* temperatures, const int64_t* seeds,
+                   const int64_t* anchor_positions, int step, MarkovCandidate* partials,
+                   MarkovCandidate* best, int64_t* tokens, int64_t token_stride,
+                   cudaStream_t stream);
+
+// ---- the loop's inputs -------------------------------------------------------------
+// Fixed at load (device pointers).
+struct MarkovHead {
+  const bf16* w1 = nullptr;  // [vocab, rank]
+  const bf16* w2 = nullptr;  // [vocab, rank] (TP 1; the vocab-parallel loop takes shards)
+  int vocab = 0;             // V
+  int rank = 0;              // K
+  cpu::LogitTransform transform;
+};
+
+// One call over `rows` rows (device pointers).
+struct MarkovBatch {
+  int rows = 0;
+  int steps = 0;                              // N
+  const int64_t* anchor_tokens = nullptr;     // [rows]
+  const int64_t* anchor_positions = nullptr;  // [rows] a
+  const int64_t* seeds = nullptr;             // [rows]
+  const float* temperatures = nullptr;        // [rows] >= 0, finite
+  const int64_t* cache_slots = nullptr;       // [rows] -1 = padding row
+  const bf16* base_logits = nullptr;          // [rows, steps, vocab] (TP 1)
+  int64_t* draft_tokens = nullptr;            // [rows, steps]
+  bf16* cache = nullptr;                      // [cache slots, steps, vocab]
+};
+
+// One shard of the vocab-parallel loop: ids [shard * V/S, (shard + 1) * V/S).
+struct MarkovShard {
+  const bf16* w2 = nullptr;           // [V/S, rank]
+  const bf16* base_logits = nullptr;  // [rows, steps, V/S]
+};
+
+// ---- the fused plan ------------------------------------------------------------------
+// What decides whether the fused loop runs (all known at load).
+struct MarkovPlanInput {
+  int vocab = 0;                       // V: width of the draft-logits cache
+  int draft_vocab = 0;                 // the draft head's vocabulary; 0 = V
+  int rank = 0;                        // K; 0 = the draft has no Markov head
+  int shards = 1;                      // vocab-parallel ranks
+  int max_rows = 1;                    // rows per call
+  bool cache_bf16_contiguous = true;   // the cache is one contiguous bf16 [slots, N, V]
+  const void* w1 = nullptr;            // when given, checked for 16-byte alignment
+  const void* w2 = nullptr;            // (per shard: each shard's slice)
+};
+
+// Why the fused loop cannot run this draft, or "" when it can.
+std::string fused_markov_refusal(const MarkovPlanInput& in);
+
+// Prints "sparkdraft: <message>" to stderr the first time a message is seen
+// (thread safe); returns whether it printed.
+bool markov_log_once(const std::string& message);
+
+// Launch shape of the fused step for `rows` rows (the launcher-owned table, SPEC
+// section 5: "block size chosen by row count"). 256 threads per block; each block
+// walks a contiguous run of vocab tiles.
+struct FusedStepShape {
+  int blocks_per_sm = 0;  // target residency (memory-bound few rows: deep prefetch)
+  int stages = 0;         // cp.async ring depth (w2 tiles in flight + 1)
+  bool e_f32 = true;      // embeddings kept as fp32 in shared memory (else bf16)
+  int smem_bytes = 0;     // dynamic shared memory per block
+  int tile_vocab = 0;     // vocab entries per tile (256 / threads per entry)
+};
+// Returns false when no shape fits (rows * rank too large for shared memory).
+// max_smem_block: opt-in dynamic shared memory per block; smem_per_sm: per SM.
+bool fused_step_shape(int rows, int rank, int max_smem_block, int smem_per_sm,
+                      FusedStepShape* shape);
+
+class MarkovWorkspace;
+// The fused step's launch over `width` vocab entries (one shard): the shape of
+// fused_step_shape for the workspace's device, and the grid (one wave: blocks
+// per SM, lowered to what the registers allow, times the SMs, at most one block
+// per tile). Throws InvalidArgument when no shape fits.
+struct FusedStepLaunch {
+  FusedStepShape shape;
+  int blocks_per_sm = 0;  // after the register limit
+  int grid = 0;
+};
+FusedStepLaunch fused_step_launch(const MarkovWorkspace& ws, int rows, int width);
+
+// ---- workspace and loops ---------------------------------------------------------------
+// Device buffers of one loop sized for max_rows rows and `steps` steps, allocated
+// once (before any graph capture). At TP 1 (shards == 1) it holds the eager and
+// the fused loop's buffers; with shards > 1 the fused and vocab-parallel ones.
+class MarkovWorkspace {
+ public:
+  MarkovWorkspace(int max_rows, int steps, int vocab, int rank, int shards);
+
+  int max_rows() const { return max_rows_; }
+  int steps() const { return steps_; }
+  int vocab() const { return vocab_; }
+  int rank() const { return rank_; }
+  int shards() const { return shards_; }
+  int shard_width() const { return vocab_ / shards_; }
+  int sm_count() const { return sm_count_; }
+  int max_smem() const { return max_smem_; }
+  int smem_per_sm() const { return smem_per_sm_; }
+  // 256-thread fused step blocks per SM the registers allow (fp32 / bf16 embeddings).
+  int fused_reg_blocks(bool e_f32) const { return reg_blocks_[e_f32 ? 1 : 0]; }
+  // Largest fused grid for one shard: partials per row.
+  int max_grid() const { return max_grid_; }
+  // Programmatic dependent launch of the fused steps (on by default).
+  bool pdl() const { return pdl_; }
+  void set_pdl(bool on) { pdl_ = on; }
+  // Walk the vocabulary backwards on odd steps (L2 keeps the tail of w2 the
+  // previous step read); on by default.
+  bool alternate_direction() const { return alternate_; }
+  void set_alternate_direction(bool on) { alternate_ = on; }
+
+  // Eager buffers (shards == 1).
+  DeviceBuffer<bf16> e;                   // [max_rows, rank]
+  DeviceBuffer<bf16> bias;                // [max_rows, vocab]
+  DeviceBuffer<bf16> logits;              // [max_rows, vocab]
+  DeviceBuffer<MarkovCandidate> sample_partials;  // [max_rows, markov_sample_blocks(vocab)]
+  DeviceBuffer<MarkovCandidate> sample_best;      // [max_rows]
+  // Fused buffers.
+  DeviceBuffer<bf16> embeds;              // [steps + 1, max_rows, rank]: row j is step j's e
+  DeviceBuffer<MarkovCandidate> partials; // [max_rows, max_grid]
+  DeviceBuffer<uint32_t> arrivals;        // [shards, steps, max_rows]
+  DeviceBuffer<float> noise_bound;        // per-bucket upper bounds of the Gumbel noise
+  // Vocab-parallel buffers (shards > 1).
+  DeviceBuffer<MarkovPacket> packets_send;  // [shards, max_rows] (local shards' sends)
+  DeviceBuffer<MarkovPacket> packets_recv;  // [shards, max_rows]
+  DeviceBuffer<bf16> shard_cache;           // [shards, max_rows, steps, V/S]
+  DeviceBuffer<bf16> gathered_cache;        // [shards, max_rows, steps, V/S]
+
+ private:
+  int max_rows_, steps_, vocab_, rank_, shards_;
+  int sm_count_ = 0, max_smem_ = 0, smem_per_sm_ = 0, max_grid_ = 0;
+  int reg_blocks_[2] = {0, 0};
+  bool pdl_ = true, alternate_ = true;
+};
+
+// The eager loop (TP 1). Throws InvalidArgument on sizes that do not fit `ws`.
+void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
+                       cudaStream_t stream);
+
+// The fused loop (TP 1). Throws InvalidArgument when fused_markov_refusal refuses
+// the shapes (the caller runs eager_markov_loop instead: MarkovLoop does).
+void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
+                       cudaStream_t stream);
+
+// The loop of a TP 1 draft: fused when the plan accepts it, else eager with the
+// reason logged once (markov_log_once).
+class MarkovLoop {
+ public:
+  // Throws ConfigError when the draft has no Markov head (no loop can run).
+  MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cache_bf16_contiguous = true,
+             int draft_vocab = 0);
+  bool fused() const { return refusal_.empty(); }
+  const std::string& refusal() const { return refusal_; }
+  MarkovWorkspace& workspace() { return ws_; }
+  void run(const MarkovBatch& batch, cudaStream_t stream);
+
+ private:
+  MarkovHead head_;
+  std::string refusal_;
+  MarkovWorkspace ws_;
+};
+
+// The collectives of the vocab-parallel loop: a packet all-gather every step and
+// one cache all-gather after the loop. Implementations: LoopbackExchange (all
+// shards in this process, one GPU), NCCL (one shard per rank) later.
+class MarkovExchange {
+ public:
+  virtual ~MarkovExchange() = default;
+  virtual int shards() const = 0;
+  // The shards this process runs, increasing (loopback: 0..S-1; NCCL: its rank).
+  virtual std::vector<int> local_shards() const = 0;
+  // recv holds shards() blocks of `bytes`, block s from shard s; send[i] is the
+  // buffer of local_shards()[i]. Queued on `stream`.
+  virtual void all_gather(const void* const* send, void* recv, size_t bytes,
+                          cudaStream_t stream) = 0;
+};
+
+// All shards on one GPU: the all-gather is one device copy per shard.
+class LoopbackExchange final : public MarkovExchange {
+ public:
+  explicit LoopbackExchange(int shards);
+  int shards() const override { return shards_; }
+  std::vector<int> local_shards() const override;
+  void all_gather(const void* const* send, void* recv, size_t bytes,
+                  cudaStream_t stream) override;
+
+ private:
+  int shards_;
+};
+
+// The vocab-parallel loop (fused only: there is no eager sharded loop). Tokens and
+// cache are bit for bit those of TP 1.
+class VocabParallelMarkov {
+ public:
+  // head.w2 is not read (the shards hold w2); `exchange` must outlive the loop.
+  // Throws ConfigError with the fused plan's reason when the fused loop cannot
+  // run this draft.
+  VocabParallelMarkov(const MarkovHead& head, MarkovExchange& exchange, int max_rows, int steps,
+                      bool cache_bf16_contiguous = true, int draft_vocab = 0);
+  MarkovWorkspace& workspace() { return ws_; }
+  // `local` holds one MarkovShard per exchange.local_shards() entry, in that
+  // order; batch.base_logits is not read.
+  void run(const MarkovBatch& batch, std::span<const MarkovShard> local, cudaStream_t stream);
+
+ private:
+  MarkovHead head_;
+  MarkovExchange& exchange_;
+  MarkovWorkspace ws_;
+};
+
+}  // namespace sparkdraft::cuda

@@ -1,0 +1,312 @@
+// The Markov loop benchmark (bench_markov.h): inputs, the bit-for-bit check of
+// fused against eager, graph capture and timing, the measured copy bandwidth and
+// the floor, the printed report and its JSON.
+#include "cuda/markov/bench_markov.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda/markov/markov_internal.h"
+#include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cuda {
+namespace {
+
+using markov_detail::require;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// An instantiated graph of whatever `body` queues on `stream`.
+class CapturedGraph {
+ public:
+  CapturedGraph(cudaStream_t stream, const std::function<void()>& body) {
+    SD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      body();
+    } catch (...) {
+      cudaGraph_t aborted = nullptr;
+      cudaStreamEndCapture(stream, &aborted);
+      if (aborted != nullptr) cudaGraphDestroy(aborted);
+      throw;
+    }
+    SD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+    SD_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void launch(cudaStream_t stream) const { SD_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+class EventPair {
+ public:
+  EventPair() {
+    SD_CUDA_CHECK(cudaEventCreate(&start_));
+    SD_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~EventPair() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  // Microseconds of what `body` queues on `stream`.
+  double time_us(cudaStream_t stream, const std::function<void()>& body) {
+    SD_CUDA_CHECK(cudaEventRecord(start_, stream));
+    body();
+    SD_CUDA_CHECK(cudaEventRecord(stop_, stream));
+    SD_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    SD_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return 1000.0 * ms;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Median device-to-device copy bandwidth, counting the bytes read and written.
+double copy_bandwidth_gbs(cudaStream_t stream) {
+  size_t free_bytes = 0, total = 0;
+  SD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  const size_t bytes = std::min<size_t>(size_t{512} << 20, free_bytes / 4) / 256 * 256;
+  DeviceBuffer<unsigned char> a(bytes), b(bytes);
+  a.zero(stream);
+  EventPair ev;
+  std::vector<double> us;
+  for (int i = 0; i < 12; ++i) {
+    const double t = ev.time_us(stream, [&] {
+      SD_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    if (i >= 2) us.push_back(t);
+  }
+  return 2.0 * static_cast<double>(bytes) / (median(us) * 1e-6) / 1e9;
+}
+
+void check_equal(const std::vector<int64_t>& tok_f, const std::vector<int64_t>& tok_e,
+                 const std::vector<bf16>& cache_f, const std::vector<bf16>& cache_e,
+                 const MarkovBenchOptions& o) {
+  const int64_t n = o.steps, v = o.vocab;
+  for (size_t i = 0; i < tok_e.size(); ++i)
+    if (tok_f[i] != tok_e[i]) {
+      std::ostringstream os;
+      os << "bench_markov: fused != eager: token of row " << static_cast<int64_t>(i) / n
+         << " step " << static_cast<int64_t>(i) % n << ": found " << tok_f[i] << ", expected "
+         << tok_e[i] << " (seed " << o.seed << ")";
+      throw Error(os.str());
+    }
+  for (size_t i = 0; i < cache_e.size(); ++i)
+    if (cache_f[i].bits != cache_e[i].bits) {
+      const int64_t idx = static_cast<int64_t>(i);
+      std::ostringstream os;
+      os << "bench_markov: fused != eager: cache[slot " << idx / (n * v) << "][step "
+         << idx / v % n << "][" << idx % v << "]: found 0x" << std::hex << cache_f[i].bits
+         << ", expected 0x" << cache_e[i].bits << std::dec << " (seed " << o.seed << ")";
+      throw Error(os.str());
+    }
+}
+
+}  // namespace
+
+MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
+  require(o.vocab >= 1 && o.rank >= 1 && o.steps >= 1 && o.rows >= 1 && o.repeats >= 1 &&
+              o.warmup >= 0,
+          "bench_markov", "vocab, rank, steps, rows and repeats must be >= 1, warmup >= 0");
+  require(o.temperature >= 0.0f && std::isfinite(o.temperature), "bench_markov",
+          "temperature must be finite and >= 0");
+  MarkovBenchResult r;
+  r.options = o;
+  int device = 0;
+  SD_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  SD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  r.gpu = prop.name;
+  r.sm_count = prop.multiProcessorCount;
+  int khz = 0;
+  SD_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  r.sm_clock_peak_mhz = khz / 1000;
+  SD_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
+  r.mem_clock_peak_mhz = khz / 1000;
+  int l2_bytes = 0;
+  SD_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+
+  MarkovHead head;
+  head.vocab = o.vocab;
+  head.rank = o.rank;
+  if (o.transform) {
+    head.transform.enabled = true;
+    head.transform.multiplier = 0.5f;
+    head.transform.has_cap = true;
+    head.transform.cap = 30.0f;
+    head.transform.inv_cap = 1.0f / 30.0f;
+  }
+  MarkovPlanInput plan;
+  plan.vocab = o.vocab;
+  plan.rank = o.rank;
+  plan.max_rows = o.rows;
+  const std::string refusal = fused_markov_refusal(plan);
+  if (!refusal.empty()) throw InvalidArgument("bench_markov: the fused loop cannot run: " + refusal);
+
+  DeviceStream stream;
+  const cudaStream_t s = stream.get();
+  const size_t v = o.vocab, k = o.rank, n = o.steps, rows = o.rows;
+  DeviceBuffer<bf16> w1(v * k), w2(v * k), base(rows * n * v);
+  fill_uniform_bf16(w1.data(), w1.size(), o.seed + 1, -0.5f, 0.5f, s);
+  fill_uniform_bf16(w2.data(), w2.size(), o.seed + 2, -0.5f, 0.5f, s);
+  fill_uniform_bf16(base.data(), base.size(), o.seed + 3, -8.0f, 8.0f, s);
+  DeviceBuffer<int64_t> anchors(rows);
+  fill_uniform_ids(anchors.data(), rows, o.seed + 4, 0, o.vocab, s);
+  std::vector<int64_t> positions(rows), seeds(rows), slots(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    positions[i] = 1000 + 37 * static_cast<int64_t>(i);
+    seeds[i] = static_cast<int64_t>(o.seed) * 7919 + static_cast<int64_t>(i);
+    slots[i] = static_cast<int64_t>(i);
+  }
+  DeviceBuffer<int64_t> d_positions(positions, s), d_seeds(seeds, s), d_slots(slots, s);
+  DeviceBuffer<float> d_temps(std::vector<float>(rows, o.temperature), s);
+  DeviceBuffer<int64_t> tok_e(rows * n), tok_f(rows * n);
+  DeviceBuffer<bf16> cache_e(rows * n * v), cache_f(rows * n * v);
+  head.w1 = w1.data();
+  head.w2 = w2.data();
+
+  MarkovWorkspace ws(o.rows, o.steps, o.vocab, o.rank, 1);
+  r.pdl = ws.pdl();
+  const FusedStepLaunch launch = fused_step_launch(ws, o.rows, o.vocab);
+  r.fused_grid = launch.grid;
+  r.fused_blocks_per_sm = launch.blocks_per_sm;
+  r.fused_stages = launch.shape.stages;
+  r.fused_smem = launch.shape.smem_bytes;
+  r.fused_e_f32 = launch.shape.e_f32;
+
+  MarkovBatch batch;
+  batch.rows = o.rows;
+  batch.steps = o.steps;
+  batch.anchor_tokens = anchors.data();
+  batch.anchor_positions = d_positions.data();
+  batch.seeds = d_seeds.data();
+  batch.temperatures = d_temps.data();
+  batch.cache_slots = d_slots.data();
+  batch.base_logits = base.data();
+  MarkovBatch eager_batch = batch, fused_batch = batch;
+  eager_batch.draft_tokens = tok_e.data();
+  eager_batch.cache = cache_e.data();
+  fused_batch.draft_tokens = tok_f.data();
+  fused_batch.cache = cache_f.data();
+
+  // Fused == eager, bit for bit, before anything is timed.
+  eager_markov_loop(head, eager_batch, ws, s);
+  fused_markov_loop(head, fused_batch, ws, s);
+  stream.synchronize();
+  check_equal(tok_f.download(s), tok_e.download(s), cache_f.download(s), cache_e.download(s), o);
+
+  const CapturedGraph eager_graph(s, [&] { eager_markov_loop(head, eager_batch, ws, s); });
+  const CapturedGraph fused_graph(s, [&] { fused_markov_loop(head, fused_batch, ws, s); });
+  // Each timed repeat starts with a cold L2, as after the draft's backbone.
+  DeviceBuffer<unsigned char> flush(static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
+  EventPair ev;
+  auto time_graph = [&](const CapturedGraph& g) {
+    for (int i = 0; i < o.warmup; ++i) g.launch(s);
+    std::vector<double> us;
+    for (int i = 0; i < o.repeats; ++i) {
+      flush.zero(s);
+      us.push_back(ev.time_us(s, [&] { g.launch(s); }));
+    }
+    return median(us);
+  };
+  r.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);
+  r.fused_us = time_graph(fused_graph);
+  r.eager_us = time_graph(eager_graph);
+  r.copy_bandwidth_gbs = copy_bandwidth_gbs(s);
+
+  // Per step: w2 once, the step's base logits, the cache rows, the w1 rows read.
+  const double step_bytes = 2.0 * (static_cast<double>(v) * k + 2.0 * rows * v + rows * k);
+  r.bytes = step_bytes * static_cast<double>(n);
+  r.floor_us = r.bytes / (r.copy_bandwidth_gbs * 1e9) * 1e6;
+  r.fused_ratio = r.fused_us / r.floor_us;
+  r.eager_ratio = r.eager_us / r.floor_us;
+
+  out << std::fixed << std::setprecision(1);
+  out << "markov bench on " << r.gpu << " (" << r.sm_count << " SMs, SM clock peak "
+      << r.sm_clock_peak_mhz << " MHz, seen " << r.sm_clock_seen_mhz << " MHz, memory clock "
+      << r.mem_clock_peak_mhz << " MHz)\n";
+  out << "  V " << o.vocab << ", rank " << o.rank << ", N " << o.steps << ", rows " << o.rows
+      << ", T " << o.temperature << ", transform " << (o.transform ? "on" : "off")
+      << ", median of " << o.repeats << "\n";
+  out << "  copy bandwidth " << r.copy_bandwidth_gbs << " GB/s, floor " << r.bytes / 1e6
+      << " MB -> " << r.floor_us << " us\n";
+  out << std::setprecision(2);
+  out << "  fused " << r.fused_us << " us (" << r.fused_ratio << "x floor; grid " << r.fused_grid
+      << ", " << r.fused_blocks_per_sm << " blocks/SM, " << r.fused_stages << " stages, e "
+      << (r.fused_e_f32 ? "fp32" : "bf16") << ", " << r.fused_smem << " B smem, PDL "
+      << (r.pdl ? "on" : "off") << ")\n";
+  out << "  eager " << r.eager_us << " us (" << r.eager_ratio << "x floor)\n";
+  out << std::defaultfloat;
+
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    if (!f) throw Error("bench_markov: cannot write " + o.json_path);
+    f << markov_bench_json(r).dump(2) << "\n";
+  }
+  return r;
+}
+
+nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
+  const MarkovBenchOptions& o = r.options;
+  return nlohmann::json{
+      {"bench", "markov_loop"},
+      {"gpu", r.gpu},
+      {"sm_count", r.sm_count},
+      {"sm_clock_peak_mhz", r.sm_clock_peak_mhz},
+      {"sm_clock_seen_mhz", r.sm_clock_seen_mhz},
+      {"mem_clock_peak_mhz", r.mem_clock_peak_mhz},
+      {"vocab", o.vocab},
+      {"rank", o.rank},
+      {"steps", o.steps},
+      {"rows", o.rows},
+      {"temperature", o.temperature},
+      {"transform", o.transform},
+      {"repeats", o.repeats},
+      {"seed", o.seed},
+      {"copy_bandwidth_gbs", r.copy_bandwidth_gbs},
+      {"bytes", r.bytes},
+      {"floor_us", r.floor_us},
+      {"fused_us", r.fused_us},
+      {"eager_us", r.eager_us},
+      {"fused_ratio", r.fused_ratio},
+      {"eager_ratio", r.eager_ratio},
+      {"fused_launch",
+       {{"grid", r.fused_grid},
+        {"blocks_per_sm", r.fused_blocks_per_sm},
+        {"stages", r.fused_stages},
+        {"smem_bytes", r.fused_smem},
+        {"embeddings", r.fused_e_f32 ? "fp32" : "bf16"},
+        {"pdl", r.pdl}}},
+  };
+}
+
+}  // namespace sparkdraft::cuda

@@ -1,0 +1,253 @@
+// The eager Markov loop: one plain kernel per op, the GPU reference the fused loop
+// is held to, each one the CPU op of cpu/ops.h on many rows:
+//   markov_embed        e[r] = w1[token]                        (exact copies)
+//   markov_bias         one warp per (row, entry): lane l sums chunks l, l+32, ...
+//                       of 8 products with one fma each, then the xor butterfly
+//                       (core/reduce.h), rounded once to bf16
+//   markov_step_logits  one thread per entry: bf16(base + bias), the transform, bf16
+//   markov_sample       per block the best (noised score, id) by `better`, then one
+//                       warp per row reduces the blocks' bests (the rule is
+//                       associative, so the split does not matter)
+// eager_markov_loop runs them for N steps on a stream without host syncs.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/markov/markov_device.cuh"
+#include "cuda/markov/markov_internal.h"
+#include "sparkdraft/core/philox.h"
+#include "sparkdraft/core/reduce.h"
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/markov.h"
+
+namespace sparkdraft::cuda {
+namespace {
+
+using markov_detail::kThreads;
+using markov_detail::kWarp;
+using markov_detail::kWarps;
+using markov_detail::require;
+
+__global__ void embed_kernel(const int64_t* tokens, int64_t token_stride, const bf16* w1, int rank,
+                             bf16* e) {
+  const int r = blockIdx.x;
+  const bf16* src = w1 + tokens[r * token_stride] * rank;
+  for (int k = threadIdx.x; k < rank; k += blockDim.x) e[static_cast<int64_t>(r) * rank + k] = src[k];
+}
+
+// 8 bf16 of one 16-byte load as fp32.
+__device__ __forceinline__ void unpack8(const uint4 raw, float* x) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = bits_f32(w[i] << 16);
+    x[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
+  }
+}
+
+// One warp per (row, vocab entry). `vec`: rank % 8 == 0 and 16-byte aligned rows,
+// each chunk one 16-byte load; otherwise element loads (same order).
+__global__ void bias_kernel(const bf16* e, const bf16* w2, int vocab, int rank, bf16* bias,
+                            bool vec) {
+  const int lane = threadIdx.x % kWarp;
+  const int v = blockIdx.x * kWarps + threadIdx.x / kWarp;
+  const int r = blockIdx.y;
+  if (v >= vocab) return;  // whole warps leave together
+  const bf16* wrow = w2 + static_cast<int64_t>(v) * rank;
+  const bf16* erow = e + static_cast<int64_t>(r) * rank;
+  float acc = 0.0f;
+  for (int c = lane; c * kReduceChunk < rank; c += kReduceLanes) {
+    const int begin = c * kReduceChunk;
+    if (vec) {
+      float w[8], x[8];
+      unpack8(*reinterpret_cast<const uint4*>(wrow + begin), w);
+      unpack8(*reinterpret_cast<const uint4*>(erow + begin), x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc = fma_f32(w[i], x[i], acc);
+    } else {
+      const int end = begin + kReduceChunk < rank ? begin + kReduceChunk : rank;
+      for (int i = begin; i < end; ++i) acc = fma_f32(to_f32(wrow[i]), to_f32(erow[i]), acc);
+    }
+  }
+  const float dot = warp_canonical_combine(acc);
+  if (lane == 0) bias[static_cast<int64_t>(r) * vocab + v] = to_bf16(dot);
+}
+
+__global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const bf16* bias,
+                                   int vocab, cpu::LogitTransform transform, bf16* logits,
+                                   bf16* cache, const int64_t* cache_slots,
+                                   int64_t cache_slot_stride) {
+  const int v = blockIdx.x * blockDim.x + threadIdx.x;
+  const int r = blockIdx.y;
+  if (v >= vocab) return;
+  const bf16 l = markov_detail::step_logit(base[r * base_stride + v],
+                                           bias[static_cast<int64_t>(r) * vocab + v], transform);
+  logits[static_cast<int64_t>(r) * vocab + v] = l;
+  if (cache != nullptr) {
+    const int64_t slot = cache_slots[r];
+    if (slot >= 0) cache[slot * cache_slot_stride + v] = l;
+  }
+}
+
+// Block b of row r: entries [b * kSampleBlockVocab, ...) -> partials[r][b].
+__global__ void sample_block_kernel(const bf16* logits, int vocab, int64_t id_offset,
+                                    const float* temperatures, const int64_t* seeds,
+                                    const int64_t* anchor_positions, int step,
+                                    MarkovCandidate* partials) {
+  __shared__ MarkovCandidate warp_best_smem[kWarps];
+  const int r = blockIdx.y;
+  const float t = temperatures[r];
+  const uint32_t gs = draft_step_seed(seeds[r], anchor_positions[r], step);
+  const bf16* row = logits + static_cast<int64_t>(r) * vocab;
+  const int begin = blockIdx.x * kSampleBlockVocab;
+  const int end = begin + kSampleBlockVocab < vocab ? begin + kSampleBlockVocab : vocab;
+  MarkovCandidate best = markov_detail::no_candidate();
+  for (int v = begin + threadIdx.x; v < end; v += blockDim.x) {
+    const MarkovCandidate c =
+        markov_detail::score(row[v], t, gs, static_cast<int32_t>(v + id_offset));
+    if (markov_detail::wins(c, best)) best = c;
+  }
+  best = markov_detail::warp_best(best);
+  if (threadIdx.x % kWarp == 0) warp_best_smem[threadIdx.x / kWarp] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w)
+      if (markov_detail::wins(warp_best_smem[w], best)) best = warp_best_smem[w];
+    partials[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = best;
+  }
+}
+
+// One warp per row: the best of the row's block bests.
+__global__ void sample_final_kernel(const MarkovCandidate* partials, int blocks,
+                                    MarkovCandidate* best, int64_t* tokens, int64_t token_stride) {
+  const int r = blockIdx.x;
+  MarkovCandidate c = markov_detail::no_candidate();
+  for (int b = threadIdx.x; b < blocks; b += kWarp) {
+    const MarkovCandidate o = partials[static_cast<int64_t>(r) * blocks + b];
+    if (markov_detail::wins(o, c)) c = o;
+  }
+  c = markov_detail::warp_best(c);
+  if (threadIdx.x == 0) {
+    best[r] = c;
+    if (tokens != nullptr) tokens[r * token_stride] = c.id;
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const bf16* w1, int rank,
+                  bf16* e, cudaStream_t stream) {
+  require(rows >= 0 && rank >= 1, "markov_embed",
+          "rows must be >= 0 and rank >= 1, got rows " + std::to_string(rows) + ", rank " +
+              std::to_string(rank));
+  if (rows == 0) return;
+  require(tokens != nullptr && w1 != nullptr && e != nullptr, "markov_embed",
+          "tokens, w1 and e must not be null");
+  embed_kernel<<<rows, 128, 0, stream>>>(tokens, token_stride, w1, rank, e);
+  SD_CHECK_LAUNCH();
+}
+
+void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
+                 cudaStream_t stream) {
+  require(rows >= 0 && vocab >= 1 && rank >= 1, "markov_bias",
+          "rows must be >= 0, vocab and rank >= 1, got rows " + std::to_string(rows) +
+              ", vocab " + std::to_string(vocab) + ", rank " + std::to_string(rank));
+  require(rows <= 65535, "markov_bias", "rows must be <= 65535, got " + std::to_string(rows));
+  if (rows == 0) return;
+  require(e != nullptr && w2 != nullptr && bias != nullptr, "markov_bias",
+          "e, w2 and bias must not be null");
+  const bool vec = rank % 8 == 0 && aligned16(e) && aligned16(w2);
+  const dim3 grid((vocab + kWarps - 1) / kWarps, rows);
+  bias_kernel<<<grid, kThreads, 0, stream>>>(e, w2, vocab, rank, bias, vec);
+  SD_CHECK_LAUNCH();
+}
+
+void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
+                        int vocab, const cpu::LogitTransform& transform, bf16* logits,
+                        bf16* cache, const int64_t* cache_slots, int64_t cache_slot_stride,
+                        cudaStream_t stream) {
+  require(rows >= 0 && vocab >= 1, "markov_step_logits",
+          "rows must be >= 0 and vocab >= 1, got rows " + std::to_string(rows) + ", vocab " +
+              std::to_string(vocab));
+  require(rows <= 65535, "markov_step_logits",
+          "rows must be <= 65535, got " + std::to_string(rows));
+  if (rows == 0) return;
+  require(base != nullptr && bias != nullptr && logits != nullptr, "markov_step_logits",
+          "base, bias and logits must not be null");
+  require(cache == nullptr || cache_slots != nullptr, "markov_step_logits",
+          "cache_slots must be given with a cache");
+  const dim3 grid((vocab + kThreads - 1) / kThreads, rows);
+  step_logits_kernel<<<grid, kThreads, 0, stream>>>(base, base_stride, bias, vocab, transform,
+                                                    logits, cache, cache_slots,
+                                                    cache_slot_stride);
+  SD_CHECK_LAUNCH();
+}
+
+int markov_sample_blocks(int vocab) { return (vocab + kSampleBlockVocab - 1) / kSampleBlockVocab; }
+
+void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
+                   const float* temperatures, const int64_t* seeds,
+                   const int64_t* anchor_positions, int step, MarkovCandidate* partials,
+                   MarkovCandidate* best, int64_t* tokens, int64_t token_stride,
+                   cudaStream_t stream) {
+  require(rows >= 0 && vocab >= 1, "markov_sample",
+          "rows must be >= 0 and vocab >= 1, got rows " + std::to_string(rows) + ", vocab " +
+              std::to_string(vocab));
+  require(rows <= 65535, "markov_sample", "rows must be <= 65535, got " + std::to_string(rows));
+  require(id_offset >= 0 && id_offset + vocab <= INT32_MAX, "markov_sample",
+          "ids [" + std::to_string(id_offset) + ", " + std::to_string(id_offset + vocab) +
+              ") must fit in int32");
+  if (rows == 0) return;
+  require(logits != nullptr && temperatures != nullptr && seeds != nullptr &&
+              anchor_positions != nullptr && partials != nullptr && best != nullptr,
+          "markov_sample", "logits, temperatures, seeds, anchor_positions, partials and best "
+                           "must not be null");
+  const int blocks = markov_sample_blocks(vocab);
+  sample_block_kernel<<<dim3(blocks, rows), kThreads, 0, stream>>>(
+      logits, vocab, id_offset, temperatures, seeds, anchor_positions, step, partials);
+  SD_CHECK_LAUNCH();
+  sample_final_kernel<<<rows, kWarp, 0, stream>>>(partials, blocks, best, tokens, token_stride);
+  SD_CHECK_LAUNCH();
+}
+
+void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
+                       cudaStream_t stream) {
+  require(ws.shards() == 1, "eager_markov_loop", "the eager loop runs TP 1 only (workspace has " +
+                                                     std::to_string(ws.shards()) + " shards)");
+  require(head.vocab == ws.vocab() && head.rank == ws.rank(), "eager_markov_loop",
+          "head (vocab " + std::to_string(head.vocab) + ", rank " + std::to_string(head.rank) +
+              ") does not match the workspace (vocab " + std::to_string(ws.vocab()) + ", rank " +
+              std::to_string(ws.rank()) + ")");
+  require(batch.rows >= 0 && batch.rows <= ws.max_rows(), "eager_markov_loop",
+          "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) +
+              "]");
+  require(batch.steps >= 1 && batch.steps <= ws.steps(), "eager_markov_loop",
+          "steps " + std::to_string(batch.steps) + " not in [1, " + std::to_string(ws.steps()) +
+              "]");
+  if (batch.rows == 0) return;
+  require(head.w1 != nullptr && head.w2 != nullptr, "eager_markov_loop",
+          "head.w1 and head.w2 must not be null");
+  require(batch.anchor_tokens != nullptr && batch.draft_tokens != nullptr &&
+              batch.base_logits != nullptr && batch.cache != nullptr,
+          "eager_markov_loop", "anchor_tokens, draft_tokens, base_logits and cache must not be null");
+  const int64_t n = batch.steps, v = head.vocab;
+  for (int j = 0; j < batch.steps; ++j) {
+    if (j == 0)
+      markov_embed(batch.anchor_tokens, 1, batch.rows, head.w1, head.rank, ws.e.data(), stream);
+    else
+      markov_embed(batch.draft_tokens + (j - 1), n, batch.rows, head.w1, head.rank, ws.e.data(),
+                   stream);
+    markov_bias(ws.e.data(), batch.rows, head.w2, head.vocab, head.rank, ws.bias.data(), stream);
+    markov_step_logits(batch.base_logits + j * v, n * v, ws.bias.data(), batch.rows, head.vocab,
+                       head.transform, ws.logits.data(), batch.cache + j * v, batch.cache_slots,
+                       n * v, stream);
+    markov_sample(ws.logits.data(), batch.rows, head.vocab, 0, batch.temperatures, batch.seeds,
+                  batch.anchor_positions, j, ws.sample_partials.data(), ws.sample_best.data(),
+                  batch.draft_tokens + j, n, stream);
+  }
+}
+
+}  // namespace sparkdraft::cuda

@@ -1,0 +1,130 @@
+// Pieces shared by the Markov sources on both sides of the compiler: the fused
+// step's constants and shared-memory layout (the kernel carves its memory with
+// the same function the host sizes the launch with), the argument checks, and
+// the entry points fused.cu gives plan.cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/hd.h"
+#include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cuda::markov_detail {
+
+inline constexpr int kFusedThreads = 256;
+inline constexpr int kFusedWarps = kFusedThreads / 32;
+inline constexpr int kMinRank = 8;      // one 16-byte chunk
+inline constexpr int kMaxRank = 1024;
+inline constexpr int kMaxStages = 4;
+inline constexpr int kMaxBlocksPerSm = 2;  // the block table's largest residency
+inline constexpr int kMaxEpilogueTiles = 16;
+
+// Threads that share one vocab entry's dot product: each owns 32 / tpv of the
+// canonical lanes (lanes q, q + tpv, ...) and at most 64 w2 values in registers.
+SD_HD int fused_threads_per_entry(int rank) { return rank <= 256 ? 4 : rank / 64; }
+SD_HD int fused_tile_vocab(int rank) { return kFusedThreads / fused_threads_per_entry(rank); }
+
+// Tiles whose bias is staged before the epilogue runs over them: enough that
+// every row has whole 32-entry warp segments and all 8 warps have work.
+SD_HD int fused_epilogue_tiles(int rows, int rank) {
+  const int tpv = fused_threads_per_entry(rank);
+  const int for_warps = (tpv + rows - 1) / rows;
+  const int for_segments = (32 + fused_tile_vocab(rank) - 1) / fused_tile_vocab(rank);
+  return for_warps > for_segments ? for_warps : for_segments;
+}
+
+// Gumbel noise never exceeds this: g = -log(-log1p(-u)) is largest at the
+// smallest u (0x1.fffffep-32), where it is 21.49 (tests/cuda/test_markov.cu
+// checks the bound). So f32(l)/T + g <= f32(l)/T + kNoiseBound, rounding being
+// monotone, and an entry whose bound is below a row's known candidate cannot win.
+inline constexpr float kNoiseBound = 24.0f;
+
+// A finer bound by u: g is non-increasing in u (log and log1p are correctly
+// rounded, hence monotone), so g(u) <= g(lowest u of u's bucket). Buckets are the
+// top 5 mantissa bits of each binade of u in [2^-32, 1): 1024 of them.
+inline constexpr int kNoiseBuckets = 1024;
+inline constexpr uint32_t kNoiseBucketBase = 0x2F800000u;  // bits of 2^-32
+inline constexpr int kNoiseBucketShift = 18;               // 23 - 5 mantissa bits
+SD_HD int noise_bucket(float u) {
+  return static_cast<int>((f32_bits(u) - kNoiseBucketBase) >> kNoiseBucketShift);
+}
+
+// noise_bound[b] = gumbel_noise(lowest u of bucket b) (clamped to the smallest u
+// the sampler draws), computed with core/sampling.h on the host.
+std::vector<float> noise_bound_table();
+
+SD_HD int align16(int bytes) { return (bytes + 15) / 16 * 16; }
+
+// Byte offsets of the fused step's dynamic shared memory.
+struct FusedSmemLayout {
+  int ring;       // [stages][tile_vocab][rank] bf16: the w2 tiles
+  int e;          // [rows][rank] fp32 or bf16: this step's embeddings
+  int staging;    // [rows][epilogue_tiles * tile_vocab] bf16: staged bias
+  int best;       // [rows][8 warps] MarkovCandidate: each warp's best per row
+  int cache_row;  // [rows] int64: cache row index, -1 = no store
+  int temp;       // [rows] fp32 temperature
+  int seed;       // [rows] uint32 step seed
+  int last;       // [rows] int32: this block reduces the row
+  int staged_v0;  // [kMaxEpilogueTiles] int32: first id of each staged tile
+  int noise;      // [kNoiseBuckets] fp32: noise_bound_table()
+  int total;
+};
+
+SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages, bool e_f32) {
+  const int tile_v = fused_tile_vocab(rank);
+  const int width = fused_epilogue_tiles(rows, rank) * tile_v;
+  FusedSmemLayout l{};
+  int off = 0;
+  l.ring = off;
+  off += stages * tile_v * rank * 2;
+  l.e = off;
+  off += align16(rows * rank * (e_f32 ? 4 : 2));
+  l.staging = off;
+  off += align16(rows * width * 2);
+  l.best = off;
+  off += rows * kFusedWarps * 8;
+  l.cache_row = off;
+  off += rows * 8;
+  l.temp = off;
+  off += align16(rows * 4);
+  l.seed = off;
+  off += align16(rows * 4);
+  l.last = off;
+  off += align16(rows * 4);
+  l.staged_v0 = off;
+  off += kMaxEpilogueTiles * 4;
+  l.noise = off;
+  off += kNoiseBuckets * 4;
+  l.total = align16(off);
+  return l;
+}
+
+// Throws InvalidArgument("cuda::<op>: <what>") when `ok` is false.
+inline void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw InvalidArgument(std::string("cuda::") + op + ": " + what);
+}
+
+// Device limits the fused launch is sized with.
+struct DeviceLimits {
+  int sm_count = 0;
+  int max_smem_block = 0;  // opt-in dynamic shared memory per block
+  int smem_per_sm = 0;
+};
+// The current device's limits; without a device, those of an H100/H200.
+DeviceLimits device_limits();
+
+// fused_markov_refusal with given shared-memory limits (a workspace's).
+std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int smem_per_sm);
+
+// fused.cu: raises the dynamic shared-memory limit of the fused step kernels of
+// `rank` to `max_smem` and returns, per embedding layout (index 0: bf16,
+// 1: fp32), how many 256-thread blocks fit on an SM by registers.
+void prepare_fused_kernels(int rank, int max_smem, int reg_blocks[2]);
+
+}  // namespace sparkdraft::cuda::markov_detail

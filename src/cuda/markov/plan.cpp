@@ -1,0 +1,275 @@
+// Host side of the GPU Markov loop: the fused plan (why the fused loop cannot run
+// a draft), the launcher-owned block table, the log-once helper, the workspace
+// (every buffer allocated up front, before any graph capture), the loop objects
+// and the loopback exchange.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/markov/markov_internal.h"
+#include "sparkdraft/core/philox.h"
+#include "sparkdraft/core/sampling.h"
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cuda {
+namespace markov_detail {
+
+DeviceLimits device_limits() {
+  DeviceLimits l{132, 227 * 1024, 228 * 1024};  // H100 / H200
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // no device: clear the error, keep the defaults
+    return l;
+  }
+  SD_CUDA_CHECK(cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, device));
+  SD_CUDA_CHECK(
+      cudaDeviceGetAttribute(&l.max_smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SD_CUDA_CHECK(
+      cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  return l;
+}
+
+std::vector<float> noise_bound_table() {
+  std::vector<float> table(kNoiseBuckets);
+  for (int b = 0; b < kNoiseBuckets; ++b) {
+    const uint32_t lowest = kNoiseBucketBase + (static_cast<uint32_t>(b) << kNoiseBucketShift);
+    const float u = std::max(bits_f32(lowest), kUniformScale);
+    table[b] = gumbel_noise(u);
+  }
+  return table;
+}
+
+namespace {
+
+bool power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The launcher-owned table: by row count, the target blocks per SM and the
+// w2 ring depth. Few rows are memory-bound (deep prefetch, two blocks per SM to
+// keep ~128 KB of w2 in flight per SM); many rows are compute-bound (shallow
+// ring, shared memory goes to the embeddings). fused_step_shape lowers the
+// residency and ring depth, and falls back to bf16 embeddings, until the
+// shared memory fits.
+struct StepTableEntry {
+  int max_rows;
+  int blocks_per_sm;
+  int stages;
+};
+constexpr StepTableEntry kStepTable[] = {
+    {8, 2, 3},
+    {INT_MAX, 2, 2},
+};
+static_assert(kStepTable[0].blocks_per_sm <= kMaxBlocksPerSm &&
+              kStepTable[1].blocks_per_sm <= kMaxBlocksPerSm &&
+              kStepTable[0].stages <= kMaxStages && kStepTable[1].stages <= kMaxStages);
+
+}  // namespace
+}  // namespace markov_detail
+
+using namespace markov_detail;
+
+bool fused_step_shape(int rows, int rank, int max_smem_block, int smem_per_sm,
+                      FusedStepShape* shape) {
+  if (rows < 1 || rank < kMinRank || rank > kMaxRank || !power_of_two(rank)) return false;
+  const StepTableEntry* entry = &kStepTable[0];
+  while (rows > entry->max_rows) ++entry;
+  for (int bps = entry->blocks_per_sm; bps >= 1; --bps) {
+    const int budget = std::min(max_smem_block, smem_per_sm / bps - 1024);
+    for (const bool e_f32 : {true, false}) {
+      for (int stages = entry->stages; stages >= 2; --stages) {
+        const FusedSmemLayout lay = fused_smem_layout(rows, rank, stages, e_f32);
+        if (lay.total > budget) continue;
+        *shape = FusedStepShape{bps, stages, e_f32, lay.total, fused_tile_vocab(rank)};
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+FusedStepLaunch fused_step_launch(const MarkovWorkspace& ws, int rows, int width) {
+  FusedStepLaunch l;
+  require(fused_step_shape(rows, ws.rank(), ws.max_smem(), ws.smem_per_sm(), &l.shape),
+          "fused_step_launch",
+          std::to_string(rows) + " rows of rank " + std::to_string(ws.rank()) +
+              " do not fit the fused step's shared memory");
+  l.blocks_per_sm = std::max(1, std::min(l.shape.blocks_per_sm, ws.fused_reg_blocks(l.shape.e_f32)));
+  const int tiles = (width + l.shape.tile_vocab - 1) / l.shape.tile_vocab;
+  l.grid = std::min({tiles, l.blocks_per_sm * ws.sm_count(), ws.max_grid()});
+  return l;
+}
+
+namespace markov_detail {
+
+std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int smem_per_sm) {
+  const std::string k = std::to_string(in.rank), v = std::to_string(in.vocab),
+                    s = std::to_string(in.shards);
+  if (in.rank == 0) return "the draft has no Markov head (markov_rank 0)";
+  if (!power_of_two(in.rank) || in.rank < kMinRank || in.rank > kMaxRank)
+    return "Markov rank " + k + " is not a power of two in [8, 1024]";
+  if (in.vocab < 1 || in.vocab >= INT32_MAX)
+    return "vocab " + v + " is not in [1, 2^31 - 1) (32-bit ids)";
+  if (in.draft_vocab != 0 && in.draft_vocab != in.vocab)
+    return "reduced draft vocabulary (" + std::to_string(in.draft_vocab) + " of " + v +
+           " ids, a d2t map)";
+  if (!in.cache_bf16_contiguous)
+    return "the draft-logits cache is not one contiguous bf16 [slots, N, V] buffer";
+  if (!power_of_two(in.shards)) return "shard count " + s + " is not a power of two";
+  if (in.vocab % in.shards != 0) return "vocab " + v + " is not divisible by the shard count " + s;
+  if (in.w1 != nullptr && !aligned16(in.w1)) return "Markov w1 is not 16-byte aligned";
+  if (in.w2 != nullptr && !aligned16(in.w2)) return "Markov w2 is not 16-byte aligned";
+  if (in.max_rows < 1) return "max_rows " + std::to_string(in.max_rows) + " is not >= 1";
+  FusedStepShape shape;
+  if (!fused_step_shape(in.max_rows, in.rank, max_smem_block, smem_per_sm, &shape))
+    return std::to_string(in.max_rows) + " rows of rank " + k +
+           " do not fit the fused step's shared memory (" + std::to_string(max_smem_block) +
+           " bytes per block)";
+  return "";
+}
+
+}  // namespace markov_detail
+
+std::string fused_markov_refusal(const MarkovPlanInput& in) {
+  const DeviceLimits lim = device_limits();
+  return fused_refusal(in, lim.max_smem_block, lim.smem_per_sm);
+}
+
+bool markov_log_once(const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!seen.insert(message).second) return false;
+  std::cerr << "sparkdraft: " << message << std::endl;
+  return true;
+}
+
+MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, int shards)
+    : max_rows_(max_rows), steps_(steps), vocab_(vocab), rank_(rank), shards_(shards) {
+  require(max_rows >= 1 && steps >= 1 && vocab >= 1 && rank >= 1 && shards >= 1,
+          "MarkovWorkspace",
+          "max_rows, steps, vocab, rank and shards must be >= 1, got " +
+              std::to_string(max_rows) + ", " + std::to_string(steps) + ", " +
+              std::to_string(vocab) + ", " + std::to_string(rank) + ", " + std::to_string(shards));
+  require(vocab % shards == 0, "MarkovWorkspace",
+          "vocab " + std::to_string(vocab) + " is not divisible by " + std::to_string(shards) +
+              " shards");
+  const DeviceLimits lim = device_limits();
+  sm_count_ = lim.sm_count;
+  max_smem_ = lim.max_smem_block;
+  smem_per_sm_ = lim.smem_per_sm;
+  max_grid_ = kMaxBlocksPerSm * sm_count_;
+  if (power_of_two(rank) && rank >= kMinRank && rank <= kMaxRank)
+    prepare_fused_kernels(rank, max_smem_, reg_blocks_);
+
+  const size_t rows = static_cast<size_t>(max_rows), n = static_cast<size_t>(steps);
+  if (shards == 1) {
+    e = DeviceBuffer<bf16>(rows * rank);
+    bias = DeviceBuffer<bf16>(rows * vocab);
+    logits = DeviceBuffer<bf16>(rows * vocab);
+    sample_partials = DeviceBuffer<MarkovCandidate>(rows * markov_sample_blocks(vocab));
+    sample_best = DeviceBuffer<MarkovCandidate>(rows);
+  } else {
+    const size_t cache_len = static_cast<size_t>(shards) * rows * n * (vocab / shards);
+    packets_send = DeviceBuffer<MarkovPacket>(static_cast<size_t>(shards) * rows);
+    packets_recv = DeviceBuffer<MarkovPacket>(static_cast<size_t>(shards) * rows);
+    shard_cache = DeviceBuffer<bf16>(cache_len);
+    gathered_cache = DeviceBuffer<bf16>(cache_len);
+  }
+  embeds = DeviceBuffer<bf16>((n + 1) * rows * rank);
+  partials = DeviceBuffer<MarkovCandidate>(rows * max_grid_);
+  arrivals = DeviceBuffer<uint32_t>(static_cast<size_t>(shards) * n * rows);
+  noise_bound = DeviceBuffer<float>(noise_bound_table());
+}
+
+namespace {
+
+// The rank of a draft that has a Markov head (checked before any allocation).
+int checked_rank(const MarkovHead& head) {
+  if (head.rank <= 0)
+    throw ConfigError("cuda::MarkovLoop: the draft has no Markov head (markov_rank " +
+                      std::to_string(head.rank) + ")");
+  return head.rank;
+}
+
+}  // namespace
+
+MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps,
+                       bool cache_bf16_contiguous, int draft_vocab)
+    : head_(head), ws_(max_rows, steps, head.vocab, checked_rank(head), 1) {
+  MarkovPlanInput in;
+  in.vocab = head.vocab;
+  in.draft_vocab = draft_vocab;
+  in.rank = head.rank;
+  in.max_rows = max_rows;
+  in.cache_bf16_contiguous = cache_bf16_contiguous;
+  in.w1 = head.w1;
+  in.w2 = head.w2;
+  refusal_ = fused_markov_refusal(in);
+  if (!refusal_.empty()) markov_log_once("fused Markov loop off, the eager loop runs: " + refusal_);
+}
+
+void MarkovLoop::run(const MarkovBatch& batch, cudaStream_t stream) {
+  if (fused())
+    fused_markov_loop(head_, batch, ws_, stream);
+  else
+    eager_markov_loop(head_, batch, ws_, stream);
+}
+
+namespace {
+
+// The constructor's check, before any allocation.
+int checked_shards(const MarkovHead& head, const MarkovExchange& exchange, int max_rows,
+                   bool cache_bf16_contiguous, int draft_vocab) {
+  MarkovPlanInput in;
+  in.vocab = head.vocab;
+  in.draft_vocab = draft_vocab;
+  in.rank = head.rank;
+  in.shards = exchange.shards();
+  in.max_rows = max_rows;
+  in.cache_bf16_contiguous = cache_bf16_contiguous;
+  in.w1 = head.w1;
+  const std::string refusal = fused_markov_refusal(in);
+  if (!refusal.empty())
+    throw ConfigError(
+        "cuda::VocabParallelMarkov: the vocab-parallel Markov loop runs fused only, and the "
+        "fused loop cannot run this draft: " + refusal);
+  return in.shards;
+}
+
+}  // namespace
+
+VocabParallelMarkov::VocabParallelMarkov(const MarkovHead& head, MarkovExchange& exchange,
+                                         int max_rows, int steps, bool cache_bf16_contiguous,
+                                         int draft_vocab)
+    : head_(head),
+      exchange_(exchange),
+      ws_(max_rows, steps, head.vocab, head.rank,
+          checked_shards(head, exchange, max_rows, cache_bf16_contiguous, draft_vocab)) {}
+
+LoopbackExchange::LoopbackExchange(int shards) : shards_(shards) {
+  require(shards >= 1, "LoopbackExchange", "shards must be >= 1, got " + std::to_string(shards));
+}
+
+std::vector<int> LoopbackExchange::local_shards() const {
+  std::vector<int> all(static_cast<size_t>(shards_));
+  for (int s = 0; s < shards_; ++s) all[static_cast<size_t>(s)] = s;
+  return all;
+}
+
+void LoopbackExchange::all_gather(const void* const* send, void* recv, size_t bytes,
+                                  cudaStream_t stream) {
+  for (int s = 0; s < shards_; ++s)
+    SD_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(s) * bytes,
+                                  send[s], bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace sparkdraft::cuda

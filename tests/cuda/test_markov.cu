@@ -1,0 +1,834 @@
+// The GPU Markov loop (cuda/markov.h) against its references:
+//   * the eager kernels (bias GEMV, step logits + transform, sampler) against the
+//     CPU ops of cpu/ops.h, bit for bit, over sweeps;
+//   * the fused loop and the vocab-parallel loop (loopback, 2/4/8 shards) against
+//     the eager loop, bit for bit in tokens and the whole cache, over rows 1..64
+//     (every block-table bucket), N 1..16, V 1000 / 32000 / 151936 / 202048,
+//     rank 8..1024, T 0 / 0.7 / 1, NaN rows, exact ties, padding rows, PDL and
+//     the alternating walk on and off, and inside a CUDA graph;
+//   * the fused loop against the CPU ops composed into the loop.
+// Besides equality, rows with injected NaNs or ties must pick the contract's
+// token (the lowest NaN id; the lowest id of the maximum), which catches a rule
+// error that eager and fused would share.
+//
+// NaN: against the CPU a NaN logit matches a NaN logit whatever its payload (the
+// GPU's fp32 arithmetic returns the canonical NaN, x86 keeps payloads); GPU
+// against GPU compares raw bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "cuda/markov/bench_markov.h"
+#include "cuda/markov/markov_internal.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/philox.h"
+#include "sparkdraft/core/sampling.h"
+#include "sparkdraft/cpu/ops.h"
+#include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceStream;
+
+constexpr uint16_t kUntouched = 0xABAB;  // cache prefill: slots nobody writes keep it
+
+std::string hex16(uint16_t bits) {
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "0x%04x", bits);
+  return buf;
+}
+
+std::string hex32(uint32_t bits) {
+  char buf[12];
+  std::snprintf(buf, sizeof(buf), "0x%08x", bits);
+  return buf;
+}
+
+bool same_bf16(bf16 a, bf16 b, bool nan_equal) {
+  return a.bits == b.bits || (nan_equal && bf16_is_nan(a) && bf16_is_nan(b));
+}
+
+bool same_f32(float a, float b, bool nan_equal) {
+  return f32_bits(a) == f32_bits(b) || (nan_equal && std::isnan(a) && std::isnan(b));
+}
+
+// ---- the noise bound and the plan (no GPU needed) -------------------------------------
+
+TEST(MarkovNoiseBound, CoversEveryDrawnUniform) {
+  using namespace cuda::markov_detail;
+  const float g_max = gumbel_noise(kUniformScale);
+  EXPECT_LT(g_max, kNoiseBound) << "largest noise " << g_max;
+  const std::vector<float> table = noise_bound_table();
+  ASSERT_EQ(table.size(), static_cast<size_t>(kNoiseBuckets));
+  EXPECT_EQ(noise_bucket(kUniformScale), 31);
+  EXPECT_EQ(noise_bucket(bits_f32(0x3F7FFFFFu)), kNoiseBuckets - 1);  // 1 - 2^-24
+  for (int b = 1; b < kNoiseBuckets; ++b)
+    EXPECT_LE(table[b], table[b - 1]) << "bucket " << b;
+  // Uniforms exactly as the sampler draws them (philox_uniform over random counters),
+  // plus every bucket's lowest and highest value.
+  std::mt19937_64 rng(12345);
+  for (int i = 0; i < 200000; ++i) {
+    const float u = philox_uniform(static_cast<uint32_t>(rng()), static_cast<int64_t>(rng() >> 1));
+    const int b = noise_bucket(u);
+    ASSERT_TRUE(b >= 0 && b < kNoiseBuckets) << "u " << hex32(f32_bits(u));
+    ASSERT_LE(gumbel_noise(u), table[b]) << "u " << hex32(f32_bits(u)) << " bucket " << b;
+    ASSERT_LE(table[b], kNoiseBound);
+  }
+  for (int b = 31; b < kNoiseBuckets; ++b) {
+    const uint32_t lo = std::max(kNoiseBucketBase + (static_cast<uint32_t>(b) << kNoiseBucketShift),
+                                 f32_bits(kUniformScale));
+    const uint32_t hi = std::min(kNoiseBucketBase + (static_cast<uint32_t>(b + 1) << kNoiseBucketShift) - 1,
+                                 0x3F7FFFFFu);
+    for (const uint32_t bits : {lo, hi}) {
+      EXPECT_EQ(noise_bucket(bits_f32(bits)), b);
+      EXPECT_LE(gumbel_noise(bits_f32(bits)), table[b]) << "u " << hex32(bits);
+    }
+  }
+}
+
+TEST(MarkovPlan, RefusesWithTheReason) {
+  cuda::MarkovPlanInput ok;
+  ok.vocab = 151936;
+  ok.rank = 256;
+  ok.max_rows = 32;
+  EXPECT_EQ(cuda::fused_markov_refusal(ok), "");
+  auto refusal = [&](auto edit) {
+    cuda::MarkovPlanInput in = ok;
+    edit(in);
+    return cuda::fused_markov_refusal(in);
+  };
+  auto has = [](const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 0; }), "no Markov head"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 48; }), "rank 48 is not a power of two"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 4; }), "rank 4"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 2048; }), "rank 2048"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.draft_vocab = 32000; }), "reduced draft vocabulary"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.cache_bf16_contiguous = false; }), "contiguous bf16"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.shards = 3; }), "shard count 3 is not a power of two"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.vocab = 1001; in.shards = 2; }),
+                  "vocab 1001 is not divisible by the shard count 2"));
+  alignas(16) static const char buffer[32] = {};
+  EXPECT_TRUE(has(refusal([&](auto& in) { in.w1 = buffer + 2; }), "w1 is not 16-byte aligned"));
+  EXPECT_TRUE(has(refusal([&](auto& in) { in.w2 = buffer + 8; }), "w2 is not 16-byte aligned"));
+  EXPECT_EQ(refusal([&](auto& in) { in.w1 = buffer; in.w2 = buffer + 16; }), "");
+  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 1024; in.max_rows = 4096; }),
+                  "do not fit the fused step's shared memory"));
+  EXPECT_EQ(refusal([](auto& in) { in.vocab = 202048; in.rank = 512; in.shards = 8; in.max_rows = 64; }), "");
+}
+
+// The invariants the fused kernel relies on, for every row count and rank.
+TEST(MarkovPlan, StepShapesFitAndKeepWarpsBusy) {
+  using namespace cuda::markov_detail;
+  const int max_smem = 227 * 1024, per_sm = 228 * 1024;
+  for (int rank = kMinRank; rank <= kMaxRank; rank *= 2) {
+    int last_fitting = 0;
+    for (int rows = 1; rows <= 512; ++rows) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + " rows " + std::to_string(rows));
+      const int tile_v = fused_tile_vocab(rank);
+      const int width = fused_epilogue_tiles(rows, rank) * tile_v;
+      EXPECT_GE(width, 32);                    // whole warp segments
+      EXPECT_GE(rows * width, kFusedThreads);  // every warp has a segment
+      EXPECT_LE(fused_epilogue_tiles(rows, rank), kMaxEpilogueTiles);
+      EXPECT_LE(rank / fused_threads_per_entry(rank), 64);  // w2 registers per thread
+      cuda::FusedStepShape shape;
+      if (!cuda::fused_step_shape(rows, rank, max_smem, per_sm, &shape)) continue;
+      last_fitting = rows;
+      EXPECT_LE(shape.smem_bytes, max_smem);
+      EXPECT_LE(shape.blocks_per_sm * (shape.smem_bytes + 1024), per_sm);
+      EXPECT_GE(shape.stages, 2);
+      EXPECT_LE(shape.stages, kMaxStages);
+      EXPECT_EQ(shape.smem_bytes, fused_smem_layout(rows, rank, shape.stages, shape.e_f32).total);
+    }
+    EXPECT_GE(last_fitting, 64) << "rank " << rank << ": fewer than 64 rows fit";
+  }
+  cuda::FusedStepShape shape;
+  EXPECT_FALSE(cuda::fused_step_shape(1, 48, max_smem, per_sm, &shape));
+  EXPECT_FALSE(cuda::fused_step_shape(0, 64, max_smem, per_sm, &shape));
+}
+
+TEST(MarkovPlan, VocabParallelRefusalThrowsAtBuild) {
+  cuda::MarkovHead head;
+  head.vocab = 1000;
+  head.rank = 48;
+  cuda::LoopbackExchange exchange(2);
+  try {
+    cuda::VocabParallelMarkov loop(head, exchange, 4, 7);
+    FAIL() << "a rank-48 vocab-parallel draft was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 48 is not a power of two"), std::string::npos)
+        << e.what();
+  }
+  head.rank = 64;
+  cuda::LoopbackExchange three(3);
+  EXPECT_THROW(cuda::VocabParallelMarkov(head, three, 4, 7), ConfigError);
+}
+
+TEST(MarkovPlan, LogsEachReasonOnce) {
+  const std::string message = "test_markov: a reason logged once " + std::to_string(std::random_device{}());
+  EXPECT_TRUE(cuda::markov_log_once(message));
+  EXPECT_FALSE(cuda::markov_log_once(message));
+}
+
+// ---- eager kernels against the CPU ------------------------------------------------------
+
+class Gen {
+ public:
+  explicit Gen(uint64_t seed) : rng_(seed) {}
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
+  int64_t integer(int64_t lo, int64_t hi) {  // [lo, hi]
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+  std::vector<bf16> bf16s(size_t n, float lo, float hi) {
+    std::vector<bf16> v(n);
+    for (auto& x : v) x = to_bf16(uniform(lo, hi));
+    return v;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+cpu::LogitTransform transform_of(int kind) {
+  cpu::LogitTransform t;
+  if (kind == 0) return t;
+  t.enabled = true;
+  if (kind == 1 || kind == 3) t.multiplier = 0.7071f;
+  if (kind >= 2) {
+    t.has_cap = true;
+    t.cap = 30.0f;
+    t.inv_cap = 1.0f / t.cap;
+  }
+  return t;
+}
+
+TEST(MarkovEager, BiasMatchesCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  int cases = 0;
+  for (const int rank : {7, 8, 20, 64, 256, 512, 1024}) {
+    for (const int vocab : {1, 33, 1000, 4099}) {
+      for (const int rows : {1, 3, 8}) {
+        const uint64_t seed = 1000u * rank + 10u * vocab + rows;
+        SCOPED_TRACE("rank " + std::to_string(rank) + " vocab " + std::to_string(vocab) +
+                     " rows " + std::to_string(rows) + " seed " + std::to_string(seed));
+        Gen gen(seed);
+        std::vector<bf16> e = gen.bf16s(static_cast<size_t>(rows) * rank, -1.0f, 1.0f);
+        std::vector<bf16> w2 = gen.bf16s(static_cast<size_t>(vocab) * rank, -0.5f, 0.5f);
+        // Tiny products (subnormal partial sums) and exact cancellations.
+        if (rows > 1) e[static_cast<size_t>(rank)] = to_bf16(2e-39f);
+        w2[0] = to_bf16(-1e-20f);
+        std::vector<bf16> expected(static_cast<size_t>(rows) * vocab);
+        cpu::markov_bias(e.data(), rows, w2.data(), vocab, rank, expected.data(), 4);
+        DeviceBuffer<bf16> d_e(e, stream.get()), d_w2(w2, stream.get()), d_bias(expected.size());
+        cuda::markov_bias(d_e.data(), rows, d_w2.data(), vocab, rank, d_bias.data(), stream.get());
+        const std::vector<bf16> found = d_bias.download(stream.get());
+        for (size_t i = 0; i < found.size(); ++i)
+          ASSERT_EQ(found[i].bits, expected[i].bits)
+              << "bias[row " << i / vocab << "][" << i % vocab << "]: found " << hex16(found[i].bits)
+              << ", expected " << hex16(expected[i].bits);
+        ++cases;
+      }
+    }
+  }
+  std::printf("[markov] bias vs CPU: %d cases\n", cases);
+}
+
+TEST(MarkovEager, StepLogitsMatchCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  int cases = 0;
+  for (const int vocab : {1, 1000, 32001}) {
+    for (const int rows : {1, 5}) {
+      for (int kind = 0; kind < 4; ++kind) {
+        const uint64_t seed = 77u * vocab + 7u * rows + kind;
+        SCOPED_TRACE("vocab " + std::to_string(vocab) + " rows " + std::to_string(rows) +
+                     " transform " + std::to_string(kind) + " seed " + std::to_string(seed));
+        Gen gen(seed);
+        const size_t n = static_cast<size_t>(rows) * vocab;
+        std::vector<bf16> base = gen.bf16s(n, -40.0f, 40.0f), bias = gen.bf16s(n, -3.0f, 3.0f);
+        // Specials: NaNs of both signs, infinities, an overflowing sum, zeros.
+        const uint16_t specials[] = {0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x7f7f, 0x8000};
+        for (int i = 0; i < 6 && i < static_cast<int>(n); ++i)
+          base[static_cast<size_t>(gen.integer(0, static_cast<int64_t>(n) - 1))] = bf16{specials[i]};
+        if (n > 1) bias[n - 1] = bf16{0x7f7f};  // with base 0x7f7f below: inf
+        if (n > 1) base[n - 1] = bf16{0x7f7f};
+        const cpu::LogitTransform t = transform_of(kind);
+        // Slots: row r -> cache slot rows - 1 - r, every third row padding.
+        const int slots = rows + 2;
+        std::vector<int64_t> cache_slots(rows);
+        for (int r = 0; r < rows; ++r) cache_slots[r] = r % 3 == 1 ? -1 : rows - 1 - r;
+        std::vector<bf16> expected(n), expected_cache(static_cast<size_t>(slots) * vocab, bf16{kUntouched});
+        for (int r = 0; r < rows; ++r) {
+          cpu::step_logits(base.data() + static_cast<size_t>(r) * vocab,
+                           bias.data() + static_cast<size_t>(r) * vocab, vocab, t,
+                           expected.data() + static_cast<size_t>(r) * vocab);
+          if (cache_slots[r] >= 0)
+            std::copy_n(expected.data() + static_cast<size_t>(r) * vocab, vocab,
+                        expected_cache.data() + cache_slots[r] * vocab);
+        }
+        DeviceBuffer<bf16> d_base(base, stream.get()), d_bias(bias, stream.get()), d_l(n);
+        DeviceBuffer<bf16> d_cache(std::vector<bf16>(static_cast<size_t>(slots) * vocab, bf16{kUntouched}),
+                                   stream.get());
+        DeviceBuffer<int64_t> d_slots(cache_slots, stream.get());
+        cuda::markov_step_logits(d_base.data(), vocab, d_bias.data(), rows, vocab, t, d_l.data(),
+                                 d_cache.data(), d_slots.data(), vocab, stream.get());
+        const std::vector<bf16> found = d_l.download(stream.get());
+        const std::vector<bf16> found_cache = d_cache.download(stream.get());
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(same_bf16(found[i], expected[i], true))
+              << "logits[row " << i / vocab << "][" << i % vocab << "]: found "
+              << hex16(found[i].bits) << ", expected " << hex16(expected[i].bits) << " (base "
+              << hex16(base[i].bits) << ", bias " << hex16(bias[i].bits) << ")";
+        for (size_t i = 0; i < found_cache.size(); ++i)
+          ASSERT_TRUE(same_bf16(found_cache[i], expected_cache[i], true))
+              << "cache[slot " << i / vocab << "][" << i % vocab << "]: found "
+              << hex16(found_cache[i].bits) << ", expected " << hex16(expected_cache[i].bits);
+        ++cases;
+      }
+    }
+  }
+  std::printf("[markov] step logits vs CPU: %d cases\n", cases);
+}
+
+TEST(MarkovEager, SamplerMatchesCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  int cases = 0;
+  const float temps[] = {0.0f, 0.7f, 1.0f, 1e-3f, 2.5f};
+  for (const int vocab : {1, 2047, 2048, 2049, 32000, 151936}) {
+    for (const int64_t offset : {int64_t{0}, int64_t{12345}}) {
+      for (const int step : {0, 5}) {
+        const int rows = 6;
+        const uint64_t seed = 31u * vocab + 3u * static_cast<uint64_t>(offset) + step;
+        SCOPED_TRACE("vocab " + std::to_string(vocab) + " id_offset " + std::to_string(offset) +
+                     " step " + std::to_string(step) + " seed " + std::to_string(seed));
+        Gen gen(seed);
+        std::vector<bf16> l = gen.bf16s(static_cast<size_t>(rows) * vocab, -8.0f, 8.0f);
+        std::vector<float> t(rows);
+        std::vector<int64_t> seeds(rows), positions(rows);
+        for (int r = 0; r < rows; ++r) {
+          t[r] = r == 2 ? 0.0f : temps[(r + step) % 5];
+          seeds[r] = static_cast<int64_t>(gen.integer(INT64_MIN / 2, INT64_MAX / 2));
+          positions[r] = gen.integer(0, 1 << 20);
+          bf16* row = l.data() + static_cast<size_t>(r) * vocab;
+          if (r == 1) {  // two NaNs: the lower id wins
+            row[vocab - 1] = bf16{0x7fc0};
+            row[vocab / 2] = bf16{0xffc0};
+          }
+          if (r == 2 || r == 3) {  // exact ties at the top (T = 0 or tiny T)
+            row[vocab - 1] = to_bf16(100.0f);
+            row[vocab / 3] = to_bf16(100.0f);
+            row[vocab / 3 + (vocab > 2)] = to_bf16(100.0f);
+          }
+          if (r == 4) row[vocab - 1] = bf16{0x7f80};  // +inf
+        }
+        DeviceBuffer<bf16> d_l(l, stream.get());
+        DeviceBuffer<float> d_t(t, stream.get());
+        DeviceBuffer<int64_t> d_seeds(seeds, stream.get()), d_pos(positions, stream.get());
+        DeviceBuffer<cuda::MarkovCandidate> partials(static_cast<size_t>(rows) * cuda::markov_sample_blocks(vocab));
+        DeviceBuffer<cuda::MarkovCandidate> best(rows);
+        DeviceBuffer<int64_t> tokens(rows);
+        cuda::markov_sample(d_l.data(), rows, vocab, offset, d_t.data(), d_seeds.data(), d_pos.data(),
+                            step, partials.data(), best.data(), tokens.data(), 1, stream.get());
+        const std::vector<cuda::MarkovCandidate> found = best.download(stream.get());
+        const std::vector<int64_t> found_tokens = tokens.download(stream.get());
+        for (int r = 0; r < rows; ++r) {
+          const uint32_t gs = draft_step_seed(seeds[r], positions[r], step);
+          const cpu::RowBest want =
+              cpu::sample_row(l.data() + static_cast<size_t>(r) * vocab, vocab, offset, t[r], gs);
+          ASSERT_EQ(found[r].id, want.id) << "row " << r << " T " << t[r] << ": token";
+          ASSERT_EQ(found_tokens[r], want.id) << "row " << r << ": tokens[]";
+          ASSERT_TRUE(same_f32(found[r].value, want.value, true))
+              << "row " << r << " T " << t[r] << ": score found " << hex32(f32_bits(found[r].value))
+              << ", expected " << hex32(f32_bits(want.value));
+          if (r == 1) EXPECT_EQ(want.id, offset + vocab / 2) << "lowest NaN id";
+          if (r == 2 && vocab > 2) EXPECT_EQ(want.id, offset + vocab / 3) << "lowest id of a tie";
+        }
+        ++cases;
+      }
+    }
+  }
+  std::printf("[markov] sampler vs CPU: %d cases\n", cases);
+}
+
+// ---- whole loops ---------------------------------------------------------------------------
+
+struct LoopCase {
+  int vocab = 1000;
+  int rank = 64;
+  int rows = 1;
+  int steps = 7;
+  int transform = 0;                 // transform_of kind
+  std::vector<float> temps{0.0f, 0.7f, 1.0f};  // cycled over rows
+  bool nan = false;                  // NaN base logits at some (row, step)
+  bool ties = false;                 // exact ties at the top for T = 0 rows, even steps
+  bool padding = false;              // every fourth row is a padding row (slot -1)
+  int shards = 0;                    // also run the loopback vocab-parallel loop (0: no)
+  bool variants = false;             // also fused with PDL off and without the alternating walk
+  uint64_t seed = 1;
+
+  int cache_slots() const { return rows + 3; }
+  float temp(int r) const { return temps[static_cast<size_t>(r) % temps.size()]; }
+  std::string describe() const {
+    std::ostringstream os;
+    os << "V " << vocab << " rank " << rank << " rows " << rows << " N " << steps << " transform "
+       << transform << " T {";
+    for (size_t i = 0; i < temps.size(); ++i) os << (i ? "," : "") << temps[i];
+    os << "}" << (nan ? " nan" : "") << (ties ? " ties" : "") << (padding ? " padding" : "");
+    if (shards) os << " shards " << shards;
+    os << " seed " << seed;
+    return os.str();
+  }
+};
+
+// Ids whose w2 rows and (at tie steps) base logits are equal.
+std::vector<int64_t> tie_ids(int vocab) { return {3, vocab / 2 + 1, vocab - 1}; }
+
+// NaN positions of row r at step j (empty: none). Two per hit, the lower must win.
+std::vector<int64_t> nan_ids(const LoopCase& c, int r, int j) {
+  if (!c.nan || r % 3 != 1 || j % 3 != r % 3) return {};
+  if (r % 2 == 1) return {c.vocab - 1};  // the very last entry (last tile, last block)
+  return {c.vocab / 3 + r, c.vocab - 2};
+}
+
+struct LoopInputs {
+  DeviceBuffer<bf16> w1, w2, base;
+  DeviceBuffer<int64_t> anchors, positions, seeds, slots;
+  DeviceBuffer<float> temps;
+  std::vector<int64_t> h_slots;
+  cuda::MarkovHead head;
+};
+
+void set_bf16(bf16* dst, bf16 value, cudaStream_t s) {
+  SD_CUDA_CHECK(cudaMemcpyAsync(dst, &value, sizeof(bf16), cudaMemcpyHostToDevice, s));
+  SD_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+LoopInputs make_inputs(const LoopCase& c, cudaStream_t s) {
+  LoopInputs in;
+  const size_t v = c.vocab, k = c.rank, rows = c.rows, n = c.steps;
+  in.w1 = DeviceBuffer<bf16>(v * k);
+  in.w2 = DeviceBuffer<bf16>(v * k);
+  in.base = DeviceBuffer<bf16>(rows * n * v);
+  cuda::fill_uniform_bf16(in.w1.data(), in.w1.size(), c.seed * 4 + 1, -0.5f, 0.5f, s);
+  cuda::fill_uniform_bf16(in.w2.data(), in.w2.size(), c.seed * 4 + 2, -0.5f, 0.5f, s);
+  cuda::fill_uniform_bf16(in.base.data(), in.base.size(), c.seed * 4 + 3, -8.0f, 8.0f, s);
+  Gen gen(c.seed);
+  std::vector<int64_t> anchors(rows), positions(rows), seeds(rows);
+  std::vector<float> temps(rows);
+  in.h_slots.resize(rows);
+  // Slots: a permutation into [0, rows + 3), every fourth row padding when asked.
+  std::vector<int64_t> perm(static_cast<size_t>(c.cache_slots()));
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(c.seed + 9));
+  for (int r = 0; r < c.rows; ++r) {
+    anchors[r] = gen.integer(0, c.vocab - 1);
+    positions[r] = gen.integer(0, (int64_t{1} << 31) - 64);
+    seeds[r] = gen.integer(INT64_MIN / 2, INT64_MAX / 2);
+    temps[r] = c.temp(r);
+    in.h_slots[r] = c.padding && r % 4 == 3 ? -1 : perm[static_cast<size_t>(r)];
+  }
+  in.anchors = DeviceBuffer<int64_t>(anchors, s);
+  in.positions = DeviceBuffer<int64_t>(positions, s);
+  in.seeds = DeviceBuffer<int64_t>(seeds, s);
+  in.slots = DeviceBuffer<int64_t>(in.h_slots, s);
+  in.temps = DeviceBuffer<float>(temps, s);
+  if (c.ties) {
+    const std::vector<int64_t> ids = tie_ids(c.vocab);
+    for (size_t i = 1; i < ids.size(); ++i)
+      SD_CUDA_CHECK(cudaMemcpyAsync(in.w2.data() + ids[i] * c.rank, in.w2.data() + ids[0] * c.rank,
+                                    k * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+    for (int r = 0; r < c.rows; ++r)
+      for (int j = 0; j < c.steps; j += 2)
+        if (c.temp(r) == 0.0f)
+          for (const int64_t id : ids)
+            set_bf16(in.base.data() + (static_cast<int64_t>(r) * c.steps + j) * c.vocab + id,
+                     to_bf16(40.0f), s);
+  }
+  for (int r = 0; r < c.rows; ++r)
+    for (int j = 0; j < c.steps; ++j)
+      for (const int64_t id : nan_ids(c, r, j))
+        set_bf16(in.base.data() + (static_cast<int64_t>(r) * c.steps + j) * c.vocab + id,
+                 bf16{static_cast<uint16_t>(id % 2 ? 0x7fc0 : 0xffc1)}, s);
+  SD_CUDA_CHECK(cudaStreamSynchronize(s));
+  in.head.w1 = in.w1.data();
+  in.head.w2 = in.w2.data();
+  in.head.vocab = c.vocab;
+  in.head.rank = c.rank;
+  in.head.transform = transform_of(c.transform);
+  return in;
+}
+
+struct LoopOutputs {
+  std::vector<int64_t> tokens;  // [rows, N]
+  std::vector<bf16> cache;      // [slots, N, V]
+};
+
+enum class LoopKind { eager, fused, sharded };
+
+struct RunOptions {
+  LoopKind kind = LoopKind::fused;
+  bool pdl = true;
+  bool alternate = true;
+  int shards = 1;
+};
+
+cuda::MarkovBatch batch_of(const LoopCase& c, LoopInputs& in, int64_t* tokens, bf16* cache) {
+  cuda::MarkovBatch b;
+  b.rows = c.rows;
+  b.steps = c.steps;
+  b.anchor_tokens = in.anchors.data();
+  b.anchor_positions = in.positions.data();
+  b.seeds = in.seeds.data();
+  b.temperatures = in.temps.data();
+  b.cache_slots = in.slots.data();
+  b.base_logits = in.base.data();
+  b.draft_tokens = tokens;
+  b.cache = cache;
+  return b;
+}
+
+LoopOutputs run_loop(const LoopCase& c, LoopInputs& in, const RunOptions& o, cudaStream_t s) {
+  const size_t cache_len = static_cast<size_t>(c.cache_slots()) * c.steps * c.vocab;
+  DeviceBuffer<int64_t> tokens(static_cast<size_t>(c.rows) * c.steps);
+  DeviceBuffer<bf16> cache(std::vector<bf16>(cache_len, bf16{kUntouched}), s);
+  tokens.zero(s);
+  const cuda::MarkovBatch batch = batch_of(c, in, tokens.data(), cache.data());
+  if (o.kind == LoopKind::sharded) {
+    const int width = c.vocab / o.shards;
+    // Each shard's base logits [rows, N, V/S] and its slice of w2.
+    std::vector<DeviceBuffer<bf16>> bases;
+    bases.reserve(static_cast<size_t>(o.shards));
+    std::vector<cuda::MarkovShard> shards(static_cast<size_t>(o.shards));
+    for (int sh = 0; sh < o.shards; ++sh) {
+      bases.emplace_back(static_cast<size_t>(c.rows) * c.steps * width);
+      SD_CUDA_CHECK(cudaMemcpy2DAsync(bases.back().data(), width * sizeof(bf16),
+                                      in.base.data() + static_cast<int64_t>(sh) * width,
+                                      c.vocab * sizeof(bf16), width * sizeof(bf16),
+                                      static_cast<size_t>(c.rows) * c.steps,
+                                      cudaMemcpyDeviceToDevice, s));
+      shards[sh] = cuda::MarkovShard{in.w2.data() + static_cast<int64_t>(sh) * width * c.rank,
+                                     bases.back().data()};
+    }
+    cuda::LoopbackExchange exchange(o.shards);
+    cuda::VocabParallelMarkov loop(in.head, exchange, c.rows, c.steps);
+    loop.workspace().set_pdl(o.pdl);
+    loop.workspace().set_alternate_direction(o.alternate);
+    loop.run(batch, shards, s);
+  } else {
+    cuda::MarkovWorkspace ws(c.rows, c.steps, c.vocab, c.rank, 1);
+    ws.set_pdl(o.pdl);
+    ws.set_alternate_direction(o.alternate);
+    if (o.kind == LoopKind::eager)
+      cuda::eager_markov_loop(in.head, batch, ws, s);
+    else
+      cuda::fused_markov_loop(in.head, batch, ws, s);
+  }
+  SD_CUDA_CHECK(cudaStreamSynchronize(s));
+  return LoopOutputs{tokens.download(s), cache.download(s)};
+}
+
+// Names the first difference: row/step of a token, slot/step/index of the cache.
+::testing::AssertionResult same_outputs(const LoopCase& c, const LoopOutputs& found,
+                                        const LoopOutputs& expected, bool nan_equal) {
+  for (size_t i = 0; i < expected.tokens.size(); ++i)
+    if (found.tokens[i] != expected.tokens[i])
+      return ::testing::AssertionFailure()
+             << "token of row " << i / c.steps << " step " << i % c.steps << ": found "
+             << found.tokens[i] << ", expected " << expected.tokens[i];
+  const size_t plane = static_cast<size_t>(c.steps) * c.vocab;
+  for (size_t i = 0; i < expected.cache.size(); ++i)
+    if (!same_bf16(found.cache[i], expected.cache[i], nan_equal))
+      return ::testing::AssertionFailure()
+             << "cache[slot " << i / plane << "][step " << i / c.vocab % c.steps << "]["
+             << i % c.vocab << "]: found " << hex16(found.cache[i].bits) << ", expected "
+             << hex16(expected.cache[i].bits);
+  return ::testing::AssertionSuccess();
+}
+
+// The contract's picks the sweep forces (lowest NaN id; lowest id of a tie), and
+// untouched cache slots of padding rows.
+::testing::AssertionResult forced_picks(const LoopCase& c, const LoopInputs& in,
+                                        const LoopOutputs& out) {
+  for (int r = 0; r < c.rows; ++r)
+    for (int j = 0; j < c.steps; ++j) {
+      const int64_t token = out.tokens[static_cast<size_t>(r) * c.steps + j];
+      const std::vector<int64_t> nans = nan_ids(c, r, j);
+      int64_t want = -1;
+      if (!nans.empty())
+        want = *std::min_element(nans.begin(), nans.end());
+      else if (c.ties && c.temp(r) == 0.0f && j % 2 == 0)
+        want = tie_ids(c.vocab)[0];
+      if (want < 0) continue;
+      if (token != want)
+        return ::testing::AssertionFailure() << "row " << r << " step " << j << ": token " << token
+                                             << ", the rule picks " << want;
+    }
+  std::vector<bool> used(static_cast<size_t>(c.cache_slots()), false);
+  for (const int64_t slot : in.h_slots)
+    if (slot >= 0) used[static_cast<size_t>(slot)] = true;
+  const size_t plane = static_cast<size_t>(c.steps) * c.vocab;
+  for (size_t slot = 0; slot < used.size(); ++slot) {
+    if (used[slot]) continue;
+    for (size_t i = 0; i < plane; ++i)
+      if (out.cache[slot * plane + i].bits != kUntouched)
+        return ::testing::AssertionFailure()
+               << "cache slot " << slot << " (no row, or a padding row's) written at step "
+               << i / c.vocab << " index " << i % c.vocab;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void check_case(const LoopCase& c, cudaStream_t s) {
+  SCOPED_TRACE(c.describe());
+  LoopInputs in = make_inputs(c, s);
+  const LoopOutputs eager = run_loop(c, in, RunOptions{LoopKind::eager}, s);
+  EXPECT_TRUE(forced_picks(c, in, eager)) << "eager";
+  const LoopOutputs fused = run_loop(c, in, RunOptions{LoopKind::fused}, s);
+  EXPECT_TRUE(same_outputs(c, fused, eager, false)) << "fused (PDL, alternating walk) vs eager";
+  if (c.variants) {
+    const LoopOutputs plain = run_loop(c, in, RunOptions{LoopKind::fused, false, false}, s);
+    EXPECT_TRUE(same_outputs(c, plain, eager, false)) << "fused (no PDL, forward walk) vs eager";
+    const LoopOutputs again = run_loop(c, in, RunOptions{LoopKind::fused}, s);
+    EXPECT_TRUE(same_outputs(c, again, fused, false)) << "fused run to run";
+  }
+  if (c.shards > 1) {
+    const LoopOutputs sharded = run_loop(c, in, RunOptions{LoopKind::sharded, true, true, c.shards}, s);
+    EXPECT_TRUE(same_outputs(c, sharded, eager, false))
+        << "vocab-parallel loopback, " << c.shards << " shards, vs eager";
+  }
+}
+
+TEST(MarkovFused, MatchesEagerSmallVocabEveryBucket) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  int n = 0;
+  const int shard_cycle[] = {2, 4, 8};
+  for (const int rank : {64, 256, 512}) {
+    for (const int rows : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 32, 33, 48, 64}) {
+      LoopCase c;
+      c.vocab = 1000;
+      c.rank = rank;
+      c.rows = rows;
+      c.steps = 1 + (rows + rank / 64) % 16;
+      c.transform = rows % 4;
+      c.nan = rows % 2 == 1;
+      c.ties = rows % 3 != 1;
+      c.padding = rows >= 3;
+      c.shards = n % 3 == 0 ? shard_cycle[(n / 3) % 3] : 0;
+      c.variants = n % 5 == 0;
+      c.seed = 100 + n;
+      std::printf("[markov] %s\n", c.describe().c_str());
+      check_case(c, stream.get());
+      ++n;
+    }
+  }
+  // The other ranks, and rank 1024 past the fp32-embedding limit (bf16 embeddings).
+  for (const int rank : {8, 16, 32, 128, 1024}) {
+    for (const int rows : {1, 5, 40}) {
+      LoopCase c;
+      c.vocab = 1000;
+      c.rank = rank;
+      c.rows = rows;
+      c.steps = rows == 40 ? 2 : 4;
+      c.nan = true;
+      c.ties = true;
+      c.padding = true;
+      c.shards = rows == 5 ? 4 : 0;
+      c.seed = 500 + n;
+      std::printf("[markov] %s\n", c.describe().c_str());
+      check_case(c, stream.get());
+      ++n;
+    }
+  }
+  std::printf("[markov] fused vs eager, V 1000: %d cases\n", n);
+}
+
+TEST(MarkovFused, MatchesEagerLargeVocab) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  struct Shape {
+    int vocab, rank, rows, steps, transform, shards;
+  };
+  // A sample of the large combinations (not the cross product).
+  const Shape shapes[] = {
+      {32000, 64, 1, 16, 0, 2},   {32000, 256, 6, 7, 2, 4},  {32000, 512, 24, 3, 1, 8},
+      {32000, 256, 64, 2, 3, 0},  {151936, 256, 1, 7, 0, 8}, {151936, 256, 8, 7, 0, 2},
+      {151936, 256, 32, 7, 0, 0}, {151936, 64, 17, 3, 2, 4}, {151936, 512, 3, 5, 0, 0},
+      {202048, 512, 1, 7, 3, 4},  {202048, 512, 8, 7, 3, 0}, {202048, 256, 64, 2, 0, 8},
+      {202048, 64, 2, 16, 1, 0},
+  };
+  int n = 0;
+  for (const Shape& sh : shapes) {
+    LoopCase c;
+    c.vocab = sh.vocab;
+    c.rank = sh.rank;
+    c.rows = sh.rows;
+    c.steps = sh.steps;
+    c.transform = sh.transform;
+    c.shards = sh.shards;
+    c.nan = sh.rows > 1;
+    c.ties = true;
+    c.padding = sh.rows >= 4;
+    c.temps = n % 3 == 0 ? std::vector<float>{1.0f} : std::vector<float>{0.0f, 0.7f, 1.0f};
+    c.variants = n < 2;
+    c.seed = 900 + n;
+    std::printf("[markov] %s\n", c.describe().c_str());
+    check_case(c, stream.get());
+    ++n;
+  }
+  std::printf("[markov] fused vs eager, large V: %d cases\n", n);
+}
+
+// The loops captured in a CUDA graph (PDL edges included) and replayed on new inputs.
+TEST(MarkovFused, GraphReplayMatchesEager) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  const cudaStream_t s = stream.get();
+  LoopCase c;
+  c.vocab = 32000;
+  c.rank = 256;
+  c.rows = 5;
+  c.steps = 7;
+  c.padding = true;
+  c.seed = 4242;
+  SCOPED_TRACE(c.describe());
+  LoopInputs in = make_inputs(c, s);
+  const size_t cache_len = static_cast<size_t>(c.cache_slots()) * c.steps * c.vocab;
+  DeviceBuffer<int64_t> tok_f(static_cast<size_t>(c.rows) * c.steps), tok_e(tok_f.size());
+  DeviceBuffer<bf16> cache_f(std::vector<bf16>(cache_len, bf16{kUntouched}), s);
+  DeviceBuffer<bf16> cache_e(std::vector<bf16>(cache_len, bf16{kUntouched}), s);
+  cuda::MarkovWorkspace ws(c.rows, c.steps, c.vocab, c.rank, 1);
+  const cuda::MarkovBatch fb = batch_of(c, in, tok_f.data(), cache_f.data());
+  const cuda::MarkovBatch eb = batch_of(c, in, tok_e.data(), cache_e.data());
+  cuda::fused_markov_loop(in.head, fb, ws, s);  // warm up every kernel before capture
+  cuda::eager_markov_loop(in.head, eb, ws, s);
+  SD_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  SD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  cuda::fused_markov_loop(in.head, fb, ws, s);
+  cuda::eager_markov_loop(in.head, eb, ws, s);
+  SD_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  SD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    cuda::fill_uniform_bf16(in.base.data(), in.base.size(), 7000 + replay, -8.0f, 8.0f, s);
+    SD_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    SD_CUDA_CHECK(cudaStreamSynchronize(s));
+    const LoopOutputs f{tok_f.download(s), cache_f.download(s)};
+    const LoopOutputs e{tok_e.download(s), cache_e.download(s)};
+    EXPECT_TRUE(same_outputs(c, f, e, false));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// A draft the fused plan refuses runs eager through MarkovLoop (and says why).
+TEST(MarkovFused, LoopFallsBackToEager) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  LoopCase c;
+  c.vocab = 1000;
+  c.rank = 48;
+  c.rows = 3;
+  c.steps = 4;
+  c.seed = 77;
+  SCOPED_TRACE(c.describe());
+  LoopInputs in = make_inputs(c, stream.get());
+  cuda::MarkovLoop loop(in.head, c.rows, c.steps);
+  EXPECT_FALSE(loop.fused());
+  EXPECT_NE(loop.refusal().find("rank 48"), std::string::npos) << loop.refusal();
+  const size_t cache_len = static_cast<size_t>(c.cache_slots()) * c.steps * c.vocab;
+  DeviceBuffer<int64_t> tokens(static_cast<size_t>(c.rows) * c.steps);
+  DeviceBuffer<bf16> cache(std::vector<bf16>(cache_len, bf16{kUntouched}), stream.get());
+  loop.run(batch_of(c, in, tokens.data(), cache.data()), stream.get());
+  const LoopOutputs found{tokens.download(stream.get()), cache.download(stream.get())};
+  const LoopOutputs eager = run_loop(c, in, RunOptions{LoopKind::eager}, stream.get());
+  EXPECT_TRUE(same_outputs(c, found, eager, false));
+  EXPECT_THROW(run_loop(c, in, RunOptions{LoopKind::fused}, stream.get()), InvalidArgument);
+
+  c.rank = 64;
+  LoopInputs in64 = make_inputs(c, stream.get());
+  cuda::MarkovLoop fused_loop(in64.head, c.rows, c.steps);
+  EXPECT_TRUE(fused_loop.fused()) << fused_loop.refusal();
+}
+
+// ---- the fused loop against the CPU ops composed into the loop ------------------------------
+
+LoopOutputs cpu_loop(const LoopCase& c, const LoopInputs& in, cudaStream_t s) {
+  const std::vector<bf16> w1 = in.w1.download(s), w2 = in.w2.download(s), base = in.base.download(s);
+  const std::vector<int64_t> anchors = in.anchors.download(s), positions = in.positions.download(s),
+                             seeds = in.seeds.download(s);
+  const std::vector<float> temps = in.temps.download(s);
+  const int64_t v = c.vocab, k = c.rank, n = c.steps;
+  LoopOutputs out{std::vector<int64_t>(static_cast<size_t>(c.rows * n)),
+                  std::vector<bf16>(static_cast<size_t>(c.cache_slots() * n * v), bf16{kUntouched})};
+  std::vector<bf16> e(static_cast<size_t>(c.rows * k)), bias(static_cast<size_t>(c.rows * v)),
+      l(static_cast<size_t>(v));
+  for (int j = 0; j < c.steps; ++j) {
+    for (int r = 0; r < c.rows; ++r) {
+      const int64_t prev = j == 0 ? anchors[r] : out.tokens[static_cast<size_t>(r * n + j - 1)];
+      std::copy_n(w1.data() + prev * k, k, e.data() + r * k);
+    }
+    cpu::markov_bias(e.data(), c.rows, w2.data(), c.vocab, c.rank, bias.data(), 8);
+    for (int r = 0; r < c.rows; ++r) {
+      cpu::step_logits(base.data() + (r * n + j) * v, bias.data() + r * v, c.vocab,
+                       in.head.transform, l.data());
+      if (in.h_slots[r] >= 0) std::copy_n(l.data(), v, out.cache.data() + (in.h_slots[r] * n + j) * v);
+      const uint32_t gs = draft_step_seed(seeds[r], positions[r], j);
+      out.tokens[static_cast<size_t>(r * n + j)] = cpu::sample_row(l.data(), c.vocab, 0, temps[r], gs).id;
+    }
+  }
+  return out;
+}
+
+TEST(MarkovFused, MatchesCpuLoop) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  struct Shape {
+    int vocab, rank, rows, steps, transform;
+  };
+  const Shape shapes[] = {
+      {1000, 64, 5, 6, 2}, {32000, 256, 4, 7, 0}, {151936, 256, 2, 3, 1}, {202048, 512, 1, 2, 3},
+  };
+  int n = 0;
+  for (const Shape& sh : shapes) {
+    LoopCase c;
+    c.vocab = sh.vocab;
+    c.rank = sh.rank;
+    c.rows = sh.rows;
+    c.steps = sh.steps;
+    c.transform = sh.transform;
+    c.nan = sh.rows > 1;
+    c.ties = true;
+    c.padding = sh.rows >= 4;
+    c.seed = 3000 + n;
+    SCOPED_TRACE(c.describe());
+    std::printf("[markov] CPU loop: %s\n", c.describe().c_str());
+    LoopInputs in = make_inputs(c, stream.get());
+    const LoopOutputs fused = run_loop(c, in, RunOptions{LoopKind::fused}, stream.get());
+    const LoopOutputs want = cpu_loop(c, in, stream.get());
+    EXPECT_TRUE(same_outputs(c, fused, want, true)) << "fused GPU loop vs CPU loop";
+    EXPECT_TRUE(forced_picks(c, in, want)) << "CPU loop";
+    ++n;
+  }
+}
+
+}  // namespace
+}  // namespace sparkdraft
