@@ -1,0 +1,86 @@
+// Query-block bookkeeping, fp32 widening and the per-head norm of the GPU draft
+// step (see draft_kernels.h). The head norm rounds where cuda::rms_norm and
+// cpu::rms_norm do: only the output, once, to bf16.
+#include "cuda/draft/draft_kernels.h"
+
+#include "cuda/kernels/common.cuh"
+#include "sparkdraft/cuda/check.h"
+
+namespace sparkdraft::cuda {
+namespace {
+
+__global__ void prepare_kernel(QueryBlockParams p) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.rows * p.steps) return;
+  const int r = t / p.steps, j = t % p.steps;
+  const bool pad = p.cache_slots[r] < 0;
+  const int64_t a = pad ? 0 : p.anchor_positions[r];
+  const int64_t anchor = pad ? 0 : p.anchor_tokens[r];
+  const int64_t pos = a + j;
+  p.ids[t] = j == 0 ? anchor : p.mask_token;
+  p.positions[t] = pos;
+  p.token_request[t] = pad ? -1 : r;
+  p.slots[t] = pad ? -1
+                   : static_cast<int64_t>(p.block_tables[static_cast<int64_t>(r) * p.max_pages +
+                                                         pos / p.page_size]) *
+                             p.page_size +
+                         pos % p.page_size;
+  if (j == 0) {
+    p.kv_lens[r] = a + p.steps;
+    p.safe_anchor[r] = anchor;
+    p.safe_position[r] = a;
+  }
+}
+
+__global__ void widen_kernel(const bf16* x, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = to_f32(x[i]);
+}
+
+__global__ void __launch_bounds__(detail::kRowThreads)
+    head_norm_kernel(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                     const bf16* weight, NormGain gain, float eps) {
+  const int lane = threadIdx.x % detail::kWarpSize;
+  const int row = blockIdx.x * detail::kRowWarps + threadIdx.x / detail::kWarpSize;
+  if (row >= tokens * heads) return;
+  bf16* xr = x + static_cast<int64_t>(row / heads) * token_stride +
+             static_cast<int64_t>(row % heads) * head_dim;
+  const float ss = detail::warp_sum_squares(lane, head_dim, [&](int i) { return to_f32(xr[i]); });
+  const float r = detail::rms_scale(ss, head_dim, eps);
+  detail::for_lane_elements(lane, head_dim, [&](int i) {
+    xr[i] = to_bf16(detail::apply_norm(to_f32(xr[i]), r, weight, gain, i));
+  });
+}
+
+}  // namespace
+
+void prepare_query_block(const QueryBlockParams& p, cudaStream_t stream) {
+  detail::require(p.rows >= 1 && p.steps >= 1 && p.page_size >= 1 && p.max_pages >= 1,
+                  "prepare_query_block", "rows, steps, page_size and max_pages must be >= 1");
+  const int total = p.rows * p.steps;
+  prepare_kernel<<<detail::blocks_for(total, 128, "prepare_query_block"), 128, 0, stream>>>(p);
+  SD_CHECK_LAUNCH();
+}
+
+void widen_bf16(const bf16* x, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  widen_kernel<<<detail::blocks_for(n, 256, "widen_bf16"), 256, 0, stream>>>(x, n, out);
+  SD_CHECK_LAUNCH();
+}
+
+void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                   const bf16* weight, NormGain gain, float eps, cudaStream_t stream) {
+  detail::require(head_dim >= 1 && heads >= 1, "head_rms_norm", "heads and head_dim must be >= 1");
+  detail::require(token_stride >= static_cast<int64_t>(heads) * head_dim, "head_rms_norm",
+                  "token_stride is smaller than heads * head_dim");
+  detail::require_gain_weight(weight, gain, "head_rms_norm", "weight");
+  detail::require_eps(eps, "head_rms_norm");
+  if (tokens == 0) return;
+  const int rows = tokens * heads;
+  head_norm_kernel<<<detail::blocks_for(rows, detail::kRowWarps, "head_rms_norm"),
+                     detail::kRowThreads, 0, stream>>>(x, token_stride, tokens, heads, head_dim,
+                                                       weight, gain, eps);
+  SD_CHECK_LAUNCH();
+}
+
+}  // namespace sparkdraft::cuda
