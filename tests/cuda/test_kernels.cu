@@ -482,9 +482,11 @@ TEST(CudaKvInsert, MatchesCpuBitForBitWithPaddingSlots) {
         std::vector<int64_t> all(kSlots);
         std::iota(all.begin(), all.end(), 0);
         std::shuffle(all.begin(), all.end(), gen.rng());
+        // Distinct slots (two tokens never share one), the last slot of the cache included.
+        if (tokens > 1)
+          std::swap(*std::find(all.begin(), all.end(), int64_t{kSlots - 1}), all[tokens - 1]);
         std::vector<int64_t> slots(all.begin(), all.begin() + tokens);
         for (int t = 0; t < tokens; t += 4) slots[t] = -1;
-        if (tokens > 1) slots[tokens - 1] = kSlots - 1;
         const std::vector<bf16> cache0 =
             gen.bf16s(static_cast<size_t>(kSlots) * width * 2, -9.0f, 9.0f);
 

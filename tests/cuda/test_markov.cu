@@ -611,6 +611,99 @@ void check_case(const LoopCase& c, cudaStream_t s) {
     const LoopOutputs sharded = run_loop(c, in, RunOptions{LoopKind::sharded, true, true, c.shards}, s);
     EXPECT_TRUE(same_outputs(c, sharded, eager, false))
         << "vocab-parallel loopback, " << c.shards << " shards, vs eager";
+    const LoopOutputs sharded_plain =
+        run_loop(c, in, RunOptions{LoopKind::sharded, false, false, c.shards}, s);
+    EXPECT_TRUE(same_outputs(c, sharded_plain, eager, false))
+        << "vocab-parallel loopback, " << c.shards << " shards, no PDL, forward walk, vs eager";
+  }
+}
+
+// Each shard's packet of a one-step loop is the CPU best of its vocab slice
+// (id offset included), and the gathered cache equals the CPU step logits.
+TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  for (int shards : {2, 4, 8}) {
+    LoopCase c;
+    c.vocab = 1000;
+    c.rank = 64;
+    c.rows = 2;
+    c.steps = 1;
+    c.temps = {0.0f, 1.0f};
+    c.seed = 4242 + shards;
+    SCOPED_TRACE(c.describe() + " shards " + std::to_string(shards));
+    LoopInputs in = make_inputs(c, s);
+    const int width = c.vocab / shards;
+    std::vector<DeviceBuffer<bf16>> bases;
+    bases.reserve(static_cast<size_t>(shards));
+    std::vector<cuda::MarkovShard> local(static_cast<size_t>(shards));
+    for (int sh = 0; sh < shards; ++sh) {
+      bases.emplace_back(static_cast<size_t>(c.rows) * width);
+      SD_CUDA_CHECK(cudaMemcpy2DAsync(bases.back().data(), width * sizeof(bf16),
+                                      in.base.data() + static_cast<int64_t>(sh) * width,
+                                      c.vocab * sizeof(bf16), width * sizeof(bf16), c.rows,
+                                      cudaMemcpyDeviceToDevice, s));
+      local[sh] = cuda::MarkovShard{in.w2.data() + static_cast<int64_t>(sh) * width * c.rank,
+                                    bases.back().data()};
+    }
+    DeviceBuffer<int64_t> tokens(static_cast<size_t>(c.rows));
+    DeviceBuffer<bf16> cache(static_cast<size_t>(c.cache_slots()) * c.vocab);
+    const cuda::MarkovBatch batch = batch_of(c, in, tokens.data(), cache.data());
+    cuda::LoopbackExchange exchange(shards);
+    cuda::VocabParallelMarkov loop(in.head, exchange, c.rows, c.steps);
+    loop.run(batch, local, s);
+    SD_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<cuda::MarkovPacket> packets(static_cast<size_t>(shards) * c.rows);
+    loop.workspace().packets_recv.download(packets.data(), packets.size(), 0, s);
+    // CPU: the step logits of each row over the full vocabulary, then per slice.
+    const std::vector<bf16> w1 = in.w1.download(s), w2 = in.w2.download(s), base = in.base.download(s);
+    std::vector<int64_t> anchors(c.rows), positions(c.rows), seeds(c.rows);
+    in.anchors.download(anchors.data(), c.rows, 0, s);
+    in.positions.download(positions.data(), c.rows, 0, s);
+    in.seeds.download(seeds.data(), c.rows, 0, s);
+    for (int r = 0; r < c.rows; ++r) {
+      std::vector<bf16> bias(c.vocab), l(c.vocab);
+      cpu::markov_bias(w1.data() + anchors[r] * c.rank, 1, w2.data(), c.vocab, c.rank, bias.data());
+      cpu::step_logits(base.data() + static_cast<size_t>(r) * c.vocab, bias.data(), c.vocab,
+                       in.head.transform, l.data());
+      const uint32_t gs = draft_step_seed(seeds[r], positions[r], 0);
+      for (int sh = 0; sh < shards; ++sh) {
+        const cpu::RowBest best = cpu::sample_row(l.data() + sh * width, width,
+                                                  static_cast<int64_t>(sh) * width, c.temp(r), gs);
+        const cuda::MarkovPacket& pk = packets[static_cast<size_t>(sh) * c.rows + r];
+        EXPECT_EQ(pk.id, best.id) << "row " << r << " shard " << sh << ": packet value " << pk.value
+                                  << " nan " << pk.nan << ", cpu value " << best.value;
+      }
+    }
+    // The token is the packets' winner in shard order.
+    const std::vector<int64_t> h_tokens = tokens.download(s);
+    for (int r = 0; r < c.rows; ++r) {
+      cuda::MarkovPacket win = packets[r];
+      for (int sh = 1; sh < shards; ++sh) {
+        const cuda::MarkovPacket& pk = packets[static_cast<size_t>(sh) * c.rows + r];
+        const float pv = pk.nan ? NAN : pk.value, wv = win.nan ? NAN : win.value;
+        if (better(pv, pk.id, wv, win.id)) win = pk;
+      }
+      std::ostringstream all;
+      for (int sh = 0; sh < shards; ++sh) {
+        const cuda::MarkovPacket& pk = packets[static_cast<size_t>(sh) * c.rows + r];
+        all << " [" << sh << ": " << pk.value << " id " << pk.id << " nan " << pk.nan << "]";
+      }
+      EXPECT_EQ(h_tokens[r], win.id) << "row " << r << ": the pick kernel's token; packets" << all.str();
+    }
+    // And the multi-step loop against the eager one.
+    LoopCase m = c;
+    m.rows = 4;
+    m.steps = 6;
+    m.temps = {0.0f, 0.7f, 1.0f};
+    m.shards = shards;
+    LoopInputs min = make_inputs(m, s);
+    const LoopOutputs eager = run_loop(m, min, RunOptions{LoopKind::eager}, s);
+    for (bool pdl : {false, true}) {
+      const LoopOutputs sharded = run_loop(m, min, RunOptions{LoopKind::sharded, pdl, false, shards}, s);
+      EXPECT_TRUE(same_outputs(m, sharded, eager, false)) << "multi-step, pdl " << pdl;
+    }
   }
 }
 

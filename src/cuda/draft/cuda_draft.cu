@@ -159,14 +159,15 @@ struct CudaDraft::Impl {
     act = DeviceBuffer<bf16>(T * I);
     base = DeviceBuffer<bf16>(T * V);
     if (c.stream_dtype == StreamDType::f32) stream_f32 = DeviceBuffer<float>(T * H);
-    attn_ws_bytes = attention_workspace_bytes(attention_params(static_cast<int>(T)));
+    in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
+    attn_ws_bytes =
+        attention_workspace_bytes(attention_params(static_cast<int>(T), in_tables.data()));
     attn_ws = DeviceBuffer<unsigned char>(attn_ws_bytes);
     in_anchor = DeviceBuffer<int64_t>(R);
     in_pos = DeviceBuffer<int64_t>(R);
     in_seed = DeviceBuffer<int64_t>(R);
     in_slot = DeviceBuffer<int64_t>(R);
     in_temp = DeviceBuffer<float>(R);
-    in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
     out_tokens = DeviceBuffer<int64_t>(T);
     cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * c.block_size * V);
     SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
@@ -187,7 +188,7 @@ struct CudaDraft::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  AttentionParams attention_params(int tokens) const {
+  AttentionParams attention_params(int tokens, const int32_t* block_tables) const {
     AttentionParams ap;
     ap.tokens = tokens;
     ap.heads = c.num_heads;
@@ -197,7 +198,7 @@ struct CudaDraft::Impl {
     ap.max_pages = o.max_pages_per_req;
     ap.window = c.sliding_window;
     ap.q_stride = qkv.width;
-    ap.block_tables = nullptr;
+    ap.block_tables = block_tables;
     ap.token_request = token_request.data();
     ap.positions = positions.data();
     ap.kv_lens = kv_lens.data();
@@ -317,8 +318,7 @@ struct CudaDraft::Impl {
     void* strm = f32 ? static_cast<void*>(stream_f32.data()) : static_cast<void*>(x.data());
     rms_norm(x.data(), H, T, H, layers[0].input_norm.data(), c.norm_gain, c.rms_norm_eps,
              h.data(), H, s);
-    AttentionParams ap = attention_params(T);
-    ap.block_tables = b.block_tables;
+    const AttentionParams ap = attention_params(T, b.block_tables);
     const bool sandwich = c.layer_style == LayerStyle::sandwich;
     for (int l = 0; l < L; ++l) {
       DeviceLayer& d = layers[l];

@@ -306,12 +306,15 @@ __global__ void anchor_kernel(const int64_t* anchors, const bf16* w1, int rank, 
 __global__ void pick_kernel(const MarkovPacket* packets, int shards, int rows, const bf16* w1,
                             int rank, int64_t* tokens, int steps, bf16* embeds_out) {
   const int r = blockIdx.x;
+  // Lane s takes shard s's packet (and s + 32, ...); the warp reduction applies
+  // the rule (associative, so this is the shard-order fold).
   MarkovCandidate c = no_candidate();
-  for (int s = 0; s < shards; ++s) {
-    const MarkovPacket pk = packets[static_cast<int64_t>(s) * rows + r];
-    const MarkovCandidate o{pk.nan ? __int_as_float(0x7fffffff) : pk.value, pk.id};
+  for (int s = threadIdx.x; s < shards; s += kWarp) {
+    const MarkovPacket* pk = packets + static_cast<int64_t>(s) * rows + r;
+    const MarkovCandidate o{pk->nan ? __int_as_float(0x7fffffff) : pk->value, pk->id};
     if (wins(o, c)) c = o;
   }
+  c = warp_best(c);
   if (threadIdx.x == 0) tokens[static_cast<int64_t>(r) * steps] = c.id;
   copy_embedding(w1, c.id, rank, embeds_out + static_cast<int64_t>(r) * rank, threadIdx.x);
 }
