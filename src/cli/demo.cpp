@@ -4,11 +4,11 @@
 // the plan, per-request draft tokens and per-stage timings.
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "cli/backend_select.h"
 #include "cli/commands.h"
+#include "cli/tiny_checkpoint.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/scenario.h"
 
@@ -40,14 +40,8 @@ Command add_demo(CLI::App& app) {
   sub->add_option("--backend", opts->backend, backend_help())->capture_default_str();
   return {sub, [opts] {
             const auto t0 = std::chrono::steady_clock::now();
-            std::string dir = opts->checkpoint;
-            if (dir.empty()) {
-              dir = (std::filesystem::temp_directory_path() / "sparkdraft-demo-tiny").string();
-              SyntheticOptions so;
-              so.seed = 1;
-              write_synthetic_checkpoint(preset_config("tiny"), dir, so);
-              std::printf("made a tiny synthetic checkpoint in %s\n", dir.c_str());
-            }
+            TinyCheckpoint tiny;
+            const std::string dir = opts->checkpoint.empty() ? tiny.make("qwen3") : opts->checkpoint;
             auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir));
             const ModelConfig& c = ckpt->config();
             ScenarioOptions s;

@@ -3,11 +3,11 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/tiny_checkpoint.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/scenario.h"
@@ -22,16 +22,10 @@
 namespace sparkdraft::cli {
 namespace {
 
-std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir_in, const std::string& style) {
-  std::string dir = dir_in;
-  if (dir.empty()) {
-    dir = (std::filesystem::temp_directory_path() / ("sparkdraft-check-tiny-" + (style.empty() ? std::string("qwen3") : style))).string();
-    SyntheticOptions so;
-    so.seed = 1;
-    write_synthetic_checkpoint(preset_config("tiny", style), dir, so);
-    std::printf("made a tiny synthetic checkpoint (%s style) in %s\n", style.empty() ? "qwen3" : style.c_str(), dir.c_str());
-  }
-  return std::make_shared<const Checkpoint>(Checkpoint::load(dir));
+// The checkpoint of --checkpoint, or a tiny synthetic one in `tiny`'s directory.
+std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir, const std::string& style,
+                                                    TinyCheckpoint& tiny) {
+  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.empty() ? tiny.make(style) : dir));
 }
 
 [[noreturn]] void no_cuda(const char* what) {
@@ -66,7 +60,8 @@ Command add_check(CLI::App& app) {
   return {sub, [opts] {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
-            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style);
+            TinyCheckpoint tiny;
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, tiny);
             ScenarioOptions s;
             s.request_ids.clear();
             for (int r = 0; r < opts->requests; ++r) s.request_ids.push_back(r);
@@ -94,7 +89,8 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")->capture_default_str();
   return {sub, [opts] {
 #if defined(SPARKDRAFT_HAVE_CUDA)
-            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style);
+            TinyCheckpoint tiny;
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, tiny);
             std::printf("%s\n", cuda::gpu_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs).c_str());
             return 0;
 #else

@@ -1,0 +1,43 @@
+// The tiny synthetic checkpoint the CLI makes when no --checkpoint is given:
+// written to a fresh temporary directory of its own (so concurrent runs never
+// share one) and removed when the command ends.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cli {
+
+class TinyCheckpoint {
+ public:
+  TinyCheckpoint() = default;
+  TinyCheckpoint(const TinyCheckpoint&) = delete;
+  TinyCheckpoint& operator=(const TinyCheckpoint&) = delete;
+  ~TinyCheckpoint() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+
+  // Writes the tiny preset in `style` ("qwen3" or "muse") and returns its directory.
+  std::string make(const std::string& style) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "sparkdraft-tiny-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw InvalidArgument("cannot create a temporary directory for the tiny checkpoint");
+    dir_ = tmpl;
+    SyntheticOptions so;
+    so.seed = 1;
+    write_synthetic_checkpoint(preset_config("tiny", style), dir_, so);
+    std::printf("made a tiny synthetic checkpoint (%s style) in %s\n", style.empty() ? "qwen3" : style.c_str(),
+                dir_.c_str());
+    return dir_;
+  }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace sparkdraft::cli
