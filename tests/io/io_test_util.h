@@ -1,5 +1,5 @@
-// Shared helpers of the I/O tests: a unique temporary directory removed at the
-// end of the test, raw file writing, and the check that an error was thrown
+// Shared helpers of the I/O tests (the temporary directory is tests/test_util.h's):
+// raw file writing, and the check that an error was thrown
 // with a message naming what is at fault.
 #pragma once
 
@@ -11,27 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace sparkdraft::test {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "sparkdraft-io-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;  // tests/test_util.h
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

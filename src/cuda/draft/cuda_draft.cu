@@ -172,13 +172,7 @@ struct CudaDraft::Impl {
     cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * c.block_size * V);
     SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
 
-    MarkovHead head;
-    head.w1 = w1.data();
-    head.w2 = w2.data();
-    head.vocab = c.vocab_size;
-    head.rank = c.markov_rank;
-    head.transform = cpu::LogitTransform::from_config(c);
-    markov = std::make_unique<MarkovLoop>(head, o.max_reqs, c.block_size);
+    markov = std::make_unique<MarkovLoop>(markov_head(), o.max_reqs, c.block_size);
     markov->workspace().set_pdl(co.pdl);
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
