@@ -63,7 +63,11 @@ struct ProposeOutputs {
 
 struct StageTimings {
   double context_ms = 0, embed_ms = 0, backbone_ms = 0, lm_head_ms = 0, markov_ms = 0;
-  double total_ms() const { return embed_ms + backbone_ms + lm_head_ms + markov_ms; }
+  // Set when the step ran as one CUDA graph: only the whole step was timed.
+  double graph_ms = -1;
+  double total_ms() const {
+    return graph_ms >= 0 ? graph_ms : embed_ms + backbone_ms + lm_head_ms + markov_ms;
+  }
 };
 
 class DraftBackend {

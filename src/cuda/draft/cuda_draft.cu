@@ -396,6 +396,7 @@ struct CudaDraft::Impl {
     in_slot.upload(b.cache_slots, R, 0, stream);
     in_tables.upload(b.block_tables, static_cast<size_t>(R) * o.max_pages_per_req, 0, stream);
     StageEvents ev;
+    const double context_ms = timings.context_ms;
     DeviceProposeBatch d = staged(R);
     if (co.cuda_graph) {
       auto it = graphs.find(R);
@@ -423,14 +424,15 @@ struct CudaDraft::Impl {
       SD_CUDA_CHECK(cudaStreamSynchronize(stream));
       float ms = 0;
       SD_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.e[0], ev.e[4]));
-      timings = StageTimings{timings.context_ms, 0, 0, 0, 0};
-      timings.backbone_ms = ms;  // one graph: the whole step, reported as one stage
+      timings = StageTimings{};
+      timings.context_ms = context_ms;
+      timings.graph_ms = ms;  // one graph: only the whole step is timed
     } else {
       run_device(d, stream, &ev);
       SD_CUDA_CHECK(cudaStreamSynchronize(stream));
       float ms[4];
       for (int i = 0; i < 4; ++i) SD_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev.e[i], ev.e[i + 1]));
-      timings = StageTimings{timings.context_ms, ms[0], ms[1], ms[2], ms[3]};
+      timings = StageTimings{context_ms, ms[0], ms[1], ms[2], ms[3]};
     }
     out_tokens.download(out.draft_tokens, static_cast<size_t>(R) * N, 0, stream);
     for (int r = 0; r < R; ++r) {

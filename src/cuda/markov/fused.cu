@@ -4,12 +4,15 @@
 // vocab tiles (tile = 256 / tpv entries, all rank columns of w2), streamed into a
 // shared-memory ring with 16-byte cp.async, so w2 is read once per step for all
 // rows. Per tile:
-//   phase A (bias): tpv consecutive threads share an entry; thread q owns the
-//     canonical lanes q, q + tpv, ... (core/reduce.h), keeps its chunks of w2 in
+//   phase A (bias): g = tpv * E consecutive threads share E entries (register
+//     blocking, E = fused_entries_per_thread); thread q owns the canonical lanes
+//     q, q + g, ... (core/reduce.h) of all E entries, keeps its chunks of w2 in
 //     registers as fp32 and, for every row, runs its lanes' fma chains over the
-//     row's embedding (shared memory), the butterfly levels 16 .. tpv inside the
-//     thread and the levels tpv/2 .. 1 as xor shuffles: exactly the canonical sum.
-//     The bias (rounded to bf16) goes to a staging buffer.
+//     row's embedding (shared memory; each chunk loaded once feeds E entries),
+//     the butterfly levels 16 .. g inside the thread, the levels g/2 .. tpv as
+//     xor shuffles that halve the entries a thread holds (each thread keeps one
+//     half, sends the other) and the levels tpv/2 .. 1 as plain xor shuffles:
+//     exactly the canonical sum. The bias (rounded to bf16) goes to a staging buffer.
 //   phase B (epilogue, every `epilogue_tiles` tiles so that all warps have whole
 //     32-entry segments): bf16(base + bias), the transform, the cache store, the
 //     noised score and each warp's best per row. The noise (two logs) is skipped
@@ -84,6 +87,28 @@ __device__ __forceinline__ MarkovCandidate load_partial(const MarkovCandidate* p
   return MarkovCandidate{__int_as_float(raw.x), raw.y};
 }
 
+// The best of `grid` block bests (this lane's share; warp_best finishes it), in
+// batches of independent loads: one L2 round trip per batch on the serial tail
+// of the step, not one per block. Not inlined: its registers stay out of the
+// step kernel's main loop.
+__device__ __noinline__ MarkovCandidate reduce_partials(const MarkovCandidate* partials, int grid,
+                                                        int lane) {
+  constexpr int kBatch = 8;
+  MarkovCandidate c = no_candidate();
+  for (int b0 = lane; b0 < grid; b0 += kWarp * kBatch) {
+    MarkovCandidate o[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int b = b0 + u * kWarp;
+      o[u] = b < grid ? load_partial(partials + b) : no_candidate();
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (wins(o[u], c)) c = o[u];
+  }
+  return c;
+}
+
 // Copies w1[id] (rank bf16, rank % 8 == 0) to dst with one warp.
 __device__ __forceinline__ void copy_embedding(const bf16* w1, int32_t id, int rank, bf16* dst,
                                                int lane) {
@@ -97,10 +122,16 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   constexpr int kTpv = K <= 256 ? 4 : K / 64;  // fused_threads_per_entry
   constexpr int kTileV = kFusedThreads / kTpv;
   constexpr int kChunks = K / 8;
-  constexpr int kCpt = kChunks >= kTpv ? kChunks / kTpv : 1;  // chunks per thread
-  constexpr int kAcc = 32 / kTpv;                              // canonical lanes per thread
+  // Register blocking of phase A: a group of kGroup = kTpv * kE threads shares kE
+  // entries, so every embedding chunk a thread loads feeds kE entries (the shared
+  // memory traffic per (entry, row) drops kE-fold). The w2 registers per thread
+  // stay kChunks * 8 / kTpv floats.
+  constexpr int kE = fused_entries_per_thread(K);
+  constexpr int kGroup = kTpv * kE;
+  constexpr int kCpt = kChunks >= kGroup ? kChunks / kGroup : 1;  // chunks per thread and entry
+  constexpr int kAcc = 32 / kGroup;                               // canonical lanes per thread
   constexpr int kTileElems = kTileV * K;
-  static_assert(kCpt <= 8 && kTpv * kTileV == kFusedThreads);
+  static_assert(kCpt * kE <= 8 && kTpv * kTileV == kFusedThreads && kGroup <= 32);
 
   extern __shared__ __align__(16) unsigned char smem[];
   const FusedSmemLayout lay = fused_smem_layout(p.rows, K, p.stages, kEF32);
@@ -115,7 +146,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   float* noise_hi = reinterpret_cast<float*>(smem + lay.noise);
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
-  const int q = tid % kTpv, vg = tid / kTpv;
+  const int q = tid % kGroup, group = tid / kGroup;
   const int total_tiles = (p.width + kTileV - 1) / kTileV;
   const int t_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total_tiles / gridDim.x);
   const int t_end =
@@ -150,11 +181,13 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   for (int x = tid; x < p.rows * kChunks; x += kFusedThreads) {
     const uint4 raw = reinterpret_cast<const uint4*>(p.embeds_in)[x];
     if constexpr (kEF32) {
+      // Split halves: a thread's two float4 of chunk c lie at c and K/8 + c of the
+      // row, so consecutive threads read consecutive 16 bytes (no bank conflicts).
       float v[8];
       unpack8(raw, v);
-      float4* dst = reinterpret_cast<float4*>(smem + lay.e) + 2 * x;
+      float4* dst = reinterpret_cast<float4*>(smem + lay.e) + (x / kChunks) * (K / 4) + x % kChunks;
       dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      dst[K / 8] = make_float4(v[4], v[5], v[6], v[7]);
     } else {
       reinterpret_cast<uint4*>(smem + lay.e)[x] = raw;
     }
@@ -174,47 +207,81 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
     const int slot = it % e_tiles;
     if (tid == 0) staged_v0[slot] = tile_at(it) * kTileV;
 
-    // ---- phase A: bias of this tile's entry vg for every row ----
-    const bf16* wrow = ring + (it % p.stages) * kTileElems + vg * K;
-    float w[kCpt][8];
+    // ---- phase A: bias of this tile's entries group * kE + j for every row ----
+    // Thread q owns the canonical lanes q, q + kGroup, ... of all kE entries.
+    const bf16* wrow = ring + (it % p.stages) * kTileElems + group * kE * K;
+    float w[kE][kCpt][8];
 #pragma unroll
-    for (int i = 0; i < kCpt; ++i) {
-      const int c = q + kTpv * i;
-      if (kChunks >= kTpv || c < kChunks) unpack8(*reinterpret_cast<const uint4*>(wrow + c * 8), w[i]);
-    }
-    for (int r = 0; r < p.rows; ++r) {
-      float acc[kAcc];
-#pragma unroll
-      for (int m = 0; m < kAcc; ++m) acc[m] = 0.0f;
+    for (int j = 0; j < kE; ++j)
 #pragma unroll
       for (int i = 0; i < kCpt; ++i) {
-        const int c = q + kTpv * i;  // canonical lane c % 32 = q + kTpv * (i % kAcc)
-        if (kChunks >= kTpv || c < kChunks) {
+        const int c = q + kGroup * i;
+        if (kChunks >= kGroup || c < kChunks)
+          unpack8(*reinterpret_cast<const uint4*>(wrow + j * K + c * 8), w[j][i]);
+      }
+    // After the exchange levels below, this thread holds the sum of entry `mine`.
+    int mine = 0;
+#pragma unroll
+    for (int off = kGroup / 2, h = kE / 2; h > 0; off /= 2, h /= 2)
+      if (q & off) mine += h;
+#pragma unroll 2
+    for (int r = 0; r < p.rows; ++r) {
+      float acc[kE][kAcc];
+#pragma unroll
+      for (int j = 0; j < kE; ++j)
+#pragma unroll
+        for (int m = 0; m < kAcc; ++m) acc[j][m] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kCpt; ++i) {
+        const int c = q + kGroup * i;  // canonical lane c % 32 = q + kGroup * (i % kAcc)
+        if (kChunks >= kGroup || c < kChunks) {
           float x[8];
           if constexpr (kEF32) {
-            const float4* src =
-                reinterpret_cast<const float4*>(smem + lay.e) + (r * K + c * 8) / 4;
-            const float4 a = src[0], b = src[1];
+            const float4* src = reinterpret_cast<const float4*>(smem + lay.e) + r * (K / 4) + c;
+            const float4 a = src[0], b = src[K / 8];
             x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
             x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
           } else {
             unpack8(reinterpret_cast<const uint4*>(smem + lay.e)[(r * K + c * 8) / 8], x);
           }
 #pragma unroll
-          for (int k = 0; k < 8; ++k) acc[i % kAcc] = __fmaf_rn(w[i][k], x[k], acc[i % kAcc]);
+          for (int j = 0; j < kE; ++j)
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+              acc[j][i % kAcc] = __fmaf_rn(w[j][i][k], x[k], acc[j][i % kAcc]);
         }
       }
-      // Butterfly levels 16 .. kTpv pair lanes of this thread (acc m and m + off).
+      // Butterfly levels 16 .. kGroup pair lanes of this thread (acc m and m + off).
 #pragma unroll
-      for (int off = kAcc / 2; off > 0; off /= 2)
+      for (int j = 0; j < kE; ++j)
 #pragma unroll
-        for (int m = 0; m < off; ++m) acc[m] = __fadd_rn(acc[m], acc[m + off]);
-      float dot = acc[0];
-      // Levels kTpv/2 .. 1 pair the entry's threads.
+        for (int off = kAcc / 2; off > 0; off /= 2)
+#pragma unroll
+          for (int m = 0; m < off; ++m) acc[j][m] = __fadd_rn(acc[j][m], acc[j][m + off]);
+      float v[kE];
+#pragma unroll
+      for (int j = 0; j < kE; ++j) v[j] = acc[j][0];
+      // Levels kGroup/2 .. kTpv pair threads q and q ^ off holding kE = 2h entries
+      // each: the thread with bit `off` set keeps the upper h, its partner the lower
+      // h, and each sends the other half: one shuffle per kept entry, and each sum
+      // is p[l] + p[l ^ off] (fp32 addition commutes: the canonical value).
+#pragma unroll
+      for (int off = kGroup / 2, h = kE / 2; h > 0; off /= 2, h /= 2) {
+        const bool upper = (q & off) != 0;
+#pragma unroll
+        for (int j = 0; j < h; ++j) {
+          const float send = upper ? v[j] : v[j + h];
+          const float keep = upper ? v[j + h] : v[j];
+          v[j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, off));
+        }
+      }
+      float dot = v[0];
+      // Levels kTpv/2 .. 1 pair the threads that hold the same entry.
 #pragma unroll
       for (int off = kTpv / 2; off > 0; off /= 2)
         dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, off));
-      if (r % kTpv == q) staging[r * width + slot * kTileV + vg] = to_bf16(dot);
+      if (r % kTpv == q % kTpv)
+        staging[r * width + slot * kTileV + group * kE + mine] = to_bf16(dot);
     }
     if (slot != e_tiles - 1 && it != ntiles - 1) continue;
 
@@ -276,11 +343,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   for (int r = warp; r < p.rows; r += kFusedWarps) {
     if (!last[r]) continue;
     __threadfence();
-    MarkovCandidate c = no_candidate();
-    for (int b = lane; b < static_cast<int>(gridDim.x); b += kWarp) {
-      const MarkovCandidate o = load_partial(p.partials + static_cast<int64_t>(r) * p.partial_stride + b);
-      if (wins(o, c)) c = o;
-    }
+    MarkovCandidate c = reduce_partials(p.partials + static_cast<int64_t>(r) * p.partial_stride,
+                                        static_cast<int>(gridDim.x), lane);
     c = warp_best(c);
     if (p.packets != nullptr) {
       if (lane == 0) p.packets[r] = MarkovPacket{c.value, c.id, c.value != c.value ? 1 : 0};

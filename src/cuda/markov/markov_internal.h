@@ -29,6 +29,17 @@ inline constexpr int kMaxEpilogueTiles = 16;
 // canonical lanes (lanes q, q + tpv, ...) and at most 64 w2 values in registers.
 SD_HD int fused_threads_per_entry(int rank) { return rank <= 256 ? 4 : rank / 64; }
 SD_HD int fused_tile_vocab(int rank) { return kFusedThreads / fused_threads_per_entry(rank); }
+// Entries each thread computes at once in the fused step's phase A (register
+// blocking: one embedding chunk from shared memory feeds this many dot products).
+// tpv * entries threads share that many entries; at most 16 threads (a half warp),
+// and at least one chunk per thread.
+SD_HD constexpr int fused_entries_per_thread(int rank) {
+  const int tpv = rank <= 256 ? 4 : rank / 64;
+  const int by_threads = 16 / tpv;
+  const int by_chunks = rank / 8 / tpv;
+  const int e = by_threads < by_chunks ? by_threads : by_chunks;
+  return e < 1 ? 1 : e;
+}
 
 // Tiles whose bias is staged before the epilogue runs over them: enough that
 // every row has whole 32-entry warp segments and all 8 warps have work.
@@ -64,7 +75,8 @@ SD_HD int align16(int bytes) { return (bytes + 15) / 16 * 16; }
 // Byte offsets of the fused step's dynamic shared memory.
 struct FusedSmemLayout {
   int ring;       // [stages][tile_vocab][rank] bf16: the w2 tiles
-  int e;          // [rows][rank] fp32 or bf16: this step's embeddings
+  int e;          // [rows][rank] fp32 or bf16: this step's embeddings (fp32: each
+                  // row as two halves, elements 0-3 then 4-7 of every chunk)
   int staging;    // [rows][epilogue_tiles * tile_vocab] bf16: staged bias
   int best;       // [rows][8 warps] MarkovCandidate: each warp's best per row
   int cache_row;  // [rows] int64: cache row index, -1 = no store
