@@ -67,7 +67,7 @@ bool same_f32(float a, float b, bool nan_equal) {
 
 // ---- the noise bound and the plan (no GPU needed) -------------------------------------
 
-TEST(MarkovNoiseBound, CoversEveryDrawnUniform) {
+TEST(MarkovNoiseBound, BoundsEveryDrawnUniformFromAboveAndBelow) {
   using namespace cuda::markov_detail;
   const float g_max = gumbel_noise(kUniformScale);
   EXPECT_LT(g_max, kNoiseBound) << "largest noise " << g_max;
@@ -86,6 +86,10 @@ TEST(MarkovNoiseBound, CoversEveryDrawnUniform) {
     ASSERT_TRUE(b >= 0 && b < kNoiseBuckets) << "u " << hex32(f32_bits(u));
     ASSERT_LE(gumbel_noise(u), table[b]) << "u " << hex32(f32_bits(u)) << " bucket " << b;
     ASSERT_LE(table[b], kNoiseBound);
+    // The next bucket's bound is a lower bound of this bucket's noise (the fused
+    // step's zlo), kNoiseFloor for the last bucket.
+    ASSERT_GE(gumbel_noise(u), b + 1 < kNoiseBuckets ? table[b + 1] : kNoiseFloor)
+        << "u " << hex32(f32_bits(u)) << " bucket " << b;
   }
   for (int b = 31; b < kNoiseBuckets; ++b) {
     const uint32_t lo = std::max(kNoiseBucketBase + (static_cast<uint32_t>(b) << kNoiseBucketShift),
@@ -95,6 +99,8 @@ TEST(MarkovNoiseBound, CoversEveryDrawnUniform) {
     for (const uint32_t bits : {lo, hi}) {
       EXPECT_EQ(noise_bucket(bits_f32(bits)), b);
       EXPECT_LE(gumbel_noise(bits_f32(bits)), table[b]) << "u " << hex32(bits);
+      EXPECT_GE(gumbel_noise(bits_f32(bits)), b + 1 < kNoiseBuckets ? table[b + 1] : kNoiseFloor)
+          << "u " << hex32(bits);
     }
   }
 }

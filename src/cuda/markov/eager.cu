@@ -47,12 +47,14 @@ __device__ __forceinline__ void unpack8(const uint4 raw, float* x) {
 }
 
 // One warp per (row, vocab entry). `vec`: rank % 8 == 0 and 16-byte aligned rows,
-// each chunk one 16-byte load; otherwise element loads (same order).
+// each chunk one 16-byte load; otherwise element loads (same order). Rows run along
+// blockIdx.x, so the blocks of one vocab range for every row launch together and
+// read their w2 rows from L2 rather than once per row from memory.
 __global__ void bias_kernel(const bf16* e, const bf16* w2, int vocab, int rank, bf16* bias,
                             bool vec) {
   const int lane = threadIdx.x % kWarp;
-  const int v = blockIdx.x * kWarps + threadIdx.x / kWarp;
-  const int r = blockIdx.y;
+  const int v = blockIdx.y * kWarps + threadIdx.x / kWarp;
+  const int r = blockIdx.x;
   if (v >= vocab) return;  // whole warps leave together
   const bf16* wrow = w2 + static_cast<int64_t>(v) * rank;
   const bf16* erow = e + static_cast<int64_t>(r) * rank;
@@ -160,7 +162,10 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
   require(e != nullptr && w2 != nullptr && bias != nullptr, "markov_bias",
           "e, w2 and bias must not be null");
   const bool vec = rank % 8 == 0 && aligned16(e) && aligned16(w2);
-  const dim3 grid((vocab + kWarps - 1) / kWarps, rows);
+  require((vocab + kWarps - 1) / kWarps <= 65535, "markov_bias",
+          "vocab " + std::to_string(vocab) + " needs more than 65535 blocks of " +
+              std::to_string(kWarps) + " entries");
+  const dim3 grid(rows, (vocab + kWarps - 1) / kWarps);
   bias_kernel<<<grid, kThreads, 0, stream>>>(e, w2, vocab, rank, bias, vec);
   SD_CHECK_LAUNCH();
 }

@@ -15,9 +15,14 @@
 //     exactly the canonical sum. The bias (rounded to bf16) goes to a staging buffer.
 //   phase B (epilogue, every `epilogue_tiles` tiles so that all warps have whole
 //     32-entry segments): bf16(base + bias), the transform, the cache store, the
-//     noised score and each warp's best per row. The noise (two logs) is skipped
-//     where f32(l)/T + kNoiseBound is below the row's known best: such an entry
-//     cannot win, so the result is unchanged.
+//     noised score and each warp's best per row. The exact noise (two logs) is
+//     deferred: an entry's u (Philox) brackets its score, zlo <= z <= zhi, by the
+//     noise bounds of u's bucket; the block keeps per row `known`, the largest zlo
+//     (or exact z) seen, and an entry whose zhi is below `known` is dropped: an
+//     entry with z >= known exists and beats it, so the result is unchanged. The
+//     survivors (a few per row and block) wait in a per-warp queue, one entry per
+//     lane, and are scored 32 at a time, so a warp runs the logs about once per
+//     block instead of once per segment that holds a possible winner.
 // At the end each block writes its best per row, fences, and counts itself in with
 // an atomicAdd on the row's arrival counter; the block that arrives last reduces
 // the row's block bests (in any order: `better` is associative) and writes the
@@ -82,6 +87,14 @@ __device__ __forceinline__ void unpack8(const uint4 raw, float* x) {
   }
 }
 
+// fp32 -> int32 whose signed order is the order of the (non-NaN) floats, and back
+// (the map is its own inverse): the block's `known` bounds go through atomicMax.
+__device__ __forceinline__ int order_key(float x) {
+  const int b = __float_as_int(x);
+  return b >= 0 ? b : b ^ 0x7fffffff;
+}
+__device__ __forceinline__ float key_value(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); }
+
 __device__ __forceinline__ MarkovCandidate load_partial(const MarkovCandidate* p) {
   const int2 raw = __ldcg(reinterpret_cast<const int2*>(p));
   return MarkovCandidate{__int_as_float(raw.x), raw.y};
@@ -143,6 +156,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   uint32_t* seed = reinterpret_cast<uint32_t*>(smem + lay.seed);
   int* last = reinterpret_cast<int*>(smem + lay.last);
   int* staged_v0 = reinterpret_cast<int*>(smem + lay.staged_v0);
+  int* known = reinterpret_cast<int*>(smem + lay.known);
   float* noise_hi = reinterpret_cast<float*>(smem + lay.noise);
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -197,8 +211,32 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
     seed[r] = draft_step_seed(p.seeds[r], p.anchor_positions[r], p.step);
     const int64_t slot = p.cache_slots[r];
     cache_row[r] = slot < 0 ? -1 : (p.cache_by_row ? r : slot);
+    known[r] = order_key(__int_as_float(static_cast<int>(0xff800000u)));  // -inf
   }
   for (int x = tid; x < p.rows * kFusedWarps; x += kFusedThreads) best[x] = no_candidate();
+
+  // This warp's queue of survivors (T > 0 entries that may win): one per lane,
+  // q_row < 0 = empty. scaled = f32(l) / T as the epilogue computed it.
+  int q_row = -1;
+  int32_t q_id = 0;
+  float q_scaled = 0.0f;
+  // Scores the queued entries exactly (score(): scaled + draft_noise) and folds
+  // them into the warp's best of their rows, one row at a time. Warp-uniform.
+  auto flush_queue = [&]() {
+    MarkovCandidate c = no_candidate();
+    if (q_row >= 0) c = MarkovCandidate{__fadd_rn(q_scaled, draft_noise(seed[q_row], q_id)), q_id};
+    for (unsigned left = __ballot_sync(0xffffffffu, q_row >= 0); left != 0u;
+         left = __ballot_sync(0xffffffffu, q_row >= 0)) {
+      const int r0 = __shfl_sync(0xffffffffu, q_row, __ffs(left) - 1);
+      const MarkovCandidate o = warp_best(q_row == r0 ? c : no_candidate());
+      if (lane == 0) {
+        if (wins(o, best[r0 * kFusedWarps + warp])) best[r0 * kFusedWarps + warp] = o;
+        if (o.value == o.value) atomicMax(known + r0, order_key(o.value));
+      }
+      if (q_row == r0) q_row = -1;
+    }
+    __syncwarp();
+  };
 
   for (int it = 0; it < ntiles; ++it) {
     cp_async_wait(p.stages - 2);  // this thread's copies of tile `it` landed
@@ -292,37 +330,72 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
     for (int sg = warp; sg < p.rows * per_row; sg += kFusedWarps) {
       const int r = sg / per_row;
       const int x = (sg % per_row) * kWarp + lane;
+      const float t = temp[r];
+      const bool noised = t > 0.0f;  // the row's rule: noised_score adds noise iff T > 0
       MarkovCandidate cand = no_candidate();
+      bool survives = false;
+      float scaled = 0.0f, zhi = 0.0f, zlo = __int_as_float(static_cast<int>(0xff800000u));
+      int32_t id = 0;
       if (x < staged) {
         const int v = staged_v0[x / kTileV] + x % kTileV;
         if (v < p.width) {
           const bf16 l = step_logit(p.base[r * p.base_row_stride + v], staging[r * width + x],
                                     p.transform);
           if (cache_row[r] >= 0) p.cache[cache_row[r] * p.cache_row_stride + v] = l;
-          const float t = temp[r];
-          const int32_t id = v + p.id_offset;
-          bool may_win = true;
-          if (t > 0.0f) {
-            // Skip the exact noise where even an upper bound of it cannot reach the
-            // warp's best of this row (a real candidate): first the global bound,
-            // then the bound of this entry's u bucket.
-            const float scaled = __fdiv_rn(to_f32(l), t);
-            const float known = best[r * kFusedWarps + warp].value;
-            may_win = !(__fadd_rn(scaled, kNoiseBound) < known);
-            if (may_win) {
+          id = v + p.id_offset;
+          if (noised) {
+            // The global bound first (no Philox), then the bounds of u's bucket.
+            scaled = __fdiv_rn(to_f32(l), t);
+            const float k0 = key_value(*reinterpret_cast<volatile int*>(known + r));
+            if (!(__fadd_rn(scaled, kNoiseBound) < k0)) {
               const float u = philox_uniform(seed[r], id);
-              may_win = !(__fadd_rn(scaled, noise_hi[noise_bucket(u)]) < known);
+              const int b = noise_bucket(u);
+              zhi = __fadd_rn(scaled, noise_hi[b]);
+              zlo = __fadd_rn(scaled, b + 1 < kNoiseBuckets ? noise_hi[b + 1] : kNoiseFloor);
+              survives = true;
             }
+          } else {
+            cand = score(l, t, seed[r], id);  // T <= 0: the logit itself, no noise
           }
-          if (may_win) cand = score(l, t, seed[r], id);
         }
       }
-      cand = warp_best(cand);
-      if (lane == 0 && wins(cand, best[r * kFusedWarps + warp])) best[r * kFusedWarps + warp] = cand;
-      __syncwarp();
+      if (noised) {
+        // zlo <= z of a real entry of this segment (fmaxf drops NaN, which bound nothing).
+        float m = zlo;
+#pragma unroll
+        for (int off = kWarp / 2; off > 0; off /= 2)
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        const float k = fmaxf(key_value(*reinterpret_cast<volatile int*>(known + r)), m);
+        if (lane == 0 && m == m) atomicMax(known + r, order_key(m));
+        // A NaN zhi (NaN logit) never compares below: NaN entries always survive.
+        survives = survives && !(zhi < k);
+        const unsigned in = __ballot_sync(0xffffffffu, survives);
+        if (in != 0u) {
+          if (__popc(in) + __popc(__ballot_sync(0xffffffffu, q_row >= 0)) > kWarp)
+            flush_queue();
+          // Each survivor (lowest lane first) moves to the lowest free lane.
+          unsigned free_lanes = __ballot_sync(0xffffffffu, q_row < 0);
+          for (unsigned rest = in; rest != 0u; rest &= rest - 1u, free_lanes &= free_lanes - 1u) {
+            const int src = __ffs(rest) - 1;
+            const float s_scaled = __shfl_sync(0xffffffffu, scaled, src);
+            const int32_t s_id = __shfl_sync(0xffffffffu, id, src);
+            if (lane == __ffs(free_lanes) - 1) {
+              q_row = r;
+              q_scaled = s_scaled;
+              q_id = s_id;
+            }
+          }
+        }
+      } else {
+        cand = warp_best(cand);
+        if (lane == 0 && wins(cand, best[r * kFusedWarps + warp]))
+          best[r * kFusedWarps + warp] = cand;
+        __syncwarp();
+      }
     }
     // The next iteration's __syncthreads orders these staging reads before new writes.
   }
+  flush_queue();
 
   launch_dependents();  // the vocab walk is done: the next step may start its prologue
   __syncthreads();

@@ -66,6 +66,11 @@ SD_HD int noise_bucket(float u) {
   return static_cast<int>((f32_bits(u) - kNoiseBucketBase) >> kNoiseBucketShift);
 }
 
+// The matching lower bound: every u of bucket b lies below the lowest u of bucket
+// b + 1, so g(u) >= noise_bound[b + 1]; the last bucket ends at the largest u the
+// sampler draws (1 - 2^-24), where g = -2.81, so kNoiseFloor bounds it from below.
+inline constexpr float kNoiseFloor = -4.0f;
+
 // noise_bound[b] = gumbel_noise(lowest u of bucket b) (clamped to the smallest u
 // the sampler draws), computed with core/sampling.h on the host.
 std::vector<float> noise_bound_table();
@@ -83,6 +88,7 @@ struct FusedSmemLayout {
   int temp;       // [rows] fp32 temperature
   int seed;       // [rows] uint32 step seed
   int last;       // [rows] int32: this block reduces the row
+  int known;      // [rows] int32: ordered key of a lower bound of the row's best z
   int staged_v0;  // [kMaxEpilogueTiles] int32: first id of each staged tile
   int noise;      // [kNoiseBuckets] fp32: noise_bound_table()
   int total;
@@ -108,6 +114,8 @@ SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages, bool e_f
   l.seed = off;
   off += align16(rows * 4);
   l.last = off;
+  off += align16(rows * 4);
+  l.known = off;
   off += align16(rows * 4);
   l.staged_v0 = off;
   off += kMaxEpilogueTiles * 4;
