@@ -28,22 +28,13 @@ using markov_detail::kThreads;
 using markov_detail::kWarp;
 using markov_detail::kWarps;
 using markov_detail::require;
+using markov_detail::unpack8;
 
 __global__ void embed_kernel(const int64_t* tokens, int64_t token_stride, const bf16* w1, int rank,
                              bf16* e) {
   const int r = blockIdx.x;
   const bf16* src = w1 + tokens[r * token_stride] * rank;
   for (int k = threadIdx.x; k < rank; k += blockDim.x) e[static_cast<int64_t>(r) * rank + k] = src[k];
-}
-
-// 8 bf16 of one 16-byte load as fp32.
-__device__ __forceinline__ void unpack8(const uint4 raw, float* x) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = bits_f32(w[i] << 16);
-    x[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
-  }
 }
 
 // One warp per (row, vocab entry). `vec`: rank % 8 == 0 and 16-byte aligned rows,

@@ -77,16 +77,6 @@ struct FusedStepParams {
   int stages, reverse;
 };
 
-// 8 bf16 of one 16-byte word group as fp32.
-__device__ __forceinline__ void unpack8(const uint4 raw, float* x) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = bits_f32(w[i] << 16);
-    x[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
-  }
-}
-
 // fp32 -> int32 whose signed order is the order of the (non-NaN) floats, and back
 // (the map is its own inverse): the block's `known` bounds go through atomicMax.
 __device__ __forceinline__ int order_key(float x) {
