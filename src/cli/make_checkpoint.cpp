@@ -2,6 +2,7 @@
 // (seeded, non-zero weights with the published tensor names) with progress.
 #include <chrono>
 #include <cstdio>
+#include <unistd.h>
 #include <string>
 
 #include "cli/commands.h"
@@ -36,16 +37,20 @@ Command add_make_checkpoint(CLI::App& app) {
             SyntheticOptions so;
             so.seed = opts->seed;
             const auto t0 = std::chrono::steady_clock::now();
+            // Progress for large checkpoints only: one updating line on a terminal,
+            // a line per 10% in a log.
+            const bool tty = isatty(fileno(stderr));
             int last_pct = -1;
             so.progress = [&](size_t done, size_t total) {
-              const int pct = total ? static_cast<int>(100.0 * done / total) : 100;
+              if (total < (size_t{256} << 20)) return;
+              int pct = static_cast<int>(100.0 * done / total);
+              if (!tty) pct -= pct % 10;
               if (pct == last_pct) return;
               last_pct = pct;
               const double s =
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-              std::fprintf(stderr, "\rmake-checkpoint: %3d%%  %.2f / %.2f GB  %.1f s", pct,
-                           done / 1e9, total / 1e9, s);
-              if (done == total) std::fprintf(stderr, "\n");
+              std::fprintf(stderr, "%smake-checkpoint: %3d%%  %.2f / %.2f GB  %.1f s%s", tty ? "\r" : "",
+                           pct, done / 1e9, total / 1e9, s, tty && done != total ? "" : "\n");
             };
             write_synthetic_checkpoint(config, opts->out, so);
             std::printf("wrote %s checkpoint (%s style) to %s\n", opts->preset.c_str(),
