@@ -57,7 +57,7 @@ Command add_check(CLI::App& app) {
   sub->add_option("--requests", opts->requests, "Requests")->check(CLI::Range(1, 64))->capture_default_str();
   sub->add_option("--rounds", opts->rounds, "Rounds")->check(CLI::Range(1, 100))->capture_default_str();
   sub->add_option("--seed", opts->seed, "Scenario seed")->capture_default_str();
-  return {sub, [opts] {
+  return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
@@ -87,7 +87,7 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--checkpoint", opts->checkpoint, "Checkpoint directory; default: a tiny synthetic one");
   sub->add_option("--style", opts->style, "Style of the default tiny checkpoint: qwen3 or muse");
   sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")->capture_default_str();
-  return {sub, [opts] {
+  return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             TinyCheckpoint tiny;
             auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, tiny);
@@ -126,7 +126,7 @@ Command add_bench(CLI::App& app) {
   sub->add_flag("--spec", opts->spec_suite,
                 "Run the SPEC section 7 shapes: V 151936 rank 256 N 7 at 1, 8, 32 rows and V 202048 rank 512 at 1 row");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
-  return {sub, [opts] {
+  return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("bench markov");
             std::vector<cuda::MarkovBenchOptions> runs;
