@@ -29,6 +29,7 @@
 
 #include "cpu/parallel.h"
 #include "sparkdraft/core/math.h"
+#include "sparkdraft/core/mma.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/error.h"
@@ -481,16 +482,14 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
 // ---- Markov head, step logits, sampling -----------------------------------------------
 namespace {
 
-// bias entries [v_begin, v_end) of every row; ef: e as fp32 [rows, rank].
-SD_FMA_CLONES void markov_range(const float* ef, int rows, const bf16* w2, int vocab, int rank,
-                                int64_t v_begin, int64_t v_end, bf16* bias) {
+// bias entries [v_begin, v_end) of every row: one tensor-core chain each (core/mma.h).
+void markov_range(const bf16* e, int rows, const bf16* w2, int vocab, int rank, int64_t v_begin,
+                  int64_t v_end, bf16* bias) {
   for (int64_t v = v_begin; v < v_end; ++v) {
     const bf16* wv = w2 + v * rank;
-    for (int r = 0; r < rows; ++r) {
-      const float* er = ef + static_cast<int64_t>(r) * rank;
+    for (int r = 0; r < rows; ++r)
       bias[static_cast<int64_t>(r) * vocab + v] =
-          to_bf16(canonical_dot(rank, [wv](int k) { return to_f32(wv[k]); }, [er](int k) { return er[k]; }));
-    }
+          to_bf16(mma_chain(wv, e + static_cast<int64_t>(r) * rank, rank));
   }
 }
 
@@ -499,10 +498,8 @@ SD_FMA_CLONES void markov_range(const float* ef, int rows, const bf16* w2, int v
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
                  int threads) {
   require(rows >= 0 && vocab >= 0 && rank >= 1, "markov_bias", "needs rows >= 0, vocab >= 0, rank >= 1");
-  std::vector<float> ef(static_cast<size_t>(rows) * static_cast<size_t>(rank));
-  for (size_t i = 0; i < ef.size(); ++i) ef[i] = to_f32(e[i]);
   parallel_for(vocab, threads, [&](int64_t begin, int64_t end) {
-    markov_range(ef.data(), rows, w2, vocab, rank, begin, end, bias);
+    markov_range(e, rows, w2, vocab, rank, begin, end, bias);
   });
 }
 

@@ -124,8 +124,9 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
                int threads = 1);
 
 // ---- Markov head, step logits, sampling ---------------------------------------------
-// bias[r][v] = bf16( canonical_dot_k f32(w2[v][k]) * f32(e[r][k]) )   (core/reduce.h)
-// e: [rows, R], w2: [V, R] (this rank's vocab slice), bias: [rows, V].
+// bias[r][v] = bf16( mma_chain(w2[v][0..R), e[r][0..R)) )   (core/mma.h: the tensor-core
+// chain over the rank in increasing k16 steps from +0; one rounding, to bf16, at the end)
+// e: [rows, R], w2: [V, R] (this shard's vocab slice), bias: [rows, V].
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
                  int threads = 1);
 
