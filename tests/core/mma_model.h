@@ -1,4 +1,5 @@
-// An independent model of the tensor-core step in fp64 for tests (finite inputs;
+// An independent model of the tensor-core step in fp64 for tests (the rules of
+// core/mma.h: zero products and a zero c do not set E, E >= -133, zero is +0) (finite inputs;
 // steps with an inf or NaN defer to the twin, whose special values are pinned by
 // tests/core/test_mma.cpp and the device fixture): products exact in double,
 // alignment by scaling and trunc, the final truncation through the nearest float.
@@ -21,7 +22,7 @@ inline uint32_t mma_step_f64(uint32_t c, const bf16* a, const bf16* b) {
   if (special) return mma_step_bits(c, a, b);
   auto expo = [](float x) { return (x == 0.0f || std::fabs(x) < FLT_MIN) ? -126 : std::ilogb(x); };
   const float cf = bits_f32(c);
-  int E = expo(cf);
+  int E = cf != 0.0f ? std::max(expo(cf), kMmaMinExp) : kMmaMinExp;
   double p[16];
   for (int i = 0; i < 16; ++i) {
     const float x = to_f32(a[i]), y = to_f32(b[i]);
@@ -31,11 +32,11 @@ inline uint32_t mma_step_f64(uint32_t c, const bf16* a, const bf16* b) {
   double sum = std::trunc(std::ldexp(static_cast<double>(cf), 25 - E));
   for (int i = 0; i < 16; ++i) sum += std::trunc(std::ldexp(p[i], 25 - E));
   const double v = std::ldexp(sum, E - 25);
-  if (v == 0.0) return std::signbit(sum) ? 0x80000000u : 0u;
+  if (v == 0.0) return 0u;
   if (std::fabs(v) >= std::ldexp(1.0, 128)) return v > 0 ? 0x7f800000u : 0xff800000u;
   float f = static_cast<float>(v);
   if (std::isinf(f) || std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  return f32_bits(f);
+  return f == 0.0f ? 0u : f32_bits(f);  // truncated to zero: +0
 }
 
 // The chain over K of two contiguous rows, steps of 16 in increasing k (or in

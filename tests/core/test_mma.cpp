@@ -96,8 +96,26 @@ TEST(MmaTwin, ZeroSumIsPositiveZero) {
 }
 
 TEST(MmaTwin, SubnormalResultsAreKept) {
-  // 2^-140 * 2^-5 = 2^-145 with c = 0 (E = -126 from c): on the grid 2^-151, kept.
+  // 2^-100 * 2^-45 = 2^-145 with c = 0: a subnormal fp32, kept.
   EXPECT_EQ(step(0.0f, {std::ldexp(1.0f, -100)}, {std::ldexp(1.0f, -45)}), 1u << 4);
+  // A negative sum that truncates to zero is +0.
+  EXPECT_EQ(step(0.0f, {-std::ldexp(1.0f, -100)}, {std::ldexp(1.0f, -51)}), 0u);
+}
+
+TEST(MmaTwin, TheAlignmentExponentStopsAtMinus133) {
+  // c = 0, the largest product 2^-139 (E would be -139, grid 2^-164); the H200 stops
+  // E at -133 (grid 2^-158). Fifteen products (128 + m) * 2^-159 with m odd lose
+  // half a grid unit each on 2^-158: the sum in units of 2^-158 is 2^19 + 1023
+  // (-> 1024 + 1.998 subnormal ulps of 2^-149, truncated: 1025); on the finer grid
+  // it would be 2^19 + 1030.5 (-> 1026).
+  auto pow2 = [](int e) { return std::ldexp(1.0f, e); };
+  std::vector<float> a(16), b(16);
+  a[0] = pow2(-100), b[0] = pow2(-39);
+  for (int i = 1; i < 16; ++i) {
+    const int m = i < 15 ? 9 : 15;  // q = (127 + m) / 2: 14 * 68 + 71 = 1023
+    a[i] = (128.0f + m) / 128.0f * pow2(-100), b[i] = pow2(-52);
+  }
+  EXPECT_EQ(step(0.0f, a, b), 1025u);
 }
 
 bool has_special(const MmaCase& cs, int m, int n) {

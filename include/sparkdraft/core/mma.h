@@ -7,19 +7,22 @@
 //      ea + eb, where a bf16's exponent is that of its binade and subnormal values
 //      count at exponent -126 (significand 0.m, not normalized); a product's
 //      significand is in [0, 4);
-//   2. c takes part with its own exponent (zero and subnormal c count at -126);
-//   3. E = the largest of c's exponent and the exponents of the NONZERO products.
-//      (The published models count a zero product at -126 + eb too; the H200
-//      does not: a zero times a large value leaves E alone. Found by the device
-//      sweep on 2026-11-30, see docs/mma-twin.md.)
+//   2. c takes part with its own exponent (a subnormal c counts at -126);
+//   3. E = the largest of: the exponents of the NONZERO products, c's exponent if
+//      c is nonzero, and -133 (the binade of the smallest bf16 subnormal);
 //   4. every term is truncated toward zero to a multiple of 2^(E - 25) (25 fraction
-//      bits relative to 2^E);
+//      bits relative to 2^E; so never finer than 2^-158);
 //   5. the truncated terms are added exactly;
 //   6. the sum is normalized and truncated toward zero to fp32: subnormal results
 //      are kept (truncated to a multiple of 2^-149), an exponent past 127 gives
-//      +-infinity, an exact zero gives +0;
+//      +-infinity; a sum that is zero, or truncates to zero, gives +0;
 //   7. a NaN input, inf - inf, or 0 * inf gives NaN (0x7fffffff, the GPU's NaN);
 //      otherwise an infinite product or c gives that infinity.
+// The published models (SPEC section 3) count zero and subnormal values at -126
+// everywhere; the H200 differs in rule 3 (a zero product or a zero c does not set
+// E, and E may go below -126 down to -133) and rule 6 (a negative sum that
+// truncates to zero gives +0). Found by the device sweep of 2026-11-30
+// (docs/mma-twin.md).
 // tests/cuda/test_mma.cu holds this against the instruction on the device, and
 // tests/core/test_mma.cpp against a fixture of device results recorded on an H200
 // (tests/fixtures/), so CI checks it without a GPU.
@@ -39,6 +42,7 @@ namespace sparkdraft {
 
 inline constexpr int kMmaK = 16;  // the instruction's k
 inline constexpr uint32_t kMmaNan = 0x7fffffffu;
+inline constexpr int kMmaMinExp = -133;  // the alignment exponent E never goes below
 
 namespace mma_detail {
 
@@ -88,7 +92,7 @@ SD_HD uint32_t special_step(uint32_t c, const bf16* a, const bf16* b) {
 
 // sum * 2^(E - 25), truncated toward zero to fp32 bits.
 SD_HD uint32_t to_f32_trunc(int64_t sum, int E) {
-  if (sum == 0) return 0u;
+  if (sum == 0) return 0u;  // +0, whatever the signs of the terms
   const uint32_t sign = sum < 0 ? 0x80000000u : 0u;
   const uint64_t m = sum < 0 ? static_cast<uint64_t>(-sum) : static_cast<uint64_t>(sum);
   const int p = top_bit(m);
@@ -101,7 +105,7 @@ SD_HD uint32_t to_f32_trunc(int64_t sum, int E) {
   // Subnormal: a multiple of 2^-149; m is in units of 2^(E - 25).
   const int s = E + 124;  // log2(2^(E - 25) / 2^-149)
   const uint64_t mant = s >= 0 ? m << s : (-s >= 64 ? 0 : m >> -s);
-  return sign | static_cast<uint32_t>(mant);
+  return mant == 0 ? 0u : sign | static_cast<uint32_t>(mant);  // truncated to zero: +0
 }
 
 }  // namespace mma_detail
@@ -119,7 +123,7 @@ SD_HD uint32_t mma_step_bits(uint32_t c, const bf16* a, const bf16* b) {
   }
   const int ce = static_cast<int>((c >> 23) & 0xffu);
   const int ec = (ce == 0 ? 1 : ce) - 127;
-  int E = ec;
+  int E = (c & 0x7fffffffu) != 0 && ec > kMmaMinExp ? ec : kMmaMinExp;
   int pe[kMmaK];
   uint32_t P[kMmaK];
   for (int i = 0; i < kMmaK; ++i) {
@@ -135,9 +139,10 @@ SD_HD uint32_t mma_step_bits(uint32_t c, const bf16* a, const bf16* b) {
     const bool neg = ((a[i].bits ^ b[i].bits) & 0x8000u) != 0;
     sum32 += neg ? -static_cast<int32_t>(T) : static_cast<int32_t>(T);
   }
-  // c in units of 2^(E - 25): sig * 2^(ec - 23) / 2^(E - 25) = sig << (2 - dc).
+  // c in units of 2^(E - 25): sig * 2^(ec - 23) / 2^(E - 25) = sig << (2 - dc)
+  // (dc < 0 only for c = 0).
   const uint32_t csig = ce == 0 ? (c & 0x7fffffu) : ((c & 0x7fffffu) | 0x800000u);
-  const int dc = E - ec;
+  const int dc = E - ec > 0 ? E - ec : 0;
   const uint32_t Tc = dc <= 2 ? csig << (2 - dc) : (dc - 2 >= 32 ? 0u : csig >> (dc - 2));
   const int64_t sum = static_cast<int64_t>(sum32) +
                       ((c & 0x80000000u) != 0 ? -static_cast<int64_t>(Tc) : static_cast<int64_t>(Tc));
