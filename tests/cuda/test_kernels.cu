@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "common/bits.h"
+#include "common/random.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
@@ -34,26 +36,7 @@ using cuda::DeviceStream;
 
 // ---- seeded inputs -------------------------------------------------------------------
 
-class Gen {
- public:
-  explicit Gen(uint64_t seed) : rng_(seed) {}
-  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
-  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }  // [lo, hi]
-  std::vector<bf16> bf16s(size_t n, float lo, float hi) {
-    std::vector<bf16> v(n);
-    for (auto& e : v) e = to_bf16(uniform(lo, hi));
-    return v;
-  }
-  std::vector<float> floats(size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (auto& e : v) e = uniform(lo, hi);
-    return v;
-  }
-  std::mt19937_64& rng() { return rng_; }
-
- private:
-  std::mt19937_64 rng_;
-};
+using test::Gen;  // tests/common/random.h
 
 template <class T>
 T from_float(float v);
@@ -129,60 +112,17 @@ std::vector<T> make_rows(Gen& gen, int rows, int n, int64_t stride, bool special
 
 // ---- comparisons --------------------------------------------------------------------
 
-bool same_bf16(bf16 a, bf16 b, bool nan_equal) {
-  return a.bits == b.bits || (nan_equal && bf16_is_nan(a) && bf16_is_nan(b));
-}
-bool same_f32(float a, float b) {
-  return f32_bits(a) == f32_bits(b) || (std::isnan(a) && std::isnan(b));
-}
-
-std::string hex(uint32_t bits, int width) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%0*x", width, bits);
-  return buf;
-}
-
-// Bit-for-bit comparison of two bf16 buffers, reporting the first mismatches as
-// index (row, column of a `width`-wide row), found and expected bits and values.
+// The common comparator (tests/common/bits.h), naming row and column of a `width`-wide
+// row. nan_equal: a NaN output matches any NaN output (see the top of this file).
 ::testing::AssertionResult bf16_bits_equal(const std::vector<bf16>& found,
                                            const std::vector<bf16>& expected, int64_t width,
                                            bool nan_equal = true) {
-  if (found.size() != expected.size())
-    return ::testing::AssertionFailure()
-           << "size " << found.size() << " != expected size " << expected.size();
-  std::ostringstream os;
-  size_t bad = 0;
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (same_bf16(found[i], expected[i], nan_equal)) continue;
-    if (++bad <= 8)
-      os << "\n  index " << i << " (row " << static_cast<int64_t>(i) / width << ", col "
-         << static_cast<int64_t>(i) % width << "): found " << hex(found[i].bits, 4) << " ("
-         << to_f32(found[i]) << "), expected " << hex(expected[i].bits, 4) << " ("
-         << to_f32(expected[i]) << ")";
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << found.size() << " values differ:"
-                                       << os.str();
+  return test::same_bits(found, expected, {.width = width, .nan_equal = nan_equal});
 }
 
 ::testing::AssertionResult f32_bits_equal(const std::vector<float>& found,
                                           const std::vector<float>& expected, int64_t width) {
-  if (found.size() != expected.size())
-    return ::testing::AssertionFailure()
-           << "size " << found.size() << " != expected size " << expected.size();
-  std::ostringstream os;
-  size_t bad = 0;
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (same_f32(found[i], expected[i])) continue;
-    if (++bad <= 8)
-      os << "\n  index " << i << " (row " << static_cast<int64_t>(i) / width << ", col "
-         << static_cast<int64_t>(i) % width << "): found " << hex(f32_bits(found[i]), 8) << " ("
-         << found[i] << "), expected " << hex(f32_bits(expected[i]), 8) << " (" << expected[i]
-         << ")";
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << found.size() << " values differ:"
-                                       << os.str();
+  return test::same_bits(found, expected, {.width = width, .nan_equal = true});
 }
 
 const NormGain kGains[] = {NormGain::weight, NormGain::one_plus_weight, NormGain::none};
@@ -481,7 +421,7 @@ TEST(CudaKvInsert, MatchesCpuBitForBitWithPaddingSlots) {
         k[0] = nan_value<bf16>(2);  // payloads travel unchanged
         std::vector<int64_t> all(kSlots);
         std::iota(all.begin(), all.end(), 0);
-        std::shuffle(all.begin(), all.end(), gen.rng());
+        std::shuffle(all.begin(), all.end(), gen.engine());
         // Distinct slots (two tokens never share one), the last slot of the cache included.
         if (tokens > 1)
           std::swap(*std::find(all.begin(), all.end(), int64_t{kSlots - 1}), all[tokens - 1]);
@@ -645,7 +585,7 @@ AttentionData make_attention_data(Gen& gen, const AttentionCase& c) {
   const int pages = requests * d.max_pages + 3;
   std::vector<int32_t> page_ids(pages);
   std::iota(page_ids.begin(), page_ids.end(), 0);
-  std::shuffle(page_ids.begin(), page_ids.end(), gen.rng());
+  std::shuffle(page_ids.begin(), page_ids.end(), gen.engine());
   d.block_tables.assign(static_cast<size_t>(requests) * d.max_pages, 0);
   for (int r = 0, next = 0; r < requests; ++r)
     for (int i = 0; i < d.max_pages; ++i) d.block_tables[r * d.max_pages + i] = page_ids[next++];
@@ -743,7 +683,7 @@ TEST(CudaAttention, MatchesCpuWithinBudget) {
       if (d.token_request[t] < 0) {  // padding tokens: exact zeros on both sides
         if (found[i].bits != 0 || expected[i].bits != 0)
           ADD_FAILURE() << "padding token " << t << " index " << i << ": found "
-                        << hex(found[i].bits, 4) << ", expected " << hex(expected[i].bits, 4)
+                        << test::hex_bits(found[i].bits, 2) << ", expected " << test::hex_bits(expected[i].bits, 2)
                         << " (both must be 0x0000)";
         continue;
       }
@@ -755,8 +695,8 @@ TEST(CudaAttention, MatchesCpuWithinBudget) {
       if (!(ulps <= kAttentionUlps)) {
         if (++reported <= 8)
           ADD_FAILURE() << "index " << i << " (token " << t << ", head " << (i % width) / c.head_dim
-                        << ", dim " << i % c.head_dim << "): found " << hex(found[i].bits, 4) << " ("
-                        << f << "), expected " << hex(expected[i].bits, 4) << " (" << e << "), "
+                        << ", dim " << i % c.head_dim << "): found " << test::hex_bits(found[i].bits, 2) << " ("
+                        << f << "), expected " << test::hex_bits(expected[i].bits, 2) << " (" << e << "), "
                         << ulps << " ulps > budget " << kAttentionUlps;
       } else {
         worst = std::max(worst, ulps);
