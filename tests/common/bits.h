@@ -4,7 +4,7 @@
 // adds), found and expected bits and values.
 //
 //   EXPECT_TRUE(test::same_bits(found, expected));
-//   EXPECT_TRUE(test::same_bits(found, expected, {.width = n, .nan_equal = true}));
+//   EXPECT_TRUE(test::same_bits(found, expected, {n, true}));  // rows of n, any NaN == any NaN
 //
 // nan_equal: a NaN matches any NaN whatever its sign and payload (for results of
 // fp32 arithmetic, whose NaN bits differ between x86 and the GPU); otherwise NaNs
@@ -27,8 +27,9 @@
 namespace sparkdraft::test {
 
 struct BitsOptions {
-  int64_t width = 0;       // row length: a mismatch also names its row and column
-  bool nan_equal = false;  // any NaN matches any NaN
+  BitsOptions(int64_t width_ = 0, bool nan_equal_ = false) : width(width_), nan_equal(nan_equal_) {}
+  int64_t width;           // row length: a mismatch also names its row and column
+  bool nan_equal;          // any NaN matches any NaN
   int report = 8;          // how many mismatches the message lists
   std::function<std::string(size_t)> note;  // extra words about an index (its input, ...)
 };

@@ -251,6 +251,84 @@ TEST(CpuOpsRmsNorm, KnifeEdgeGainsPinTheOrderOfOperations) {
       }
 }
 
+// ---- per-head RMSNorm -----------------------------------------------------------------
+
+// Every head of every token is one naive RMSNorm row (weight shared by the heads); the
+// columns past heads * head_dim of a token stay as they were. Odd head sizes, padded
+// token strides, and heads holding a NaN, +-inf, all zeros or huge values.
+TEST(CpuOpsHeadRmsNorm, EveryHeadMatchesNaiveBitForBit) {
+  const uint64_t seed = 1501;
+  test::Gen rng(seed);  // names the seed in any failure
+  const float eps = 1e-6f;
+  for (int tokens : {1, 2, 5})
+    for (int heads : {1, 3, 4})
+      for (int hd : {1, 7, 8, 33, 128})
+        for (int pad : {0, 5}) {
+          const int64_t stride = static_cast<int64_t>(heads) * hd + pad;
+          std::vector<bf16> x = rng.bf16s(static_cast<size_t>(tokens * stride), -4.0f, 4.0f);
+          // Special heads: (token t, head h) with (t * heads + h) % 6 picks the kind.
+          for (int t = 0; t < tokens; ++t)
+            for (int h = 0; h < heads; ++h) {
+              bf16* head = &x[static_cast<size_t>(t * stride + h * hd)];
+              const int at = static_cast<int>(rng.integer(0, hd - 1));
+              switch ((t * heads + h) % 6) {
+                case 1: head[at] = to_bf16(kNaN); break;
+                case 2: head[at] = to_bf16(kInf); break;
+                case 3: head[at] = to_bf16(-kInf); break;
+                case 4: for (int i = 0; i < hd; ++i) head[i] = to_bf16(0.0f); break;
+                case 5: for (int i = 0; i < hd; ++i) head[i] = to_bf16(rng.uniform(1e37f, 3e38f)); break;
+                default: break;
+              }
+            }
+          const std::vector<bf16> w = rng.bf16s(static_cast<size_t>(hd), -1.5f, 1.5f);
+          for (NormGain gain : kGains) {
+            SCOPED_TRACE("tokens " + std::to_string(tokens) + " heads " + std::to_string(heads) +
+                         " head_dim " + std::to_string(hd) + " pad " + std::to_string(pad) +
+                         " gain " + std::to_string(static_cast<int>(gain)));
+            const bf16* wp = gain == NormGain::none ? nullptr : w.data();
+            std::vector<bf16> want = x;
+            for (int t = 0; t < tokens; ++t)
+              for (int h = 0; h < heads; ++h) {
+                bf16* head = &want[static_cast<size_t>(t * stride + h * hd)];
+                const auto y = naive_rms(widen(head, static_cast<size_t>(hd)), wp, gain, eps);
+                std::copy(y.begin(), y.end(), head);
+              }
+            for (int threads : kThreadCounts) {
+              std::vector<bf16> y = x;
+              head_rms_norm(y.data(), stride, tokens, heads, hd, wp, gain, eps, threads);
+              EXPECT_TRUE(same_bits(y, want, {stride})) << "threads " << threads;
+            }
+          }
+        }
+}
+
+// A head is exactly one rms_norm row: the op equals rms_norm run head by head.
+TEST(CpuOpsHeadRmsNorm, EqualsRmsNormOfEachHead) {
+  const uint64_t seed = 1502;
+  test::Gen rng(seed);  // names the seed in any failure
+  const int tokens = 3, heads = 5, hd = 31;
+  const int64_t stride = heads * hd + 2;
+  const std::vector<bf16> x = rng.bf16s(static_cast<size_t>(tokens * stride), -8.0f, 8.0f);
+  const std::vector<bf16> w = rng.bf16s(static_cast<size_t>(hd), -0.9f, 0.9f);
+  std::vector<bf16> y = x, want = x;
+  head_rms_norm(y.data(), stride, tokens, heads, hd, w.data(), NormGain::one_plus_weight, 1e-5f);
+  for (int t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      bf16* head = &want[static_cast<size_t>(t * stride + h * hd)];
+      rms_norm(head, hd, 1, hd, w.data(), NormGain::one_plus_weight, 1e-5f, head, hd);
+    }
+  EXPECT_TRUE(same_bits(y, want, {stride}));
+}
+
+TEST(CpuOpsHeadRmsNorm, BadShapesAreRefused) {
+  std::vector<bf16> buf(64, to_bf16(1.0f));
+  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 0, 8, nullptr, NormGain::none, 1e-6f), InvalidArgument);
+  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 1, 0, nullptr, NormGain::none, 1e-6f), InvalidArgument);
+  EXPECT_THROW(head_rms_norm(buf.data(), 7, 2, 2, 4, nullptr, NormGain::none, 1e-6f), InvalidArgument);
+  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 2, 4, nullptr, NormGain::weight, 1e-6f), InvalidArgument);
+  EXPECT_NO_THROW(head_rms_norm(buf.data(), 8, 0, 2, 4, nullptr, NormGain::none, 1e-6f));
+}
+
 // ---- residual boundary -------------------------------------------------------------
 
 struct BoundaryCase {

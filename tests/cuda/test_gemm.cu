@@ -155,7 +155,7 @@ TEST(CudaGemm, SameCallGivesSameBits) {
     runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K, y.data(), d.y_stride, stream.get());
     const std::vector<bf16> second = y.download(stream.get());
     EXPECT_EQ(runner.pinned_shapes(), pinned) << "the second call of a shape must reuse its plan";
-    EXPECT_TRUE(test::same_bits(second, first, {.width = d.y_stride})) << "second call vs first";
+    EXPECT_TRUE(test::same_bits(second, first, {d.y_stride})) << "second call vs first";
   }
 }
 
@@ -180,7 +180,7 @@ TEST(CudaGemm, RowBitsDoNotDependOnTheRowCount) {
       runner.run(x.data(), K, w.data(), m, N, K, y.data(), N, stream.get());
       const std::vector<bf16> part = y.download(stream.get());
       EXPECT_TRUE(test::same_bits(part.data(), full.data(), static_cast<size_t>(m) * N,
-                                  {.width = N}))
+                                  {N}))
           << "M " << m << " (expected: the rows of M 64)";
     }
   }
@@ -210,7 +210,7 @@ TEST(CudaGemm, GraphCapturedCallEqualsEagerCall) {
     for (int launch = 0; launch < 2; ++launch) {
       SD_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
       const std::vector<bf16> replay = y.download(stream.get());
-      EXPECT_TRUE(test::same_bits(replay, eager, {.width = d.y_stride}))
+      EXPECT_TRUE(test::same_bits(replay, eager, {d.y_stride}))
           << "graph launch " << launch << " vs eager";
       y.upload(d.y0, stream.get());
     }

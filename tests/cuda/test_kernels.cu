@@ -22,6 +22,7 @@
 
 #include "common/bits.h"
 #include "common/random.h"
+#include "cuda/draft/draft_kernels.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
@@ -117,12 +118,12 @@ std::vector<T> make_rows(Gen& gen, int rows, int n, int64_t stride, bool special
 ::testing::AssertionResult bf16_bits_equal(const std::vector<bf16>& found,
                                            const std::vector<bf16>& expected, int64_t width,
                                            bool nan_equal = true) {
-  return test::same_bits(found, expected, {.width = width, .nan_equal = nan_equal});
+  return test::same_bits(found, expected, {width, nan_equal});
 }
 
 ::testing::AssertionResult f32_bits_equal(const std::vector<float>& found,
                                           const std::vector<float>& expected, int64_t width) {
-  return test::same_bits(found, expected, {.width = width, .nan_equal = true});
+  return test::same_bits(found, expected, {width, true});
 }
 
 const NormGain kGains[] = {NormGain::weight, NormGain::one_plus_weight, NormGain::none};
@@ -749,6 +750,156 @@ TEST(CudaAttention, IndependentOfLaunchAndBatch) {
                                 expected, static_cast<int64_t>(width), false))
         << "request 0 alone";
   }
+}
+
+// ---- draft-step kernels (cuda/draft/draft_kernels.h) -------------------------------------
+
+// cuda::head_rms_norm equals cpu::head_rms_norm (itself held to the naive formula in
+// tests/cpu/test_ops.cpp) bit for bit, NaN matching NaN: odd head sizes, padded token
+// strides, 1 to 64 tokens, heads with a NaN, +-inf, huge, subnormal or zero values.
+TEST(CudaHeadRmsNorm, MatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0E00;
+  for (int tokens : {1, 7, 64})
+    for (int heads : {1, 3, 8})
+      for (int hd : {1, 7, 32, 33, 128, 257})
+        for (NormGain gain : kGains) {
+          ++seed;
+          const int pad = static_cast<int>(seed % 3) * 3;
+          SCOPED_TRACE("head_rms_norm tokens " + std::to_string(tokens) + " heads " +
+                       std::to_string(heads) + " head_dim " + std::to_string(hd) + " pad " +
+                       std::to_string(pad) + " gain " + to_string(gain));
+          Gen gen(seed);
+          const int64_t stride = static_cast<int64_t>(heads) * hd + pad;
+          // Each head is a row of make_rows' kinds; the token padding is junk.
+          const std::vector<bf16> heads_rows =
+              make_rows<bf16>(gen, tokens * heads, hd, hd, true);
+          std::vector<bf16> x(static_cast<size_t>(tokens) * stride);
+          for (int t = 0; t < tokens; ++t) {
+            std::copy(heads_rows.begin() + static_cast<int64_t>(t) * heads * hd,
+                      heads_rows.begin() + static_cast<int64_t>(t + 1) * heads * hd,
+                      x.begin() + t * stride);
+            for (int i = heads * hd; i < stride; ++i) x[t * stride + i] = to_bf16(gen.uniform(500.0f, 900.0f));
+          }
+          const float eps = seed % 2 ? 1e-6f : 1e-5f;
+          const std::vector<bf16> w = gain_weights(gen, hd, gain);
+          std::vector<bf16> expected = x;
+          cpu::head_rms_norm(expected.data(), stride, tokens, heads, hd,
+                             gain == NormGain::none ? nullptr : w.data(), gain, eps);
+          DeviceBuffer<bf16> dx(x, stream.get()), dw(w, stream.get());
+          cuda::head_rms_norm(dx.data(), stride, tokens, heads, hd,
+                              gain == NormGain::none ? nullptr : dw.data(), gain, eps, stream.get());
+          EXPECT_TRUE(bf16_bits_equal(dx.download(stream.get()), expected, stride));
+        }
+}
+
+// cuda::widen_bf16: out[i] = f32(x[i]) exactly, i.e. the bf16 bits in the upper half
+// (NaN payloads, signed zeros, infinities and subnormals kept), odd sizes.
+TEST(CudaWidenBf16, IsTheExactWidening) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0F00;
+  for (int64_t n : {1, 7, 255, 256, 257, 4099, 100003}) {
+    ++seed;
+    SCOPED_TRACE("widen_bf16 n " + std::to_string(n));
+    Gen gen(seed);
+    std::vector<bf16> x(static_cast<size_t>(n));
+    for (auto& v : x) v = bf16{static_cast<uint16_t>(gen.integer(0, 0xffff))};  // every kind
+    const uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xff95, 0x7f80, 0xff80, 0x0000,
+                                 0x8000, 0x0001, 0x8001, 0x7f7f, 0xff7f};
+    for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i)
+      x[(i * 7919) % x.size()] = bf16{specials[i]};
+    std::vector<uint32_t> expected(x.size());
+    for (size_t i = 0; i < x.size(); ++i) expected[i] = static_cast<uint32_t>(x[i].bits) << 16;
+    DeviceBuffer<bf16> dx(x, stream.get());
+    DeviceBuffer<float> dout(x.size());
+    cuda::widen_bf16(dx.data(), n, dout.data(), stream.get());
+    const std::vector<float> out = dout.download(stream.get());
+    std::vector<uint32_t> found(out.size());
+    for (size_t i = 0; i < out.size(); ++i) found[i] = f32_bits(out[i]);
+    EXPECT_TRUE(test::same_bits(found, expected));
+  }
+  cuda::widen_bf16(nullptr, 0, nullptr, stream.get());  // n == 0: nothing to do
+}
+
+// cuda::prepare_query_block against its formula (draft_kernels.h): ids, positions,
+// slots, token_request, kv_lens and the safe anchor/position, with padding rows
+// (cache slot -1), odd page sizes and shuffled block tables.
+TEST(CudaPrepareQueryBlock, MatchesTheFormula) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D1000;
+  for (int rows : {1, 3, 8, 33})
+    for (int steps : {1, 4, 7})
+      for (int page : {1, 5, 16}) {
+        ++seed;
+        SCOPED_TRACE("prepare_query_block rows " + std::to_string(rows) + " steps " +
+                     std::to_string(steps) + " page_size " + std::to_string(page));
+        Gen gen(seed);
+        const int max_pages = static_cast<int>((200 + steps + page - 1) / page) + 1;
+        const int64_t mask = 151669;
+        std::vector<int64_t> anchor(rows), apos(rows), cslot(rows);
+        std::vector<int32_t> tables(static_cast<size_t>(rows) * max_pages);
+        std::vector<int32_t> pages(static_cast<size_t>(rows) * max_pages);
+        std::iota(pages.begin(), pages.end(), 0);
+        std::shuffle(pages.begin(), pages.end(), gen.engine());
+        for (int r = 0; r < rows; ++r) {
+          anchor[r] = gen.integer(0, 151935);
+          apos[r] = gen.integer(0, 200);
+          cslot[r] = r % 4 == 2 ? -1 : r;  // every fourth row from the third is padding
+          for (int p = 0; p < max_pages; ++p) tables[r * max_pages + p] = pages[r * max_pages + p];
+        }
+        const int T = rows * steps;
+        std::vector<int64_t> ids(T), positions(T), slots(T), kv_lens(rows), safe_anchor(rows),
+            safe_position(rows);
+        std::vector<int32_t> token_request(T);
+        for (int r = 0; r < rows; ++r) {
+          const bool pad = cslot[r] < 0;
+          const int64_t a = pad ? 0 : apos[r];
+          for (int j = 0; j < steps; ++j) {
+            const int t = r * steps + j;
+            ids[t] = j == 0 ? (pad ? 0 : anchor[r]) : mask;
+            positions[t] = a + j;
+            slots[t] = pad ? -1 : int64_t{tables[r * max_pages + (a + j) / page]} * page + (a + j) % page;
+            token_request[t] = pad ? -1 : r;
+          }
+          kv_lens[r] = a + steps;
+          safe_anchor[r] = pad ? 0 : anchor[r];
+          safe_position[r] = a;
+        }
+        DeviceBuffer<int64_t> d_anchor(anchor, stream.get()), d_apos(apos, stream.get()),
+            d_cslot(cslot, stream.get());
+        DeviceBuffer<int32_t> d_tables(tables, stream.get());
+        DeviceBuffer<int64_t> d_ids(T), d_pos(T), d_slots(T), d_kv(rows), d_sa(rows), d_sp(rows);
+        DeviceBuffer<int32_t> d_req(T);
+        cuda::QueryBlockParams p;
+        p.rows = rows;
+        p.steps = steps;
+        p.page_size = page;
+        p.max_pages = max_pages;
+        p.mask_token = mask;
+        p.anchor_tokens = d_anchor.data();
+        p.anchor_positions = d_apos.data();
+        p.cache_slots = d_cslot.data();
+        p.block_tables = d_tables.data();
+        p.ids = d_ids.data();
+        p.positions = d_pos.data();
+        p.slots = d_slots.data();
+        p.token_request = d_req.data();
+        p.kv_lens = d_kv.data();
+        p.safe_anchor = d_sa.data();
+        p.safe_position = d_sp.data();
+        cuda::prepare_query_block(p, stream.get());
+        EXPECT_TRUE(test::same_bits(d_ids.download(stream.get()), ids, {steps})) << "ids";
+        EXPECT_TRUE(test::same_bits(d_pos.download(stream.get()), positions, {steps})) << "positions";
+        EXPECT_TRUE(test::same_bits(d_slots.download(stream.get()), slots, {steps})) << "slots";
+        EXPECT_TRUE(test::same_bits(d_req.download(stream.get()), token_request, {steps}))
+            << "token_request";
+        EXPECT_TRUE(test::same_bits(d_kv.download(stream.get()), kv_lens)) << "kv_lens";
+        EXPECT_TRUE(test::same_bits(d_sa.download(stream.get()), safe_anchor)) << "safe_anchor";
+        EXPECT_TRUE(test::same_bits(d_sp.download(stream.get()), safe_position)) << "safe_position";
+      }
 }
 
 // ---- argument checks ------------------------------------------------------------------------------
