@@ -118,6 +118,18 @@ void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* wei
   rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
 }
 
+void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                   const bf16* weight, NormGain gain, float eps, int threads) {
+  require(heads >= 1 && head_dim >= 1, "head_rms_norm", "heads and head_dim must be >= 1");
+  require(token_stride >= static_cast<int64_t>(heads) * head_dim, "head_rms_norm",
+          "token_stride is smaller than heads * head_dim");
+  for (int t = 0; t < tokens; ++t) {
+    bf16* row = x + static_cast<int64_t>(t) * token_stride;
+    rms_norm(row, head_dim, heads, head_dim, weight, gain, eps, row, head_dim,
+             tokens == 1 ? threads : 1);
+  }
+}
+
 void residual_boundary(const BoundaryParams& p, const bf16* branch, void* stream, bf16* next,
                        int threads) {
   const char* op = "residual_boundary";

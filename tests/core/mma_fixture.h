@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace sparkdraft::testing {
+namespace sparkdraft::test {
 
 struct MmaFixture {
   uint64_t seed = 0;
@@ -55,4 +55,4 @@ inline MmaFixture read_mma_fixture(const std::string& path) {
   return f;
 }
 
-}  // namespace sparkdraft::testing
+}  // namespace sparkdraft::test

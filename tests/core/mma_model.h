@@ -13,7 +13,7 @@
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/mma.h"
 
-namespace sparkdraft::testing {
+namespace sparkdraft::test {
 
 inline uint32_t mma_step_f64(uint32_t c, const bf16* a, const bf16* b) {
   bool special = (c & 0x7f800000u) == 0x7f800000u;
@@ -58,4 +58,4 @@ inline float mma_chain_f64(const bf16* a, const bf16* b, int K, bool reverse = f
   return bits_f32(c);
 }
 
-}  // namespace sparkdraft::testing
+}  // namespace sparkdraft::test

@@ -140,7 +140,7 @@ TEST(MmaTwin, AgreesWithAnIndependentFp64ModelOnEveryFamily) {
         for (int n = 0; n < 8; ++n) {
           if (has_special(cs, m, n)) continue;
           ++checked;
-          const uint32_t want = testing::mma_step_f64(cs.c[m][n], cs.a[m], cs.b[n]);
+          const uint32_t want = test::mma_step_f64(cs.c[m][n], cs.a[m], cs.b[n]);
           if (twin[m][n] != want && bad++ == 0) {
             ADD_FAILURE() << mma_dist_name(dist) << " case " << i << " d[" << m << "][" << n
                           << "]: twin 0x" << std::hex << twin[m][n] << ", fp64 model 0x" << want;
@@ -176,7 +176,7 @@ TEST(MmaTwin, ChainIsStepsInIncreasingKWithZeroPadding) {
 
 TEST(MmaTwin, MatchesTheDeviceResultsRecordedOnAnH200) {
   const std::string path = std::string(SPARKDRAFT_FIXTURE_DIR) + "/mma_h200.bin";
-  const testing::MmaFixture f = testing::read_mma_fixture(path);
+  const test::MmaFixture f = test::read_mma_fixture(path);
   ASSERT_GE(f.families, 12u) << path;
   ASSERT_LE(f.families, static_cast<uint32_t>(kMmaDistCount)) << path;
   ASSERT_GE(f.cases, 1u);

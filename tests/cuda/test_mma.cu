@@ -24,10 +24,10 @@ constexpr uint32_t kFixtureCases = 256;  // per family: 32768 outputs each
 
 TEST(MmaDevice, TwinMatchesTheInstructionOnEveryFamily) {
   SD_REQUIRE_GPU();
-  const uint64_t seed = testing::kMmaFixtureSeed;
+  const uint64_t seed = test::kMmaFixtureSeed;
   std::printf("seed %llu, %lld cases per family\n", static_cast<unsigned long long>(seed),
               static_cast<long long>(kSweepCases));
-  testing::MmaFixture fixture{seed, static_cast<uint32_t>(kMmaDistCount), kFixtureCases, {}};
+  test::MmaFixture fixture{seed, static_cast<uint32_t>(kMmaDistCount), kFixtureCases, {}};
   int64_t total = 0;
   for (int d = 0; d < kMmaDistCount; ++d) {
     const MmaDist dist = static_cast<MmaDist>(d);
@@ -42,7 +42,7 @@ TEST(MmaDevice, TwinMatchesTheInstructionOnEveryFamily) {
   }
   std::printf("%lld outputs in all\n", static_cast<long long>(total));
   if (const char* out = std::getenv("SPARKDRAFT_MMA_FIXTURE_OUT")) {
-    testing::write_mma_fixture(out, fixture);
+    test::write_mma_fixture(out, fixture);
     std::printf("fixture written to %s\n", out);
   }
 }

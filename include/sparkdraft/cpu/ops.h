@@ -27,6 +27,16 @@ void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weig
 void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
               NormGain gain, float eps, bf16* y, int64_t y_stride, int threads = 1);
 
+// Per-head RMSNorm (QK-norm, V-norm), in place: for every token t and head h, the
+// head_dim values at x + t*token_stride + h*head_dim are one rms_norm row, with the
+// same rounding points: ss and r in fp32 (canonical order), one rounding to bf16
+// per output, y_h = bf16((x_h * r) * g). `weight` (head_dim values, shared by all
+// heads) may be null only for NormGain::none. Needs heads, head_dim >= 1 and
+// token_stride >= heads * head_dim. Threads split the heads of a single token
+// (decode); several tokens run one after another.
+void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                   const bf16* weight, NormGain gain, float eps, int threads = 1);
+
 // ---- residual boundary ------------------------------------------------------
 // One residual boundary over rows of H (SPEC section 3):
 //   b  = post_weight given (sandwich) ? rms_norm(branch) (bf16) : branch

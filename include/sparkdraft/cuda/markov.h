@@ -145,8 +145,8 @@ struct MarkovPlanInput {
 // Why the fused loop cannot run this draft, or "" when it can.
 std::string fused_markov_refusal(const MarkovPlanInput& in);
 
-// Prints "sparkdraft: <message>" to stderr the first time a message is seen
-// (thread safe); returns whether it printed.
+// Logs the message through the library's sink (sparkdraft/log.h, level info) the
+// first time it is seen (thread safe); returns whether this call logged it.
 bool markov_log_once(const std::string& message);
 
 // Launch shape of the fused step for `rows` rows (the launcher-owned table, SPEC

@@ -411,7 +411,11 @@ struct CudaDraft::Impl {
         try {
           run_device(d, stream, nullptr);
         } catch (...) {
+          // End the capture and drop what it hands back (a partial graph, or null
+          // when the capture was invalidated); the first error is the one thrown.
+          graph = nullptr;
           cudaStreamEndCapture(stream, &graph);
+          if (graph != nullptr) cudaGraphDestroy(graph);
           throw;
         }
         SD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));

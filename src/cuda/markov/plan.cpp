@@ -7,9 +7,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <iostream>
-#include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +17,7 @@
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/log.h"
 
 namespace sparkdraft::cuda {
 namespace markov_detail {
@@ -142,12 +140,7 @@ std::string fused_markov_refusal(const MarkovPlanInput& in) {
 }
 
 bool markov_log_once(const std::string& message) {
-  static std::mutex mutex;
-  static std::set<std::string> seen;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (!seen.insert(message).second) return false;
-  std::cerr << "sparkdraft: " << message << std::endl;
-  return true;
+  return log_once(LogLevel::info, message);
 }
 
 MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, int shards)
