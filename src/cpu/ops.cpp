@@ -32,6 +32,7 @@
 #include "sparkdraft/core/mma.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/core/sampling.h"
+#include "sparkdraft/cpu/mma_gemm.h"
 #include "sparkdraft/error.h"
 
 // The gemm and Markov kernels get an AVX2 / FMA clone picked at run time (the
@@ -494,14 +495,18 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
 // ---- Markov head, step logits, sampling -----------------------------------------------
 namespace {
 
-// bias entries [v_begin, v_end) of every row: one tensor-core chain each (core/mma.h).
+// The chains of vocab entries [v_begin, v_end) against every row of e, in chunks
+// of 512 entries (cpu/mma_gemm.h: the same bits as mma_chain per entry and row).
 void markov_range(const bf16* e, int rows, const bf16* w2, int vocab, int rank, int64_t v_begin,
                   int64_t v_end, bf16* bias) {
-  for (int64_t v = v_begin; v < v_end; ++v) {
-    const bf16* wv = w2 + v * rank;
+  constexpr int64_t kChunk = 512;
+  std::vector<float> acc(static_cast<size_t>(rows) * kChunk);
+  for (int64_t v0 = v_begin; v0 < v_end; v0 += kChunk) {
+    const int n = static_cast<int>(std::min(kChunk, v_end - v0));
+    mma_gemm_rows(w2 + v0 * rank, rank, n, e, rank, rows, rank, acc.data(), kChunk);
     for (int r = 0; r < rows; ++r)
-      bias[static_cast<int64_t>(r) * vocab + v] =
-          to_bf16(mma_chain(wv, e + static_cast<int64_t>(r) * rank, rank));
+      for (int i = 0; i < n; ++i)
+        bias[static_cast<int64_t>(r) * vocab + v0 + i] = to_bf16(acc[static_cast<size_t>(r) * kChunk + i]);
   }
 }
 
