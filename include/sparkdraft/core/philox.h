@@ -68,6 +68,20 @@ SD_HD float philox_uniform(uint32_t step_seed, int64_t vocab_id) {
   return u < kUniformScale ? kUniformScale : u;
 }
 
+// philox_uniform for a vocab id below 2^32, written with the zero words explicit
+// (counter (v, 0, 0, 0), key (gs, 0)) so that a compiler folds the first round's
+// zero products: the same bits as philox_uniform(step_seed, vocab_id).
+SD_HD float philox_uniform_u32(uint32_t step_seed, uint32_t vocab_id) {
+  int32_t x = static_cast<int32_t>(philox4x32_10(vocab_id, 0u, 0u, 0u, step_seed, 0u).c0);
+  if (x < 0) x = ~x;
+#if SD_ON_DEVICE
+  float u = __fmul_rn(__int2float_rn(x), kUniformScale);
+#else
+  float u = static_cast<float>(x) * kUniformScale;
+#endif
+  return u < kUniformScale ? kUniformScale : u;
+}
+
 // The step seed gs for the token sampled at step j of a request anchored at a.
 SD_HD uint32_t draft_step_seed(int64_t seed, int64_t anchor_pos, int step) {
   return philox_randint(seed, anchor_pos + step + kDraftNoiseSalt);

@@ -214,6 +214,8 @@ class MarkovWorkspace {
   DeviceBuffer<bf16> embeds;              // [steps + 1, max_rows, rank]: row j is step j's e
   DeviceBuffer<MarkovCandidate> partials; // [max_rows, max_grid]
   DeviceBuffer<uint32_t> arrivals;        // [shards, steps, max_rows]
+  DeviceBuffer<int32_t> known;            // [shards, steps, max_rows] a lower bound of each
+                                          // row's best score (order key), shared by the blocks
   DeviceBuffer<float> noise_bound;        // per-bucket upper bounds of the Gumbel noise
   // Vocab-parallel buffers (shards > 1).
   DeviceBuffer<MarkovPacket> packets_send;  // [shards, max_rows] (local shards' sends)

@@ -70,10 +70,13 @@ struct FusedStepParams {
   MarkovCandidate* partials;    // [rows][partial_stride]
   int partial_stride;
   uint32_t* arrivals;           // [rows] this step's counters (zeroed by the anchor kernel)
+  int* known;                   // [rows] this step's grid-wide lower bounds of the rows' best
+                                // z as order keys (-inf by the anchor kernel)
   const float* noise_bound;     // [kNoiseBuckets] noise_bound_table()
   cpu::LogitTransform transform;
   int rows, width, steps, step, id_offset;
   int stages, reverse;
+  int vec_io;                   // base and cache rows allow 16-byte accesses at 8-entry steps
 };
 
 // fp32 -> int32 whose signed order is the order of the (non-NaN) floats, and back
@@ -83,6 +86,8 @@ __device__ __forceinline__ int order_key(float x) {
   return b >= 0 ? b : b ^ 0x7fffffff;
 }
 __device__ __forceinline__ float key_value(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); }
+
+__device__ __forceinline__ int ld_volatile(const int* p) { return *reinterpret_cast<const volatile int*>(p); }
 
 __device__ __forceinline__ MarkovCandidate load_partial(const MarkovCandidate* p) {
   const int2 raw = __ldcg(reinterpret_cast<const int2*>(p));
@@ -119,6 +124,45 @@ __device__ __forceinline__ void copy_embedding(const bf16* w1, int32_t id, int r
   for (int x = lane; x < rank / 8; x += kWarp) out[x] = src[x];
 }
 
+// The step logits l = step_logit(base, bias) of n <= 8 consecutive entries v0.. of
+// row r (bias from the staging buffer), stored to cache row `crow` when crow >= 0;
+// lv = f32(l). Base logits and cache are touched once: streaming (evict-first)
+// accesses, so that L2 keeps w2 for the next step.
+__device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int v0, int n,
+                                            const bf16* bias, int64_t crow, float lv[8]) {
+  const bf16* base = p.base + r * p.base_row_stride + v0;
+  bf16* cache = crow >= 0 ? p.cache + crow * p.cache_row_stride + v0 : nullptr;
+  if (p.vec_io && n == 8) {
+    const uint4 braw = __ldcs(reinterpret_cast<const uint4*>(base));
+    const uint4 sraw = *reinterpret_cast<const uint4*>(bias);
+    const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
+    const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};
+    uint32_t lw[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bf16 l0 = step_logit(bf16{static_cast<uint16_t>(bw[i] & 0xffffu)},
+                                 bf16{static_cast<uint16_t>(sw[i] & 0xffffu)}, p.transform);
+      const bf16 l1 = step_logit(bf16{static_cast<uint16_t>(bw[i] >> 16)},
+                                 bf16{static_cast<uint16_t>(sw[i] >> 16)}, p.transform);
+      lw[i] = static_cast<uint32_t>(l0.bits) | (static_cast<uint32_t>(l1.bits) << 16);
+      lv[2 * i] = to_f32(l0);
+      lv[2 * i + 1] = to_f32(l1);
+    }
+    if (cache != nullptr) __stcs(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (i >= n) {
+      lv[i] = 0.0f;
+      continue;
+    }
+    const bf16 l = step_logit(base[i], bias[i], p.transform);
+    if (cache != nullptr) cache[i] = l;
+    lv[i] = to_f32(l);
+  }
+}
+
 template <int K>
 __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const FusedStepParams p) {
   constexpr int kTileV = fused_tile_vocab(K);
@@ -139,7 +183,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   uint32_t* seed = reinterpret_cast<uint32_t*>(smem + lay.seed);
   int* last = reinterpret_cast<int*>(smem + lay.last);
   int* staged_v0 = reinterpret_cast<int*>(smem + lay.staged_v0);
-  int* known = reinterpret_cast<int*>(smem + lay.known);
+  int* known_s = reinterpret_cast<int*>(smem + lay.known);
   float* noise_hi = reinterpret_cast<float*>(smem + lay.noise);
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -187,38 +231,19 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
     seed[r] = draft_step_seed(p.seeds[r], p.anchor_positions[r], p.step);
     const int64_t slot = p.cache_slots[r];
     cache_row[r] = slot < 0 ? -1 : (p.cache_by_row ? r : slot);
-    known[r] = order_key(__int_as_float(static_cast<int>(0xff800000u)));  // -inf
+    known_s[r] = order_key(__int_as_float(static_cast<int>(0xff800000u)));  // -inf
   }
   for (int x = tid; x < p.rows * kFusedWarps; x += kFusedThreads) best[x] = no_candidate();
-
-  // This warp's queue of survivors (T > 0 entries that may win): one per lane,
-  // q_row < 0 = empty. scaled = f32(l) / T as the epilogue computed it.
-  int q_row = -1;
-  int32_t q_id = 0;
-  float q_scaled = 0.0f;
-  // Scores the queued entries exactly (score(): scaled + draft_noise) and folds
-  // them into the warp's best of their rows, one row at a time. Warp-uniform.
-  auto flush_queue = [&]() {
-    MarkovCandidate c = no_candidate();
-    if (q_row >= 0) c = MarkovCandidate{__fadd_rn(q_scaled, draft_noise(seed[q_row], q_id)), q_id};
-    for (unsigned left = __ballot_sync(0xffffffffu, q_row >= 0); left != 0u;
-         left = __ballot_sync(0xffffffffu, q_row >= 0)) {
-      const int r0 = __shfl_sync(0xffffffffu, q_row, __ffs(left) - 1);
-      const MarkovCandidate o = warp_best(q_row == r0 ? c : no_candidate());
-      if (lane == 0) {
-        if (wins(o, best[r0 * kFusedWarps + warp])) best[r0 * kFusedWarps + warp] = o;
-        if (o.value == o.value) atomicMax(known + r0, order_key(o.value));
-      }
-      if (q_row == r0) q_row = -1;
-    }
-    __syncwarp();
-  };
 
   for (int it = 0; it < ntiles; ++it) {
     cp_async_wait(p.stages - 2);  // this thread's copies of tile `it` landed
     __syncthreads();              // everyone's; and stage (it - 1) is free again
     issue(it + p.stages - 1);
     const int slot = it % e_tiles;
+    const bool epilogue = slot == e_tiles - 1 || it == ntiles - 1;
+    // The grid-wide bound of row tid (rows past the block size read theirs below),
+    // loaded now and merged after phase A, off the critical path.
+    const int known_g = epilogue && tid < p.rows ? ld_volatile(p.known + tid) : 0;
     if (tid == 0) staged_v0[slot] = tile_at(it) * kTileV;
 
     // ---- phase A: the bias of this tile's entries for every row, as MMA chains ----
@@ -226,21 +251,10 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
       const bf16* stage = ring + (it % p.stages) * kTileElems;
       const int g = lane / 4, t4 = lane % 4;
       const int lm_row = (lane / 8 % 2) * 8 + lane % 8, lm_chunk = lane / 16;  // ldmatrix roles
-      for (int item = warp; item < kMTiles * n_tiles; item += kFusedWarps) {
-        const int mt = item % kMTiles, nt = item / kMTiles;
-        const int v = mt * 16 + lm_row;
-        const bf16* a_row = stage + v * K;
-        const bf16* b_row = e_s + (nt * 8 + g) * kEStride + 2 * t4;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-        for (int ks = 0; ks < K / 16; ++ks) {
-          uint32_t a[4];
-          ldmatrix_x4(a, a_row + fused_ring_chunk<K>(v, 2 * ks + lm_chunk) * 8);
-          const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(b_row + ks * 16),
-                                 *reinterpret_cast<const uint32_t*>(b_row + ks * 16 + 8)};
-          mma_bf16_16816(acc, a, b, acc);
-        }
-        const int r0 = nt * 8 + 2 * t4, x0 = slot * kTileV + mt * 16 + g;
+      // The accumulator of item (m-tile, n-tile) to the staging buffer as bf16: lane
+      // (g, t4) holds entries g, g + 8 of the m-tile for rows 2 t4, 2 t4 + 1.
+      auto stage_bias = [&](const float acc[4], int item) {
+        const int r0 = (item / kMTiles) * 8 + 2 * t4, x0 = slot * kTileV + (item % kMTiles) * 16 + g;
         if (r0 < p.rows) {
           staging[r0 * width + x0] = to_bf16(acc[0]);
           staging[r0 * width + x0 + 8] = to_bf16(acc[2]);
@@ -249,84 +263,137 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
           staging[(r0 + 1) * width + x0] = to_bf16(acc[1]);
           staging[(r0 + 1) * width + x0 + 8] = to_bf16(acc[3]);
         }
+      };
+      // Two items per pass when there are enough: their chains interleave.
+      const int n_items = kMTiles * n_tiles;
+      for (int item0 = warp; item0 < n_items; item0 += 2 * kFusedWarps) {
+        const int item1 = item0 + kFusedWarps;
+        const bool two = item1 < n_items;  // warp-uniform
+        const int v0 = (item0 % kMTiles) * 16 + lm_row, v1 = (item1 % kMTiles) * 16 + lm_row;
+        const bf16* a0_row = stage + v0 * K;
+        const bf16* a1_row = stage + v1 * K;
+        const bf16* b0_row = e_s + ((item0 / kMTiles) * 8 + g) * kEStride + 2 * t4;
+        const bf16* b1_row = e_s + ((item1 / kMTiles) * 8 + g) * kEStride + 2 * t4;
+        float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+        for (int ks = 0; ks < K / 16; ++ks) {
+          uint32_t a[4];
+          ldmatrix_x4(a, a0_row + fused_ring_chunk<K>(v0, 2 * ks + lm_chunk) * 8);
+          const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(b0_row + ks * 16),
+                                 *reinterpret_cast<const uint32_t*>(b0_row + ks * 16 + 8)};
+          mma_bf16_16816(acc0, a, b, acc0);
+          if (two) {
+            uint32_t a1[4];
+            ldmatrix_x4(a1, a1_row + fused_ring_chunk<K>(v1, 2 * ks + lm_chunk) * 8);
+            const uint32_t b1[2] = {*reinterpret_cast<const uint32_t*>(b1_row + ks * 16),
+                                    *reinterpret_cast<const uint32_t*>(b1_row + ks * 16 + 8)};
+            mma_bf16_16816(acc1, a1, b1, acc1);
+          }
+        }
+        stage_bias(acc0, item0);
+        if (two) stage_bias(acc1, item1);
       }
     }
-    if (slot != e_tiles - 1 && it != ntiles - 1) continue;
+    if (!epilogue) continue;
+    if (tid < p.rows) atomicMax(known_s + tid, known_g);
+    for (int r = tid + kFusedThreads; r < p.rows; r += kFusedThreads)
+      atomicMax(known_s + r, ld_volatile(p.known + r));
 
-    // ---- phase B: epilogue over the staged tiles, one 32-entry segment per warp ----
+    // ---- phase B: the epilogue over the staged tiles ----
+    // Lane slots of 8 consecutive entries of one row; slot q of the staged block is
+    // row q / (width / 8), entries 8 (q % (width / 8)) ..; a warp takes 32 slots at a
+    // time: 32 / kGroupLanes rows of kGroupLanes lanes (width / 8 >= 32: one row).
     __syncthreads();
-    const int staged = (slot + 1) * kTileV;
-    const int per_row = (staged + kWarp - 1) / kWarp;
-    for (int sg = warp; sg < p.rows * per_row; sg += kFusedWarps) {
-      const int r = sg / per_row;
-      const int x = (sg % per_row) * kWarp + lane;
-      const float t = temp[r];
-      const bool noised = t > 0.0f;  // the row's rule: noised_score adds noise iff T > 0
-      MarkovCandidate cand = no_candidate();
-      bool survives = false;
-      float scaled = 0.0f, zhi = 0.0f, zlo = __int_as_float(static_cast<int>(0xff800000u));
-      int32_t id = 0;
-      if (x < staged) {
-        const int v = staged_v0[x / kTileV] + x % kTileV;
-        if (v < p.width) {
-          const bf16 l = step_logit(p.base[r * p.base_row_stride + v], staging[r * width + x],
-                                    p.transform);
-          if (cache_row[r] >= 0) p.cache[cache_row[r] * p.cache_row_stride + v] = l;
-          id = v + p.id_offset;
-          if (noised) {
-            // The global bound first (no Philox), then the bounds of u's bucket.
-            scaled = __fdiv_rn(to_f32(l), t);
-            const float k0 = key_value(*reinterpret_cast<volatile int*>(known + r));
-            if (!(__fadd_rn(scaled, kNoiseBound) < k0)) {
-              const float u = philox_uniform(seed[r], id);
-              const int b = noise_bucket(u);
-              zhi = __fadd_rn(scaled, noise_hi[b]);
-              zlo = __fadd_rn(scaled, b + 1 < kNoiseBuckets ? noise_hi[b + 1] : kNoiseFloor);
-              survives = true;
-            }
-          } else {
-            cand = score(l, t, seed[r], id);  // T <= 0: the logit itself, no noise
-          }
-        }
-      }
-      if (noised) {
-        // zlo <= z of a real entry of this segment (fmaxf drops NaN, which bound nothing).
-        float m = zlo;
+    {
+      const int staged = (slot + 1) * kTileV;  // entries per row in this block
+      const int slots_per_row = width / 8;
+      const int group = slots_per_row < kWarp ? slots_per_row : kWarp;  // lanes per row
+      for (int q0 = warp * kWarp; q0 < p.rows * slots_per_row; q0 += kFusedWarps * kWarp) {
+        const int q = q0 + lane;
+        const int r = q / slots_per_row, x0 = (q % slots_per_row) * 8;
+        const bool active = r < p.rows && x0 < staged;
+        const int rr = active ? r : 0;
+        const float t = temp[rr];
+        const bool noised = t > 0.0f;
+        const uint32_t sd = seed[rr];
+        const int v0 = active ? staged_v0[x0 / kTileV] + x0 % kTileV : 0;
+        const int n = active ? (p.width - v0 < 8 ? p.width - v0 : 8) : 0;  // entries < width
+        float lv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (n > 0) load_logits(p, rr, v0, n, staging + rr * width + x0, cache_row[rr], lv);
+        MarkovCandidate cand = no_candidate();
+        float lo = __int_as_float(static_cast<int>(0xff800000u));  // -inf
+        const float k0 = key_value(*reinterpret_cast<volatile int*>(known_s + rr));
+        float scaled[8], u[8], zhi[8];
+        unsigned exact = 0;  // entries to score exactly (a non-finite z: no noise)
+        if (noised) {
+          // Pass 1, branch-free over the 8 entries (their Philox chains interleave):
+          // the noise bracket zlo <= z <= zhi of each entry from u's bucket.
 #pragma unroll
-        for (int off = kWarp / 2; off > 0; off /= 2)
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        const float k = fmaxf(key_value(*reinterpret_cast<volatile int*>(known + r)), m);
-        if (lane == 0 && m == m) atomicMax(known + r, order_key(m));
-        // A NaN zhi (NaN logit) never compares below: NaN entries always survive.
-        survives = survives && !(zhi < k);
-        const unsigned in = __ballot_sync(0xffffffffu, survives);
-        if (in != 0u) {
-          if (__popc(in) + __popc(__ballot_sync(0xffffffffu, q_row >= 0)) > kWarp)
-            flush_queue();
-          // Each survivor (lowest lane first) moves to the lowest free lane.
-          unsigned free_lanes = __ballot_sync(0xffffffffu, q_row < 0);
-          for (unsigned rest = in; rest != 0u; rest &= rest - 1u, free_lanes &= free_lanes - 1u) {
-            const int src = __ffs(rest) - 1;
-            const float s_scaled = __shfl_sync(0xffffffffu, scaled, src);
-            const int32_t s_id = __shfl_sync(0xffffffffu, id, src);
-            if (lane == __ffs(free_lanes) - 1) {
-              q_row = r;
-              q_scaled = s_scaled;
-              q_id = s_id;
+          for (int i = 0; i < 8; ++i) {
+            scaled[i] = __fdiv_rn(lv[i], t);
+            u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
+            const int b = noise_bucket(u[i]);
+            zhi[i] = __fadd_rn(scaled[i], noise_hi[b]);
+            const float zlo = __fadd_rn(scaled[i], b + 1 < kNoiseBuckets ? noise_hi[b + 1] : kNoiseFloor);
+            const bool finite = (__float_as_uint(scaled[i]) & 0x7f800000u) != 0x7f800000u;
+            if (i < n) {
+              if (finite) lo = fmaxf(lo, zlo);
+              else exact |= 1u << i;
             }
           }
+        } else {
+          // T = 0: z = l, no noise.
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const MarkovCandidate c{lv[i], v0 + i + p.id_offset};
+            if (i < n && wins(c, cand)) cand = c;
+          }
+          if (cand.value == cand.value) lo = cand.value;
         }
-      } else {
-        cand = warp_best(cand);
-        if (lane == 0 && wins(cand, best[r * kFusedWarps + warp]))
-          best[r * kFusedWarps + warp] = cand;
-        __syncwarp();
+        // The row's bound: this group's brackets, merged over the group's lanes.
+#pragma unroll
+        for (int off = 1; off < kWarp; off *= 2)
+          if (off < group) lo = fmaxf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+        const float k = fmaxf(k0, lo);
+        if (noised) {
+          // Pass 2: exact scores of the entries whose upper bound reaches k (few).
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            if (i < n && (__float_as_uint(scaled[i]) & 0x7f800000u) != 0x7f800000u && !(zhi[i] < k))
+              exact |= 1u << i;
+          for (unsigned m = exact; m != 0u; m &= m - 1u) {
+            const int i = __ffs(m) - 1;
+            float sc = 0.0f, ui = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+              if (j == i) sc = scaled[j], ui = u[j];
+            const bool finite = (__float_as_uint(sc) & 0x7f800000u) != 0x7f800000u;
+            const MarkovCandidate c{finite ? __fadd_rn(sc, gumbel_noise(ui)) : sc, v0 + i + p.id_offset};
+            if (wins(c, cand)) cand = c;
+          }
+        }
+        // The group's best to this warp's slot of the row; the bound to the row.
+#pragma unroll
+        for (int off = 1; off < kWarp; off *= 2) {
+          if (off >= group) break;
+          MarkovCandidate o;
+          o.value = __shfl_xor_sync(0xffffffffu, cand.value, off);
+          o.id = __shfl_xor_sync(0xffffffffu, cand.id, off);
+          if (wins(o, cand)) cand = o;
+        }
+        if (active && q % group == 0) {
+          if (wins(cand, best[rr * kFusedWarps + warp])) best[rr * kFusedWarps + warp] = cand;
+          const float kb = cand.value == cand.value ? fmaxf(lo, cand.value) : lo;
+          if (kb > k0 && kb == kb) {
+            atomicMax(known_s + rr, order_key(kb));
+            atomicMax(p.known + rr, order_key(kb));
+          }
+        }
+        __syncwarp();  // a later pass's group leader may be another lane
       }
     }
     // The next iteration's __syncthreads orders these staging reads before new writes.
   }
-  flush_queue();
-
   launch_dependents();  // the vocab walk is done: the next step may start its prologue
   __syncthreads();
 
@@ -360,13 +427,13 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
 
 // Step 0's embeddings w1[anchor] and zeroed arrival counters.
 __global__ void anchor_kernel(const int64_t* anchors, const bf16* w1, int rank, bf16* embeds,
-                              uint32_t* arrivals, int arrivals_len) {
+                              uint32_t* arrivals, int* known, int arrivals_len) {
   const int r = blockIdx.x;
   const uint4* src = reinterpret_cast<const uint4*>(w1 + anchors[r] * rank);
   uint4* dst = reinterpret_cast<uint4*>(embeds + static_cast<int64_t>(r) * rank);
   for (int x = threadIdx.x; x < rank / 8; x += blockDim.x) dst[x] = src[x];
   for (int x = r * blockDim.x + threadIdx.x; x < arrivals_len; x += gridDim.x * blockDim.x)
-    arrivals[x] = 0;
+    arrivals[x] = 0, known[x] = order_key(__int_as_float(static_cast<int>(0xff800000u)));
 }
 
 // Vocab-parallel: the shards' packets [shards][rows] folded in shard order.
@@ -437,6 +504,13 @@ StepLaunch plan_step(const MarkovWorkspace& ws, int rows, int width) {
                     l.shape.stages, ws.pdl()};
 }
 
+// Whether every 8-entry slot of the step's base and cache rows is one aligned 16-byte access.
+int vec_io(const FusedStepParams& p) {
+  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return p.width % 8 == 0 && p.base_row_stride % 8 == 0 && p.cache_row_stride % 8 == 0 &&
+         aligned(p.base) && aligned(p.cache);
+}
+
 void launch_step(const StepLaunch& l, const FusedStepParams& p, cudaStream_t stream) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = l.grid;
@@ -493,7 +567,7 @@ void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorks
                    cudaStream_t stream) {
   anchor_kernel<<<batch.rows, 128, 0, stream>>>(batch.anchor_tokens, head.w1, head.rank,
                                                 ws.embeds.data(), ws.arrivals.data(),
-                                                static_cast<int>(ws.arrivals.size()));
+                                                ws.known.data(), static_cast<int>(ws.arrivals.size()));
   SD_CHECK_LAUNCH();
 }
 
@@ -544,10 +618,12 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
     p.tokens = batch.draft_tokens + j;
     p.packets = nullptr;
     p.arrivals = ws.arrivals.data() + static_cast<int64_t>(j) * ws.max_rows();
+    p.known = ws.known.data() + static_cast<int64_t>(j) * ws.max_rows();
     p.width = head.vocab;
     p.step = j;
     p.id_offset = 0;
     p.reverse = ws.alternate_direction() && (j % 2 == 1);
+    p.vec_io = vec_io(p);
     launch_step(l, p, stream);
   }
 }
@@ -588,10 +664,12 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
       p.tokens = nullptr;
       p.packets = ws_.packets_send.data() + static_cast<int64_t>(s) * ws_.max_rows();
       p.arrivals = ws_.arrivals.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
+      p.known = ws_.known.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
       p.width = width;
       p.step = j;
       p.id_offset = s * width;
       p.reverse = ws_.alternate_direction() && (j % 2 == 1);
+      p.vec_io = vec_io(p);
       launch_step(l, p, stream);
       sends[i] = p.packets;
     }

@@ -23,19 +23,22 @@ inline constexpr int kMinRank = 16;     // one k16 step of the tensor-core chain
 inline constexpr int kMaxRank = 1024;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kMaxBlocksPerSm = 2;  // the block table's largest residency
-inline constexpr int kMaxEpilogueTiles = 16;
+inline constexpr int kMaxEpilogueTiles = 128;
 
 // Vocab entries per ring tile: 64 up to rank 256, then 16384 / rank (a 32 KB
 // stage at rank >= 256), always whole 16-entry m-tiles.
 SD_HD constexpr int fused_tile_vocab(int rank) { return rank <= 256 ? 64 : 16384 / rank; }
 
-// Tiles whose bias is staged before the epilogue runs over them: enough that
-// every row has whole 32-entry warp segments and all 8 warps have work.
+// Tiles whose bias is staged before the epilogue runs over them: a power of two,
+// the smallest that gives every thread of the block an 8-entry slot (rows * width
+// >= 8 * 256), but at most 256 entries per row (few rows: the epilogue then runs
+// every few tiles, between the loads, not once at the end of the walk). A row's
+// slots are a power of two (the epilogue's lane groups).
 SD_HD constexpr int fused_epilogue_tiles(int rows, int rank) {
   const int tile_v = fused_tile_vocab(rank);
-  const int per_segment = (32 + tile_v - 1) / tile_v;  // tiles per 32-entry segment
-  const int for_warps = (kFusedWarps * 32 + rows * tile_v - 1) / (rows * tile_v);
-  return (for_warps + per_segment - 1) / per_segment * per_segment;
+  int tiles = 1;
+  while (tiles * tile_v < 256 && rows * tiles * tile_v < 8 * kFusedThreads) tiles *= 2;
+  return tiles;
 }
 
 // Row stride (elements) of the embeddings in shared memory: rank + 8, so that the
