@@ -148,9 +148,9 @@ TEST(MarkovPlan, StepShapesFitAndKeepWarpsBusy) {
       SCOPED_TRACE("rank " + std::to_string(rank) + " rows " + std::to_string(rows));
       const int tile_v = fused_tile_vocab(rank);
       const int width = fused_epilogue_tiles(rows, rank) * tile_v;
-      EXPECT_EQ(width / 8 & (width / 8 - 1), 0);  // a power of two of 8-entry slots per row
-      // A slot for every thread, or 256 entries per row (few rows).
-      EXPECT_TRUE(rows * width >= 8 * kFusedThreads || width >= 256);
+      const int epl = fused_entries_per_lane(rows);
+      EXPECT_EQ(width / epl & (width / epl - 1), 0);  // a power of two of slots per row
+      EXPECT_GE(rows * width, epl * kFusedThreads);   // a slot for every thread
       EXPECT_LE(fused_epilogue_tiles(rows, rank), kMaxEpilogueTiles);
       EXPECT_EQ(tile_v % 16, 0);  // whole m16 tiles of the tensor-core chain
       cuda::FusedStepShape shape;

@@ -124,46 +124,51 @@ __device__ __forceinline__ void copy_embedding(const bf16* w1, int32_t id, int r
   for (int x = lane; x < rank / 8; x += kWarp) out[x] = src[x];
 }
 
-// The step logits l = step_logit(base, bias) of n <= 8 consecutive entries v0.. of
+// The step logits l = step_logit(base, bias) of n <= E consecutive entries v0.. of
 // row r (bias from the staging buffer), stored to cache row `crow` when crow >= 0;
 // lv = f32(l). Base logits and cache are touched once: streaming (evict-first)
-// accesses, so that L2 keeps w2 for the next step.
+// accesses, so that L2 keeps w2 for the next step. E = 8: one 16-byte access each.
+template <int E>
 __device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int v0, int n,
-                                            const bf16* bias, int64_t crow, float lv[8]) {
+                                            const bf16* bias, int64_t crow, float lv[E]) {
   const bf16* base = p.base + r * p.base_row_stride + v0;
   bf16* cache = crow >= 0 ? p.cache + crow * p.cache_row_stride + v0 : nullptr;
-  if (p.vec_io && n == 8) {
-    const uint4 braw = __ldcs(reinterpret_cast<const uint4*>(base));
-    const uint4 sraw = *reinterpret_cast<const uint4*>(bias);
-    const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
-    const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};
-    uint32_t lw[4];
+  if constexpr (E == 8) {
+    if (p.vec_io && n == 8) {
+      const uint4 braw = __ldcs(reinterpret_cast<const uint4*>(base));
+      const uint4 sraw = *reinterpret_cast<const uint4*>(bias);
+      const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
+      const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};
+      uint32_t lw[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const bf16 l0 = step_logit(bf16{static_cast<uint16_t>(bw[i] & 0xffffu)},
-                                 bf16{static_cast<uint16_t>(sw[i] & 0xffffu)}, p.transform);
-      const bf16 l1 = step_logit(bf16{static_cast<uint16_t>(bw[i] >> 16)},
-                                 bf16{static_cast<uint16_t>(sw[i] >> 16)}, p.transform);
-      lw[i] = static_cast<uint32_t>(l0.bits) | (static_cast<uint32_t>(l1.bits) << 16);
-      lv[2 * i] = to_f32(l0);
-      lv[2 * i + 1] = to_f32(l1);
+      for (int i = 0; i < 4; ++i) {
+        const bf16 l0 = step_logit(bf16{static_cast<uint16_t>(bw[i] & 0xffffu)},
+                                   bf16{static_cast<uint16_t>(sw[i] & 0xffffu)}, p.transform);
+        const bf16 l1 = step_logit(bf16{static_cast<uint16_t>(bw[i] >> 16)},
+                                   bf16{static_cast<uint16_t>(sw[i] >> 16)}, p.transform);
+        lw[i] = static_cast<uint32_t>(l0.bits) | (static_cast<uint32_t>(l1.bits) << 16);
+        lv[2 * i] = to_f32(l0);
+        lv[2 * i + 1] = to_f32(l1);
+      }
+      if (cache != nullptr)
+        __stcs(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
+      return;
     }
-    if (cache != nullptr) __stcs(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
-    return;
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < E; ++i) {
     if (i >= n) {
       lv[i] = 0.0f;
       continue;
     }
-    const bf16 l = step_logit(base[i], bias[i], p.transform);
-    if (cache != nullptr) cache[i] = l;
+    const bf16 l = step_logit(bf16{__ldcs(reinterpret_cast<const unsigned short*>(base + i))},
+                              bias[i], p.transform);
+    if (cache != nullptr) __stcs(reinterpret_cast<unsigned short*>(cache + i), l.bits);
     lv[i] = to_f32(l);
   }
 }
 
-template <int K>
+template <int K, int kEpl>
 __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const FusedStepParams p) {
   constexpr int kTileV = fused_tile_vocab(K);
   constexpr int kChunks = K / 8;
@@ -300,36 +305,39 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
       atomicMax(known_s + r, ld_volatile(p.known + r));
 
     // ---- phase B: the epilogue over the staged tiles ----
-    // Lane slots of 8 consecutive entries of one row; slot q of the staged block is
-    // row q / (width / 8), entries 8 (q % (width / 8)) ..; a warp takes 32 slots at a
-    // time: 32 / kGroupLanes rows of kGroupLanes lanes (width / 8 >= 32: one row).
+    // Lane slots of kEpl consecutive entries of one row (kEpl = fused_entries_per_lane:
+    // 8 from 8 rows, fewer below so that every warp has slots); slot q of the staged
+    // block is row q / (width / kEpl), entries kEpl (q % (width / kEpl)) ..; a warp
+    // takes 32 slots at a time: 32 / group rows of `group` lanes.
     __syncthreads();
     {
       const int staged = (slot + 1) * kTileV;  // entries per row in this block
-      const int slots_per_row = width / 8;
+      const int slots_per_row = width / kEpl;
       const int group = slots_per_row < kWarp ? slots_per_row : kWarp;  // lanes per row
       for (int q0 = warp * kWarp; q0 < p.rows * slots_per_row; q0 += kFusedWarps * kWarp) {
         const int q = q0 + lane;
-        const int r = q / slots_per_row, x0 = (q % slots_per_row) * 8;
+        const int r = q / slots_per_row, x0 = (q % slots_per_row) * kEpl;
         const bool active = r < p.rows && x0 < staged;
         const int rr = active ? r : 0;
         const float t = temp[rr];
         const bool noised = t > 0.0f;
         const uint32_t sd = seed[rr];
         const int v0 = active ? staged_v0[x0 / kTileV] + x0 % kTileV : 0;
-        const int n = active ? (p.width - v0 < 8 ? p.width - v0 : 8) : 0;  // entries < width
-        float lv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        if (n > 0) load_logits(p, rr, v0, n, staging + rr * width + x0, cache_row[rr], lv);
+        const int n = active ? (p.width - v0 < kEpl ? p.width - v0 : kEpl) : 0;  // entries < width
+        float lv[kEpl];
+#pragma unroll
+        for (int i = 0; i < kEpl; ++i) lv[i] = 0.0f;
+        if (n > 0) load_logits<kEpl>(p, rr, v0, n, staging + rr * width + x0, cache_row[rr], lv);
         MarkovCandidate cand = no_candidate();
         float lo = __int_as_float(static_cast<int>(0xff800000u));  // -inf
         const float k0 = key_value(*reinterpret_cast<volatile int*>(known_s + rr));
-        float scaled[8], u[8], zhi[8];
+        float scaled[kEpl], u[kEpl], zhi[kEpl];
         unsigned exact = 0;  // entries to score exactly (a non-finite z: no noise)
         if (noised) {
-          // Pass 1, branch-free over the 8 entries (their Philox chains interleave):
+          // Pass 1, branch-free over the kEpl entries (their Philox chains interleave):
           // the noise bracket zlo <= z <= zhi of each entry from u's bucket.
 #pragma unroll
-          for (int i = 0; i < 8; ++i) {
+          for (int i = 0; i < kEpl; ++i) {
             scaled[i] = __fdiv_rn(lv[i], t);
             u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
             const int b = noise_bucket(u[i]);
@@ -344,7 +352,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         } else {
           // T = 0: z = l, no noise.
 #pragma unroll
-          for (int i = 0; i < 8; ++i) {
+          for (int i = 0; i < kEpl; ++i) {
             const MarkovCandidate c{lv[i], v0 + i + p.id_offset};
             if (i < n && wins(c, cand)) cand = c;
           }
@@ -358,14 +366,14 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         if (noised) {
           // Pass 2: exact scores of the entries whose upper bound reaches k (few).
 #pragma unroll
-          for (int i = 0; i < 8; ++i)
+          for (int i = 0; i < kEpl; ++i)
             if (i < n && (__float_as_uint(scaled[i]) & 0x7f800000u) != 0x7f800000u && !(zhi[i] < k))
               exact |= 1u << i;
           for (unsigned m = exact; m != 0u; m &= m - 1u) {
             const int i = __ffs(m) - 1;
             float sc = 0.0f, ui = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < kEpl; ++j)
               if (j == i) sc = scaled[j], ui = u[j];
             const bool finite = (__float_as_uint(sc) & 0x7f800000u) != 0x7f800000u;
             const MarkovCandidate c{finite ? __fadd_rn(sc, gumbel_noise(ui)) : sc, v0 + i + p.id_offset};
@@ -474,15 +482,25 @@ __global__ void cache_fill_kernel(const bf16* gathered, const int64_t* cache_slo
 
 using StepKernel = void (*)(FusedStepParams);
 
-StepKernel step_kernel(int rank) {
+template <int K>
+StepKernel step_kernel_for(int epl) {
+  switch (epl) {
+    case 1: return fused_step_kernel<K, 1>;
+    case 2: return fused_step_kernel<K, 2>;
+    case 4: return fused_step_kernel<K, 4>;
+    default: return fused_step_kernel<K, 8>;
+  }
+}
+
+StepKernel step_kernel(int rank, int epl) {
   switch (rank) {
-    case 16: return fused_step_kernel<16>;
-    case 32: return fused_step_kernel<32>;
-    case 64: return fused_step_kernel<64>;
-    case 128: return fused_step_kernel<128>;
-    case 256: return fused_step_kernel<256>;
-    case 512: return fused_step_kernel<512>;
-    case 1024: return fused_step_kernel<1024>;
+    case 16: return step_kernel_for<16>(epl);
+    case 32: return step_kernel_for<32>(epl);
+    case 64: return step_kernel_for<64>(epl);
+    case 128: return step_kernel_for<128>(epl);
+    case 256: return step_kernel_for<256>(epl);
+    case 512: return step_kernel_for<512>(epl);
+    case 1024: return step_kernel_for<1024>(epl);
     default: break;
   }
   throw InvalidArgument("cuda::fused_markov_loop: rank " + std::to_string(rank) +
@@ -500,7 +518,7 @@ struct StepLaunch {
 
 StepLaunch plan_step(const MarkovWorkspace& ws, int rows, int width) {
   const FusedStepLaunch l = fused_step_launch(ws, rows, width);
-  return StepLaunch{step_kernel(ws.rank()), dim3(l.grid), l.shape.smem_bytes,
+  return StepLaunch{step_kernel(ws.rank(), fused_entries_per_lane(rows)), dim3(l.grid), l.shape.smem_bytes,
                     l.shape.stages, ws.pdl()};
 }
 
@@ -574,10 +592,14 @@ void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorks
 }  // namespace
 
 int prepare_fused_kernels(int rank, int max_smem) {
-  const StepKernel k = step_kernel(rank);
-  SD_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
   int blocks = 0;
-  SD_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, kFusedThreads, 0));
+  for (const int epl : {1, 2, 4, 8}) {
+    const StepKernel k = step_kernel(rank, epl);
+    SD_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    int b = 0;
+    SD_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, kFusedThreads, 0));
+    blocks = blocks == 0 ? b : std::min(blocks, b);
+  }
   return blocks;
 }
 

@@ -29,15 +29,20 @@ inline constexpr int kMaxEpilogueTiles = 128;
 // stage at rank >= 256), always whole 16-entry m-tiles.
 SD_HD constexpr int fused_tile_vocab(int rank) { return rank <= 256 ? 64 : 16384 / rank; }
 
-// Tiles whose bias is staged before the epilogue runs over them: a power of two,
-// the smallest that gives every thread of the block an 8-entry slot (rows * width
-// >= 8 * 256), but at most 256 entries per row (few rows: the epilogue then runs
-// every few tiles, between the loads, not once at the end of the walk). A row's
-// slots are a power of two (the epilogue's lane groups).
+// Entries per lane slot of the fused epilogue: 8 from 8 rows on (16-byte I/O, 8
+// interleaved Philox chains), fewer below so that all 8 warps have slots.
+SD_HD constexpr int fused_entries_per_lane(int rows) {
+  return rows >= 8 ? 8 : rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+}
+
+// Tiles whose bias is staged before the epilogue runs over them: the smallest power
+// of two that gives every thread of the block a slot (rows * width >= entries per
+// lane * 256). A row's slots are then a power of two (the epilogue's lane groups).
 SD_HD constexpr int fused_epilogue_tiles(int rows, int rank) {
   const int tile_v = fused_tile_vocab(rank);
   int tiles = 1;
-  while (tiles * tile_v < 256 && rows * tiles * tile_v < 8 * kFusedThreads) tiles *= 2;
+  while (tiles < kMaxEpilogueTiles && rows * tiles * tile_v < fused_entries_per_lane(rows) * kFusedThreads)
+    tiles *= 2;
   return tiles;
 }
 
