@@ -194,7 +194,7 @@ class MarkovWorkspace {
   int smem_per_sm() const { return smem_per_sm_; }
   // 256-thread fused step blocks per SM the registers allow.
   int fused_reg_blocks() const { return reg_blocks_; }
-  // Largest fused grid for one shard: partials per row.
+  // Largest fused grid for one shard.
   int max_grid() const { return max_grid_; }
   // Programmatic dependent launch of the fused steps (on by default).
   bool pdl() const { return pdl_; }
@@ -212,10 +212,10 @@ class MarkovWorkspace {
   DeviceBuffer<MarkovCandidate> sample_best;      // [max_rows]
   // Fused buffers.
   DeviceBuffer<bf16> embeds;              // [steps + 1, max_rows, rank]: row j is step j's e
-  DeviceBuffer<MarkovCandidate> partials; // [max_rows, max_grid]
   DeviceBuffer<uint32_t> arrivals;        // [shards, steps, max_rows]
   DeviceBuffer<int32_t> known;            // [shards, steps, max_rows] a lower bound of each
                                           // row's best score (order key), shared by the blocks
+  DeviceBuffer<unsigned long long> row_best;  // [shards, steps, max_rows] packed best so far
   DeviceBuffer<float> noise_bound;        // per-bucket upper bounds of the Gumbel noise
   // Vocab-parallel buffers (shards > 1).
   DeviceBuffer<MarkovPacket> packets_send;  // [shards, max_rows] (local shards' sends)

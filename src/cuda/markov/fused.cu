@@ -67,8 +67,8 @@ struct FusedStepParams {
   int cache_by_row;             // shard caches are indexed by row, the full cache by slot
   int64_t* tokens;              // TP 1: draft_tokens + j, row stride `steps`
   MarkovPacket* packets;        // vocab shard: [rows]; null at TP 1
-  MarkovCandidate* partials;    // [rows][partial_stride]
-  int partial_stride;
+  unsigned long long* row_best; // [rows] this step's best (value, id) of each row so far,
+                                // packed by pack_candidate (0 by the anchor kernel)
   uint32_t* arrivals;           // [rows] this step's counters (zeroed by the anchor kernel)
   int* known;                   // [rows] this step's grid-wide lower bounds of the rows' best
                                 // z as order keys (-inf by the anchor kernel)
@@ -89,31 +89,20 @@ __device__ __forceinline__ float key_value(int k) { return __int_as_float(k >= 0
 
 __device__ __forceinline__ int ld_volatile(const int* p) { return *reinterpret_cast<const volatile int*>(p); }
 
-__device__ __forceinline__ MarkovCandidate load_partial(const MarkovCandidate* p) {
-  const int2 raw = __ldcg(reinterpret_cast<const int2*>(p));
-  return MarkovCandidate{__int_as_float(raw.x), raw.y};
+// A candidate as one 64-bit key whose unsigned order is the sampling rule's
+// preference (core/sampling.h `better`): the high word orders the values (NaN above
+// every number, -0 as +0, which `better` treats as equal), the low word prefers
+// the lower id. So the blocks fold their bests into a row with one atomicMax.
+__device__ __forceinline__ unsigned long long pack_candidate(const MarkovCandidate& c) {
+  const int key = c.value != c.value ? 0x7fffffff : order_key(c.value == 0.0f ? 0.0f : c.value);
+  const uint32_t hi = static_cast<uint32_t>(key) ^ 0x80000000u;
+  const uint32_t lo = ~static_cast<uint32_t>(c.id);
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
 }
-
-// The best of `grid` block bests (this lane's share; warp_best finishes it), in
-// batches of independent loads: one L2 round trip per batch on the serial tail
-// of the step, not one per block. Not inlined: its registers stay out of the
-// step kernel's main loop.
-__device__ __noinline__ MarkovCandidate reduce_partials(const MarkovCandidate* partials, int grid,
-                                                        int lane) {
-  constexpr int kBatch = 8;
-  MarkovCandidate c = no_candidate();
-  for (int b0 = lane; b0 < grid; b0 += kWarp * kBatch) {
-    MarkovCandidate o[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int b = b0 + u * kWarp;
-      o[u] = b < grid ? load_partial(partials + b) : no_candidate();
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      if (wins(o[u], c)) c = o[u];
-  }
-  return c;
+__device__ __forceinline__ MarkovCandidate unpack_candidate(unsigned long long k) {
+  const int key = static_cast<int>(static_cast<uint32_t>(k >> 32) ^ 0x80000000u);
+  const float value = key == 0x7fffffff ? __int_as_float(0x7fffffff) : key_value(key);
+  return MarkovCandidate{value, static_cast<int32_t>(~static_cast<uint32_t>(k))};
 }
 
 // Copies w1[id] (rank bf16, rank % 8 == 0) to dst with one warp.
@@ -124,34 +113,24 @@ __device__ __forceinline__ void copy_embedding(const bf16* w1, int32_t id, int r
   for (int x = lane; x < rank / 8; x += kWarp) out[x] = src[x];
 }
 
-// The step logits l = step_logit(base, bias) of n <= E consecutive entries v0.. of
-// row r (bias from the staging buffer), stored to cache row `crow` when crow >= 0;
-// lv = f32(l). Base logits and cache are touched once: streaming (evict-first)
-// accesses, so that L2 keeps w2 for the next step. E = 8: one 16-byte access each.
+// The staged step logits of n <= E consecutive entries v0.. of one row (lv = f32(l)),
+// stored to cache row `crow` when crow >= 0. The cache is written once: streaming
+// (evict-first) stores, so that L2 keeps w2 for the next step. E = 8 and vec_io:
+// one 16-byte store.
 template <int E>
-__device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int v0, int n,
-                                            const bf16* bias, int64_t crow, float lv[E]) {
-  const bf16* base = p.base + r * p.base_row_stride + v0;
+__device__ __forceinline__ void staged_logits(const FusedStepParams& p, int v0, int n,
+                                              const bf16* staged, int64_t crow, float lv[E]) {
   bf16* cache = crow >= 0 ? p.cache + crow * p.cache_row_stride + v0 : nullptr;
   if constexpr (E == 8) {
     if (p.vec_io && n == 8) {
-      const uint4 braw = __ldcs(reinterpret_cast<const uint4*>(base));
-      const uint4 sraw = *reinterpret_cast<const uint4*>(bias);
-      const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
-      const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};
-      uint32_t lw[4];
+      const uint4 raw = *reinterpret_cast<const uint4*>(staged);
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const bf16 l0 = step_logit(bf16{static_cast<uint16_t>(bw[i] & 0xffffu)},
-                                   bf16{static_cast<uint16_t>(sw[i] & 0xffffu)}, p.transform);
-        const bf16 l1 = step_logit(bf16{static_cast<uint16_t>(bw[i] >> 16)},
-                                   bf16{static_cast<uint16_t>(sw[i] >> 16)}, p.transform);
-        lw[i] = static_cast<uint32_t>(l0.bits) | (static_cast<uint32_t>(l1.bits) << 16);
-        lv[2 * i] = to_f32(l0);
-        lv[2 * i + 1] = to_f32(l1);
+        lv[2 * i] = bits_f32(w[i] << 16);
+        lv[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
       }
-      if (cache != nullptr)
-        __stcs(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
+      if (cache != nullptr) __stcs(reinterpret_cast<uint4*>(cache), raw);
       return;
     }
   }
@@ -161,10 +140,8 @@ __device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int
       lv[i] = 0.0f;
       continue;
     }
-    const bf16 l = step_logit(bf16{__ldcs(reinterpret_cast<const unsigned short*>(base + i))},
-                              bias[i], p.transform);
-    if (cache != nullptr) __stcs(reinterpret_cast<unsigned short*>(cache + i), l.bits);
-    lv[i] = to_f32(l);
+    if (cache != nullptr) __stcs(reinterpret_cast<unsigned short*>(cache + i), staged[i].bits);
+    lv[i] = to_f32(staged[i]);
   }
 }
 
@@ -173,6 +150,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   constexpr int kTileV = fused_tile_vocab(K);
   constexpr int kChunks = K / 8;
   constexpr int kTileElems = kTileV * K;
+  const int stage_elems = fused_stage_elems(p.rows, K);
   constexpr int kMTiles = kTileV / 16;
   constexpr int kEStride = fused_e_stride(K);
   static_assert(K % 16 == 0 && kTileV % 16 == 0);
@@ -189,7 +167,9 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   int* last = reinterpret_cast<int*>(smem + lay.last);
   int* staged_v0 = reinterpret_cast<int*>(smem + lay.staged_v0);
   int* known_s = reinterpret_cast<int*>(smem + lay.known);
-  float* noise_hi = reinterpret_cast<float*>(smem + lay.noise);
+  // The noise of any u in bucket b lies in [noise_b[b + 1], noise_b[b]] (the entry
+  // past the last bucket holds kNoiseFloor).
+  float* noise_b = reinterpret_cast<float*>(smem + lay.noise);
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int total_tiles = (p.width + kTileV - 1) / kTileV;
@@ -207,12 +187,23 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   auto issue = [&](int it) {
     if (it < ntiles) {
       const int t = tile_at(it);
-      bf16* dst = ring + (it % p.stages) * kTileElems;
+      bf16* dst = ring + (it % p.stages) * stage_elems;
       const bf16* src = p.w2 + static_cast<int64_t>(t) * kTileElems;
       for (int x = tid; x < kTileElems / 8; x += kFusedThreads) {
         const int v = x / kChunks, c = x % kChunks;
         const bool ok = t * kTileV + v < p.width;
         cp_async_16(dst + v * K + fused_ring_chunk<K>(v, c) * 8, ok ? src + x * 8 : p.w2, ok ? 16 : 0);
+      }
+      // The tile's base logits (static during the loop, written before its first
+      // kernel), so that the epilogue never waits on memory.
+      if (p.vec_io) {
+        constexpr int kBaseChunks = kTileV / 8;
+        for (int x = tid; x < p.rows * kBaseChunks; x += kFusedThreads) {
+          const int r = x / kBaseChunks, v = t * kTileV + (x % kBaseChunks) * 8;
+          const bool ok = v < p.width;
+          cp_async_16(dst + kTileElems + x * 8, ok ? p.base + r * p.base_row_stride + v : p.w2,
+                      ok ? 16 : 0);
+        }
       }
     }
     cp_async_commit();
@@ -221,7 +212,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   // Prologue: only static data (w2, the noise bounds), so it may overlap the
   // previous kernel.
   for (int s = 0; s < p.stages - 1; ++s) issue(s);
-  for (int b = tid; b < kNoiseBuckets; b += kFusedThreads) noise_hi[b] = p.noise_bound[b];
+  for (int b = tid; b <= kNoiseBuckets; b += kFusedThreads)
+    noise_b[b] = b < kNoiseBuckets ? p.noise_bound[b] : kNoiseFloor;
   grid_dependency_wait();
 
   // This step's rows: embeddings (bf16, rows padded to whole n-tiles with zeros,
@@ -253,20 +245,25 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
 
     // ---- phase A: the bias of this tile's entries for every row, as MMA chains ----
     {
-      const bf16* stage = ring + (it % p.stages) * kTileElems;
+      const bf16* stage = ring + (it % p.stages) * stage_elems;
+      const bf16* base_s = stage + kTileElems;  // [rows][kTileV] when vec_io
+      const int tile_v0 = tile_at(it) * kTileV;
       const int g = lane / 4, t4 = lane % 4;
       const int lm_row = (lane / 8 % 2) * 8 + lane % 8, lm_chunk = lane / 16;  // ldmatrix roles
-      // The accumulator of item (m-tile, n-tile) to the staging buffer as bf16: lane
-      // (g, t4) holds entries g, g + 8 of the m-tile for rows 2 t4, 2 t4 + 1.
-      auto stage_bias = [&](const float acc[4], int item) {
-        const int r0 = (item / kMTiles) * 8 + 2 * t4, x0 = slot * kTileV + (item % kMTiles) * 16 + g;
-        if (r0 < p.rows) {
-          staging[r0 * width + x0] = to_bf16(acc[0]);
-          staging[r0 * width + x0 + 8] = to_bf16(acc[2]);
-        }
-        if (r0 + 1 < p.rows) {
-          staging[(r0 + 1) * width + x0] = to_bf16(acc[1]);
-          staging[(r0 + 1) * width + x0 + 8] = to_bf16(acc[3]);
+      // The accumulator of item (m-tile, n-tile): bias = bf16(acc), then the step
+      // logit l = step_logit(base, bias) to the staging buffer. Lane (g, t4) holds
+      // entries g, g + 8 of the m-tile for rows 2 t4, 2 t4 + 1.
+      auto stage_logit = [&](const float acc[4], int item) {
+        const int r0 = (item / kMTiles) * 8 + 2 * t4, e0 = (item % kMTiles) * 16 + g;
+        const int x0 = slot * kTileV + e0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = r0 + i % 2, e = e0 + (i / 2) * 8;
+          if (r >= p.rows) continue;
+          const bf16 b = p.vec_io ? base_s[r * kTileV + e]
+                                  : (tile_v0 + e < p.width ? p.base[r * p.base_row_stride + tile_v0 + e]
+                                                           : bf16{0});
+          staging[r * width + x0 + (i / 2) * 8] = step_logit(b, to_bf16(acc[i]), p.transform);
         }
       };
       // Two items per pass when there are enough: their chains interleave.
@@ -295,14 +292,22 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
             mma_bf16_16816(acc1, a1, b1, acc1);
           }
         }
-        stage_bias(acc0, item0);
-        if (two) stage_bias(acc1, item1);
+        stage_logit(acc0, item0);
+        if (two) stage_logit(acc1, item1);
       }
     }
     if (!epilogue) continue;
-    if (tid < p.rows) atomicMax(known_s + tid, known_g);
-    for (int r = tid + kFusedThreads; r < p.rows; r += kFusedThreads)
-      atomicMax(known_s + r, ld_volatile(p.known + r));
+    // Merge the grid-wide bounds into the block's, and publish the block's where it
+    // is ahead (once per row and epilogue: the grid-wide bound is one hot address
+    // per row, so the warps do not each update it).
+    if (tid < p.rows) {
+      const int mine = atomicMax(known_s + tid, known_g);
+      if (mine > known_g) atomicMax(p.known + tid, mine);
+    }
+    for (int r = tid + kFusedThreads; r < p.rows; r += kFusedThreads) {
+      const int g = ld_volatile(p.known + r), mine = atomicMax(known_s + r, g);
+      if (mine > g) atomicMax(p.known + r, mine);
+    }
 
     // ---- phase B: the epilogue over the staged tiles ----
     // Lane slots of kEpl consecutive entries of one row (kEpl = fused_entries_per_lane:
@@ -327,23 +332,31 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         float lv[kEpl];
 #pragma unroll
         for (int i = 0; i < kEpl; ++i) lv[i] = 0.0f;
-        if (n > 0) load_logits<kEpl>(p, rr, v0, n, staging + rr * width + x0, cache_row[rr], lv);
+        if (n > 0) staged_logits<kEpl>(p, v0, n, staging + rr * width + x0, cache_row[rr], lv);
         MarkovCandidate cand = no_candidate();
         float lo = __int_as_float(static_cast<int>(0xff800000u));  // -inf
         const float k0 = key_value(*reinterpret_cast<volatile int*>(known_s + rr));
-        float scaled[kEpl], u[kEpl], zhi[kEpl];
-        unsigned exact = 0;  // entries to score exactly (a non-finite z: no noise)
+        float u[kEpl], zhi[kEpl];
+        unsigned exact = 0;  // entries to score exactly
         if (noised) {
           // Pass 1, branch-free over the kEpl entries (their Philox chains interleave):
-          // the noise bracket zlo <= z <= zhi of each entry from u's bucket.
+          // a bracket zlo <= z <= zhi of each entry's score z = RN(RN(l / T) + g).
+          // sa = RN(l * RN(1 / T)) is within d = |sa| 2^-22 + 2^-126 of RN(l / T)
+          // (two roundings of 2^-24 each plus RN's half ulp; the absolute term covers
+          // subnormal results), and g lies in its bucket's [lo, hi]; rounding down
+          // and up keeps the bracket. Non-finite sa and temperatures outside
+          // [2^-100, 2^100] go to the exact path.
+          const float y = __frcp_rn(t);
+          const bool t_ok = t >= 0x1p-100f && t <= 0x1p100f;
 #pragma unroll
           for (int i = 0; i < kEpl; ++i) {
-            scaled[i] = __fdiv_rn(lv[i], t);
+            const float sa = __fmul_rn(lv[i], y);
+            const float d = __fmaf_ru(fabsf(sa), 0x1p-22f, 0x1p-126f);
             u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
             const int b = noise_bucket(u[i]);
-            zhi[i] = __fadd_rn(scaled[i], noise_hi[b]);
-            const float zlo = __fadd_rn(scaled[i], b + 1 < kNoiseBuckets ? noise_hi[b + 1] : kNoiseFloor);
-            const bool finite = (__float_as_uint(scaled[i]) & 0x7f800000u) != 0x7f800000u;
+            zhi[i] = __fadd_ru(__fadd_ru(sa, d), noise_b[b]);
+            const float zlo = __fadd_rd(__fsub_rd(sa, d), noise_b[b + 1]);
+            const bool finite = (__float_as_uint(sa) & 0x7f800000u) != 0x7f800000u && t_ok;
             if (i < n) {
               if (finite) lo = fmaxf(lo, zlo);
               else exact |= 1u << i;
@@ -364,17 +377,18 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
           if (off < group) lo = fmaxf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
         const float k = fmaxf(k0, lo);
         if (noised) {
-          // Pass 2: exact scores of the entries whose upper bound reaches k (few).
+          // Pass 2: exact scores (contract arithmetic) of the entries whose upper
+          // bound reaches k, and of the flagged ones (few).
 #pragma unroll
           for (int i = 0; i < kEpl; ++i)
-            if (i < n && (__float_as_uint(scaled[i]) & 0x7f800000u) != 0x7f800000u && !(zhi[i] < k))
-              exact |= 1u << i;
+            if (i < n && !(zhi[i] < k)) exact |= 1u << i;
           for (unsigned m = exact; m != 0u; m &= m - 1u) {
             const int i = __ffs(m) - 1;
-            float sc = 0.0f, ui = 0.0f;
+            float li = 0.0f, ui = 0.0f;
 #pragma unroll
             for (int j = 0; j < kEpl; ++j)
-              if (j == i) sc = scaled[j], ui = u[j];
+              if (j == i) li = lv[j], ui = u[j];
+            const float sc = __fdiv_rn(li, t);
             const bool finite = (__float_as_uint(sc) & 0x7f800000u) != 0x7f800000u;
             const MarkovCandidate c{finite ? __fadd_rn(sc, gumbel_noise(ui)) : sc, v0 + i + p.id_offset};
             if (wins(c, cand)) cand = c;
@@ -392,10 +406,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         if (active && q % group == 0) {
           if (wins(cand, best[rr * kFusedWarps + warp])) best[rr * kFusedWarps + warp] = cand;
           const float kb = cand.value == cand.value ? fmaxf(lo, cand.value) : lo;
-          if (kb > k0 && kb == kb) {
-            atomicMax(known_s + rr, order_key(kb));
-            atomicMax(p.known + rr, order_key(kb));
-          }
+          if (kb > k0 && kb == kb) atomicMax(known_s + rr, order_key(kb));
         }
         __syncwarp();  // a later pass's group leader may be another lane
       }
@@ -405,25 +416,26 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   launch_dependents();  // the vocab walk is done: the next step may start its prologue
   __syncthreads();
 
-  // Block best per row, then the arrival count.
+  // Block best per row folded into the row's best (one 64-bit atomicMax), then the
+  // arrival count: the block that arrives last reads the rows' final bests.
   for (int r = tid; r < p.rows; r += kFusedThreads) {
     MarkovCandidate c = best[r * kFusedWarps];
     for (int w8 = 1; w8 < kFusedWarps; ++w8)
       if (wins(best[r * kFusedWarps + w8], c)) c = best[r * kFusedWarps + w8];
-    p.partials[static_cast<int64_t>(r) * p.partial_stride + blockIdx.x] = c;
+    atomicMax(p.row_best + r, pack_candidate(c));
     __threadfence();
     const uint32_t arrived = atomicAdd(&p.arrivals[r], 1u);
     last[r] = arrived == gridDim.x - 1;
   }
   __syncthreads();
 
-  // Rows this block arrived last at: reduce the block bests, emit.
+  // Rows this block arrived last at: the token (or the shard's packet) and the next
+  // step's embedding, one warp per row.
+  __threadfence();
   for (int r = warp; r < p.rows; r += kFusedWarps) {
     if (!last[r]) continue;
-    __threadfence();
-    MarkovCandidate c = reduce_partials(p.partials + static_cast<int64_t>(r) * p.partial_stride,
-                                        static_cast<int>(gridDim.x), lane);
-    c = warp_best(c);
+    const MarkovCandidate c =
+        unpack_candidate(*reinterpret_cast<volatile unsigned long long*>(p.row_best + r));
     if (p.packets != nullptr) {
       if (lane == 0) p.packets[r] = MarkovPacket{c.value, c.id, c.value != c.value ? 1 : 0};
     } else {
@@ -435,13 +447,15 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
 
 // Step 0's embeddings w1[anchor] and zeroed arrival counters.
 __global__ void anchor_kernel(const int64_t* anchors, const bf16* w1, int rank, bf16* embeds,
-                              uint32_t* arrivals, int* known, int arrivals_len) {
+                              uint32_t* arrivals, int* known, unsigned long long* row_best,
+                              int arrivals_len) {
   const int r = blockIdx.x;
   const uint4* src = reinterpret_cast<const uint4*>(w1 + anchors[r] * rank);
   uint4* dst = reinterpret_cast<uint4*>(embeds + static_cast<int64_t>(r) * rank);
   for (int x = threadIdx.x; x < rank / 8; x += blockDim.x) dst[x] = src[x];
   for (int x = r * blockDim.x + threadIdx.x; x < arrivals_len; x += gridDim.x * blockDim.x)
-    arrivals[x] = 0, known[x] = order_key(__int_as_float(static_cast<int>(0xff800000u)));
+    arrivals[x] = 0, known[x] = order_key(__int_as_float(static_cast<int>(0xff800000u))),
+    row_best[x] = 0ull;
 }
 
 // Vocab-parallel: the shards' packets [shards][rows] folded in shard order.
@@ -551,8 +565,6 @@ FusedStepParams common_params(const MarkovHead& head, const MarkovBatch& batch,
   p.seeds = batch.seeds;
   p.anchor_positions = batch.anchor_positions;
   p.cache_slots = batch.cache_slots;
-  p.partials = ws.partials.data();
-  p.partial_stride = ws.max_grid();
   p.noise_bound = ws.noise_bound.data();
   p.transform = head.transform;
   p.rows = batch.rows;
@@ -585,7 +597,8 @@ void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorks
                    cudaStream_t stream) {
   anchor_kernel<<<batch.rows, 128, 0, stream>>>(batch.anchor_tokens, head.w1, head.rank,
                                                 ws.embeds.data(), ws.arrivals.data(),
-                                                ws.known.data(), static_cast<int>(ws.arrivals.size()));
+                                                ws.known.data(), ws.row_best.data(),
+                                                static_cast<int>(ws.arrivals.size()));
   SD_CHECK_LAUNCH();
 }
 
@@ -641,6 +654,7 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
     p.packets = nullptr;
     p.arrivals = ws.arrivals.data() + static_cast<int64_t>(j) * ws.max_rows();
     p.known = ws.known.data() + static_cast<int64_t>(j) * ws.max_rows();
+    p.row_best = ws.row_best.data() + static_cast<int64_t>(j) * ws.max_rows();
     p.width = head.vocab;
     p.step = j;
     p.id_offset = 0;
@@ -687,6 +701,7 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
       p.packets = ws_.packets_send.data() + static_cast<int64_t>(s) * ws_.max_rows();
       p.arrivals = ws_.arrivals.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
       p.known = ws_.known.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
+      p.row_best = ws_.row_best.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
       p.width = width;
       p.step = j;
       p.id_offset = s * width;

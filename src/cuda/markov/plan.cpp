@@ -177,9 +177,9 @@ MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, i
     gathered_cache = DeviceBuffer<bf16>(cache_len);
   }
   embeds = DeviceBuffer<bf16>((n + 1) * rows * rank);
-  partials = DeviceBuffer<MarkovCandidate>(rows * max_grid_);
   arrivals = DeviceBuffer<uint32_t>(static_cast<size_t>(shards) * n * rows);
   known = DeviceBuffer<int32_t>(static_cast<size_t>(shards) * n * rows);
+  row_best = DeviceBuffer<unsigned long long>(static_cast<size_t>(shards) * n * rows);
   noise_bound = DeviceBuffer<float>(noise_bound_table());
 }
 
