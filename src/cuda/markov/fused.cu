@@ -145,6 +145,33 @@ __device__ __forceinline__ void staged_logits(const FusedStepParams& p, int v0, 
   }
 }
 
+// The bracket zlo <= z <= zhi of an entry's score z = RN(RN(l / T) + g) without the
+// division or the logs: sa = RN(l * y), y = RN(1 / T), is within
+// d = |sa| 2^-22 + 2^-126 of RN(l / T) (two roundings of 2^-24 each plus RN's half
+// ulp; the absolute term covers subnormal results), and g lies in [lo, hi] of u's
+// bucket; rounding down and up keeps the bracket. Valid for finite sa and
+// T in [2^-100, 2^100]; the callers send everything else to the exact path.
+struct Bracket {
+  float lo, hi;
+};
+__device__ __forceinline__ Bracket score_bracket(float l, float y, float u, const float* noise_b) {
+  const float sa = __fmul_rn(l, y);
+  const float d = __fmaf_ru(fabsf(sa), 0x1p-22f, 0x1p-126f);
+  const int b = noise_bucket(u);
+  return Bracket{__fadd_rd(__fsub_rd(sa, d), noise_b[b + 1]), __fadd_ru(__fadd_ru(sa, d), noise_b[b])};
+}
+__device__ __forceinline__ bool bracket_ok(float l, float y, float t) {
+  return (__float_as_uint(__fmul_rn(l, y)) & 0x7f800000u) != 0x7f800000u && t >= 0x1p-100f &&
+         t <= 0x1p100f;
+}
+
+// A survivor waiting for its exact score: its row, id, logit and uniform.
+struct Survivor {
+  int row, id;
+  float l, u;
+};
+inline constexpr int kQueue = 16;  // survivors per warp
+
 template <int K, int kEpl>
 __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const FusedStepParams p) {
   constexpr int kTileV = fused_tile_vocab(K);
@@ -160,7 +187,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   bf16* ring = reinterpret_cast<bf16*>(smem + lay.ring);
   const bf16* e_s = reinterpret_cast<const bf16*>(smem + lay.e);
   bf16* staging = reinterpret_cast<bf16*>(smem + lay.staging);
-  MarkovCandidate* best = reinterpret_cast<MarkovCandidate*>(smem + lay.best);
+  unsigned long long* best = reinterpret_cast<unsigned long long*>(smem + lay.best);  // packed
   int64_t* cache_row = reinterpret_cast<int64_t*>(smem + lay.cache_row);
   float* temp = reinterpret_cast<float*>(smem + lay.temp);
   uint32_t* seed = reinterpret_cast<uint32_t*>(smem + lay.seed);
@@ -170,6 +197,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   // The noise of any u in bucket b lies in [noise_b[b + 1], noise_b[b]] (the entry
   // past the last bucket holds kNoiseFloor).
   float* noise_b = reinterpret_cast<float*>(smem + lay.noise);
+  Survivor* queue = reinterpret_cast<Survivor*>(smem + lay.queue) + (threadIdx.x / kWarp) * kQueue;
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int total_tiles = (p.width + kTileV - 1) / kTileV;
@@ -230,7 +258,37 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
     cache_row[r] = slot < 0 ? -1 : (p.cache_by_row ? r : slot);
     known_s[r] = order_key(__int_as_float(static_cast<int>(0xff800000u)));  // -inf
   }
-  for (int x = tid; x < p.rows * kFusedWarps; x += kFusedThreads) best[x] = no_candidate();
+  for (int x = tid; x < p.rows; x += kFusedThreads) best[x] = 0ull;
+
+  // Survivors (entries whose bracket reaches the row's bound) wait in the warp's
+  // queue; flush() scores them exactly (contract arithmetic) with the bound of the
+  // time, which by then drops most of them, and folds them into the warp's bests.
+  int q_count = 0;  // warp-uniform
+  auto flush = [&]() {
+    __syncwarp();
+    MarkovCandidate c = no_candidate();
+    int row = -1;
+    if (lane < q_count) {  // q_count <= kQueue <= 32
+      const Survivor sv = queue[lane];
+      row = sv.row;
+      const float t = temp[row];
+      const float kr = key_value(*reinterpret_cast<volatile int*>(known_s + row));
+      if (!(score_bracket(sv.l, __frcp_rn(t), sv.u, noise_b).hi < kr))
+        c = MarkovCandidate{__fadd_rn(__fdiv_rn(sv.l, t), gumbel_noise(sv.u)), sv.id};
+    }
+    for (unsigned left = __ballot_sync(0xffffffffu, row >= 0); left != 0u;
+         left = __ballot_sync(0xffffffffu, row >= 0)) {
+      const int r0 = __shfl_sync(0xffffffffu, row, __ffs(left) - 1);
+      const MarkovCandidate o = warp_best(row == r0 ? c : no_candidate());
+      if (lane == 0) {
+        if (o.id != 0x7fffffff) atomicMax(best + r0, pack_candidate(o));
+        if (o.value == o.value && o.id != 0x7fffffff) atomicMax(known_s + r0, order_key(o.value));
+      }
+      if (row == r0) row = -1;
+    }
+    q_count = 0;
+    __syncwarp();
+  };
 
   for (int it = 0; it < ntiles; ++it) {
     cp_async_wait(p.stages - 2);  // this thread's copies of tile `it` landed
@@ -347,18 +405,13 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
           // and up keeps the bracket. Non-finite sa and temperatures outside
           // [2^-100, 2^100] go to the exact path.
           const float y = __frcp_rn(t);
-          const bool t_ok = t >= 0x1p-100f && t <= 0x1p100f;
 #pragma unroll
           for (int i = 0; i < kEpl; ++i) {
-            const float sa = __fmul_rn(lv[i], y);
-            const float d = __fmaf_ru(fabsf(sa), 0x1p-22f, 0x1p-126f);
             u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
-            const int b = noise_bucket(u[i]);
-            zhi[i] = __fadd_ru(__fadd_ru(sa, d), noise_b[b]);
-            const float zlo = __fadd_rd(__fsub_rd(sa, d), noise_b[b + 1]);
-            const bool finite = (__float_as_uint(sa) & 0x7f800000u) != 0x7f800000u && t_ok;
+            const Bracket bz = score_bracket(lv[i], y, u[i], noise_b);
+            zhi[i] = bz.hi;
             if (i < n) {
-              if (finite) lo = fmaxf(lo, zlo);
+              if (bracket_ok(lv[i], y, t)) lo = fmaxf(lo, bz.lo);
               else exact |= 1u << i;
             }
           }
@@ -376,12 +429,13 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         for (int off = 1; off < kWarp; off *= 2)
           if (off < group) lo = fmaxf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
         const float k = fmaxf(k0, lo);
+        unsigned surv = 0;  // finite entries whose bracket reaches k: to the queue
         if (noised) {
-          // Pass 2: exact scores (contract arithmetic) of the entries whose upper
-          // bound reaches k, and of the flagged ones (few).
 #pragma unroll
           for (int i = 0; i < kEpl; ++i)
-            if (i < n && !(zhi[i] < k)) exact |= 1u << i;
+            if (i < n && !(zhi[i] < k)) surv |= 1u << i;
+          surv &= ~exact;
+          // Entries outside the bracket's range: scored exactly now (rare).
           for (unsigned m = exact; m != 0u; m &= m - 1u) {
             const int i = __ffs(m) - 1;
             float li = 0.0f, ui = 0.0f;
@@ -404,25 +458,65 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
           if (wins(o, cand)) cand = o;
         }
         if (active && q % group == 0) {
-          if (wins(cand, best[rr * kFusedWarps + warp])) best[rr * kFusedWarps + warp] = cand;
+          if (cand.id != 0x7fffffff) atomicMax(best + rr, pack_candidate(cand));
           const float kb = cand.value == cand.value ? fmaxf(lo, cand.value) : lo;
           if (kb > k0 && kb == kb) atomicMax(known_s + rr, order_key(kb));
+        }
+        // The survivors to the queue (flushed first when they would not fit).
+        const int cnt = __popc(surv);
+        int incl = cnt;
+#pragma unroll
+        for (int off = 1; off < kWarp; off *= 2) {
+          const int o = __shfl_up_sync(0xffffffffu, incl, off);
+          if (lane >= off) incl += o;
+        }
+        const int total = __shfl_sync(0xffffffffu, incl, kWarp - 1);
+        if (total > 0) {
+          if (q_count + total > kQueue) flush();
+          if (total > kQueue) {
+            // More than a queue in one pass: score this pass's survivors in rounds.
+            int done = 0;
+            while (done < total) {
+              int pos = incl - cnt - done;
+              for (unsigned m = surv; m != 0u; m &= m - 1u, ++pos) {
+                const int i = __ffs(m) - 1;
+                if (pos < 0 || pos >= kQueue) continue;
+                float li = 0.0f, ui = 0.0f;
+#pragma unroll
+                for (int j = 0; j < kEpl; ++j)
+                  if (j == i) li = lv[j], ui = u[j];
+                queue[pos] = Survivor{rr, v0 + i + p.id_offset, li, ui};
+              }
+              q_count = total - done < kQueue ? total - done : kQueue;
+              flush();
+              done += kQueue;
+            }
+          } else {
+            int pos = q_count + incl - cnt;
+            for (unsigned m = surv; m != 0u; m &= m - 1u, ++pos) {
+              const int i = __ffs(m) - 1;
+              float li = 0.0f, ui = 0.0f;
+#pragma unroll
+              for (int j = 0; j < kEpl; ++j)
+                if (j == i) li = lv[j], ui = u[j];
+              queue[pos] = Survivor{rr, v0 + i + p.id_offset, li, ui};
+            }
+            q_count += total;
+          }
         }
         __syncwarp();  // a later pass's group leader may be another lane
       }
     }
     // The next iteration's __syncthreads orders these staging reads before new writes.
   }
+  flush();
   launch_dependents();  // the vocab walk is done: the next step may start its prologue
   __syncthreads();
 
   // Block best per row folded into the row's best (one 64-bit atomicMax), then the
   // arrival count: the block that arrives last reads the rows' final bests.
   for (int r = tid; r < p.rows; r += kFusedThreads) {
-    MarkovCandidate c = best[r * kFusedWarps];
-    for (int w8 = 1; w8 < kFusedWarps; ++w8)
-      if (wins(best[r * kFusedWarps + w8], c)) c = best[r * kFusedWarps + w8];
-    atomicMax(p.row_best + r, pack_candidate(c));
+    atomicMax(p.row_best + r, best[r]);
     __threadfence();
     const uint32_t arrived = atomicAdd(&p.arrivals[r], 1u);
     last[r] = arrived == gridDim.x - 1;

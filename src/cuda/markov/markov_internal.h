@@ -23,16 +23,17 @@ inline constexpr int kMinRank = 16;     // one k16 step of the tensor-core chain
 inline constexpr int kMaxRank = 1024;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kMaxBlocksPerSm = 2;  // the block table's largest residency
-inline constexpr int kMaxEpilogueTiles = 128;
+inline constexpr int kMaxEpilogueTiles = 64;
 
 // Vocab entries per ring tile: 64 up to rank 256, then 16384 / rank (a 32 KB
 // stage at rank >= 256), always whole 16-entry m-tiles.
 SD_HD constexpr int fused_tile_vocab(int rank) { return rank <= 256 ? 64 : 16384 / rank; }
 
-// Entries per lane slot of the fused epilogue: 8 from 8 rows on (16-byte I/O, 8
-// interleaved Philox chains), fewer below so that all 8 warps have slots.
+// Entries per lane slot of the fused epilogue: 8 from 16 rows on (16-byte I/O, 8
+// interleaved Philox chains), fewer below so that all 8 warps have slots without a
+// large staging buffer.
 SD_HD constexpr int fused_entries_per_lane(int rows) {
-  return rows >= 8 ? 8 : rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+  return rows >= 16 ? 8 : rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
 }
 
 // Tiles whose bias is staged before the epilogue runs over them: the smallest power
@@ -96,7 +97,7 @@ struct FusedSmemLayout {
                   // tile, then the tile's base logits of every row (row-major)
   int e;          // [rows rounded up to 8][rank + 8] bf16: this step's embeddings
   int staging;    // [rows][epilogue_tiles * tile_vocab] bf16: staged bias
-  int best;       // [rows][8 warps] MarkovCandidate: each warp's best per row
+  int best;       // [rows] u64: the block's best per row, packed (fused.cu pack_candidate)
   int cache_row;  // [rows] int64: cache row index, -1 = no store
   int temp;       // [rows] fp32 temperature
   int seed;       // [rows] uint32 step seed
@@ -104,6 +105,7 @@ struct FusedSmemLayout {
   int known;      // [rows] int32: ordered key of a lower bound of the row's best z
   int staged_v0;  // [kMaxEpilogueTiles] int32: first id of each staged tile
   int noise;      // [kNoiseBuckets + 1] fp32: noise_bound_table(), then kNoiseFloor
+  int queue;      // [8 warps][16] survivors waiting for their exact score (16 bytes each)
   int total;
 };
 
@@ -119,7 +121,7 @@ SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages) {
   l.staging = off;
   off += align16(rows * width * 2);
   l.best = off;
-  off += rows * kFusedWarps * 8;
+  off += rows * 8;
   l.cache_row = off;
   off += rows * 8;
   l.temp = off;
@@ -133,7 +135,9 @@ SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages) {
   l.staged_v0 = off;
   off += kMaxEpilogueTiles * 4;
   l.noise = off;
-  off += (kNoiseBuckets + 1) * 4;
+  off += align16((kNoiseBuckets + 1) * 4);
+  l.queue = off;
+  off += kFusedWarps * 16 * 16;
   l.total = align16(off);
   return l;
 }
