@@ -113,24 +113,35 @@ __device__ __forceinline__ void copy_embedding(const bf16* w1, int32_t id, int r
   for (int x = lane; x < rank / 8; x += kWarp) out[x] = src[x];
 }
 
-// The staged step logits of n <= E consecutive entries v0.. of one row (lv = f32(l)),
-// stored to cache row `crow` when crow >= 0. The cache is written once: streaming
-// (evict-first) stores, so that L2 keeps w2 for the next step. E = 8 and vec_io:
-// one 16-byte store.
+// The step logits l = step_logit(base, bias) of n <= E consecutive entries v0.. of
+// row r (bias from the staging buffer), stored to cache row `crow` when crow >= 0;
+// lv = f32(l). Base logits and cache are touched once: streaming (evict-first)
+// accesses, so that L2 keeps w2 for the next step. E = 8 and vec_io: one 16-byte
+// access each.
 template <int E>
-__device__ __forceinline__ void staged_logits(const FusedStepParams& p, int v0, int n,
-                                              const bf16* staged, int64_t crow, float lv[E]) {
+__device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int v0, int n,
+                                            const bf16* bias, int64_t crow, float lv[E]) {
+  const bf16* base = p.base + r * p.base_row_stride + v0;
   bf16* cache = crow >= 0 ? p.cache + crow * p.cache_row_stride + v0 : nullptr;
   if constexpr (E == 8) {
     if (p.vec_io && n == 8) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(staged);
-      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+      const uint4 braw = __ldcs(reinterpret_cast<const uint4*>(base));
+      const uint4 sraw = *reinterpret_cast<const uint4*>(bias);
+      const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
+      const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};
+      uint32_t lw[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        lv[2 * i] = bits_f32(w[i] << 16);
-        lv[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
+        const bf16 l0 = step_logit(bf16{static_cast<uint16_t>(bw[i] & 0xffffu)},
+                                   bf16{static_cast<uint16_t>(sw[i] & 0xffffu)}, p.transform);
+        const bf16 l1 = step_logit(bf16{static_cast<uint16_t>(bw[i] >> 16)},
+                                   bf16{static_cast<uint16_t>(sw[i] >> 16)}, p.transform);
+        lw[i] = static_cast<uint32_t>(l0.bits) | (static_cast<uint32_t>(l1.bits) << 16);
+        lv[2 * i] = to_f32(l0);
+        lv[2 * i + 1] = to_f32(l1);
       }
-      if (cache != nullptr) __stcs(reinterpret_cast<uint4*>(cache), raw);
+      if (cache != nullptr)
+        __stcs(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
       return;
     }
   }
@@ -140,8 +151,10 @@ __device__ __forceinline__ void staged_logits(const FusedStepParams& p, int v0, 
       lv[i] = 0.0f;
       continue;
     }
-    if (cache != nullptr) __stcs(reinterpret_cast<unsigned short*>(cache + i), staged[i].bits);
-    lv[i] = to_f32(staged[i]);
+    const bf16 l = step_logit(bf16{__ldcs(reinterpret_cast<const unsigned short*>(base + i))},
+                              bias[i], p.transform);
+    if (cache != nullptr) __stcs(reinterpret_cast<unsigned short*>(cache + i), l.bits);
+    lv[i] = to_f32(l);
   }
 }
 
@@ -177,7 +190,6 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   constexpr int kTileV = fused_tile_vocab(K);
   constexpr int kChunks = K / 8;
   constexpr int kTileElems = kTileV * K;
-  const int stage_elems = fused_stage_elems(p.rows, K);
   constexpr int kMTiles = kTileV / 16;
   constexpr int kEStride = fused_e_stride(K);
   static_assert(K % 16 == 0 && kTileV % 16 == 0);
@@ -215,23 +227,12 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   auto issue = [&](int it) {
     if (it < ntiles) {
       const int t = tile_at(it);
-      bf16* dst = ring + (it % p.stages) * stage_elems;
+      bf16* dst = ring + (it % p.stages) * kTileElems;
       const bf16* src = p.w2 + static_cast<int64_t>(t) * kTileElems;
       for (int x = tid; x < kTileElems / 8; x += kFusedThreads) {
         const int v = x / kChunks, c = x % kChunks;
         const bool ok = t * kTileV + v < p.width;
         cp_async_16(dst + v * K + fused_ring_chunk<K>(v, c) * 8, ok ? src + x * 8 : p.w2, ok ? 16 : 0);
-      }
-      // The tile's base logits (static during the loop, written before its first
-      // kernel), so that the epilogue never waits on memory.
-      if (p.vec_io) {
-        constexpr int kBaseChunks = kTileV / 8;
-        for (int x = tid; x < p.rows * kBaseChunks; x += kFusedThreads) {
-          const int r = x / kBaseChunks, v = t * kTileV + (x % kBaseChunks) * 8;
-          const bool ok = v < p.width;
-          cp_async_16(dst + kTileElems + x * 8, ok ? p.base + r * p.base_row_stride + v : p.w2,
-                      ok ? 16 : 0);
-        }
       }
     }
     cp_async_commit();
@@ -303,25 +304,20 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
 
     // ---- phase A: the bias of this tile's entries for every row, as MMA chains ----
     {
-      const bf16* stage = ring + (it % p.stages) * stage_elems;
-      const bf16* base_s = stage + kTileElems;  // [rows][kTileV] when vec_io
-      const int tile_v0 = tile_at(it) * kTileV;
+      const bf16* stage = ring + (it % p.stages) * kTileElems;
       const int g = lane / 4, t4 = lane % 4;
       const int lm_row = (lane / 8 % 2) * 8 + lane % 8, lm_chunk = lane / 16;  // ldmatrix roles
-      // The accumulator of item (m-tile, n-tile): bias = bf16(acc), then the step
-      // logit l = step_logit(base, bias) to the staging buffer. Lane (g, t4) holds
-      // entries g, g + 8 of the m-tile for rows 2 t4, 2 t4 + 1.
-      auto stage_logit = [&](const float acc[4], int item) {
-        const int r0 = (item / kMTiles) * 8 + 2 * t4, e0 = (item % kMTiles) * 16 + g;
-        const int x0 = slot * kTileV + e0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = r0 + i % 2, e = e0 + (i / 2) * 8;
-          if (r >= p.rows) continue;
-          const bf16 b = p.vec_io ? base_s[r * kTileV + e]
-                                  : (tile_v0 + e < p.width ? p.base[r * p.base_row_stride + tile_v0 + e]
-                                                           : bf16{0});
-          staging[r * width + x0 + (i / 2) * 8] = step_logit(b, to_bf16(acc[i]), p.transform);
+      // The accumulator of item (m-tile, n-tile) to the staging buffer as bf16: lane
+      // (g, t4) holds entries g, g + 8 of the m-tile for rows 2 t4, 2 t4 + 1.
+      auto stage_bias = [&](const float acc[4], int item) {
+        const int r0 = (item / kMTiles) * 8 + 2 * t4, x0 = slot * kTileV + (item % kMTiles) * 16 + g;
+        if (r0 < p.rows) {
+          staging[r0 * width + x0] = to_bf16(acc[0]);
+          staging[r0 * width + x0 + 8] = to_bf16(acc[2]);
+        }
+        if (r0 + 1 < p.rows) {
+          staging[(r0 + 1) * width + x0] = to_bf16(acc[1]);
+          staging[(r0 + 1) * width + x0 + 8] = to_bf16(acc[3]);
         }
       };
       // Two items per pass when there are enough: their chains interleave.
@@ -350,8 +346,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
             mma_bf16_16816(acc1, a1, b1, acc1);
           }
         }
-        stage_logit(acc0, item0);
-        if (two) stage_logit(acc1, item1);
+        stage_bias(acc0, item0);
+        if (two) stage_bias(acc1, item1);
       }
     }
     if (!epilogue) continue;
@@ -390,7 +386,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         float lv[kEpl];
 #pragma unroll
         for (int i = 0; i < kEpl; ++i) lv[i] = 0.0f;
-        if (n > 0) staged_logits<kEpl>(p, v0, n, staging + rr * width + x0, cache_row[rr], lv);
+        if (n > 0) load_logits<kEpl>(p, rr, v0, n, staging + rr * width + x0, cache_row[rr], lv);
         MarkovCandidate cand = no_candidate();
         float lo = __int_as_float(static_cast<int>(0xff800000u));  // -inf
         const float k0 = key_value(*reinterpret_cast<volatile int*>(known_s + rr));
@@ -448,14 +444,17 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
             if (wins(c, cand)) cand = c;
           }
         }
-        // The group's best to this warp's slot of the row; the bound to the row.
+        // The group's best to the block's best of the row; the bound to the row. (Most
+        // passes have no exact candidate at all: the reduction is skipped then.)
+        if (__ballot_sync(0xffffffffu, cand.id != 0x7fffffff) != 0u) {
 #pragma unroll
-        for (int off = 1; off < kWarp; off *= 2) {
-          if (off >= group) break;
-          MarkovCandidate o;
-          o.value = __shfl_xor_sync(0xffffffffu, cand.value, off);
-          o.id = __shfl_xor_sync(0xffffffffu, cand.id, off);
-          if (wins(o, cand)) cand = o;
+          for (int off = 1; off < kWarp; off *= 2) {
+            if (off >= group) break;
+            MarkovCandidate o;
+            o.value = __shfl_xor_sync(0xffffffffu, cand.value, off);
+            o.id = __shfl_xor_sync(0xffffffffu, cand.id, off);
+            if (wins(o, cand)) cand = o;
+          }
         }
         if (active && q % group == 0) {
           if (cand.id != 0x7fffffff) atomicMax(best + rr, pack_candidate(cand));
@@ -464,14 +463,14 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         }
         // The survivors to the queue (flushed first when they would not fit).
         const int cnt = __popc(surv);
-        int incl = cnt;
+        if (__ballot_sync(0xffffffffu, cnt > 0) != 0u) {
+          int incl = cnt;
 #pragma unroll
-        for (int off = 1; off < kWarp; off *= 2) {
-          const int o = __shfl_up_sync(0xffffffffu, incl, off);
-          if (lane >= off) incl += o;
-        }
-        const int total = __shfl_sync(0xffffffffu, incl, kWarp - 1);
-        if (total > 0) {
+          for (int off = 1; off < kWarp; off *= 2) {
+            const int o = __shfl_up_sync(0xffffffffu, incl, off);
+            if (lane >= off) incl += o;
+          }
+          const int total = __shfl_sync(0xffffffffu, incl, kWarp - 1);
           if (q_count + total > kQueue) flush();
           if (total > kQueue) {
             // More than a queue in one pass: score this pass's survivors in rounds.

@@ -86,15 +86,10 @@ std::vector<float> noise_bound_table();
 
 SD_HD int align16(int bytes) { return (bytes + 15) / 16 * 16; }
 
-// Elements (bf16) of one ring stage: the w2 tile and its base logits for every row.
-SD_HD constexpr int fused_stage_elems(int rows, int rank) {
-  return fused_tile_vocab(rank) * rank + rows * fused_tile_vocab(rank);
-}
 
 // Byte offsets of the fused step's dynamic shared memory.
 struct FusedSmemLayout {
-  int ring;       // [stages][tile_vocab * rank + rows * tile_vocab] bf16: each stage a w2
-                  // tile, then the tile's base logits of every row (row-major)
+  int ring;       // [stages][tile_vocab][rank] bf16: the w2 tiles
   int e;          // [rows rounded up to 8][rank + 8] bf16: this step's embeddings
   int staging;    // [rows][epilogue_tiles * tile_vocab] bf16: staged bias
   int best;       // [rows] u64: the block's best per row, packed (fused.cu pack_candidate)
@@ -115,7 +110,7 @@ SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages) {
   FusedSmemLayout l{};
   int off = 0;
   l.ring = off;
-  off += stages * fused_stage_elems(rows, rank) * 2;
+  off += stages * fused_tile_vocab(rank) * rank * 2;
   l.e = off;
   off += align16((rows + 7) / 8 * 8 * fused_e_stride(rank) * 2);
   l.staging = off;
