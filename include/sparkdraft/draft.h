@@ -91,7 +91,7 @@ class DraftBackend {
 // Refuses options no backend can honour: max_reqs, num_pages, page_size,
 // max_pages_per_req and cache_slots >= 1, max_reqs <= kMaxReqs, threads in
 // [0, kMaxThreads], tp a power of two <= kMaxTp dividing the vocabulary, and a
-// KV cache whose size fits in memory arithmetic (InvalidArgument naming the field).
+// KV cache of at most 1 TiB (InvalidArgument naming the field).
 void validate_options(const ModelConfig& c, const DraftOptions& o);
 
 // Refuses bad input at the API boundary (InvalidArgument naming row and field).

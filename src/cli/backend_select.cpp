@@ -29,6 +29,9 @@ std::unique_ptr<DraftBackend> make_backend(const std::string& kind,
   if (kind != "auto" && kind != "cpu" && kind != "cuda")
     throw InvalidArgument("--backend must be auto, cpu or cuda, not '" + kind + "'");
   require_backend_available(kind);
+  // Every backend gets options validated the same way (the CPU backend does it
+  // itself too; the GPU backend is made only after this check).
+  validate_options(ckpt->config(), options);
   if (kind == "cpu") return make_cpu_backend(std::move(ckpt), options);
 #if defined(SPARKDRAFT_HAVE_CUDA)
   const bool gpu = cuda::cuda_available();

@@ -46,6 +46,13 @@ void validate_options(const ModelConfig& c, const DraftOptions& o) {
   require(!overflow, "DraftOptions: num_pages " + std::to_string(o.num_pages) + " x page_size " +
                          std::to_string(o.page_size) + " (x max_pages_per_req " +
                          std::to_string(o.max_pages_per_req) + ") overflows the KV cache size");
+  // Beyond 1 TiB no machine of this kind holds it: refused here, by name,
+  // rather than left to the allocator (std::length_error, or an abort under ASan).
+  const int64_t kv_bytes = kv <= (int64_t{1} << 40) / 2 / std::max(c.num_layers, 1) ? kv * 2 * c.num_layers : -1;
+  require(kv_bytes >= 0, "DraftOptions: num_pages " + std::to_string(o.num_pages) + " x page_size " +
+                             std::to_string(o.page_size) + " makes a KV cache of more than 1 TiB (" +
+                             std::to_string(c.num_layers) + " layers x " + std::to_string(kv) +
+                             " bf16 values each)");
 }
 
 void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b) {
