@@ -1,9 +1,11 @@
 // The communicator interface of tensor parallelism (SPEC section 6).
 //
-// Implementations: a CPU thread group (ranks as threads, fixed rank order; what
-// CI proves TP logic with), and on the GPU NCCL and a single-GPU loopback
-// (cuda/comm.h). Collectives are blocking and called by every rank in the same
-// order.
+// One implementation today: a CPU thread group (ranks as threads, fixed rank
+// order; what CI proves TP logic with, run_thread_group below). There is no GPU
+// communicator yet: NCCL is not implemented, and the GPU Markov loop's single-GPU
+// loopback is its own exchange (cuda::MarkovExchange / LoopbackExchange in
+// cuda/markov.h), not a Communicator. Collectives are blocking and called by every
+// rank in the same order.
 #pragma once
 
 #include <cstddef>

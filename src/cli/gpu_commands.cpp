@@ -144,7 +144,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--temperature", opts->temperature, "Temperature of every row")->capture_default_str();
   sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");
   sub->add_flag("--spec", opts->spec_suite,
-                "Run the SPEC section 7 shapes: V 151936 rank 256 N 7 at 1, 8, 32 rows and V 202048 rank 512 at 1 row");
+                "Run the SPEC section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at 1, 8 and 32 rows");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
@@ -163,7 +163,7 @@ Command add_bench(CLI::App& app) {
             };
             if (opts->spec_suite) {
               for (int rows : {1, 8, 32}) runs.push_back(make(151936, 256, rows));
-              runs.push_back(make(202048, 512, 1));
+              for (int rows : {1, 8, 32}) runs.push_back(make(202048, 512, rows));
             } else {
               for (int rows : opts->rows) runs.push_back(make(opts->vocab, opts->rank, rows));
             }

@@ -29,8 +29,10 @@
 
 #include "cpu/parallel.h"
 #include "sparkdraft/core/math.h"
+#include "sparkdraft/core/mma.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/core/sampling.h"
+#include "sparkdraft/cpu/mma_gemm.h"
 #include "sparkdraft/error.h"
 
 // The gemm and Markov kernels get an AVX2 / FMA clone picked at run time (the
@@ -115,6 +117,18 @@ void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weig
 void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
               NormGain gain, float eps, bf16* y, int64_t y_stride, int threads) {
   rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
+}
+
+void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                   const bf16* weight, NormGain gain, float eps, int threads) {
+  require(heads >= 1 && head_dim >= 1, "head_rms_norm", "heads and head_dim must be >= 1");
+  require(token_stride >= static_cast<int64_t>(heads) * head_dim, "head_rms_norm",
+          "token_stride is smaller than heads * head_dim");
+  for (int t = 0; t < tokens; ++t) {
+    bf16* row = x + static_cast<int64_t>(t) * token_stride;
+    rms_norm(row, head_dim, heads, head_dim, weight, gain, eps, row, head_dim,
+             tokens == 1 ? threads : 1);
+  }
 }
 
 void residual_boundary(const BoundaryParams& p, const bf16* branch, void* stream, bf16* next,
@@ -481,16 +495,18 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
 // ---- Markov head, step logits, sampling -----------------------------------------------
 namespace {
 
-// bias entries [v_begin, v_end) of every row; ef: e as fp32 [rows, rank].
-SD_FMA_CLONES void markov_range(const float* ef, int rows, const bf16* w2, int vocab, int rank,
-                                int64_t v_begin, int64_t v_end, bf16* bias) {
-  for (int64_t v = v_begin; v < v_end; ++v) {
-    const bf16* wv = w2 + v * rank;
-    for (int r = 0; r < rows; ++r) {
-      const float* er = ef + static_cast<int64_t>(r) * rank;
-      bias[static_cast<int64_t>(r) * vocab + v] =
-          to_bf16(canonical_dot(rank, [wv](int k) { return to_f32(wv[k]); }, [er](int k) { return er[k]; }));
-    }
+// The chains of vocab entries [v_begin, v_end) against every row of e, in chunks
+// of 512 entries (cpu/mma_gemm.h: the same bits as mma_chain per entry and row).
+void markov_range(const bf16* e, int rows, const bf16* w2, int vocab, int rank, int64_t v_begin,
+                  int64_t v_end, bf16* bias) {
+  constexpr int64_t kChunk = 512;
+  std::vector<float> acc(static_cast<size_t>(rows) * kChunk);
+  for (int64_t v0 = v_begin; v0 < v_end; v0 += kChunk) {
+    const int n = static_cast<int>(std::min(kChunk, v_end - v0));
+    mma_gemm_rows(w2 + v0 * rank, rank, n, e, rank, rows, rank, acc.data(), kChunk);
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < n; ++i)
+        bias[static_cast<int64_t>(r) * vocab + v0 + i] = to_bf16(acc[static_cast<size_t>(r) * kChunk + i]);
   }
 }
 
@@ -499,10 +515,8 @@ SD_FMA_CLONES void markov_range(const float* ef, int rows, const bf16* w2, int v
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
                  int threads) {
   require(rows >= 0 && vocab >= 0 && rank >= 1, "markov_bias", "needs rows >= 0, vocab >= 0, rank >= 1");
-  std::vector<float> ef(static_cast<size_t>(rows) * static_cast<size_t>(rank));
-  for (size_t i = 0; i < ef.size(); ++i) ef[i] = to_f32(e[i]);
   parallel_for(vocab, threads, [&](int64_t begin, int64_t end) {
-    markov_range(ef.data(), rows, w2, vocab, rank, begin, end, bias);
+    markov_range(e, rows, w2, vocab, rank, begin, end, bias);
   });
 }
 

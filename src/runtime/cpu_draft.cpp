@@ -30,16 +30,6 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// Per-head RMSNorm of `heads` heads of every token, in place (QK-norm, V-norm).
-void head_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
-               const bf16* weight, NormGain gain, float eps, int threads) {
-  for (int t = 0; t < tokens; ++t) {
-    bf16* row = x + static_cast<int64_t>(t) * token_stride;
-    cpu::rms_norm(row, head_dim, heads, head_dim, weight, gain, eps, row, head_dim,
-                  tokens == 1 ? threads : 1);
-  }
-}
-
 class CpuDraft final : public DraftBackend {
  public:
   CpuDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
@@ -170,8 +160,10 @@ class CpuDraft final : public DraftBackend {
   void kv_heads(bf16* k, bf16* v, int64_t stride, int T, const LayerWeights& lw,
                 const int64_t* positions) {
     const int kvh = c_.num_kv_heads, hd = c_.head_dim, th = o_.threads;
-    if (c_.qk_norm) head_norm(k, stride, T, kvh, hd, lw.k_norm, c_.norm_gain, c_.rms_norm_eps, th);
-    if (c_.v_norm) head_norm(v, stride, T, kvh, hd, nullptr, NormGain::none, c_.rms_norm_eps, th);
+    if (c_.qk_norm)
+      cpu::head_rms_norm(k, stride, T, kvh, hd, lw.k_norm, c_.norm_gain, c_.rms_norm_eps, th);
+    if (c_.v_norm)
+      cpu::head_rms_norm(v, stride, T, kvh, hd, nullptr, NormGain::none, c_.rms_norm_eps, th);
     cpu::rope(k, stride, T, kvh, hd, positions, rope_.data(), c_.rope_style, th);
   }
 
@@ -215,7 +207,8 @@ class CpuDraft final : public DraftBackend {
       bf16* qp = qkv.data() + qkv_.q;
       bf16* kp = qkv.data() + qkv_.k;
       if (c_.qk_norm)
-        head_norm(qp, W, T, c_.num_heads, hd, lw.q_norm, c_.norm_gain, c_.rms_norm_eps, th);
+        cpu::head_rms_norm(qp, W, T, c_.num_heads, hd, lw.q_norm, c_.norm_gain, c_.rms_norm_eps,
+                           th);
       cpu::rope(qp, W, T, c_.num_heads, hd, blk.positions, rope_.data(), c_.rope_style, th);
       kv_heads(kp, qkv.data() + qkv_.v, W, T, lw, blk.positions);
       cpu::kv_insert(kp, W, qkv.data() + qkv_.v, W, T, c_.num_kv_heads, hd, blk.slots,

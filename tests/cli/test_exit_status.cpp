@@ -14,7 +14,9 @@
 #include <string>
 
 #include "cli/exit_status.h"
-#include "io/io_test_util.h"
+#include "common/errors.h"
+#include "common/files.h"
+#include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/version.h"
 

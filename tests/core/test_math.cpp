@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/random.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/core/philox.h"
@@ -123,8 +124,8 @@ TEST(MathExhaustive, LogAndLog1pCorrectlyRoundedOverTheSamplingDomain) {
 // every exponent, and the double-double fallback on its own.
 TEST(MathLog, CorrectlyRoundedOnRandomInputs) {
   const uint32_t seed = 20240611;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Gen32 gen(seed);  // names the seed in any failure
+  std::mt19937& rng = gen.engine();
   mismatch_log bad;
   int64_t ambiguous = 0;
   for (int i = 0; i < 2000000; ++i) {
@@ -150,8 +151,8 @@ TEST(MathLog, CorrectlyRoundedOnRandomInputs) {
 
 TEST(MathLog, DoubleDoubleFallbackIsCorrectlyRoundedOnItsOwn) {
   const uint32_t seed = 77;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Gen32 gen(seed);  // names the seed in any failure
+  std::mt19937& rng = gen.engine();
   mismatch_log bad;
   int64_t ambiguous = 0;
   for (int i = 0; i < 300000; ++i) {
@@ -323,7 +324,8 @@ sweep_result sweep(F f, R ref, float lo, float hi, uint32_t seed) {
     }
   };
   for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) visit(bits_f32(static_cast<uint32_t>(b)));
-  std::mt19937 rng(seed);
+  test::Gen32 gen(seed);
+  std::mt19937& rng = gen.engine();
   std::uniform_real_distribution<float> dist(lo, hi);
   for (int i = 0; i < 1000000; ++i) visit(dist(rng));
   return res;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/reduce.h"
 
@@ -54,8 +55,8 @@ float sequential_sum(const std::vector<float>& x, const std::vector<float>& y) {
 
 TEST(CanonicalReduce, MatchesTheDocumentedOrder) {
   const uint32_t seed = 1234567;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Gen32 gen(seed);  // names the seed in any failure
+  std::mt19937& rng = gen.engine();
   const int sizes[] = {1, 7, 8, 9, 31, 64, 255, 256, 257, 512, 4096, 8193};
   int order_sensitive = 0;
   for (int n : sizes) {
@@ -80,7 +81,8 @@ TEST(CanonicalReduce, MatchesTheDocumentedOrder) {
 }
 
 TEST(CanonicalReduce, LanePartialsAndCombineAreTheSplitOfTheSum) {
-  std::mt19937 rng(99);
+  test::Gen32 gen(99);
+  std::mt19937& rng = gen.engine();
   const int n = 1000;
   const std::vector<float> x = seeded_values(rng, n, false);
   auto term = [&](int i, float& a, float& b) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/sampling.h"
 
@@ -93,7 +94,8 @@ TEST(SamplingRule, ZeroTemperatureIsPureArgmax) {
 
 TEST(SamplingRule, PositiveTemperatureAddsTheNoiseAfterTheDivision) {
   const uint32_t gs = draft_step_seed(7, 33, 2);
-  std::mt19937 rng(11);
+  test::Gen32 gen(11);
+  std::mt19937& rng = gen.engine();
   std::uniform_real_distribution<float> dist(-20.0f, 20.0f);
   for (int64_t v = 0; v < 1000; ++v) {
     const float l = round_bf16(dist(rng)), t = 0.7f;
@@ -156,8 +158,8 @@ candidate reduce_blocks(const std::vector<float>& z, int64_t first_id, int block
 
 TEST(SamplingRule, AnyTreeBlockSizeOrSplitGivesTheLinearWinner) {
   const uint32_t seed = 90210;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Gen32 gen(seed);  // names the seed in any failure
+  std::mt19937& rng = gen.engine();
   const int sizes[] = {1, 2, 7, 31, 33, 255, 1000, 4097};
   for (int trial = 0; trial < 400; ++trial) {
     const int n = sizes[trial % 8];
@@ -185,7 +187,8 @@ TEST(SamplingRule, AnyTreeBlockSizeOrSplitGivesTheLinearWinner) {
 }
 
 TEST(SamplingRule, BetterIsAStrictTotalOrder) {
-  std::mt19937 rng(5);
+  test::Gen32 gen(5);
+  std::mt19937& rng = gen.engine();
   const float pool[] = {kNan, -kNan, kInf, -kInf, 0.0f, -0.0f, 1.0f, 1.0f, -2.5f, 3.0f};
   for (int t = 0; t < 20000; ++t) {
     candidate a{pool[rng() % 10], static_cast<int64_t>(rng() % 1000)};

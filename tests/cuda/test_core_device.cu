@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/bits.h"
+#include "common/random.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/math.h"
@@ -49,29 +51,22 @@ void host_parallel(int64_t n, Body body) {
   for (auto& th : pool) th.join();
 }
 
-std::string hex32(uint32_t u) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08x", u);
-  return buf;
-}
-
-// Bit-exact comparison; the message names the first mismatches (index, input, found, expected).
+// Bit-exact comparison (tests/common/bits.h): found is the device, expected the host;
+// the message names the first mismatches with their input.
 template <class In>
 void expect_same_bits(const char* what, const std::vector<In>& in, const std::vector<uint32_t>& dev,
                       const std::vector<uint32_t>& host) {
   ASSERT_EQ(dev.size(), host.size());
-  int64_t bad = 0;
-  std::ostringstream os;
-  for (size_t i = 0; i < dev.size(); ++i) {
-    if (dev[i] == host[i]) continue;
-    if (++bad <= 10) {
-      os << "\n  [" << i << "] input ";
-      if constexpr (std::is_same_v<In, float>) os << hex32(f32_bits(in[i])) << " (" << in[i] << ")";
-      else os << in[i];
-      os << ": device " << hex32(dev[i]) << ", host " << hex32(host[i]);
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << dev.size() << " differ" << os.str();
+  test::BitsOptions o;
+  o.report = 10;
+  o.note = [&in](size_t i) {
+    std::ostringstream os;
+    os << "input ";
+    if constexpr (std::is_same_v<In, float>) os << test::hex_bits(f32_bits(in[i]), 4) << " (" << in[i] << ")";
+    else os << in[i];
+    return os.str();
+  };
+  EXPECT_TRUE(test::same_bits(dev, host, o)) << what << " (found: device, expected: host)";
 }
 
 // ---- float -> float functions ---------------------------------------------------
@@ -157,7 +152,8 @@ std::vector<float> special_values() {
 // Seeded sweep: random bit patterns (every exponent, NaNs included), uniform
 // values in the function's working range, and the special values.
 std::vector<float> sweep_inputs(uint64_t seed, float lo, float hi) {
-  std::mt19937_64 rng(seed);
+  test::Gen gen(seed);
+  std::mt19937_64& rng = gen.engine();
   std::vector<float> v;
   v.reserve((1u << 24) + (1u << 22) + 200);
   for (int i = 0; i < (1 << 24); ++i) v.push_back(bits_f32(static_cast<uint32_t>(rng())));
@@ -176,7 +172,8 @@ TEST(CoreDevice, Bf16Rounding) {
   const uint32_t lows[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu};
   for (uint32_t h = 0; h < 0x10000u; ++h)
     for (uint32_t l : lows) in.push_back(bits_f32((h << 16) | l));
-  std::mt19937_64 rng(31);
+  test::Gen gen(31);
+  std::mt19937_64& rng = gen.engine();
   for (int i = 0; i < (1 << 24); ++i) in.push_back(bits_f32(static_cast<uint32_t>(rng())));
   check_map("round_bf16", in, op_round_bf16{});
 }
@@ -247,8 +244,8 @@ __global__ void philox_kernel(const philox_case* cases, uint32_t* out, int64_t n
 TEST(CoreDevice, PhiloxUniformNoiseAndScores) {
   SD_REQUIRE_GPU();
   const uint64_t seed = 2718;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  test::Gen gen(seed);  // names the seed in any failure
+  std::mt19937_64& rng = gen.engine();
   std::uniform_real_distribution<float> logit(-30.0f, 30.0f);
   const float temps[] = {0.0f, 1.0f, 0.7f, 1e-3f, 3.5f};
   const float inf = std::numeric_limits<float>::infinity();
@@ -321,8 +318,8 @@ __global__ void warp_reduce_kernel(const float* x, const float* y, const reduce_
 TEST(CoreDevice, WarpCanonicalReduction) {
   SD_REQUIRE_GPU();
   const uint64_t seed = 4242;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  test::Gen gen(seed);  // names the seed in any failure
+  std::mt19937_64& rng = gen.engine();
   const int fixed[] = {1, 7, 8, 9, 31, 64, 255, 256, 257, 512, 4096, 8193};
   std::vector<reduce_row> rows;
   int64_t total = 0;

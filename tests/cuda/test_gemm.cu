@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/bits.h"
+#include "common/random.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
@@ -38,19 +40,6 @@ std::string describe(const Shape& s, uint64_t seed) {
   return os.str();
 }
 
-std::vector<bf16> random_bf16(std::mt19937_64& rng, size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<bf16> v(n);
-  for (auto& e : v) e = to_bf16(dist(rng));
-  return v;
-}
-
-std::string hex4(uint16_t bits) {
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "0x%04x", bits);
-  return buf;
-}
-
 double bf16_ulp(double v) {  // spacing of bf16 at |v| (8 significant bits), v finite
   if (v == 0.0) return 0x1p-133;
   int e = 0;
@@ -71,13 +60,13 @@ struct GemmData {
 };
 
 GemmData make_data(const Shape& s, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+  test::Gen gen(seed);
   GemmData d;
   d.x_stride = s.K + s.x_pad;
   d.y_stride = s.N + s.y_pad;
-  d.x = random_bf16(rng, static_cast<size_t>(s.M) * d.x_stride, -2.0f, 2.0f);
-  d.w = random_bf16(rng, static_cast<size_t>(s.N) * s.K, -1.0f, 1.0f);
-  d.y0 = random_bf16(rng, static_cast<size_t>(s.M) * d.y_stride, 50.0f, 60.0f);  // padding marker
+  d.x = gen.bf16s(static_cast<size_t>(s.M) * d.x_stride, -2.0f, 2.0f);
+  d.w = gen.bf16s(static_cast<size_t>(s.N) * s.K, -1.0f, 1.0f);
+  d.y0 = gen.bf16s(static_cast<size_t>(s.M) * d.y_stride, 50.0f, 60.0f);  // padding marker
   return d;
 }
 
@@ -107,7 +96,7 @@ std::vector<bf16> run_gpu(GemmRunner& runner, const Shape& s, const GemmData& d,
       if (n >= s.N) {  // padding columns: untouched
         if (found[i].bits != d.y0[i].bits && ++bad <= 8)
           os << "\n  padding (row " << m << ", col " << n << ") overwritten: "
-             << hex4(found[i].bits) << ", was " << hex4(d.y0[i].bits);
+             << test::hex_bits(found[i].bits, 2) << ", was " << test::hex_bits(d.y0[i].bits, 2);
         continue;
       }
       double abs_sum = 0.0;
@@ -121,7 +110,7 @@ std::vector<bf16> run_gpu(GemmRunner& runner, const Shape& s, const GemmData& d,
       *worst_ulps = std::max(*worst_ulps, diff / bf16_ulp(e));
       if (!(diff <= allowed) && ++bad <= 8)
         os << "\n  index " << i << " (row " << m << ", col " << n << "): found "
-           << hex4(found[i].bits) << " (" << f << "), expected " << hex4(expected[i].bits) << " ("
+           << test::hex_bits(found[i].bits, 2) << " (" << f << "), expected " << test::hex_bits(expected[i].bits, 2) << " ("
            << e << "), |diff| " << diff << " > allowed " << allowed;
     }
   if (bad == 0) return ::testing::AssertionSuccess();
@@ -166,11 +155,7 @@ TEST(CudaGemm, SameCallGivesSameBits) {
     runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K, y.data(), d.y_stride, stream.get());
     const std::vector<bf16> second = y.download(stream.get());
     EXPECT_EQ(runner.pinned_shapes(), pinned) << "the second call of a shape must reuse its plan";
-    size_t differ = 0, first_bad = 0;
-    for (size_t i = 0; i < first.size(); ++i)
-      if (first[i].bits != second[i].bits && differ++ == 0) first_bad = i;
-    EXPECT_EQ(differ, 0u) << "first differing index " << first_bad << ": "
-                          << hex4(second[first_bad].bits) << " vs " << hex4(first[first_bad].bits);
+    EXPECT_TRUE(test::same_bits(second, first, {d.y_stride})) << "second call vs first";
   }
 }
 
@@ -181,12 +166,12 @@ TEST(CudaGemm, RowBitsDoNotDependOnTheRowCount) {
   DeviceStream stream;
   GemmRunner runner;
   const uint64_t seed = 0xBA7C4;
-  std::mt19937_64 rng(seed);
+  test::Gen gen(seed);
   for (const auto& nk : {std::pair<int, int>{1000, 64}, {4096, 4096}, {151936, 256}, {2560, 2048}}) {
     const int N = nk.first, K = nk.second, max_m = 64;
     SCOPED_TRACE("seed " + std::to_string(seed) + " N " + std::to_string(N) + " K " + std::to_string(K));
-    const std::vector<bf16> hx = random_bf16(rng, static_cast<size_t>(max_m) * K, -2.0f, 2.0f);
-    const std::vector<bf16> hw = random_bf16(rng, static_cast<size_t>(N) * K, -0.1f, 0.1f);
+    const std::vector<bf16> hx = gen.bf16s(static_cast<size_t>(max_m) * K, -2.0f, 2.0f);
+    const std::vector<bf16> hw = gen.bf16s(static_cast<size_t>(N) * K, -0.1f, 0.1f);
     DeviceBuffer<bf16> x(hx, stream.get()), w(hw, stream.get());
     DeviceBuffer<bf16> y(static_cast<size_t>(max_m) * N);
     runner.run(x.data(), K, w.data(), max_m, N, K, y.data(), N, stream.get());
@@ -194,12 +179,9 @@ TEST(CudaGemm, RowBitsDoNotDependOnTheRowCount) {
     for (int m : {1, 2, 3, 7, 8, 13, 32, 56, 63}) {
       runner.run(x.data(), K, w.data(), m, N, K, y.data(), N, stream.get());
       const std::vector<bf16> part = y.download(stream.get());
-      for (size_t i = 0; i < static_cast<size_t>(m) * N; ++i)
-        if (part[i].bits != full[i].bits) {
-          ADD_FAILURE() << "M " << m << ": row " << i / N << " col " << i % N << " found "
-                        << hex4(part[i].bits) << " expected (M 64) " << hex4(full[i].bits);
-          break;
-        }
+      EXPECT_TRUE(test::same_bits(part.data(), full.data(), static_cast<size_t>(m) * N,
+                                  {N}))
+          << "M " << m << " (expected: the rows of M 64)";
     }
   }
 }
@@ -228,12 +210,8 @@ TEST(CudaGemm, GraphCapturedCallEqualsEagerCall) {
     for (int launch = 0; launch < 2; ++launch) {
       SD_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
       const std::vector<bf16> replay = y.download(stream.get());
-      size_t differ = 0, first_bad = 0;
-      for (size_t i = 0; i < eager.size(); ++i)
-        if (eager[i].bits != replay[i].bits && differ++ == 0) first_bad = i;
-      EXPECT_EQ(differ, 0u) << "graph launch " << launch << ": first differing index " << first_bad
-                            << ": " << hex4(replay[first_bad].bits) << " vs eager "
-                            << hex4(eager[first_bad].bits);
+      EXPECT_TRUE(test::same_bits(replay, eager, {d.y_stride}))
+          << "graph launch " << launch << " vs eager";
       y.upload(d.y0, stream.get());
     }
     SD_CUDA_CHECK(cudaGraphExecDestroy(exec));

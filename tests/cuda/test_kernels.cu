@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "common/bits.h"
+#include "common/random.h"
+#include "cuda/draft/draft_kernels.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
@@ -34,26 +37,7 @@ using cuda::DeviceStream;
 
 // ---- seeded inputs -------------------------------------------------------------------
 
-class Gen {
- public:
-  explicit Gen(uint64_t seed) : rng_(seed) {}
-  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
-  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }  // [lo, hi]
-  std::vector<bf16> bf16s(size_t n, float lo, float hi) {
-    std::vector<bf16> v(n);
-    for (auto& e : v) e = to_bf16(uniform(lo, hi));
-    return v;
-  }
-  std::vector<float> floats(size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (auto& e : v) e = uniform(lo, hi);
-    return v;
-  }
-  std::mt19937_64& rng() { return rng_; }
-
- private:
-  std::mt19937_64 rng_;
-};
+using test::Gen;  // tests/common/random.h
 
 template <class T>
 T from_float(float v);
@@ -129,60 +113,17 @@ std::vector<T> make_rows(Gen& gen, int rows, int n, int64_t stride, bool special
 
 // ---- comparisons --------------------------------------------------------------------
 
-bool same_bf16(bf16 a, bf16 b, bool nan_equal) {
-  return a.bits == b.bits || (nan_equal && bf16_is_nan(a) && bf16_is_nan(b));
-}
-bool same_f32(float a, float b) {
-  return f32_bits(a) == f32_bits(b) || (std::isnan(a) && std::isnan(b));
-}
-
-std::string hex(uint32_t bits, int width) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%0*x", width, bits);
-  return buf;
-}
-
-// Bit-for-bit comparison of two bf16 buffers, reporting the first mismatches as
-// index (row, column of a `width`-wide row), found and expected bits and values.
+// The common comparator (tests/common/bits.h), naming row and column of a `width`-wide
+// row. nan_equal: a NaN output matches any NaN output (see the top of this file).
 ::testing::AssertionResult bf16_bits_equal(const std::vector<bf16>& found,
                                            const std::vector<bf16>& expected, int64_t width,
                                            bool nan_equal = true) {
-  if (found.size() != expected.size())
-    return ::testing::AssertionFailure()
-           << "size " << found.size() << " != expected size " << expected.size();
-  std::ostringstream os;
-  size_t bad = 0;
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (same_bf16(found[i], expected[i], nan_equal)) continue;
-    if (++bad <= 8)
-      os << "\n  index " << i << " (row " << static_cast<int64_t>(i) / width << ", col "
-         << static_cast<int64_t>(i) % width << "): found " << hex(found[i].bits, 4) << " ("
-         << to_f32(found[i]) << "), expected " << hex(expected[i].bits, 4) << " ("
-         << to_f32(expected[i]) << ")";
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << found.size() << " values differ:"
-                                       << os.str();
+  return test::same_bits(found, expected, {width, nan_equal});
 }
 
 ::testing::AssertionResult f32_bits_equal(const std::vector<float>& found,
                                           const std::vector<float>& expected, int64_t width) {
-  if (found.size() != expected.size())
-    return ::testing::AssertionFailure()
-           << "size " << found.size() << " != expected size " << expected.size();
-  std::ostringstream os;
-  size_t bad = 0;
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (same_f32(found[i], expected[i])) continue;
-    if (++bad <= 8)
-      os << "\n  index " << i << " (row " << static_cast<int64_t>(i) / width << ", col "
-         << static_cast<int64_t>(i) % width << "): found " << hex(f32_bits(found[i]), 8) << " ("
-         << found[i] << "), expected " << hex(f32_bits(expected[i]), 8) << " (" << expected[i]
-         << ")";
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << found.size() << " values differ:"
-                                       << os.str();
+  return test::same_bits(found, expected, {width, true});
 }
 
 const NormGain kGains[] = {NormGain::weight, NormGain::one_plus_weight, NormGain::none};
@@ -481,7 +422,7 @@ TEST(CudaKvInsert, MatchesCpuBitForBitWithPaddingSlots) {
         k[0] = nan_value<bf16>(2);  // payloads travel unchanged
         std::vector<int64_t> all(kSlots);
         std::iota(all.begin(), all.end(), 0);
-        std::shuffle(all.begin(), all.end(), gen.rng());
+        std::shuffle(all.begin(), all.end(), gen.engine());
         // Distinct slots (two tokens never share one), the last slot of the cache included.
         if (tokens > 1)
           std::swap(*std::find(all.begin(), all.end(), int64_t{kSlots - 1}), all[tokens - 1]);
@@ -645,7 +586,7 @@ AttentionData make_attention_data(Gen& gen, const AttentionCase& c) {
   const int pages = requests * d.max_pages + 3;
   std::vector<int32_t> page_ids(pages);
   std::iota(page_ids.begin(), page_ids.end(), 0);
-  std::shuffle(page_ids.begin(), page_ids.end(), gen.rng());
+  std::shuffle(page_ids.begin(), page_ids.end(), gen.engine());
   d.block_tables.assign(static_cast<size_t>(requests) * d.max_pages, 0);
   for (int r = 0, next = 0; r < requests; ++r)
     for (int i = 0; i < d.max_pages; ++i) d.block_tables[r * d.max_pages + i] = page_ids[next++];
@@ -743,7 +684,7 @@ TEST(CudaAttention, MatchesCpuWithinBudget) {
       if (d.token_request[t] < 0) {  // padding tokens: exact zeros on both sides
         if (found[i].bits != 0 || expected[i].bits != 0)
           ADD_FAILURE() << "padding token " << t << " index " << i << ": found "
-                        << hex(found[i].bits, 4) << ", expected " << hex(expected[i].bits, 4)
+                        << test::hex_bits(found[i].bits, 2) << ", expected " << test::hex_bits(expected[i].bits, 2)
                         << " (both must be 0x0000)";
         continue;
       }
@@ -755,8 +696,8 @@ TEST(CudaAttention, MatchesCpuWithinBudget) {
       if (!(ulps <= kAttentionUlps)) {
         if (++reported <= 8)
           ADD_FAILURE() << "index " << i << " (token " << t << ", head " << (i % width) / c.head_dim
-                        << ", dim " << i % c.head_dim << "): found " << hex(found[i].bits, 4) << " ("
-                        << f << "), expected " << hex(expected[i].bits, 4) << " (" << e << "), "
+                        << ", dim " << i % c.head_dim << "): found " << test::hex_bits(found[i].bits, 2) << " ("
+                        << f << "), expected " << test::hex_bits(expected[i].bits, 2) << " (" << e << "), "
                         << ulps << " ulps > budget " << kAttentionUlps;
       } else {
         worst = std::max(worst, ulps);
@@ -809,6 +750,156 @@ TEST(CudaAttention, IndependentOfLaunchAndBatch) {
                                 expected, static_cast<int64_t>(width), false))
         << "request 0 alone";
   }
+}
+
+// ---- draft-step kernels (cuda/draft/draft_kernels.h) -------------------------------------
+
+// cuda::head_rms_norm equals cpu::head_rms_norm (itself held to the naive formula in
+// tests/cpu/test_ops.cpp) bit for bit, NaN matching NaN: odd head sizes, padded token
+// strides, 1 to 64 tokens, heads with a NaN, +-inf, huge, subnormal or zero values.
+TEST(CudaHeadRmsNorm, MatchesCpuBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0E00;
+  for (int tokens : {1, 7, 64})
+    for (int heads : {1, 3, 8})
+      for (int hd : {1, 7, 32, 33, 128, 257})
+        for (NormGain gain : kGains) {
+          ++seed;
+          const int pad = static_cast<int>(seed % 3) * 3;
+          SCOPED_TRACE("head_rms_norm tokens " + std::to_string(tokens) + " heads " +
+                       std::to_string(heads) + " head_dim " + std::to_string(hd) + " pad " +
+                       std::to_string(pad) + " gain " + to_string(gain));
+          Gen gen(seed);
+          const int64_t stride = static_cast<int64_t>(heads) * hd + pad;
+          // Each head is a row of make_rows' kinds; the token padding is junk.
+          const std::vector<bf16> heads_rows =
+              make_rows<bf16>(gen, tokens * heads, hd, hd, true);
+          std::vector<bf16> x(static_cast<size_t>(tokens) * stride);
+          for (int t = 0; t < tokens; ++t) {
+            std::copy(heads_rows.begin() + static_cast<int64_t>(t) * heads * hd,
+                      heads_rows.begin() + static_cast<int64_t>(t + 1) * heads * hd,
+                      x.begin() + t * stride);
+            for (int i = heads * hd; i < stride; ++i) x[t * stride + i] = to_bf16(gen.uniform(500.0f, 900.0f));
+          }
+          const float eps = seed % 2 ? 1e-6f : 1e-5f;
+          const std::vector<bf16> w = gain_weights(gen, hd, gain);
+          std::vector<bf16> expected = x;
+          cpu::head_rms_norm(expected.data(), stride, tokens, heads, hd,
+                             gain == NormGain::none ? nullptr : w.data(), gain, eps);
+          DeviceBuffer<bf16> dx(x, stream.get()), dw(w, stream.get());
+          cuda::head_rms_norm(dx.data(), stride, tokens, heads, hd,
+                              gain == NormGain::none ? nullptr : dw.data(), gain, eps, stream.get());
+          EXPECT_TRUE(bf16_bits_equal(dx.download(stream.get()), expected, stride));
+        }
+}
+
+// cuda::widen_bf16: out[i] = f32(x[i]) exactly, i.e. the bf16 bits in the upper half
+// (NaN payloads, signed zeros, infinities and subnormals kept), odd sizes.
+TEST(CudaWidenBf16, IsTheExactWidening) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D0F00;
+  for (int64_t n : {1, 7, 255, 256, 257, 4099, 100003}) {
+    ++seed;
+    SCOPED_TRACE("widen_bf16 n " + std::to_string(n));
+    Gen gen(seed);
+    std::vector<bf16> x(static_cast<size_t>(n));
+    for (auto& v : x) v = bf16{static_cast<uint16_t>(gen.integer(0, 0xffff))};  // every kind
+    const uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xff95, 0x7f80, 0xff80, 0x0000,
+                                 0x8000, 0x0001, 0x8001, 0x7f7f, 0xff7f};
+    for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i)
+      x[(i * 7919) % x.size()] = bf16{specials[i]};
+    std::vector<uint32_t> expected(x.size());
+    for (size_t i = 0; i < x.size(); ++i) expected[i] = static_cast<uint32_t>(x[i].bits) << 16;
+    DeviceBuffer<bf16> dx(x, stream.get());
+    DeviceBuffer<float> dout(x.size());
+    cuda::widen_bf16(dx.data(), n, dout.data(), stream.get());
+    const std::vector<float> out = dout.download(stream.get());
+    std::vector<uint32_t> found(out.size());
+    for (size_t i = 0; i < out.size(); ++i) found[i] = f32_bits(out[i]);
+    EXPECT_TRUE(test::same_bits(found, expected));
+  }
+  cuda::widen_bf16(nullptr, 0, nullptr, stream.get());  // n == 0: nothing to do
+}
+
+// cuda::prepare_query_block against its formula (draft_kernels.h): ids, positions,
+// slots, token_request, kv_lens and the safe anchor/position, with padding rows
+// (cache slot -1), odd page sizes and shuffled block tables.
+TEST(CudaPrepareQueryBlock, MatchesTheFormula) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  uint64_t seed = 0x5D1000;
+  for (int rows : {1, 3, 8, 33})
+    for (int steps : {1, 4, 7})
+      for (int page : {1, 5, 16}) {
+        ++seed;
+        SCOPED_TRACE("prepare_query_block rows " + std::to_string(rows) + " steps " +
+                     std::to_string(steps) + " page_size " + std::to_string(page));
+        Gen gen(seed);
+        const int max_pages = static_cast<int>((200 + steps + page - 1) / page) + 1;
+        const int64_t mask = 151669;
+        std::vector<int64_t> anchor(rows), apos(rows), cslot(rows);
+        std::vector<int32_t> tables(static_cast<size_t>(rows) * max_pages);
+        std::vector<int32_t> pages(static_cast<size_t>(rows) * max_pages);
+        std::iota(pages.begin(), pages.end(), 0);
+        std::shuffle(pages.begin(), pages.end(), gen.engine());
+        for (int r = 0; r < rows; ++r) {
+          anchor[r] = gen.integer(0, 151935);
+          apos[r] = gen.integer(0, 200);
+          cslot[r] = r % 4 == 2 ? -1 : r;  // every fourth row from the third is padding
+          for (int p = 0; p < max_pages; ++p) tables[r * max_pages + p] = pages[r * max_pages + p];
+        }
+        const int T = rows * steps;
+        std::vector<int64_t> ids(T), positions(T), slots(T), kv_lens(rows), safe_anchor(rows),
+            safe_position(rows);
+        std::vector<int32_t> token_request(T);
+        for (int r = 0; r < rows; ++r) {
+          const bool pad = cslot[r] < 0;
+          const int64_t a = pad ? 0 : apos[r];
+          for (int j = 0; j < steps; ++j) {
+            const int t = r * steps + j;
+            ids[t] = j == 0 ? (pad ? 0 : anchor[r]) : mask;
+            positions[t] = a + j;
+            slots[t] = pad ? -1 : int64_t{tables[r * max_pages + (a + j) / page]} * page + (a + j) % page;
+            token_request[t] = pad ? -1 : r;
+          }
+          kv_lens[r] = a + steps;
+          safe_anchor[r] = pad ? 0 : anchor[r];
+          safe_position[r] = a;
+        }
+        DeviceBuffer<int64_t> d_anchor(anchor, stream.get()), d_apos(apos, stream.get()),
+            d_cslot(cslot, stream.get());
+        DeviceBuffer<int32_t> d_tables(tables, stream.get());
+        DeviceBuffer<int64_t> d_ids(T), d_pos(T), d_slots(T), d_kv(rows), d_sa(rows), d_sp(rows);
+        DeviceBuffer<int32_t> d_req(T);
+        cuda::QueryBlockParams p;
+        p.rows = rows;
+        p.steps = steps;
+        p.page_size = page;
+        p.max_pages = max_pages;
+        p.mask_token = mask;
+        p.anchor_tokens = d_anchor.data();
+        p.anchor_positions = d_apos.data();
+        p.cache_slots = d_cslot.data();
+        p.block_tables = d_tables.data();
+        p.ids = d_ids.data();
+        p.positions = d_pos.data();
+        p.slots = d_slots.data();
+        p.token_request = d_req.data();
+        p.kv_lens = d_kv.data();
+        p.safe_anchor = d_sa.data();
+        p.safe_position = d_sp.data();
+        cuda::prepare_query_block(p, stream.get());
+        EXPECT_TRUE(test::same_bits(d_ids.download(stream.get()), ids, {steps})) << "ids";
+        EXPECT_TRUE(test::same_bits(d_pos.download(stream.get()), positions, {steps})) << "positions";
+        EXPECT_TRUE(test::same_bits(d_slots.download(stream.get()), slots, {steps})) << "slots";
+        EXPECT_TRUE(test::same_bits(d_req.download(stream.get()), token_request, {steps}))
+            << "token_request";
+        EXPECT_TRUE(test::same_bits(d_kv.download(stream.get()), kv_lens)) << "kv_lens";
+        EXPECT_TRUE(test::same_bits(d_sa.download(stream.get()), safe_anchor)) << "safe_anchor";
+        EXPECT_TRUE(test::same_bits(d_sp.download(stream.get()), safe_position)) << "safe_position";
+      }
 }
 
 // ---- argument checks ------------------------------------------------------------------------------

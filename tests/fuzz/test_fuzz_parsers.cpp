@@ -26,7 +26,9 @@
 #include <nlohmann/json.hpp>
 
 #include "io/hf_config.h"
-#include "io/io_test_util.h"
+#include "common/errors.h"
+#include "common/files.h"
+#include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/config.h"
 #include "sparkdraft/error.h"

@@ -14,7 +14,9 @@
 #include <future>
 #include <limits>
 
-#include "io/io_test_util.h"
+#include "common/errors.h"
+#include "common/files.h"
+#include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/safetensors.h"

@@ -10,7 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/io_test_util.h"
+#include "common/errors.h"
+#include "common/files.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
 

@@ -8,8 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/errors.h"
+#include "common/files.h"
 #include "io/hf_config.h"
-#include "io/io_test_util.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/config.h"
 #include "sparkdraft/error.h"

@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/io_test_util.h"
+#include "common/errors.h"
+#include "common/files.h"
+#include "common/random.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/safetensors.h"
 
@@ -27,9 +29,9 @@ std::string raw_file(const std::string& header, const std::string& data, int64_t
 }
 
 std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
+  test::Gen32 rng(seed);
   std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng() | 1u);  // never all-zero
+  for (auto& b : v) b = static_cast<uint8_t>(rng.bits() | 1u);  // never all-zero
   return v;
 }
 

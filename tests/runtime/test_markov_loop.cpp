@@ -7,10 +7,11 @@
 #include <cstring>
 #include <limits>
 
+#include "common/bits.h"
+#include "common/random.h"
 #include "runtime/markov_loop.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
-#include "test_util.h"
 
 namespace sparkdraft {
 namespace {
@@ -32,9 +33,9 @@ LoopSetup make_setup(uint64_t seed, int R, int N, int V, int rank, bool cap) {
     s.c.logit_multiplier = 0.75f;
     s.c.logit_soft_cap = 20.0f;
   }
-  s.w1 = testing::random_bf16(static_cast<size_t>(V) * rank, seed, 0.3f);
-  s.w2 = testing::random_bf16(static_cast<size_t>(V) * rank, seed + 1, 0.3f);
-  s.base = testing::random_bf16(static_cast<size_t>(R) * N * V, seed + 2, 2.0f);
+  s.w1 = test::Gen(seed).normal_bf16s(static_cast<size_t>(V) * rank, 0.3f);
+  s.w2 = test::Gen(seed + 1).normal_bf16s(static_cast<size_t>(V) * rank, 0.3f);
+  s.base = test::Gen(seed + 2).normal_bf16s(static_cast<size_t>(R) * N * V, 2.0f);
   // Row 1: a NaN base logit at a late id of step 0 and several at step 2.
   // Row 2: exact ties: two ids with identical base logits and identical w2 rows.
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -126,7 +127,7 @@ TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
         for (int j = 0; j < k.N; ++j)
           EXPECT_EQ(tokens[r * k.N + j], naive_tokens[r * k.N + j]) << "tp " << tp << " row " << r << " step " << j;
       }
-      SD_EXPECT_BF16_EQ(cache, naive_cache, "cache at tp " + std::to_string(tp));
+      EXPECT_TRUE(test::same_bits(cache, naive_cache)) << "cache at tp " << tp;
     }
   }
 }

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "cpu/parallel.h"
-#include "io/io_test_util.h"
+#include "common/errors.h"
+#include "common/files.h"
+#include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"

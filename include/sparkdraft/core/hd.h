@@ -4,7 +4,6 @@
 
 #if defined(__CUDACC__)
 #define SD_HD __host__ __device__ __forceinline__
-#define SD_DEVICE_PASS 1
 #else
 #define SD_HD inline
 #endif

@@ -27,6 +27,16 @@ void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weig
 void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
               NormGain gain, float eps, bf16* y, int64_t y_stride, int threads = 1);
 
+// Per-head RMSNorm (QK-norm, V-norm), in place: for every token t and head h, the
+// head_dim values at x + t*token_stride + h*head_dim are one rms_norm row, with the
+// same rounding points: ss and r in fp32 (canonical order), one rounding to bf16
+// per output, y_h = bf16((x_h * r) * g). `weight` (head_dim values, shared by all
+// heads) may be null only for NormGain::none. Needs heads, head_dim >= 1 and
+// token_stride >= heads * head_dim. Threads split the heads of a single token
+// (decode); several tokens run one after another.
+void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                   const bf16* weight, NormGain gain, float eps, int threads = 1);
+
 // ---- residual boundary ------------------------------------------------------
 // One residual boundary over rows of H (SPEC section 3):
 //   b  = post_weight given (sandwich) ? rms_norm(branch) (bf16) : branch
@@ -124,8 +134,9 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
                int threads = 1);
 
 // ---- Markov head, step logits, sampling ---------------------------------------------
-// bias[r][v] = bf16( canonical_dot_k f32(w2[v][k]) * f32(e[r][k]) )   (core/reduce.h)
-// e: [rows, R], w2: [V, R] (this rank's vocab slice), bias: [rows, V].
+// bias[r][v] = bf16( mma_chain(w2[v][0..R), e[r][0..R)) )   (core/mma.h: the tensor-core
+// chain over the rank in increasing k16 steps from +0; one rounding, to bf16, at the end)
+// e: [rows, R], w2: [V, R] (this shard's vocab slice), bias: [rows, V].
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
                  int threads = 1);
 

@@ -1,4 +1,5 @@
-// One family of check macros for CUDA, cuBLAS(Lt) and NCCL calls: a failing call
+// One family of check macros for CUDA and cuBLAS(Lt) calls (NCCL's joins them with
+// the NCCL communicator, which does not exist yet): a failing call
 // throws DeviceError naming the call, the file:line and the library's message.
 // Every kernel launch is followed by SD_CHECK_LAUNCH().
 #pragma once
@@ -40,14 +41,3 @@ namespace sparkdraft::cuda {
       ::sparkdraft::cuda::throw_device_error("cuBLAS", #call, __FILE__, __LINE__,             \
                                              std::to_string(static_cast<int>(sd_st_)));      \
   } while (0)
-
-#if defined(SPARKDRAFT_HAVE_NCCL) || defined(SD_WITH_NCCL)
-#include <nccl.h>
-#define SD_NCCL_CHECK(call)                                                                   \
-  do {                                                                                        \
-    ncclResult_t sd_nr_ = (call);                                                             \
-    if (sd_nr_ != ncclSuccess)                                                                \
-      ::sparkdraft::cuda::throw_device_error("NCCL", #call, __FILE__, __LINE__,               \
-                                             ncclGetErrorString(sd_nr_));                     \
-  } while (0)
-#endif

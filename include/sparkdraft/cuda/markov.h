@@ -145,8 +145,8 @@ struct MarkovPlanInput {
 // Why the fused loop cannot run this draft, or "" when it can.
 std::string fused_markov_refusal(const MarkovPlanInput& in);
 
-// Prints "sparkdraft: <message>" to stderr the first time a message is seen
-// (thread safe); returns whether it printed.
+// Logs the message through the library's sink (sparkdraft/log.h, level info) the
+// first time it is seen (thread safe); returns whether this call logged it.
 bool markov_log_once(const std::string& message);
 
 // Launch shape of the fused step for `rows` rows (the launcher-owned table, SPEC
@@ -155,7 +155,6 @@ bool markov_log_once(const std::string& message);
 struct FusedStepShape {
   int blocks_per_sm = 0;  // target residency (memory-bound few rows: deep prefetch)
   int stages = 0;         // cp.async ring depth (w2 tiles in flight + 1)
-  bool e_f32 = true;      // embeddings kept as fp32 in shared memory (else bf16)
   int smem_bytes = 0;     // dynamic shared memory per block
   int tile_vocab = 0;     // vocab entries per tile (256 / threads per entry)
 };
@@ -193,8 +192,8 @@ class MarkovWorkspace {
   int sm_count() const { return sm_count_; }
   int max_smem() const { return max_smem_; }
   int smem_per_sm() const { return smem_per_sm_; }
-  // 256-thread fused step blocks per SM the registers allow (fp32 / bf16 embeddings).
-  int fused_reg_blocks(bool e_f32) const { return reg_blocks_[e_f32 ? 1 : 0]; }
+  // 256-thread fused step blocks per SM the registers allow.
+  int fused_reg_blocks() const { return reg_blocks_; }
   // Largest fused grid for one shard: partials per row.
   int max_grid() const { return max_grid_; }
   // Programmatic dependent launch of the fused steps (on by default).
@@ -225,7 +224,7 @@ class MarkovWorkspace {
  private:
   int max_rows_, steps_, vocab_, rank_, shards_;
   int sm_count_ = 0, max_smem_ = 0, smem_per_sm_ = 0, max_grid_ = 0;
-  int reg_blocks_[2] = {0, 0};
+  int reg_blocks_ = 0;
   bool pdl_ = true, alternate_ = true;
 };
 

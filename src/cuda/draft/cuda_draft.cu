@@ -15,6 +15,7 @@
 #include "sparkdraft/cuda/gemm.h"
 #include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {
@@ -91,6 +92,7 @@ struct CudaDraft::Impl {
   Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts, const CudaDraftOptions& copts)
       : ckpt(std::move(ck)), c(ckpt->config()), o(opts), co(copts), qkv(QkvLayout::of(c)) {
     c.validate();
+    mma_self_test();  // refuses a device whose tensor cores the CPU twin does not reproduce
     if (o.tp != 1)
       throw InvalidArgument(
           "the CUDA backend drafts at tp 1; the vocab-parallel GPU Markov loop runs through "
@@ -409,7 +411,11 @@ struct CudaDraft::Impl {
         try {
           run_device(d, stream, nullptr);
         } catch (...) {
+          // End the capture and drop what it hands back (a partial graph, or null
+          // when the capture was invalidated); the first error is the one thrown.
+          graph = nullptr;
           cudaStreamEndCapture(stream, &graph);
+          if (graph != nullptr) cudaGraphDestroy(graph);
           throw;
         }
         SD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));

@@ -1,6 +1,7 @@
-// Small kernels of the GPU draft step that belong to no op of cpu/ops.h: the
-// query-block bookkeeping and the fp32 widening of the embedding into the
-// stream, plus the per-head norm the QKV front uses.
+// Small kernels of the GPU draft step: the query-block bookkeeping and the fp32
+// widening of the embedding into the residual stream (no cpu/ops.h op: the CPU
+// backend does both inline in runtime/cpu_draft.cpp), plus the per-head norm the
+// QKV front uses (the twin of cpu::head_rms_norm).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,9 +39,10 @@ void prepare_query_block(const QueryBlockParams& p, cudaStream_t stream);
 // out[i] = f32(x[i]) (exact).
 void widen_bf16(const bf16* x, int64_t n, float* out, cudaStream_t stream);
 
-// cpu head norm: RMSNorm of `heads` heads of head_dim values of every token in
-// place (token t, head h at x + t*token_stride + h*head_dim); the arithmetic of
-// cuda::rms_norm (one warp per head, canonical order).
+// cpu::head_rms_norm (cpu/ops.h) on the device: RMSNorm of `heads` heads of
+// head_dim values of every token in place (token t, head h at
+// x + t*token_stride + h*head_dim); the arithmetic of cuda::rms_norm (one warp per
+// head, canonical order).
 void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
                    const bf16* weight, NormGain gain, float eps, cudaStream_t stream);
 

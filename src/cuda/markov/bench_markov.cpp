@@ -201,7 +201,6 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   r.fused_blocks_per_sm = launch.blocks_per_sm;
   r.fused_stages = launch.shape.stages;
   r.fused_smem = launch.shape.smem_bytes;
-  r.fused_e_f32 = launch.shape.e_f32;
 
   MarkovBatch batch;
   batch.rows = o.rows;
@@ -261,8 +260,8 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
       << " MB -> " << r.floor_us << " us\n";
   out << std::setprecision(2);
   out << "  fused " << r.fused_us << " us (" << r.fused_ratio << "x floor; grid " << r.fused_grid
-      << ", " << r.fused_blocks_per_sm << " blocks/SM, " << r.fused_stages << " stages, e "
-      << (r.fused_e_f32 ? "fp32" : "bf16") << ", " << r.fused_smem << " B smem, PDL "
+      << ", " << r.fused_blocks_per_sm << " blocks/SM, " << r.fused_stages << " stages, "
+      << r.fused_smem << " B smem, PDL "
       << (r.pdl ? "on" : "off") << ")\n";
   out << "  eager " << r.eager_us << " us (" << r.eager_ratio << "x floor)\n";
   out << std::defaultfloat;
@@ -304,7 +303,6 @@ nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
         {"blocks_per_sm", r.fused_blocks_per_sm},
         {"stages", r.fused_stages},
         {"smem_bytes", r.fused_smem},
-        {"embeddings", r.fused_e_f32 ? "fp32" : "bf16"},
         {"pdl", r.pdl}}},
   };
 }

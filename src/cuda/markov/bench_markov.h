@@ -47,7 +47,6 @@ struct MarkovBenchResult {
   double fused_ratio = 0;  // fused / floor
   double eager_ratio = 0;  // eager / floor
   int fused_grid = 0, fused_blocks_per_sm = 0, fused_stages = 0, fused_smem = 0;
-  bool fused_e_f32 = true;
   bool pdl = true;
 };
 

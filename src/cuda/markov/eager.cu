@@ -1,9 +1,8 @@
 // The eager Markov loop: one plain kernel per op, the GPU reference the fused loop
 // is held to, each one the CPU op of cpu/ops.h on many rows:
 //   markov_embed        e[r] = w1[token]                        (exact copies)
-//   markov_bias         one warp per (row, entry): lane l sums chunks l, l+32, ...
-//                       of 8 products with one fma each, then the xor butterfly
-//                       (core/reduce.h), rounded once to bf16
+//   markov_bias         one warp per 16 entries x 8 rows: the tensor-core chain
+//                       over the rank (core/mma.h), rounded once to bf16
 //   markov_step_logits  one thread per entry: bf16(base + bias), the transform, bf16
 //   markov_sample       per block the best (noised score, id) by `better`, then one
 //                       warp per row reduces the blocks' bests (the rule is
@@ -14,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/mma.cuh"
 #include "cuda/markov/markov_device.cuh"
 #include "cuda/markov/markov_internal.h"
 #include "sparkdraft/core/philox.h"
@@ -37,34 +37,41 @@ __global__ void embed_kernel(const int64_t* tokens, int64_t token_stride, const 
   for (int k = threadIdx.x; k < rank; k += blockDim.x) e[static_cast<int64_t>(r) * rank + k] = src[k];
 }
 
-// One warp per (row, vocab entry). `vec`: rank % 8 == 0 and 16-byte aligned rows,
-// each chunk one 16-byte load; otherwise element loads (same order). Rows run along
-// blockIdx.x, so the blocks of one vocab range for every row launch together and
-// read their w2 rows from L2 rather than once per row from memory.
-__global__ void bias_kernel(const bf16* e, const bf16* w2, int vocab, int rank, bf16* bias,
-                            bool vec) {
-  const int lane = threadIdx.x % kWarp;
-  const int v = blockIdx.y * kWarps + threadIdx.x / kWarp;
-  const int r = blockIdx.x;
-  if (v >= vocab) return;  // whole warps leave together
-  const bf16* wrow = w2 + static_cast<int64_t>(v) * rank;
-  const bf16* erow = e + static_cast<int64_t>(r) * rank;
-  float acc = 0.0f;
-  for (int c = lane; c * kReduceChunk < rank; c += kReduceLanes) {
-    const int begin = c * kReduceChunk;
-    if (vec) {
-      float w[8], x[8];
-      unpack8(*reinterpret_cast<const uint4*>(wrow + begin), w);
-      unpack8(*reinterpret_cast<const uint4*>(erow + begin), x);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc = fma_f32(w[i], x[i], acc);
-    } else {
-      const int end = begin + kReduceChunk < rank ? begin + kReduceChunk : rank;
-      for (int i = begin; i < end; ++i) acc = fma_f32(to_f32(wrow[i]), to_f32(erow[i]), acc);
-    }
+// Two bf16 of `row` at k and k + 1 as an mma fragment register (zero past the
+// rank or past the last row: both operands of a padded product are zero).
+__device__ __forceinline__ uint32_t fragment_pair(const bf16* m, int row, int rows, int rank, int k) {
+  if (row >= rows) return 0u;
+  const bf16* p = m + static_cast<int64_t>(row) * rank;
+  const uint32_t lo = k < rank ? p[k].bits : 0u, hi = k + 1 < rank ? p[k + 1].bits : 0u;
+  return lo | (hi << 16);
+}
+
+// One warp per 16 vocab entries x 8 rows: the chain of mma.sync.m16n8k16 over the
+// rank (A = w2 rows v0..v0+15, B = embeddings n0..n0+7, fragments loaded straight
+// from global memory, common/mma.cuh), so bias[n][v] = bf16(mma_chain(w2[v], e[n])).
+// The row tiles run along blockIdx.y next to each other, so w2 comes from L2 for all
+// but the first.
+__global__ void bias_kernel(const bf16* e, int rows, const bf16* w2, int vocab, int rank,
+                            bf16* bias) {
+  const int lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int v0 = (blockIdx.x * kWarps + threadIdx.x / kWarp) * 16;
+  const int n0 = blockIdx.y * 8;
+  if (v0 >= vocab) return;  // whole warps leave together
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k0 = 0; k0 < rank; k0 += 16) {
+    const uint32_t a[4] = {fragment_pair(w2, v0 + g, vocab, rank, k0 + 2 * t),
+                           fragment_pair(w2, v0 + g + 8, vocab, rank, k0 + 2 * t),
+                           fragment_pair(w2, v0 + g, vocab, rank, k0 + 2 * t + 8),
+                           fragment_pair(w2, v0 + g + 8, vocab, rank, k0 + 2 * t + 8)};
+    const uint32_t b[2] = {fragment_pair(e, n0 + g, rows, rank, k0 + 2 * t),
+                           fragment_pair(e, n0 + g, rows, rank, k0 + 2 * t + 8)};
+    mma_bf16_16816(acc, a, b, acc);
   }
-  const float dot = warp_canonical_combine(acc);
-  if (lane == 0) bias[static_cast<int64_t>(r) * vocab + v] = to_bf16(dot);
+  const int n = n0 + 2 * t;
+  for (int i = 0; i < 4; ++i) {
+    const int v = v0 + g + (i / 2) * 8, r = n + i % 2;
+    if (v < vocab && r < rows) bias[static_cast<int64_t>(r) * vocab + v] = to_bf16(acc[i]);
+  }
 }
 
 __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const bf16* bias,
@@ -127,8 +134,6 @@ __global__ void sample_final_kernel(const MarkovCandidate* partials, int blocks,
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const bf16* w1, int rank,
@@ -152,12 +157,9 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
   if (rows == 0) return;
   require(e != nullptr && w2 != nullptr && bias != nullptr, "markov_bias",
           "e, w2 and bias must not be null");
-  const bool vec = rank % 8 == 0 && aligned16(e) && aligned16(w2);
-  require((vocab + kWarps - 1) / kWarps <= 65535, "markov_bias",
-          "vocab " + std::to_string(vocab) + " needs more than 65535 blocks of " +
-              std::to_string(kWarps) + " entries");
-  const dim3 grid(rows, (vocab + kWarps - 1) / kWarps);
-  bias_kernel<<<grid, kThreads, 0, stream>>>(e, w2, vocab, rank, bias, vec);
+  const int vocab_blocks = (vocab + 16 * kWarps - 1) / (16 * kWarps);
+  const dim3 grid(vocab_blocks, (rows + 7) / 8);
+  bias_kernel<<<grid, kThreads, 0, stream>>>(e, rows, w2, vocab, rank, bias);
   SD_CHECK_LAUNCH();
 }
 

@@ -4,15 +4,13 @@
 // vocab tiles (tile = 256 / tpv entries, all rank columns of w2), streamed into a
 // shared-memory ring with 16-byte cp.async, so w2 is read once per step for all
 // rows. Per tile:
-//   phase A (bias): g = tpv * E consecutive threads share E entries (register
-//     blocking, E = fused_entries_per_thread); thread q owns the canonical lanes
-//     q, q + g, ... (core/reduce.h) of all E entries, keeps its chunks of w2 in
-//     registers as fp32 and, for every row, runs its lanes' fma chains over the
-//     row's embedding (shared memory; each chunk loaded once feeds E entries),
-//     the butterfly levels 16 .. g inside the thread, the levels g/2 .. tpv as
-//     xor shuffles that halve the entries a thread holds (each thread keeps one
-//     half, sends the other) and the levels tpv/2 .. 1 as plain xor shuffles:
-//     exactly the canonical sum. The bias (rounded to bf16) goes to a staging buffer.
+//   phase A (bias, on the tensor cores): the tile's entries in 16-entry m-tiles
+//     times the rows in 8-row n-tiles; each warp takes (m-tile, n-tile) items and
+//     runs the chain of mma.sync.m16n8k16 over the rank (A = 16 w2 rows from the
+//     ring by ldmatrix, B = 8 embeddings from shared memory), so every bias is
+//     bf16(mma_chain(w2[v], e[r])) (core/mma.h), and stages it as bf16. The ring
+//     stores each row's 16-byte chunks XOR-swizzled by the row (conflict-free
+//     ldmatrix).
 //   phase B (epilogue, every `epilogue_tiles` tiles so that all warps have whole
 //     32-entry segments): bf16(base + bias), the transform, the cache store, the
 //     noised score and each warp's best per row. The exact noise (two logs) is
@@ -41,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/mma.cuh"
 #include "cuda/markov/markov_device.cuh"
 #include "cuda/markov/markov_internal.h"
 #include "sparkdraft/core/philox.h"
@@ -120,25 +119,19 @@ __device__ __forceinline__ void copy_embedding(const bf16* w1, int32_t id, int r
   for (int x = lane; x < rank / 8; x += kWarp) out[x] = src[x];
 }
 
-template <int K, bool kEF32>
+template <int K>
 __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const FusedStepParams p) {
-  constexpr int kTpv = K <= 256 ? 4 : K / 64;  // fused_threads_per_entry
-  constexpr int kTileV = kFusedThreads / kTpv;
+  constexpr int kTileV = fused_tile_vocab(K);
   constexpr int kChunks = K / 8;
-  // Register blocking of phase A: a group of kGroup = kTpv * kE threads shares kE
-  // entries, so every embedding chunk a thread loads feeds kE entries (the shared
-  // memory traffic per (entry, row) drops kE-fold). The w2 registers per thread
-  // stay kChunks * 8 / kTpv floats.
-  constexpr int kE = fused_entries_per_thread(K);
-  constexpr int kGroup = kTpv * kE;
-  constexpr int kCpt = kChunks >= kGroup ? kChunks / kGroup : 1;  // chunks per thread and entry
-  constexpr int kAcc = 32 / kGroup;                               // canonical lanes per thread
   constexpr int kTileElems = kTileV * K;
-  static_assert(kCpt * kE <= 8 && kTpv * kTileV == kFusedThreads && kGroup <= 32);
+  constexpr int kMTiles = kTileV / 16;
+  constexpr int kEStride = fused_e_stride(K);
+  static_assert(K % 16 == 0 && kTileV % 16 == 0);
 
   extern __shared__ __align__(16) unsigned char smem[];
-  const FusedSmemLayout lay = fused_smem_layout(p.rows, K, p.stages, kEF32);
+  const FusedSmemLayout lay = fused_smem_layout(p.rows, K, p.stages);
   bf16* ring = reinterpret_cast<bf16*>(smem + lay.ring);
+  const bf16* e_s = reinterpret_cast<const bf16*>(smem + lay.e);
   bf16* staging = reinterpret_cast<bf16*>(smem + lay.staging);
   MarkovCandidate* best = reinterpret_cast<MarkovCandidate*>(smem + lay.best);
   int64_t* cache_row = reinterpret_cast<int64_t*>(smem + lay.cache_row);
@@ -150,7 +143,6 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   float* noise_hi = reinterpret_cast<float*>(smem + lay.noise);
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
-  const int q = tid % kGroup, group = tid / kGroup;
   const int total_tiles = (p.width + kTileV - 1) / kTileV;
   const int t_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total_tiles / gridDim.x);
   const int t_end =
@@ -158,18 +150,20 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   const int ntiles = t_end - t_begin;
   const int e_tiles = fused_epilogue_tiles(p.rows, K);
   const int width = e_tiles * kTileV;  // staging row length
+  const int n_tiles = (p.rows + 7) / 8;
 
   auto tile_at = [&](int it) { return p.reverse ? t_end - 1 - it : t_begin + it; };
-  // Queues tile `it` into its ring stage; always commits (maybe an empty group) so
-  // every thread counts the same groups.
+  // Queues tile `it` into its ring stage (chunk c of row v at fused_ring_chunk(v, c));
+  // always commits (maybe an empty group) so every thread counts the same groups.
   auto issue = [&](int it) {
     if (it < ntiles) {
       const int t = tile_at(it);
       bf16* dst = ring + (it % p.stages) * kTileElems;
       const bf16* src = p.w2 + static_cast<int64_t>(t) * kTileElems;
       for (int x = tid; x < kTileElems / 8; x += kFusedThreads) {
-        const bool ok = t * kTileV + x / kChunks < p.width;
-        cp_async_16(dst + x * 8, ok ? src + x * 8 : p.w2, ok ? 16 : 0);
+        const int v = x / kChunks, c = x % kChunks;
+        const bool ok = t * kTileV + v < p.width;
+        cp_async_16(dst + v * K + fused_ring_chunk<K>(v, c) * 8, ok ? src + x * 8 : p.w2, ok ? 16 : 0);
       }
     }
     cp_async_commit();
@@ -181,20 +175,12 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   for (int b = tid; b < kNoiseBuckets; b += kFusedThreads) noise_hi[b] = p.noise_bound[b];
   grid_dependency_wait();
 
-  // This step's rows: embeddings, temperatures, step seeds, cache rows.
-  for (int x = tid; x < p.rows * kChunks; x += kFusedThreads) {
-    const uint4 raw = reinterpret_cast<const uint4*>(p.embeds_in)[x];
-    if constexpr (kEF32) {
-      // Split halves: a thread's two float4 of chunk c lie at c and K/8 + c of the
-      // row, so consecutive threads read consecutive 16 bytes (no bank conflicts).
-      float v[8];
-      unpack8(raw, v);
-      float4* dst = reinterpret_cast<float4*>(smem + lay.e) + (x / kChunks) * (K / 4) + x % kChunks;
-      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-      dst[K / 8] = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-      reinterpret_cast<uint4*>(smem + lay.e)[x] = raw;
-    }
+  // This step's rows: embeddings (bf16, rows padded to whole n-tiles with zeros,
+  // row stride kEStride), temperatures, step seeds, cache rows.
+  for (int x = tid; x < n_tiles * 8 * kChunks; x += kFusedThreads) {
+    const int r = x / kChunks, c = x % kChunks;
+    const uint4 raw = r < p.rows ? reinterpret_cast<const uint4*>(p.embeds_in)[x] : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(smem + lay.e + (r * kEStride + c * 8) * 2) = raw;
   }
   for (int r = tid; r < p.rows; r += kFusedThreads) {
     temp[r] = p.temperatures[r];
@@ -235,81 +221,35 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
     const int slot = it % e_tiles;
     if (tid == 0) staged_v0[slot] = tile_at(it) * kTileV;
 
-    // ---- phase A: bias of this tile's entries group * kE + j for every row ----
-    // Thread q owns the canonical lanes q, q + kGroup, ... of all kE entries.
-    const bf16* wrow = ring + (it % p.stages) * kTileElems + group * kE * K;
-    float w[kE][kCpt][8];
-#pragma unroll
-    for (int j = 0; j < kE; ++j)
-#pragma unroll
-      for (int i = 0; i < kCpt; ++i) {
-        const int c = q + kGroup * i;
-        if (kChunks >= kGroup || c < kChunks)
-          unpack8(*reinterpret_cast<const uint4*>(wrow + j * K + c * 8), w[j][i]);
-      }
-    // After the exchange levels below, this thread holds the sum of entry `mine`.
-    int mine = 0;
-#pragma unroll
-    for (int off = kGroup / 2, h = kE / 2; h > 0; off /= 2, h /= 2)
-      if (q & off) mine += h;
-#pragma unroll 2
-    for (int r = 0; r < p.rows; ++r) {
-      float acc[kE][kAcc];
-#pragma unroll
-      for (int j = 0; j < kE; ++j)
-#pragma unroll
-        for (int m = 0; m < kAcc; ++m) acc[j][m] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kCpt; ++i) {
-        const int c = q + kGroup * i;  // canonical lane c % 32 = q + kGroup * (i % kAcc)
-        if (kChunks >= kGroup || c < kChunks) {
-          float x[8];
-          if constexpr (kEF32) {
-            const float4* src = reinterpret_cast<const float4*>(smem + lay.e) + r * (K / 4) + c;
-            const float4 a = src[0], b = src[K / 8];
-            x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
-            x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
-          } else {
-            unpack8(reinterpret_cast<const uint4*>(smem + lay.e)[(r * K + c * 8) / 8], x);
-          }
-#pragma unroll
-          for (int j = 0; j < kE; ++j)
-#pragma unroll
-            for (int k = 0; k < 8; ++k)
-              acc[j][i % kAcc] = __fmaf_rn(w[j][i][k], x[k], acc[j][i % kAcc]);
+    // ---- phase A: the bias of this tile's entries for every row, as MMA chains ----
+    {
+      const bf16* stage = ring + (it % p.stages) * kTileElems;
+      const int g = lane / 4, t4 = lane % 4;
+      const int lm_row = (lane / 8 % 2) * 8 + lane % 8, lm_chunk = lane / 16;  // ldmatrix roles
+      for (int item = warp; item < kMTiles * n_tiles; item += kFusedWarps) {
+        const int mt = item % kMTiles, nt = item / kMTiles;
+        const int v = mt * 16 + lm_row;
+        const bf16* a_row = stage + v * K;
+        const bf16* b_row = e_s + (nt * 8 + g) * kEStride + 2 * t4;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+        for (int ks = 0; ks < K / 16; ++ks) {
+          uint32_t a[4];
+          ldmatrix_x4(a, a_row + fused_ring_chunk<K>(v, 2 * ks + lm_chunk) * 8);
+          const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(b_row + ks * 16),
+                                 *reinterpret_cast<const uint32_t*>(b_row + ks * 16 + 8)};
+          mma_bf16_16816(acc, a, b, acc);
+        }
+        const int r0 = nt * 8 + 2 * t4, x0 = slot * kTileV + mt * 16 + g;
+        if (r0 < p.rows) {
+          staging[r0 * width + x0] = to_bf16(acc[0]);
+          staging[r0 * width + x0 + 8] = to_bf16(acc[2]);
+        }
+        if (r0 + 1 < p.rows) {
+          staging[(r0 + 1) * width + x0] = to_bf16(acc[1]);
+          staging[(r0 + 1) * width + x0 + 8] = to_bf16(acc[3]);
         }
       }
-      // Butterfly levels 16 .. kGroup pair lanes of this thread (acc m and m + off).
-#pragma unroll
-      for (int j = 0; j < kE; ++j)
-#pragma unroll
-        for (int off = kAcc / 2; off > 0; off /= 2)
-#pragma unroll
-          for (int m = 0; m < off; ++m) acc[j][m] = __fadd_rn(acc[j][m], acc[j][m + off]);
-      float v[kE];
-#pragma unroll
-      for (int j = 0; j < kE; ++j) v[j] = acc[j][0];
-      // Levels kGroup/2 .. kTpv pair threads q and q ^ off holding kE = 2h entries
-      // each: the thread with bit `off` set keeps the upper h, its partner the lower
-      // h, and each sends the other half: one shuffle per kept entry, and each sum
-      // is p[l] + p[l ^ off] (fp32 addition commutes: the canonical value).
-#pragma unroll
-      for (int off = kGroup / 2, h = kE / 2; h > 0; off /= 2, h /= 2) {
-        const bool upper = (q & off) != 0;
-#pragma unroll
-        for (int j = 0; j < h; ++j) {
-          const float send = upper ? v[j] : v[j + h];
-          const float keep = upper ? v[j + h] : v[j];
-          v[j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, off));
-        }
-      }
-      float dot = v[0];
-      // Levels kTpv/2 .. 1 pair the threads that hold the same entry.
-#pragma unroll
-      for (int off = kTpv / 2; off > 0; off /= 2)
-        dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, off));
-      if (r % kTpv == q % kTpv)
-        staging[r * width + slot * kTileV + group * kE + mine] = to_bf16(dot);
     }
     if (slot != e_tiles - 1 && it != ntiles - 1) continue;
 
@@ -467,25 +407,19 @@ __global__ void cache_fill_kernel(const bf16* gathered, const int64_t* cache_slo
 
 using StepKernel = void (*)(FusedStepParams);
 
-template <int K>
-StepKernel step_kernel_for(bool e_f32) {
-  return e_f32 ? fused_step_kernel<K, true> : fused_step_kernel<K, false>;
-}
-
-StepKernel step_kernel(int rank, bool e_f32) {
+StepKernel step_kernel(int rank) {
   switch (rank) {
-    case 8: return step_kernel_for<8>(e_f32);
-    case 16: return step_kernel_for<16>(e_f32);
-    case 32: return step_kernel_for<32>(e_f32);
-    case 64: return step_kernel_for<64>(e_f32);
-    case 128: return step_kernel_for<128>(e_f32);
-    case 256: return step_kernel_for<256>(e_f32);
-    case 512: return step_kernel_for<512>(e_f32);
-    case 1024: return step_kernel_for<1024>(e_f32);
+    case 16: return fused_step_kernel<16>;
+    case 32: return fused_step_kernel<32>;
+    case 64: return fused_step_kernel<64>;
+    case 128: return fused_step_kernel<128>;
+    case 256: return fused_step_kernel<256>;
+    case 512: return fused_step_kernel<512>;
+    case 1024: return fused_step_kernel<1024>;
     default: break;
   }
   throw InvalidArgument("cuda::fused_markov_loop: rank " + std::to_string(rank) +
-                        " has no fused kernel (a power of two in [8, 1024])");
+                        " has no fused kernel (a power of two in [16, 1024])");
 }
 
 // Per-step launch values shared by the TP 1 and the shard launches.
@@ -499,7 +433,7 @@ struct StepLaunch {
 
 StepLaunch plan_step(const MarkovWorkspace& ws, int rows, int width) {
   const FusedStepLaunch l = fused_step_launch(ws, rows, width);
-  return StepLaunch{step_kernel(ws.rank(), l.shape.e_f32), dim3(l.grid), l.shape.smem_bytes,
+  return StepLaunch{step_kernel(ws.rank()), dim3(l.grid), l.shape.smem_bytes,
                     l.shape.stages, ws.pdl()};
 }
 
@@ -565,12 +499,12 @@ void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorks
 
 }  // namespace
 
-void prepare_fused_kernels(int rank, int max_smem, int reg_blocks[2]) {
-  for (int f = 0; f < 2; ++f) {
-    const StepKernel k = step_kernel(rank, f == 1);
-    SD_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    SD_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&reg_blocks[f], k, kFusedThreads, 0));
-  }
+int prepare_fused_kernels(int rank, int max_smem) {
+  const StepKernel k = step_kernel(rank);
+  SD_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  int blocks = 0;
+  SD_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, kFusedThreads, 0));
+  return blocks;
 }
 
 }  // namespace markov_detail

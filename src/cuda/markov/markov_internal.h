@@ -19,35 +19,35 @@ namespace sparkdraft::cuda::markov_detail {
 
 inline constexpr int kFusedThreads = 256;
 inline constexpr int kFusedWarps = kFusedThreads / 32;
-inline constexpr int kMinRank = 8;      // one 16-byte chunk
+inline constexpr int kMinRank = 16;     // one k16 step of the tensor-core chain
 inline constexpr int kMaxRank = 1024;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kMaxBlocksPerSm = 2;  // the block table's largest residency
 inline constexpr int kMaxEpilogueTiles = 16;
 
-// Threads that share one vocab entry's dot product: each owns 32 / tpv of the
-// canonical lanes (lanes q, q + tpv, ...) and at most 64 w2 values in registers.
-SD_HD int fused_threads_per_entry(int rank) { return rank <= 256 ? 4 : rank / 64; }
-SD_HD int fused_tile_vocab(int rank) { return kFusedThreads / fused_threads_per_entry(rank); }
-// Entries each thread computes at once in the fused step's phase A (register
-// blocking: one embedding chunk from shared memory feeds this many dot products).
-// tpv * entries threads share that many entries; at most 16 threads (a half warp),
-// and at least one chunk per thread.
-SD_HD constexpr int fused_entries_per_thread(int rank) {
-  const int tpv = rank <= 256 ? 4 : rank / 64;
-  const int by_threads = 16 / tpv;
-  const int by_chunks = rank / 8 / tpv;
-  const int e = by_threads < by_chunks ? by_threads : by_chunks;
-  return e < 1 ? 1 : e;
-}
+// Vocab entries per ring tile: 64 up to rank 256, then 16384 / rank (a 32 KB
+// stage at rank >= 256), always whole 16-entry m-tiles.
+SD_HD constexpr int fused_tile_vocab(int rank) { return rank <= 256 ? 64 : 16384 / rank; }
 
 // Tiles whose bias is staged before the epilogue runs over them: enough that
 // every row has whole 32-entry warp segments and all 8 warps have work.
-SD_HD int fused_epilogue_tiles(int rows, int rank) {
-  const int tpv = fused_threads_per_entry(rank);
-  const int for_warps = (tpv + rows - 1) / rows;
-  const int for_segments = (32 + fused_tile_vocab(rank) - 1) / fused_tile_vocab(rank);
-  return for_warps > for_segments ? for_warps : for_segments;
+SD_HD constexpr int fused_epilogue_tiles(int rows, int rank) {
+  const int tile_v = fused_tile_vocab(rank);
+  const int per_segment = (32 + tile_v - 1) / tile_v;  // tiles per 32-entry segment
+  const int for_warps = (kFusedWarps * 32 + rows * tile_v - 1) / (rows * tile_v);
+  return (for_warps + per_segment - 1) / per_segment * per_segment;
+}
+
+// Row stride (elements) of the embeddings in shared memory: rank + 8, so that the
+// 8 rows of an n-tile fall in different banks for the B fragment loads.
+SD_HD constexpr int fused_e_stride(int rank) { return rank + 8; }
+
+// Position of 16-byte chunk c of ring row v: XOR-swizzled by the row (at most 8
+// chunks apart), so the 8 rows an ldmatrix phase reads hit 8 different bank groups.
+template <int K>
+SD_HD int fused_ring_chunk(int v, int c) {
+  constexpr int kMask = K / 8 >= 8 ? 7 : K / 8 - 1;
+  return c ^ (v & kMask);
 }
 
 // Gumbel noise never exceeds this: g = -log(-log1p(-u)) is largest at the
@@ -80,8 +80,7 @@ SD_HD int align16(int bytes) { return (bytes + 15) / 16 * 16; }
 // Byte offsets of the fused step's dynamic shared memory.
 struct FusedSmemLayout {
   int ring;       // [stages][tile_vocab][rank] bf16: the w2 tiles
-  int e;          // [rows][rank] fp32 or bf16: this step's embeddings (fp32: each
-                  // row as two halves, elements 0-3 then 4-7 of every chunk)
+  int e;          // [rows rounded up to 8][rank + 8] bf16: this step's embeddings
   int staging;    // [rows][epilogue_tiles * tile_vocab] bf16: staged bias
   int best;       // [rows][8 warps] MarkovCandidate: each warp's best per row
   int cache_row;  // [rows] int64: cache row index, -1 = no store
@@ -94,7 +93,7 @@ struct FusedSmemLayout {
   int total;
 };
 
-SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages, bool e_f32) {
+SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages) {
   const int tile_v = fused_tile_vocab(rank);
   const int width = fused_epilogue_tiles(rows, rank) * tile_v;
   FusedSmemLayout l{};
@@ -102,7 +101,7 @@ SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages, bool e_f
   l.ring = off;
   off += stages * tile_v * rank * 2;
   l.e = off;
-  off += align16(rows * rank * (e_f32 ? 4 : 2));
+  off += align16((rows + 7) / 8 * 8 * fused_e_stride(rank) * 2);
   l.staging = off;
   off += align16(rows * width * 2);
   l.best = off;
@@ -142,9 +141,9 @@ DeviceLimits device_limits();
 // fused_markov_refusal with given shared-memory limits (a workspace's).
 std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int smem_per_sm);
 
-// fused.cu: raises the dynamic shared-memory limit of the fused step kernels of
-// `rank` to `max_smem` and returns, per embedding layout (index 0: bf16,
-// 1: fp32), how many 256-thread blocks fit on an SM by registers.
-void prepare_fused_kernels(int rank, int max_smem, int reg_blocks[2]);
+// fused.cu: raises the dynamic shared-memory limit of the fused step kernel of
+// `rank` to `max_smem` and returns how many 256-thread blocks fit on an SM by
+// registers.
+int prepare_fused_kernels(int rank, int max_smem);
 
 }  // namespace sparkdraft::cuda::markov_detail

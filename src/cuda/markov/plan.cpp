@@ -7,9 +7,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <iostream>
-#include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +15,9 @@
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/log.h"
 
 namespace sparkdraft::cuda {
 namespace markov_detail {
@@ -57,8 +56,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // w2 ring depth. Few rows are memory-bound (deep prefetch, two blocks per SM to
 // keep ~128 KB of w2 in flight per SM); many rows are compute-bound (shallow
 // ring, shared memory goes to the embeddings). fused_step_shape lowers the
-// residency and ring depth, and falls back to bf16 embeddings, until the
-// shared memory fits.
+// residency and ring depth until the shared memory fits.
 struct StepTableEntry {
   int max_rows;
   int blocks_per_sm;
@@ -84,13 +82,11 @@ bool fused_step_shape(int rows, int rank, int max_smem_block, int smem_per_sm,
   while (rows > entry->max_rows) ++entry;
   for (int bps = entry->blocks_per_sm; bps >= 1; --bps) {
     const int budget = std::min(max_smem_block, smem_per_sm / bps - 1024);
-    for (const bool e_f32 : {true, false}) {
-      for (int stages = entry->stages; stages >= 2; --stages) {
-        const FusedSmemLayout lay = fused_smem_layout(rows, rank, stages, e_f32);
-        if (lay.total > budget) continue;
-        *shape = FusedStepShape{bps, stages, e_f32, lay.total, fused_tile_vocab(rank)};
-        return true;
-      }
+    for (int stages = entry->stages; stages >= 2; --stages) {
+      const FusedSmemLayout lay = fused_smem_layout(rows, rank, stages);
+      if (lay.total > budget) continue;
+      *shape = FusedStepShape{bps, stages, lay.total, fused_tile_vocab(rank)};
+      return true;
     }
   }
   return false;
@@ -102,7 +98,7 @@ FusedStepLaunch fused_step_launch(const MarkovWorkspace& ws, int rows, int width
           "fused_step_launch",
           std::to_string(rows) + " rows of rank " + std::to_string(ws.rank()) +
               " do not fit the fused step's shared memory");
-  l.blocks_per_sm = std::max(1, std::min(l.shape.blocks_per_sm, ws.fused_reg_blocks(l.shape.e_f32)));
+  l.blocks_per_sm = std::max(1, std::min(l.shape.blocks_per_sm, ws.fused_reg_blocks()));
   const int tiles = (width + l.shape.tile_vocab - 1) / l.shape.tile_vocab;
   l.grid = std::min({tiles, l.blocks_per_sm * ws.sm_count(), ws.max_grid()});
   return l;
@@ -115,7 +111,7 @@ std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int sme
                     s = std::to_string(in.shards);
   if (in.rank == 0) return "the draft has no Markov head (markov_rank 0)";
   if (!power_of_two(in.rank) || in.rank < kMinRank || in.rank > kMaxRank)
-    return "Markov rank " + k + " is not a power of two in [8, 1024]";
+    return "Markov rank " + k + " is not a power of two in [16, 1024]";
   if (in.vocab < 1 || in.vocab >= INT32_MAX)
     return "vocab " + v + " is not in [1, 2^31 - 1) (32-bit ids)";
   if (in.draft_vocab != 0 && in.draft_vocab != in.vocab)
@@ -144,12 +140,7 @@ std::string fused_markov_refusal(const MarkovPlanInput& in) {
 }
 
 bool markov_log_once(const std::string& message) {
-  static std::mutex mutex;
-  static std::set<std::string> seen;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (!seen.insert(message).second) return false;
-  std::cerr << "sparkdraft: " << message << std::endl;
-  return true;
+  return log_once(LogLevel::info, message);
 }
 
 MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, int shards)
@@ -162,13 +153,14 @@ MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, i
   require(vocab % shards == 0, "MarkovWorkspace",
           "vocab " + std::to_string(vocab) + " is not divisible by " + std::to_string(shards) +
               " shards");
+  mma_self_test();  // refuses a device whose tensor cores the CPU twin does not reproduce
   const DeviceLimits lim = device_limits();
   sm_count_ = lim.sm_count;
   max_smem_ = lim.max_smem_block;
   smem_per_sm_ = lim.smem_per_sm;
   max_grid_ = kMaxBlocksPerSm * sm_count_;
   if (power_of_two(rank) && rank >= kMinRank && rank <= kMaxRank)
-    prepare_fused_kernels(rank, max_smem_, reg_blocks_);
+    reg_blocks_ = prepare_fused_kernels(rank, max_smem_);
 
   const size_t rows = static_cast<size_t>(max_rows), n = static_cast<size_t>(steps);
   if (shards == 1) {

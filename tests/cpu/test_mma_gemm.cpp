@@ -1,0 +1,184 @@
+// cpu::mma_gemm_rows against the twin's chain (core/mma.h mma_chain), bit for bit:
+// rows built from every probe family of core/mma_probe.h (special values and
+// subnormals included), odd K, one row and many, row padding in the last block of
+// 8, strides, thread counts, each kernel this CPU runs. A failure names (m, n),
+// the found and the expected bits; the seed is in every failure.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/mma.h"
+#include "sparkdraft/core/mma_probe.h"
+#include "sparkdraft/cpu/mma_gemm.h"
+#include "sparkdraft/error.h"
+
+namespace sparkdraft::cpu {
+namespace {
+
+constexpr int kThreadCounts[] = {1, 2, 3};
+constexpr int kKs[] = {1, 7, 15, 16, 17, 33, 100, 256, 300, 512};
+
+std::vector<MmaGemmKernel> kernels() {
+  std::vector<MmaGemmKernel> k{MmaGemmKernel::automatic, MmaGemmKernel::reference};
+  if (mma_gemm_has_avx2()) k.push_back(MmaGemmKernel::avx2);
+  return k;
+}
+
+const char* kernel_name(MmaGemmKernel k) {
+  switch (k) {
+    case MmaGemmKernel::automatic: return "automatic";
+    case MmaGemmKernel::reference: return "reference";
+    case MmaGemmKernel::avx2: return "avx2";
+  }
+  return "?";
+}
+
+std::string hex32(uint32_t u) {
+  std::ostringstream os;
+  os << "0x" << std::hex << u;
+  return os.str();
+}
+
+// Row-major rows of length `stride` (>= K); the chain reads the first K.
+struct Mat {
+  int rows = 0;
+  int64_t stride = 0;
+  std::vector<bf16> v;
+  const bf16* row(int r) const { return v.data() + r * stride; }
+};
+
+// Runs every kernel and thread count on (w, x, K) and compares each output with
+// mma_chain; returns the number of mismatches (the first few are reported).
+int check(const Mat& w, const Mat& x, int K, const std::string& what) {
+  const int64_t out_stride = w.rows + 3;  // not the row count: the stride is honoured
+  std::vector<uint32_t> want(static_cast<size_t>(x.rows) * out_stride, 0xdeadbeefu);
+  for (int m = 0; m < x.rows; ++m)
+    for (int n = 0; n < w.rows; ++n) want[m * out_stride + n] = f32_bits(mma_chain(w.row(n), x.row(m), K));
+  int bad = 0;
+  for (MmaGemmKernel kernel : kernels())
+    for (int threads : kThreadCounts) {
+      std::vector<float> out(want.size(), bits_f32(0xdeadbeefu));
+      mma_gemm_rows_with(kernel, w.v.data(), w.stride, w.rows, x.v.data(), x.stride, x.rows, K, out.data(),
+                         out_stride, threads);
+      for (int m = 0; m < x.rows; ++m)
+        for (int64_t n = 0; n < out_stride; ++n) {
+          const uint32_t got = f32_bits(out[m * out_stride + n]), exp = want[m * out_stride + n];
+          if (got != exp && ++bad <= 5)
+            ADD_FAILURE() << what << " K " << K << " kernel " << kernel_name(kernel) << " threads " << threads
+                          << ": (m " << m << ", n " << n << ") found " << hex32(got) << " expected " << hex32(exp);
+        }
+    }
+  return bad;
+}
+
+// Rows from the cases of one family: step t of w row n is row (n + 5t) % 16 of
+// case t's a, step t of x row m is column (m + 3t) % 8 of case t's b, so each
+// chain runs through many cases and carries their c-scale sums from step to step.
+void rows_from_family(MmaDist dist, uint64_t seed, int n_rows, int m_rows, int K, Mat& w, Mat& x) {
+  const int steps = (K + kMmaK - 1) / kMmaK;
+  w = Mat{n_rows, K + 1, std::vector<bf16>(static_cast<size_t>(n_rows) * (K + 1), bf16{0x7fc0})};
+  x = Mat{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+  MmaCase cs;
+  for (int t = 0; t < steps; ++t) {
+    make_mma_case(dist, seed, static_cast<uint64_t>(t), cs);
+    for (int i = 0; i < kMmaK && t * kMmaK + i < K; ++i) {
+      const int k = t * kMmaK + i;
+      for (int n = 0; n < n_rows; ++n) w.v[n * w.stride + k] = cs.a[(n + 5 * t) % 16][i];
+      for (int m = 0; m < m_rows; ++m) x.v[m * x.stride + k] = cs.b[(m + 3 * t) % 8][i];
+    }
+  }
+}
+
+TEST(CpuMmaGemm, EveryProbeFamilyBitForBit) {
+  const uint64_t seed = 20261201;
+  SCOPED_TRACE(test::seed_note(seed));
+  for (int d = 0; d < kMmaDistCount; ++d) {
+    const MmaDist dist = static_cast<MmaDist>(d);
+    for (int K : kKs)
+      for (uint64_t rep = 0; rep < 2; ++rep) {
+        Mat w, x;
+        rows_from_family(dist, seed + rep * 1000 + static_cast<uint64_t>(K), 21, 8, K, w, x);
+        EXPECT_EQ(check(w, x, K, mma_dist_name(dist)), 0) << mma_dist_name(dist) << " K " << K;
+      }
+  }
+}
+
+// Each w row (and x row) from a family of its own: lanes of one block of 8 mix
+// special, subnormal, overflowing and ordinary rows.
+TEST(CpuMmaGemm, MixedFamiliesInOneBlock) {
+  test::Gen rng(20261202);
+  for (int K : kKs)
+    for (int rep = 0; rep < 3; ++rep) {
+      const int n_rows = 37, m_rows = 5;
+      Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+      Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+      for (int n = 0; n < n_rows; ++n) {
+        Mat fw, fx;
+        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8, K, fw, fx);
+        const int r = static_cast<int>(rng.integer(0, 15));
+        for (int k = 0; k < K; ++k) w.v[n * K + k] = fw.row(r)[k];
+      }
+      for (int m = 0; m < m_rows; ++m) {
+        Mat fw, fx;
+        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8, K, fw, fx);
+        const int r = static_cast<int>(rng.integer(0, 7));
+        for (int k = 0; k < K; ++k) x.v[m * K + k] = fx.row(r)[k];
+      }
+      EXPECT_EQ(check(w, x, K, "mixed"), 0) << "K " << K;
+    }
+}
+
+// Ordinary values (the Markov case: N(0, 1) activations, small weights), one row
+// and many, every row count modulo 8.
+TEST(CpuMmaGemm, NormalRowsOneAndMany) {
+  test::Gen rng(20261203);
+  for (int K : {7, 33, 256, 300})
+    for (int n_rows : {1, 2, 7, 8, 9, 15, 16, 17, 64, 203})
+      for (int m_rows : {1, 3, 8}) {
+        Mat w{n_rows, K, rng.normal_bf16s(static_cast<size_t>(n_rows) * K, 0.05f)};
+        Mat x{m_rows, K, rng.normal_bf16s(static_cast<size_t>(m_rows) * K, 1.0f)};
+        EXPECT_EQ(check(w, x, K, "normal n " + std::to_string(n_rows) + " m " + std::to_string(m_rows)), 0);
+      }
+}
+
+// Random bit patterns (every exponent, finite or not) and each element alone
+// inf / NaN / zero / subnormal inside otherwise ordinary rows.
+TEST(CpuMmaGemm, RandomBitsAndLoneSpecials) {
+  test::Gen rng(20261204);
+  for (int K : kKs) {
+    const int n_rows = 19, m_rows = 4;
+    Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+    Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+    for (auto& v : w.v) v.bits = static_cast<uint16_t>(rng.bits());
+    for (auto& v : x.v) v.bits = static_cast<uint16_t>(rng.bits());
+    EXPECT_EQ(check(w, x, K, "random bits"), 0) << "K " << K;
+    const uint16_t lone[] = {0x7f80, 0xff80, 0x7fc0, 0xff81, 0x0000, 0x8000, 0x0001, 0x807f, 0x7f7f, 0xff7f};
+    w.v = rng.normal_bf16s(w.v.size(), 0.05f);
+    x.v = rng.normal_bf16s(x.v.size(), 1.0f);
+    for (uint16_t s : lone) {
+      Mat w2 = w, x2 = x;
+      w2.v[static_cast<size_t>(rng.integer(0, static_cast<int64_t>(w2.v.size()) - 1))].bits = s;
+      x2.v[static_cast<size_t>(rng.integer(0, static_cast<int64_t>(x2.v.size()) - 1))].bits = s;
+      EXPECT_EQ(check(w2, x, K, "lone w " + hex32(s)), 0) << "K " << K;
+      EXPECT_EQ(check(w, x2, K, "lone x " + hex32(s)), 0) << "K " << K;
+    }
+  }
+}
+
+TEST(CpuMmaGemm, RejectsBadShapes) {
+  const bf16 one{0x3f80};
+  float out = 0.0f;
+  EXPECT_THROW(mma_gemm_rows(&one, 1, 1, &one, 1, 1, 0, &out, 1), InvalidArgument);
+  EXPECT_THROW(mma_gemm_rows(&one, 1, -1, &one, 1, 1, 1, &out, 1), InvalidArgument);
+  mma_gemm_rows(&one, 1, 0, &one, 1, 1, 1, &out, 1);  // nothing to do
+  mma_gemm_rows(&one, 1, 1, &one, 1, 1, 1, &out, 1);
+  EXPECT_EQ(f32_bits(out), 0x3f800000u);
+}
+
+}  // namespace
+}  // namespace sparkdraft::cpu
