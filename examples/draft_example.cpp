@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
     std::vector<bf16> logits(static_cast<size_t>(o.cache_slots) * c.block_size * c.vocab_size);
     draft->propose(b, {tokens.data(), logits.data()});
 
-    std::printf("sparkdraft %s, %s backend, V %d, N %d\n", SPARKDRAFT_VERSION_STRING, draft->name().c_str(),
-                c.vocab_size, c.block_size);
+    std::printf("sparkdraft %s, %s backend, V %d, N %d\n", SPARKDRAFT_VERSION_STRING,
+                draft->name().c_str(), c.vocab_size, c.block_size);
     std::printf("draft:");
     for (int64_t t : tokens) std::printf(" %lld", static_cast<long long>(t));
     std::printf("\n");

@@ -9,13 +9,13 @@ namespace sparkdraft::cli {
 
 enum ExitStatus : int {
   kExitOk = 0,
-  kExitDifference = 1,     // check: a difference was found
-  kExitUsage = 2,          // bad command line: unknown flag, bad or out-of-range value
-  kExitBadInput = 3,       // bad checkpoint or config (missing, malformed, NaN/inf weights, ...)
-  kExitUnavailable = 4,    // needs the CUDA backend or a GPU that is absent
-  kExitIo = 5,             // file system: output exists (no --force), cannot create or write
-  kExitDevice = 6,         // a CUDA / cuBLAS / NCCL call failed
-  kExitInternal = 7,       // an unexpected error (a bug: please report it)
+  kExitDifference = 1,   // check: a difference was found
+  kExitUsage = 2,        // bad command line: unknown flag, bad or out-of-range value
+  kExitBadInput = 3,     // bad checkpoint or config (missing, malformed, NaN/inf weights, ...)
+  kExitUnavailable = 4,  // needs the CUDA backend or a GPU that is absent
+  kExitIo = 5,           // file system: output exists (no --force), cannot create or write
+  kExitDevice = 6,       // a CUDA / cuBLAS / NCCL call failed
+  kExitInternal = 7,     // an unexpected error (a bug: please report it)
 };
 
 struct ExitStatusInfo {

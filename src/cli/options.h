@@ -34,7 +34,8 @@ inline CLI::Validator power_of_two(int max) {
       [max](std::string& s) -> std::string {
         int v = 0;
         const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (r.ec != std::errc() || r.ptr != s.data() + s.size() || v < 1 || v > max || (v & (v - 1)))
+        if (r.ec != std::errc() || r.ptr != s.data() + s.size() || v < 1 || v > max ||
+            (v & (v - 1)))
           return "tp " + s + " must be a power of two in [1, " + std::to_string(max) + "]";
         return "";
       },
@@ -44,7 +45,8 @@ inline CLI::Validator power_of_two(int max) {
 // A path that is not the empty string.
 inline CLI::Validator non_empty(const std::string& hint) {
   return CLI::Validator(
-      [hint](std::string& s) -> std::string { return s.empty() ? "must not be empty" + hint : ""; }, "");
+      [hint](std::string& s) -> std::string { return s.empty() ? "must not be empty" + hint : ""; },
+      "");
 }
 
 // --allow-nonfinite-weights, on every command that loads a checkpoint.

@@ -69,7 +69,8 @@ TEST(ExitStatus, HelpPrintsTheTableOfDistinctStatuses) {
   for (const auto& e : kExitStatuses) {
     EXPECT_TRUE(codes.insert(e.code).second) << "status " << e.code << " listed twice";
     EXPECT_NE(r.out.find("  " + std::to_string(e.code) + "  " + e.meaning), std::string::npos)
-        << "status " << e.code << " missing from --help:\n" << r.out;
+        << "status " << e.code << " missing from --help:\n"
+        << r.out;
   }
   EXPECT_EQ(codes, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
@@ -77,15 +78,16 @@ TEST(ExitStatus, HelpPrintsTheTableOfDistinctStatuses) {
 TEST(ExitStatus, VersionIsZero) {
   const ToolRun r = tool("--version");
   EXPECT_EQ(r.rc, kExitOk) << r.err;
-  EXPECT_NE(r.out.find(std::string("sparkdraft ") + SPARKDRAFT_VERSION_STRING), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::string("sparkdraft ") + SPARKDRAFT_VERSION_STRING), std::string::npos)
+      << r.out;
 }
 
 TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("demo --seed -1", kExitUsage, {"--seed", "'-1'"});
   expect_refused("demo --seed 18446744073709551616", kExitUsage, {"--seed", "exceeds 2^64 - 1"});
   expect_refused("demo --seed 1e3", kExitUsage, {"--seed", "'1e3'"});
-  expect_refused("make-checkpoint --seed 99999999999999999999999 --out /tmp/sparkdraft-never", kExitUsage,
-                 {"--seed"});
+  expect_refused("make-checkpoint --seed 99999999999999999999999 --out /tmp/sparkdraft-never",
+                 kExitUsage, {"--seed"});
   expect_refused("demo --threads 100000", kExitUsage, {"--threads", "100000"});
   expect_refused("demo --threads -1", kExitUsage, {"--threads"});
   expect_refused("plan --max-reqs 0", kExitUsage, {"--max-reqs", "0"});
@@ -97,7 +99,8 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("", kExitUsage, {"subcommand"});
   expect_refused("demo --backend tpu", kExitUsage, {"tpu"});
   expect_refused("check --style gemma", kExitUsage, {"--style", "gemma"});
-  expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput, {"'nope'"});
+  expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput,
+                 {"'nope'"});
   EXPECT_FALSE(fs::exists("/tmp/sparkdraft-never"));
 }
 
@@ -109,15 +112,18 @@ TEST(ExitStatus, TheLargestSeedIsAccepted) {
 TEST(ExitStatus, BadCheckpointsAreThree) {
   test::TempDir dir;
   test::write_file(dir / "file", "x");
-  expect_refused("demo --checkpoint " + dir / "file", kExitBadInput, {dir / "file", "is not a directory"});
-  expect_refused("demo --checkpoint " + dir / "absent", kExitBadInput, {dir / "absent", "does not exist"});
+  expect_refused("demo --checkpoint " + dir / "file", kExitBadInput,
+                 {dir / "file", "is not a directory"});
+  expect_refused("demo --checkpoint " + dir / "absent", kExitBadInput,
+                 {dir / "absent", "does not exist"});
 
   const std::string ck = tiny(dir);
   const uint16_t nan = 0x7fc0;
   test::poke_tensor(ck + "/model.safetensors", "lm_head.weight", 130, &nan, 2);
   expect_refused("demo --backend cpu --checkpoint " + ck, kExitBadInput,
                  {"'lm_head.weight'", "NaN", "index 130", "--allow-nonfinite-weights"});
-  const ToolRun allowed = tool("demo --backend cpu --requests 1 --rounds 1 --allow-nonfinite-weights --checkpoint " + ck);
+  const ToolRun allowed = tool(
+      "demo --backend cpu --requests 1 --rounds 1 --allow-nonfinite-weights --checkpoint " + ck);
   EXPECT_EQ(allowed.rc, kExitOk) << allowed.err;
 
   const std::string ck2 = tiny(dir, "ck2");
@@ -126,7 +132,8 @@ TEST(ExitStatus, BadCheckpointsAreThree) {
   expect_refused("demo --checkpoint " + ck2, kExitBadInput, {ck2 + "/config.json", "a directory"});
   fs::remove(ck2 + "/config.json");
   fs::create_symlink("config.json", ck2 + "/config.json");
-  expect_refused("demo --checkpoint " + ck2, kExitBadInput, {ck2 + "/config.json", "symbolic links"});
+  expect_refused("demo --checkpoint " + ck2, kExitBadInput,
+                 {ck2 + "/config.json", "symbolic links"});
 
   const std::string ck3 = tiny(dir, "ck3");
   fs::remove(ck3 + "/model.safetensors");
@@ -151,14 +158,17 @@ TEST(ExitStatus, FileSystemRefusalsAreFive) {
   test::TempDir dir;
   const std::string ck = tiny(dir);
   const std::string before = test::read_file(ck + "/model.safetensors");
-  expect_refused("make-checkpoint --seed 9 --out " + ck, kExitIo, {ck, "already holds a checkpoint", "--force"});
-  EXPECT_EQ(test::read_file(ck + "/model.safetensors"), before) << "the refused write changed the checkpoint";
+  expect_refused("make-checkpoint --seed 9 --out " + ck, kExitIo,
+                 {ck, "already holds a checkpoint", "--force"});
+  EXPECT_EQ(test::read_file(ck + "/model.safetensors"), before)
+      << "the refused write changed the checkpoint";
   const ToolRun forced = tool("make-checkpoint --seed 9 --force --out " + ck);
   EXPECT_EQ(forced.rc, kExitOk) << forced.err;
   EXPECT_NE(test::read_file(ck + "/model.safetensors"), before) << "--force did not overwrite";
 
   test::write_file(dir / "file", "x");
-  expect_refused("make-checkpoint --out " + dir / "file", kExitIo, {dir / "file", "not a directory"});
+  expect_refused("make-checkpoint --out " + dir / "file", kExitIo,
+                 {dir / "file", "not a directory"});
   expect_refused("demo --backend cpu", kExitIo, {"temporary directory", "/nonexistent-tmp"},
                  "TMPDIR=/nonexistent-tmp");
 }

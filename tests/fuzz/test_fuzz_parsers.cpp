@@ -25,9 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/hf_config.h"
 #include "common/errors.h"
 #include "common/files.h"
+#include "io/hf_config.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/config.h"
@@ -48,10 +48,24 @@ int64_t env_int(const char* name, int64_t fallback) {
   return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
 }
 
-const char* const kNumbers[] = {"-1", "0", "1", "18446744073709551615", "18446744073709551616",
-                                "9223372036854775807", "-9223372036854775808", "4294967296", "1e309",
-                                "-0", "0.5", "nan", "1e-50", "65536", "2147483648", "99999999999999999999"};
-const char kBytes[] = {'\0', '\xff', '"', '{', '}', '[', ']', ',', ':', '-', '9', ' ', '\\', 'e', '.'};
+const char* const kNumbers[] = {"-1",
+                                "0",
+                                "1",
+                                "18446744073709551615",
+                                "18446744073709551616",
+                                "9223372036854775807",
+                                "-9223372036854775808",
+                                "4294967296",
+                                "1e309",
+                                "-0",
+                                "0.5",
+                                "nan",
+                                "1e-50",
+                                "65536",
+                                "2147483648",
+                                "99999999999999999999"};
+const char kBytes[] = {'\0', '\xff', '"', '{', '}',  '[', ']', ',',
+                       ':',  '-',    '9', ' ', '\\', 'e', '.'};
 
 // One to four random edits of `s`.
 std::string mutate(std::string s, std::mt19937_64& rng, bool header_size_field) {
@@ -92,7 +106,8 @@ std::string mutate(std::string s, std::mt19937_64& rng, bool header_size_field) 
       case 7: {  // a run of digits becomes an edge value
         std::vector<size_t> starts;
         for (size_t i = 0; i < s.size(); ++i)
-          if (std::isdigit(static_cast<unsigned char>(s[i])) && (i == 0 || !std::isdigit(static_cast<unsigned char>(s[i - 1]))))
+          if (std::isdigit(static_cast<unsigned char>(s[i])) &&
+              (i == 0 || !std::isdigit(static_cast<unsigned char>(s[i - 1]))))
             starts.push_back(i);
         if (starts.empty()) break;
         const size_t at = starts[pick(starts.size())];
@@ -103,8 +118,10 @@ std::string mutate(std::string s, std::mt19937_64& rng, bool header_size_field) 
       }
       case 8:  // the safetensors header size
         if (header_size_field && s.size() >= 8) {
-          uint64_t n = rng() % 3 == 0 ? rng() : (s.size() - 8) + (static_cast<int64_t>(rng() % 17) - 8);
-          for (int i = 0; i < 8; ++i) s[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+          uint64_t n =
+              rng() % 3 == 0 ? rng() : (s.size() - 8) + (static_cast<int64_t>(rng() % 17) - 8);
+          for (int i = 0; i < 8; ++i)
+            s[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
         }
         break;
     }
@@ -127,9 +144,12 @@ void fuzz(const Target& t, const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   int64_t iters = 0, accepted = 0;
   for (int64_t i = only >= 0 ? only : 0;; ++i) {
-    if (only >= 0 ? i > only : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
+    if (only >= 0 ? i > only
+                  : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
+                        seconds)
       break;
-    std::seed_seq ss{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(i),
+    std::seed_seq ss{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                     static_cast<uint32_t>(i),
                      static_cast<uint32_t>(std::hash<std::string>{}(t.name))};
     std::mt19937_64 rng(ss);
     const std::string input = mutate(t.seeds[rng() % t.seeds.size()], rng, t.header_size_field);
@@ -147,9 +167,10 @@ void fuzz(const Target& t, const std::string& path) {
       failure = "threw a non-exception";
     }
     if (!failure.empty()) {
-      const std::string keep = (fs::temp_directory_path() /
-                                ("sparkdraft-fuzz-" + t.name + "-" + std::to_string(seed) + "-" + std::to_string(i)))
-                                   .string();
+      const std::string keep =
+          (fs::temp_directory_path() /
+           ("sparkdraft-fuzz-" + t.name + "-" + std::to_string(seed) + "-" + std::to_string(i)))
+              .string();
       test::write_file(keep, input);
       ADD_FAILURE() << t.name << ": " << failure << "\n  reproduce: SPARKDRAFT_FUZZ_SEED=" << seed
                     << " SPARKDRAFT_FUZZ_ITER=" << i << "\n  input kept in " << keep;
@@ -172,15 +193,17 @@ TEST(Fuzz, SafetensorsReader) {
   w.add_copy("layers.0.d", DType::i64, {1, 1, 2}, bytes.data());
   w.set_metadata("format", "pt");
   w.write(dir / "seed.safetensors");
-  Target t{"safetensors", {test::read_file(dir / "seed.safetensors")}, true, [](const std::string& p) {
-             auto f = SafetensorsFile::open(p);
-             // Accepted: every tensor's bytes are readable and sized as declared.
-             for (const auto& [name, info] : f->tensors()) {
-               ASSERT_EQ(info.nbytes, static_cast<size_t>(info.numel()) * dtype_size(info.dtype)) << name;
-               volatile uint8_t sink = 0;
-               for (size_t i = 0; i < info.nbytes; ++i) sink = sink ^ info.data[i];
-             }
-           }};
+  Target t{
+      "safetensors", {test::read_file(dir / "seed.safetensors")}, true, [](const std::string& p) {
+        auto f = SafetensorsFile::open(p);
+        // Accepted: every tensor's bytes are readable and sized as declared.
+        for (const auto& [name, info] : f->tensors()) {
+          ASSERT_EQ(info.nbytes, static_cast<size_t>(info.numel()) * dtype_size(info.dtype))
+              << name;
+          volatile uint8_t sink = 0;
+          for (size_t i = 0; i < info.nbytes; ++i) sink = sink ^ info.data[i];
+        }
+      }};
   fuzz(t, dir / "input.safetensors");
 }
 
@@ -210,11 +233,16 @@ TEST(Fuzz, CheckpointLoader) {
   const std::string head = st.substr(0, 8 + n), data = st.substr(8 + n);
   const std::string config = test::read_file(dir / "ck/config.json");
   const std::string ck = dir / "ck";
-  Target t{"checkpoint", {"C" + config, "S" + head}, false, [ck, head, data, config](const std::string& p) {
+  Target t{"checkpoint",
+           {"C" + config, "S" + head},
+           false,
+           [ck, head, data, config](const std::string& p) {
              const std::string in = test::read_file(p);
              const bool is_config = !in.empty() && in[0] == 'C';
              test::write_file(ck + "/config.json", is_config ? in.substr(1) : config);
-             test::write_file(ck + "/model.safetensors", is_config ? head + data : in.substr(std::min<size_t>(1, in.size())) + data);
+             test::write_file(
+                 ck + "/model.safetensors",
+                 is_config ? head + data : in.substr(std::min<size_t>(1, in.size())) + data);
              const Checkpoint c = Checkpoint::load(ck);
              EXPECT_NE(c.weights().lm_head, nullptr);
            }};

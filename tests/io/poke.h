@@ -13,8 +13,8 @@
 
 namespace sparkdraft::test {
 
-inline void poke_tensor(const std::string& path, const std::string& name, int64_t index, const void* bytes,
-                        size_t size) {
+inline void poke_tensor(const std::string& path, const std::string& name, int64_t index,
+                        const void* bytes, size_t size) {
   std::string file = read_file(path);
   if (file.size() < 8) throw std::runtime_error(path + " is too short");
   uint64_t n = 0;

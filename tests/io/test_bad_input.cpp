@@ -57,8 +57,9 @@ TEST(BadInput, DuplicateTensorNameIsRefused) {
   const std::string h =
       R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})";
   test::write_file(dir / "dup.safetensors", header_file(h, "abcd"));
-  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "dup.safetensors"); }),
-                  {dir / "dup.safetensors", "'a'", "twice"});
+  expect_mentions(
+      error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "dup.safetensors"); }),
+      {dir / "dup.safetensors", "'a'", "twice"});
   // A nested repeated key (inside one tensor's entry) is not a tensor name: the
   // entry is still checked as a whole (here: valid, the last dtype wins in JSON).
   const std::string ok = R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
@@ -70,11 +71,13 @@ TEST(BadInput, TrailingBytesAreRefused) {
   test::TempDir dir;
   const std::string h = R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
   test::write_file(dir / "tail.safetensors", header_file(h, "abXYZ"));
-  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "tail.safetensors"); }),
-                  {dir / "tail.safetensors", "3 trailing bytes"});
+  expect_mentions(
+      error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "tail.safetensors"); }),
+      {dir / "tail.safetensors", "3 trailing bytes"});
   test::write_file(dir / "empty.safetensors", header_file("{}", "x"));
-  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "empty.safetensors"); }),
-                  {"1 trailing bytes"});
+  expect_mentions(
+      error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "empty.safetensors"); }),
+      {"1 trailing bytes"});
   test::write_file(dir / "exact.safetensors", header_file(h, "ab"));
   EXPECT_EQ(SafetensorsFile::open(dir / "exact.safetensors")->tensors().size(), 1u);
 }
@@ -89,8 +92,9 @@ TEST(BadInput, SafetensorsMustBeARegularFile) {
   expect_mentions(refused_within<CheckpointError>(10, [fifo] { SafetensorsFile::open(fifo); }),
                   {fifo, "a FIFO"});
   fs::create_symlink("loop.safetensors", dir / "loop.safetensors");
-  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "loop.safetensors"); }),
-                  {dir / "loop.safetensors", "symbolic links"});
+  expect_mentions(
+      error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "loop.safetensors"); }),
+      {dir / "loop.safetensors", "symbolic links"});
 }
 
 TEST(BadInput, CheckpointPathsThatAreNotWhatTheySeem) {
@@ -105,10 +109,12 @@ TEST(BadInput, CheckpointPathsThatAreNotWhatTheySeem) {
   tiny_checkpoint(ck);
   fs::remove(ck + "/config.json");
   fs::create_directory(ck + "/config.json");
-  expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(ck); }), {ck + "/config.json", "a directory"});
+  expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(ck); }),
+                  {ck + "/config.json", "a directory"});
   fs::remove(ck + "/config.json");
   fs::create_symlink("config.json", ck + "/config.json");
-  expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(ck); }), {ck + "/config.json", "symbolic links"});
+  expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(ck); }),
+                  {ck + "/config.json", "symbolic links"});
   fs::remove(ck + "/config.json");
   ASSERT_EQ(::mkfifo((ck + "/config.json").c_str(), 0600), 0);
   expect_mentions(refused_within<ConfigError>(10, [ck] { Checkpoint::load(ck); }), {"a FIFO"});
@@ -129,7 +135,8 @@ TEST(BadInput, CheckpointPathsThatAreNotWhatTheySeem) {
 TEST(BadInput, ConfigFileMustBeARegularFile) {
   test::TempDir dir;
   fs::create_directory(dir / "c.json");
-  expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "c.json"); }), {dir / "c.json", "a directory"});
+  expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "c.json"); }),
+                  {dir / "c.json", "a directory"});
 }
 
 struct Poke {
@@ -146,8 +153,8 @@ TEST(BadInput, NonFiniteWeightsAreRefusedWithTensorAndIndex) {
       {"lm_head.weight", 7 * 64 + 3, false, 0x7fc0, "NaN"},
       {"embed_tokens.weight", 0, false, 0x7f80, "+inf"},
       {"markov_head.markov_w2.weight", 999 * 64 + 63, false, 0xff80, "-inf"},  // the last element
-      {"layers.1.mlp.down_proj.weight", 1234, false, 0xffc1, "NaN"},  // [64, 160]
-      {"layers.0.attn_residual.alpha", 17, true, 0x7f800001u, "NaN"},  // muse: fp32 tensor
+      {"layers.1.mlp.down_proj.weight", 1234, false, 0xffc1, "NaN"},           // [64, 160]
+      {"layers.0.attn_residual.alpha", 17, true, 0x7f800001u, "NaN"},          // muse: fp32 tensor
   };
   for (const Poke& p : pokes) {
     SCOPED_TRACE(p.tensor);
@@ -200,7 +207,8 @@ TEST(BadInput, WriterCopiesAZeroElementTensorFromNull) {
   auto f = SafetensorsFile::open(dir / "z.safetensors");
   ASSERT_NE(f->find("empty"), nullptr);
   EXPECT_EQ(f->find("empty")->nbytes, 0u);
-  expect_mentions(error_of<InvalidArgument>([&] { w.add_copy("y", DType::f32, {2}, nullptr); }), {"'y'", "no data"});
+  expect_mentions(error_of<InvalidArgument>([&] { w.add_copy("y", DType::f32, {2}, nullptr); }),
+                  {"'y'", "no data"});
 }
 
 TEST(BadInput, FailedSyntheticWriteLeavesNothing) {
@@ -208,7 +216,9 @@ TEST(BadInput, FailedSyntheticWriteLeavesNothing) {
   // The output's parent is a file: nothing can be created, nothing is left.
   test::write_file(dir / "file", "x");
   SyntheticOptions so;
-  expect_mentions(error_of<IoError>([&] { write_synthetic_checkpoint(preset_config("tiny"), dir / "file/ck", so); }),
+  expect_mentions(error_of<IoError>([&] {
+                    write_synthetic_checkpoint(preset_config("tiny"), dir / "file/ck", so);
+                  }),
                   {"file/ck"});
   // The safetensors write fails (a directory in its temporary name's place):
   // the config.json written before it is removed again.

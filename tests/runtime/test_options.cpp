@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "cpu/parallel.h"
 #include "common/errors.h"
 #include "common/files.h"
+#include "cpu/parallel.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
@@ -51,7 +51,8 @@ TEST(DraftOptions, EveryBadFieldIsRefusedByName) {
       {"tp 0", [](DraftOptions& o) { o.tp = 0; }},
       {"overflows", [](DraftOptions& o) { o.num_pages = INT_MAX, o.page_size = INT_MAX; }},
       // Fits the arithmetic, not the memory: a clear refusal, not std::length_error.
-      {"num_pages 2000000000", [](DraftOptions& o) { o.num_pages = 2000000000, o.page_size = 1 << 20; }},
+      {"num_pages 2000000000",
+       [](DraftOptions& o) { o.num_pages = 2000000000, o.page_size = 1 << 20; }},
   };
   for (const Case& c : cases) {
     DraftOptions o;
@@ -71,7 +72,8 @@ TEST(DraftOptions, TwoContextTokensWithOneSlotAreRefused) {
   o.threads = 1;
   auto backend = make_cpu_backend(ckpt, o);
   const ModelConfig& c = ckpt->config();
-  std::vector<bf16> hidden(static_cast<size_t>(3) * c.taps() * c.target_hidden_size, to_bf16(0.25f));
+  std::vector<bf16> hidden(static_cast<size_t>(3) * c.taps() * c.target_hidden_size,
+                           to_bf16(0.25f));
   std::vector<int64_t> positions = {0, 1, 2}, slots = {4, 9, 4};
   expect_mentions(error_of<InvalidArgument>([&] {
                     backend->store_context({3, hidden.data(), positions.data(), slots.data()});
@@ -98,7 +100,8 @@ TEST(ThreadPool, IsSizedOnceAndLargeThreadCountsMakeNoThreads) {
     ASSERT_EQ(sum.load(), int64_t{4096} * 4095 / 2) << "rep " << rep;
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(s, 20.0) << "1000 parallel_for calls of " << kMaxThreads << " ranges took " << s << " s";
+  EXPECT_LT(s, 20.0) << "1000 parallel_for calls of " << kMaxThreads << " ranges took " << s
+                     << " s";
   EXPECT_EQ(&cpu::ThreadPool::instance(), &pool);
   EXPECT_EQ(pool.workers(), workers);
 }
