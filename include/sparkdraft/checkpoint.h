@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "sparkdraft/config.h"
-#include "sparkdraft/error.h"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/error.h"
 #include "sparkdraft/safetensors.h"
 
 namespace sparkdraft {

@@ -27,9 +27,9 @@
 namespace sparkdraft {
 
 // Upper bounds of DraftOptions (validate_options refuses more).
-constexpr int kMaxThreads = 1024;        // CPU worker threads
-constexpr int kMaxReqs = 1 << 16;        // rows per propose call
-constexpr int kMaxTp = 1024;             // vocab-parallel ranks
+constexpr int kMaxThreads = 1024;  // CPU worker threads
+constexpr int kMaxReqs = 1 << 16;  // rows per propose call
+constexpr int kMaxTp = 1024;       // vocab-parallel ranks
 
 struct DraftOptions {
   int max_reqs = 8;            // rows per propose call

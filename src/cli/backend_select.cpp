@@ -17,9 +17,11 @@ std::string backend_help() {
 
 void require_backend_available(const std::string& kind) {
 #if defined(SPARKDRAFT_HAVE_CUDA)
-  if (kind == "cuda" && !cuda::cuda_available()) throw Unavailable("--backend cuda: no usable CUDA GPU here");
+  if (kind == "cuda" && !cuda::cuda_available())
+    throw Unavailable("--backend cuda: no usable CUDA GPU here");
 #else
-  if (kind == "cuda") throw Unavailable("--backend cuda: this build has no CUDA backend (no nvcc at configure time)");
+  if (kind == "cuda")
+    throw Unavailable("--backend cuda: this build has no CUDA backend (no nvcc at configure time)");
 #endif
 }
 
@@ -51,7 +53,8 @@ std::unique_ptr<DraftBackend> make_backend(const std::string& kind,
     std::printf("backend: cpu (no CUDA GPU found)\n");
   return backend;
 #else
-  if (kind == "cuda") throw Unavailable("--backend cuda: this build has no CUDA backend (no nvcc at configure time)");
+  if (kind == "cuda")
+    throw Unavailable("--backend cuda: this build has no CUDA backend (no nvcc at configure time)");
   auto backend = make_cpu_backend(std::move(ckpt), options);
   std::printf("backend: cpu (this build has no CUDA backend)\n");
   return backend;

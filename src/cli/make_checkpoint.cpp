@@ -1,15 +1,15 @@
 // `sparkdraft make-checkpoint`: writes a synthetic checkpoint of a named shape
 // (seeded, non-zero weights with the published tensor names) with progress.
-#include <chrono>
-#include <filesystem>
-#include <cstdio>
 #include <unistd.h>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "sparkdraft/error.h"
 #include "sparkdraft/checkpoint.h"
+#include "sparkdraft/error.h"
 
 namespace sparkdraft::cli {
 namespace {
@@ -22,7 +22,8 @@ void refuse_existing_output(const std::string& out, bool force) {
   const fs::file_status st = fs::status(out, ec);
   if (st.type() == fs::file_type::not_found) return;
   if (ec) throw IoError("cannot use --out '" + out + "': " + ec.message());
-  if (st.type() != fs::file_type::directory) throw IoError("--out '" + out + "' exists and is not a directory");
+  if (st.type() != fs::file_type::directory)
+    throw IoError("--out '" + out + "' exists and is not a directory");
   if (force) return;
   for (const char* name : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
     std::error_code e2;
@@ -55,8 +56,11 @@ Command add_make_checkpoint(CLI::App& app) {
                   "Layer style on that shape: qwen3 (DeepSpec pre-norm) or muse (sandwich, "
                   "norm-preserving fp32 residual, GPT-J RoPE, output gate, logit transform). "
                   "Default: the preset's own");
-  sub->add_option("--seed", opts->seed, "Seed of the weights")->check(uint64_value())->capture_default_str();
-  sub->add_option("--out", opts->out, "Output directory (created; refused if it already holds a checkpoint)")
+  sub->add_option("--seed", opts->seed, "Seed of the weights")
+      ->check(uint64_value())
+      ->capture_default_str();
+  sub->add_option("--out", opts->out,
+                  "Output directory (created; refused if it already holds a checkpoint)")
       ->required()
       ->check(non_empty(""));
   sub->add_flag("--force", opts->force, "Overwrite a checkpoint already in --out");

@@ -5,8 +5,8 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -31,11 +31,12 @@ class TinyCheckpoint {
     const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
     if (ec)
       throw IoError("no temporary directory for the tiny checkpoint (TMPDIR='" +
-                    std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "") + "'): " + ec.message());
+                    std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "") +
+                    "'): " + ec.message());
     std::string tmpl = (tmp / "sparkdraft-tiny-XXXXXX").string();
     if (!mkdtemp(tmpl.data()))
-      throw IoError("cannot create a temporary directory for the tiny checkpoint in '" + tmp.string() +
-                    "': " + std::strerror(errno));
+      throw IoError("cannot create a temporary directory for the tiny checkpoint in '" +
+                    tmp.string() + "': " + std::strerror(errno));
     dir_ = tmpl;
     SyntheticOptions so;
     so.seed = 1;

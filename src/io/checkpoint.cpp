@@ -14,12 +14,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <limits>
-#include <thread>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -49,7 +49,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // Whether a directory entry exists at all (a dangling or looping symlink counts).
-int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+int default_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 bool present(const fs::path& p) {
   std::error_code ec;
@@ -86,7 +88,8 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   if (!present(index))
     throw CheckpointError("no model.safetensors or model.safetensors.index.json in " + dir.string());
 
-  const std::string text = io::read_regular_file<CheckpointError>(index.string(), "safetensors index");
+  const std::string text =
+      io::read_regular_file<CheckpointError>(index.string(), "safetensors index");
   json j;
   try {
     j = json::parse(text);
@@ -133,7 +136,9 @@ bool nonfinite_at(const TensorInfo& t, int64_t i, const char** what) {
     exp_mask = 0x7f800000u, mant_mask = 0x007fffffu;
   }
   if ((bits & exp_mask) != exp_mask) return false;
-  *what = (bits & mant_mask) ? "NaN" : (bits >> (t.dtype == DType::bf16 ? 15 : 31)) ? "-inf" : "+inf";
+  *what = (bits & mant_mask)                             ? "NaN"
+          : (bits >> (t.dtype == DType::bf16 ? 15 : 31)) ? "-inf"
+                                                         : "+inf";
   return true;
 }
 
@@ -159,8 +164,9 @@ int64_t first_nonfinite(const TensorInfo& t, int threads) {
   cpu::parallel_for(blocks, threads, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1 && b * kBlock < first.load(std::memory_order_relaxed); ++b) {
       const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-      const bool bad = t.dtype == DType::bf16 ? any_nonfinite<uint16_t>(t.data, lo, hi, 0x7f80u)
-                                              : any_nonfinite<uint32_t>(t.data, lo, hi, 0x7f800000u);
+      const bool bad = t.dtype == DType::bf16
+                           ? any_nonfinite<uint16_t>(t.data, lo, hi, 0x7f80u)
+                           : any_nonfinite<uint32_t>(t.data, lo, hi, 0x7f800000u);
       if (!bad) continue;
       const char* what = nullptr;
       for (int64_t i = lo; i < hi; ++i)
@@ -245,7 +251,8 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
     throw CheckpointError("checkpoint directory '" + dir + "' does not exist");
   if (ec) throw CheckpointError("cannot read checkpoint directory '" + dir + "': " + ec.message());
   if (st.type() != fs::file_type::directory)
-    throw CheckpointError("checkpoint path '" + dir + "' is not a directory (a checkpoint is a directory "
+    throw CheckpointError("checkpoint path '" + dir +
+                          "' is not a directory (a checkpoint is a directory "
                           "holding config.json and model.safetensors)");
   if (!present(d / "config.json")) throw CheckpointError("no config.json in " + dir);
 
@@ -281,12 +288,14 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
       throw CheckpointError(where + ": data is not aligned to its " + std::to_string(dtype_size(t.dtype)) +
                             "-byte dtype (the file's tensors are not laid out in alignment order)");
     if (!options.allow_nonfinite) {
-      const int64_t bad = first_nonfinite(t, options.threads > 0 ? options.threads : default_threads());
+      const int64_t bad =
+          first_nonfinite(t, options.threads > 0 ? options.threads : default_threads());
       if (bad >= 0) {
         const char* what = "non-finite";
         nonfinite_at(t, bad, &what);
-        throw NonFiniteWeights(where + ": non-finite value (" + what + ") at index " + std::to_string(bad) +
-                               " " + coordinates(bad, t.shape) + " of " + t.shape_string() +
+        throw NonFiniteWeights(where + ": non-finite value (" + what + ") at index " +
+                               std::to_string(bad) + " " + coordinates(bad, t.shape) + " of " +
+                               t.shape_string() +
                                "; refusing the checkpoint (LoadOptions::allow_nonfinite, or "
                                "--allow-nonfinite-weights on the CLI, loads it anyway)");
       }

@@ -215,8 +215,10 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   uint64_t data_end = 0;
   for (const auto& r : ranges) data_end = std::max(data_end, std::get<1>(r));
   if (data_end < data_size)
-    corrupt(std::to_string(data_size - data_end) + " trailing bytes after the end of the last tensor's data (the data section has " +
-            std::to_string(data_size) + " bytes, the tensors cover " + std::to_string(data_end) + ")");
+    corrupt(std::to_string(data_size - data_end) +
+            " trailing bytes after the end of the last tensor's data (the data section has " +
+            std::to_string(data_size) + " bytes, the tensors cover " + std::to_string(data_end) +
+            ")");
   return file;
 }
 
@@ -300,7 +302,8 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
   const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(file_size));
   if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
     cleanup();
-    throw IoError("cannot allocate " + std::to_string(file_size) + " bytes for '" + path + "': " + std::strerror(rc));
+    throw IoError("cannot allocate " + std::to_string(file_size) + " bytes for '" + path +
+                  "': " + std::strerror(rc));
   }
   if (rc != 0 && ::ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
     const std::string why = errno_text();

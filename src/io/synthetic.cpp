@@ -217,8 +217,9 @@ void write_synthetic_checkpoint(const ModelConfig& config, const std::string& di
 namespace {
 void write_files(const ModelConfig& config, const std::string& dir, const std::string& config_path,
                  const SyntheticOptions& options) {
-  const nlohmann::json cj = options.hf_config && io::hf_expressible(config) ? io::export_hf_config(config)
-                                                                             : config_to_json(config);
+  const nlohmann::json cj = options.hf_config && io::hf_expressible(config)
+                                ? io::export_hf_config(config)
+                                : config_to_json(config);
   std::ofstream out(config_path);
   if (!out) throw IoError("cannot create " + config_path);
   out << cj.dump(2) << "\n";

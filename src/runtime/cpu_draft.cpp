@@ -47,9 +47,10 @@ class CpuDraft final : public DraftBackend {
       kv_.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
       rope_.resize(static_cast<size_t>(o_.max_positions()) * c_.head_dim);
     } catch (const std::bad_alloc&) {
-      throw InvalidArgument("DraftOptions: the KV cache (" + std::to_string(c_.num_layers) + " layers x " +
-                            std::to_string(per_layer * sizeof(bf16)) + " bytes for num_pages " +
-                            std::to_string(o_.num_pages) + ", page_size " + std::to_string(o_.page_size) +
+      throw InvalidArgument("DraftOptions: the KV cache (" + std::to_string(c_.num_layers) +
+                            " layers x " + std::to_string(per_layer * sizeof(bf16)) +
+                            " bytes for num_pages " + std::to_string(o_.num_pages) +
+                            ", page_size " + std::to_string(o_.page_size) +
                             ") cannot be allocated");
     } catch (const std::length_error&) {
       throw InvalidArgument("DraftOptions: the KV cache (" + std::to_string(per_layer) +

@@ -21,15 +21,16 @@ void require(bool ok, const std::string& what) {
 
 void validate_options(const ModelConfig& c, const DraftOptions& o) {
   auto at_least_one = [](int v, const char* field) {
-    require(v >= 1, std::string("DraftOptions: ") + field + " " + std::to_string(v) + " must be >= 1");
+    require(v >= 1,
+            std::string("DraftOptions: ") + field + " " + std::to_string(v) + " must be >= 1");
   };
   at_least_one(o.max_reqs, "max_reqs");
   at_least_one(o.num_pages, "num_pages");
   at_least_one(o.page_size, "page_size");
   at_least_one(o.max_pages_per_req, "max_pages_per_req");
   at_least_one(o.cache_slots, "cache_slots");
-  require(o.max_reqs <= kMaxReqs, "DraftOptions: max_reqs " + std::to_string(o.max_reqs) + " exceeds " +
-                                      std::to_string(kMaxReqs));
+  require(o.max_reqs <= kMaxReqs, "DraftOptions: max_reqs " + std::to_string(o.max_reqs) +
+                                      " exceeds " + std::to_string(kMaxReqs));
   require(o.threads >= 0 && o.threads <= kMaxThreads,
           "DraftOptions: threads " + std::to_string(o.threads) + " is outside [0, " +
               std::to_string(kMaxThreads) + "] (0 = hardware concurrency)");
@@ -48,9 +49,11 @@ void validate_options(const ModelConfig& c, const DraftOptions& o) {
                          std::to_string(o.max_pages_per_req) + ") overflows the KV cache size");
   // Beyond 1 TiB no machine of this kind holds it: refused here, by name,
   // rather than left to the allocator (std::length_error, or an abort under ASan).
-  const int64_t kv_bytes = kv <= (int64_t{1} << 40) / 2 / std::max(c.num_layers, 1) ? kv * 2 * c.num_layers : -1;
-  require(kv_bytes >= 0, "DraftOptions: num_pages " + std::to_string(o.num_pages) + " x page_size " +
-                             std::to_string(o.page_size) + " makes a KV cache of more than 1 TiB (" +
+  const int64_t kv_bytes =
+      kv <= (int64_t{1} << 40) / 2 / std::max(c.num_layers, 1) ? kv * 2 * c.num_layers : -1;
+  require(kv_bytes >= 0, "DraftOptions: num_pages " + std::to_string(o.num_pages) +
+                             " x page_size " + std::to_string(o.page_size) +
+                             " makes a KV cache of more than 1 TiB (" +
                              std::to_string(c.num_layers) + " layers x " + std::to_string(kv) +
                              " bf16 values each)");
 }
@@ -72,8 +75,8 @@ void validate_context(const ModelConfig& c, const DraftOptions& o, const Context
                                             std::to_string(slots) + ")");
     if (slot < 0) continue;
     const auto [it, fresh] = writer.emplace(slot, t);
-    require(fresh, "store_context: tokens " + std::to_string(it->second) + " and " + std::to_string(t) +
-                       " both write KV slot " + std::to_string(slot));
+    require(fresh, "store_context: tokens " + std::to_string(it->second) + " and " +
+                       std::to_string(t) + " both write KV slot " + std::to_string(slot));
   }
   (void)c;
 }
