@@ -29,6 +29,7 @@
 
 #include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/error.h"
 #include "sparkdraft/safetensors.h"
 
 namespace sparkdraft {
@@ -66,12 +67,28 @@ struct DraftWeights {
   std::vector<LayerWeights> layers;
 };
 
+struct LoadOptions {
+  // Every tensor the draft uses is scanned for NaN and infinity at load (one
+  // NaN in lm_head would make every draft token that id); a non-finite value
+  // is refused with NonFiniteWeights naming the tensor and the first bad
+  // index. Set this to load such a checkpoint anyway (e.g. to study it).
+  bool allow_nonfinite = false;
+  int threads = 0;  // threads of that scan (0 = hardware concurrency)
+};
+
+// A checkpoint refused because a tensor holds NaN or infinity.
+class NonFiniteWeights : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 class Checkpoint {
  public:
   // Loads config.json (ours or HF) and the safetensors files of `dir`, resolves
   // and validates every tensor. Throws ConfigError / CheckpointError naming the
-  // field, file or tensor at fault.
-  static Checkpoint load(const std::string& dir);
+  // field, file or tensor at fault. Only regular files are read (a FIFO, a
+  // directory or a symlink loop in place of a file is refused by name).
+  static Checkpoint load(const std::string& dir, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const DraftWeights& weights() const { return weights_; }

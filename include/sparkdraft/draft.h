@@ -26,6 +26,11 @@
 
 namespace sparkdraft {
 
+// Upper bounds of DraftOptions (validate_options refuses more).
+constexpr int kMaxThreads = 1024;  // CPU worker threads
+constexpr int kMaxReqs = 1 << 16;  // rows per propose call
+constexpr int kMaxTp = 1024;       // vocab-parallel ranks
+
 struct DraftOptions {
   int max_reqs = 8;            // rows per propose call
   int num_pages = 256;         // KV cache pages per layer
@@ -83,7 +88,14 @@ class DraftBackend {
   virtual std::vector<bf16> kv_cache(int layer) const = 0;
 };
 
+// Refuses options no backend can honour: max_reqs, num_pages, page_size,
+// max_pages_per_req and cache_slots >= 1, max_reqs <= kMaxReqs, threads in
+// [0, kMaxThreads], tp a power of two <= kMaxTp dividing the vocabulary, and a
+// KV cache of at most 1 TiB (InvalidArgument naming the field).
+void validate_options(const ModelConfig& c, const DraftOptions& o);
+
 // Refuses bad input at the API boundary (InvalidArgument naming row and field).
+// store_context also refuses two tokens of one batch writing the same KV slot.
 void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b);
 void validate_propose(const ModelConfig& c, const DraftOptions& o, const ProposeBatch& b);
 

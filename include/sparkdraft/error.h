@@ -30,6 +30,20 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+// A file-system operation that failed or was refused: an output that exists,
+// a directory that cannot be created, a missing temporary directory, ...
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A capability this build or machine lacks: the CUDA backend (built without
+// nvcc) or a usable CUDA GPU.
+class Unavailable : public Error {
+ public:
+  using Error::Error;
+};
+
 // A CUDA / cuBLAS / NCCL call that failed (see cuda/check.h for the macros).
 class DeviceError : public Error {
  public:

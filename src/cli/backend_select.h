@@ -10,6 +10,9 @@
 namespace sparkdraft::cli {
 
 std::string backend_help();
+// Throws Unavailable when `kind` is cuda and this build or machine has no GPU
+// (called before anything is printed or written).
+void require_backend_available(const std::string& kind);
 // kind: auto | cpu | cuda. `cuda` without a GPU is an error; `auto` says which it took.
 std::unique_ptr<DraftBackend> make_backend(const std::string& kind,
                                            std::shared_ptr<const Checkpoint> ckpt,

@@ -8,6 +8,7 @@
 
 #include "cli/backend_select.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/tiny_checkpoint.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/scenario.h"
@@ -19,6 +20,7 @@ Command add_demo(CLI::App& app) {
     std::string checkpoint, backend = "auto";
     int requests = 3, rounds = 3, tp = 1, threads = 0;
     uint64_t seed = 1;
+    bool allow_nonfinite = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -27,22 +29,35 @@ Command add_demo(CLI::App& app) {
       "per-stage timings. Without --checkpoint a tiny synthetic checkpoint is made first.");
   sub->add_option("--checkpoint", opts->checkpoint,
                   "Checkpoint directory (config.json + safetensors); default: a tiny synthetic one "
-                  "written to a temporary directory");
+                  "written to a temporary directory")
+      ->check(non_empty(" (leave --checkpoint out for a tiny synthetic checkpoint)"));
   sub->add_option("--requests", opts->requests, "Number of requests (rows)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   sub->add_option("--rounds", opts->rounds, "Drafting rounds")->check(CLI::Range(1, 1000))->capture_default_str();
   sub->add_option("--seed", opts->seed, "Scenario seed (prompts, hidden states, sampling seeds)")
+      ->check(uint64_value())
       ->capture_default_str();
   sub->add_option("--tp", opts->tp, "Vocab-parallel ranks of the Markov loop (power of two)")
+      ->check(power_of_two(kMaxTp))
       ->capture_default_str();
-  sub->add_option("--threads", opts->threads, "CPU worker threads (0 = all cores)")->capture_default_str();
-  sub->add_option("--backend", opts->backend, backend_help())->capture_default_str();
+  sub->add_option("--threads", opts->threads,
+                  "CPU worker threads (0 = all cores; at most " + std::to_string(kMaxThreads) + ")")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
+  add_allow_nonfinite(sub, opts->allow_nonfinite);
+  sub->add_option("--backend", opts->backend, backend_help())
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
   return {sub, [opts] {
             const auto t0 = std::chrono::steady_clock::now();
+            require_backend_available(opts->backend);
             TinyCheckpoint tiny;
             const std::string dir = opts->checkpoint.empty() ? tiny.make("qwen3") : opts->checkpoint;
-            auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir));
+            LoadOptions lo;
+            lo.allow_nonfinite = opts->allow_nonfinite;
+            lo.threads = opts->threads;
+            auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir, lo));
             const ModelConfig& c = ckpt->config();
             ScenarioOptions s;
             s.request_ids.clear();

@@ -7,8 +7,10 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/tiny_checkpoint.h"
 #include "sparkdraft/checkpoint.h"
+#include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/scenario.h"
 
@@ -23,18 +25,35 @@ namespace sparkdraft::cli {
 namespace {
 
 // The checkpoint of --checkpoint, or a tiny synthetic one in `tiny`'s directory.
-std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir, const std::string& style,
-                                                    TinyCheckpoint& tiny) {
-  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.empty() ? tiny.make(style) : dir));
+[[maybe_unused]] std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir,
+                                                                     const std::string& style,
+                                                                     bool allow_nonfinite,
+                                                                     TinyCheckpoint& tiny) {
+  LoadOptions lo;
+  lo.allow_nonfinite = allow_nonfinite;
+  return std::make_shared<const Checkpoint>(
+      Checkpoint::load(dir.empty() ? tiny.make(style) : dir, lo));
 }
 
-[[noreturn]] void no_cuda(const char* what) {
-  throw InvalidArgument(std::string(what) + " needs the CUDA backend, which this build does not have (no nvcc at configure time)");
+[[maybe_unused]] [[noreturn]] void no_cuda(const char* what) {
+  throw Unavailable(
+      std::string(what) +
+      " needs the CUDA backend, which this build does not have (no nvcc at configure time)");
+}
+
+void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string& style,
+                            bool& allow_nonfinite) {
+  sub->add_option("--checkpoint", checkpoint, "Checkpoint directory; default: a tiny synthetic one")
+      ->check(non_empty(" (leave --checkpoint out for a tiny synthetic checkpoint)"));
+  sub->add_option("--style", style, "Style of the default tiny checkpoint: qwen3 or muse")
+      ->check(CLI::IsMember({"qwen3", "muse"}));
+  add_allow_nonfinite(sub, allow_nonfinite);
 }
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
 void require_gpu(const char* what) {
-  if (!cuda::cuda_available()) throw InvalidArgument(std::string(what) + " needs a CUDA GPU, and none is usable here");
+  if (!cuda::cuda_available())
+    throw Unavailable(std::string(what) + " needs a CUDA GPU, and none is usable here");
 }
 #endif
 
@@ -45,23 +64,27 @@ Command add_check(CLI::App& app) {
     std::string checkpoint, style;
     int requests = 3, rounds = 3;
     uint64_t seed = 1;
+    bool allow_nonfinite = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "check",
       "Bit-for-bit check of the exactness contract on the GPU: the CPU backend (its matrix "
       "products done on the GPU) vs the GPU eager path vs the GPU fused path, on draft tokens, "
-      "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any difference.");
-  sub->add_option("--checkpoint", opts->checkpoint, "Checkpoint directory; default: a tiny synthetic one");
-  sub->add_option("--style", opts->style, "Style of the default tiny checkpoint: qwen3 or muse");
+      "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any "
+      "difference, 4 without a GPU.");
+  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
   sub->add_option("--requests", opts->requests, "Requests")->check(CLI::Range(1, 64))->capture_default_str();
   sub->add_option("--rounds", opts->rounds, "Rounds")->check(CLI::Range(1, 100))->capture_default_str();
-  sub->add_option("--seed", opts->seed, "Scenario seed")->capture_default_str();
+  sub->add_option("--seed", opts->seed, "Scenario seed")
+      ->check(uint64_value())
+      ->capture_default_str();
   return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
-            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, tiny);
+            auto ckpt =
+                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
             ScenarioOptions s;
             s.request_ids.clear();
             for (int r = 0; r < opts->requests; ++r) s.request_ids.push_back(r);
@@ -81,16 +104,19 @@ Command add_plan(CLI::App& app) {
   struct Opts {
     std::string checkpoint, style;
     int max_reqs = 8;
+    bool allow_nonfinite = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("plan", "Print what runs fused on the GPU for a checkpoint, and why any part does not");
-  sub->add_option("--checkpoint", opts->checkpoint, "Checkpoint directory; default: a tiny synthetic one");
-  sub->add_option("--style", opts->style, "Style of the default tiny checkpoint: qwen3 or muse");
-  sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")->capture_default_str();
+  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
+  sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")
+      ->check(CLI::Range(1, kMaxReqs))
+      ->capture_default_str();
   return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             TinyCheckpoint tiny;
-            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, tiny);
+            auto ckpt =
+                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
             std::printf("%s\n", cuda::gpu_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs).c_str());
             return 0;
 #else
@@ -116,15 +142,26 @@ Command add_bench(CLI::App& app) {
       "The Markov loop: eager (in a CUDA graph) vs fused (in a CUDA graph) vs the floor, the bytes "
       "the loop must move over the copy bandwidth measured in the same run. Checks fused == eager "
       "bit for bit before timing; median of repeats; prints a table and writes JSON.");
-  sub->add_option("--vocab", opts->vocab, "Vocabulary V")->capture_default_str();
-  sub->add_option("--rank", opts->rank, "Markov rank")->capture_default_str();
-  sub->add_option("--steps", opts->steps, "Draft tokens N")->capture_default_str();
-  sub->add_option("--rows", opts->rows, "Row counts to run (several allowed)")->capture_default_str();
-  sub->add_option("--repeats", opts->repeats, "Timed repeats (median)")->capture_default_str();
+  sub->add_option("--vocab", opts->vocab, "Vocabulary V")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--rank", opts->rank, "Markov rank")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--steps", opts->steps, "Draft tokens N")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->add_option("--rows", opts->rows, "Row counts to run (several allowed)")
+      ->check(CLI::Range(1, kMaxReqs))
+      ->capture_default_str();
+  sub->add_option("--repeats", opts->repeats, "Timed repeats (median)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   sub->add_option("--temperature", opts->temperature, "Temperature of every row")->capture_default_str();
   sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");
   sub->add_flag("--spec", opts->spec_suite,
-                "Run the SPEC section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at 1, 8 and 32 rows");
+                "Run the SPEC section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at "
+                "1, 8 and 32 rows");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
@@ -162,7 +199,7 @@ Command add_bench(CLI::App& app) {
                           r.floor_us, r.fused_ratio, r.eager_ratio);
             if (!opts->json.empty()) {
               std::ofstream f(opts->json);
-              if (!f) throw InvalidArgument("cannot write " + opts->json);
+              if (!f) throw IoError("cannot write " + opts->json);
               f << all.dump(2) << "\n";
               std::printf("wrote %s\n", opts->json.c_str());
             }

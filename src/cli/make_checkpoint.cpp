@@ -1,19 +1,45 @@
 // `sparkdraft make-checkpoint`: writes a synthetic checkpoint of a named shape
 // (seeded, non-zero weights with the published tensor names) with progress.
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
-#include <unistd.h>
+#include <filesystem>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "sparkdraft/checkpoint.h"
+#include "sparkdraft/error.h"
 
 namespace sparkdraft::cli {
+namespace {
+
+// --out must be a directory (or nothing yet) without a checkpoint in it,
+// unless --force: a checkpoint is never overwritten silently.
+void refuse_existing_output(const std::string& out, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);
+  if (st.type() == fs::file_type::not_found) return;
+  if (ec) throw IoError("cannot use --out '" + out + "': " + ec.message());
+  if (st.type() != fs::file_type::directory)
+    throw IoError("--out '" + out + "' exists and is not a directory");
+  if (force) return;
+  for (const char* name : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
+    std::error_code e2;
+    if (fs::symlink_status(fs::path(out) / name, e2).type() != fs::file_type::not_found)
+      throw IoError("--out '" + out + "' already holds a checkpoint (" + name +
+                    "); pass --force to overwrite it");
+  }
+}
+
+}  // namespace
 
 Command add_make_checkpoint(CLI::App& app) {
   struct Opts {
     std::string preset = "tiny", style, out;
     uint64_t seed = 1;
+    bool force = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -30,10 +56,17 @@ Command add_make_checkpoint(CLI::App& app) {
                   "Layer style on that shape: qwen3 (DeepSpec pre-norm) or muse (sandwich, "
                   "norm-preserving fp32 residual, GPT-J RoPE, output gate, logit transform). "
                   "Default: the preset's own");
-  sub->add_option("--seed", opts->seed, "Seed of the weights")->capture_default_str();
-  sub->add_option("--out", opts->out, "Output directory (created)")->required();
+  sub->add_option("--seed", opts->seed, "Seed of the weights")
+      ->check(uint64_value())
+      ->capture_default_str();
+  sub->add_option("--out", opts->out,
+                  "Output directory (created; refused if it already holds a checkpoint)")
+      ->required()
+      ->check(non_empty(""));
+  sub->add_flag("--force", opts->force, "Overwrite a checkpoint already in --out");
   return {sub, [opts] {
             ModelConfig config = preset_config(opts->preset, opts->style);
+            refuse_existing_output(opts->out, opts->force);
             SyntheticOptions so;
             so.seed = opts->seed;
             const auto t0 = std::chrono::steady_clock::now();

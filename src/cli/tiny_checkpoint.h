@@ -3,8 +3,10 @@
 // share one) and removed when the command ends.
 #pragma once
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -25,8 +27,16 @@ class TinyCheckpoint {
 
   // Writes the tiny preset in `style` ("qwen3" or "muse") and returns its directory.
   std::string make(const std::string& style) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "sparkdraft-tiny-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw InvalidArgument("cannot create a temporary directory for the tiny checkpoint");
+    std::error_code ec;
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+    if (ec)
+      throw IoError("no temporary directory for the tiny checkpoint (TMPDIR='" +
+                    std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "") +
+                    "'): " + ec.message());
+    std::string tmpl = (tmp / "sparkdraft-tiny-XXXXXX").string();
+    if (!mkdtemp(tmpl.data()))
+      throw IoError("cannot create a temporary directory for the tiny checkpoint in '" +
+                    tmp.string() + "': " + std::strerror(errno));
     dir_ = tmpl;
     SyntheticOptions so;
     so.seed = 1;

@@ -12,14 +12,19 @@
 #include "sparkdraft/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "cpu/parallel.h"
+#include "io/file_util.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
@@ -41,6 +46,16 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Whether a directory entry exists at all (a dangling or looping symlink counts).
+int default_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+bool present(const fs::path& p) {
+  std::error_code ec;
+  return fs::symlink_status(p, ec).type() != fs::file_type::not_found && !ec;
 }
 
 // Refuses checkpoints of formats out of scope, recognised by tensor name.
@@ -67,15 +82,17 @@ void refuse_unsupported(const std::string& name, const SafetensorsFile& file) {
 std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) {
   const fs::path single = dir / "model.safetensors";
   const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(single)) return {SafetensorsFile::open(single.string())};
-  if (!fs::exists(index))
+  // An entry that is there at all (even a dangling or looping symlink) is
+  // opened, so that the error says what is wrong with it.
+  if (present(single)) return {SafetensorsFile::open(single.string())};
+  if (!present(index))
     throw CheckpointError("no model.safetensors or model.safetensors.index.json in " + dir.string());
 
-  std::ifstream in(index);
-  if (!in) throw CheckpointError("cannot open " + index.string());
+  const std::string text =
+      io::read_regular_file<CheckpointError>(index.string(), "safetensors index");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw CheckpointError(index.string() + ": not valid JSON (" + e.what() + ")");
   }
@@ -92,7 +109,7 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   std::vector<std::shared_ptr<SafetensorsFile>> files;
   for (const std::string& shard : shard_names) {
     const fs::path p = dir / shard;
-    if (!fs::exists(p))
+    if (!present(p))
       throw CheckpointError("shard '" + shard + "' listed in " + index.string() + " is missing");
     files.push_back(SafetensorsFile::open(p.string()));
     shards[shard] = files.back();
@@ -104,6 +121,75 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
                             ", which has no such tensor");
   }
   return files;
+}
+
+// Whether the value at index i of a bf16 / f32 tensor is NaN or infinite
+// (exponent bits all ones), and which of the two.
+bool nonfinite_at(const TensorInfo& t, int64_t i, const char** what) {
+  uint32_t exp_mask, mant_mask, bits;
+  if (t.dtype == DType::bf16) {
+    uint16_t b;
+    std::memcpy(&b, t.data + 2 * i, 2);
+    bits = b, exp_mask = 0x7f80u, mant_mask = 0x007fu;
+  } else {
+    std::memcpy(&bits, t.data + 4 * i, 4);
+    exp_mask = 0x7f800000u, mant_mask = 0x007fffffu;
+  }
+  if ((bits & exp_mask) != exp_mask) return false;
+  *what = (bits & mant_mask)                             ? "NaN"
+          : (bits >> (t.dtype == DType::bf16 ? 15 : 31)) ? "-inf"
+                                                         : "+inf";
+  return true;
+}
+
+// Whether [begin, end) of a tensor holds a non-finite value: a branch-free OR
+// over the exponent bits that the compiler vectorizes (memory-bound).
+template <class U>
+bool any_nonfinite(const uint8_t* data, int64_t begin, int64_t end, U exp_mask) {
+  const U* p = reinterpret_cast<const U*>(data);
+  U hit = 0;
+  for (int64_t i = begin; i < end; ++i) hit |= static_cast<U>((p[i] & exp_mask) == exp_mask);
+  return hit != 0;
+}
+
+// First index of a non-finite value of a bf16 or f32 tensor, or -1. Blocks of
+// the tensor are scanned on `threads` threads; each range stops at its first
+// bad block, and the lowest bad index over all ranges is the answer.
+int64_t first_nonfinite(const TensorInfo& t, int threads) {
+  if (t.dtype != DType::bf16 && t.dtype != DType::f32) return -1;
+  const int64_t n = t.numel();
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
+  cpu::parallel_for(blocks, threads, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1 && b * kBlock < first.load(std::memory_order_relaxed); ++b) {
+      const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+      const bool bad = t.dtype == DType::bf16
+                           ? any_nonfinite<uint16_t>(t.data, lo, hi, 0x7f80u)
+                           : any_nonfinite<uint32_t>(t.data, lo, hi, 0x7f800000u);
+      if (!bad) continue;
+      const char* what = nullptr;
+      for (int64_t i = lo; i < hi; ++i)
+        if (nonfinite_at(t, i, &what)) {
+          int64_t cur = first.load();
+          while (i < cur && !first.compare_exchange_weak(cur, i)) {
+          }
+          return;
+        }
+    }
+  });
+  const int64_t i = first.load();
+  return i == std::numeric_limits<int64_t>::max() ? -1 : i;
+}
+
+// "[12, 34]": the coordinates of flat index i in a row-major shape.
+std::string coordinates(int64_t i, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? i % shape[d] : 0;
+    i = shape[d] ? i / shape[d] : 0;
+  }
+  return shape_text(idx);
 }
 
 }  // namespace
@@ -156,10 +242,19 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   return specs;
 }
 
-Checkpoint Checkpoint::load(const std::string& dir) {
+Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) {
+  if (dir.empty()) throw CheckpointError("the checkpoint directory path is empty");
   const fs::path d(dir);
-  if (!fs::is_directory(d)) throw CheckpointError("checkpoint directory '" + dir + "' does not exist");
-  if (!fs::exists(d / "config.json")) throw CheckpointError("no config.json in " + dir);
+  std::error_code ec;
+  const fs::file_status st = fs::status(d, ec);
+  if (st.type() == fs::file_type::not_found)
+    throw CheckpointError("checkpoint directory '" + dir + "' does not exist");
+  if (ec) throw CheckpointError("cannot read checkpoint directory '" + dir + "': " + ec.message());
+  if (st.type() != fs::file_type::directory)
+    throw CheckpointError("checkpoint path '" + dir +
+                          "' is not a directory (a checkpoint is a directory "
+                          "holding config.json and model.safetensors)");
+  if (!present(d / "config.json")) throw CheckpointError("no config.json in " + dir);
 
   Checkpoint ck;
   ck.dir_ = dir;
@@ -192,6 +287,19 @@ Checkpoint Checkpoint::load(const std::string& dir) {
     if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
       throw CheckpointError(where + ": data is not aligned to its " + std::to_string(dtype_size(t.dtype)) +
                             "-byte dtype (the file's tensors are not laid out in alignment order)");
+    if (!options.allow_nonfinite) {
+      const int64_t bad =
+          first_nonfinite(t, options.threads > 0 ? options.threads : default_threads());
+      if (bad >= 0) {
+        const char* what = "non-finite";
+        nonfinite_at(t, bad, &what);
+        throw NonFiniteWeights(where + ": non-finite value (" + what + ") at index " +
+                               std::to_string(bad) + " " + coordinates(bad, t.shape) + " of " +
+                               t.shape_string() +
+                               "; refusing the checkpoint (LoadOptions::allow_nonfinite, or "
+                               "--allow-nonfinite-weights on the CLI, loads it anyway)");
+      }
+    }
     data[spec.name] = t.data;
   }
 

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/file_util.h"
 #include "io/hf_config.h"
 #include "sparkdraft/error.h"
 
@@ -487,11 +488,11 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
 }
 
 ModelConfig load_config_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("cannot open config file '" + path + "'");
+  // A regular file only: a directory, a FIFO or a symlink loop is refused by name.
+  const std::string text = io::read_regular_file<ConfigError>(path, "config file");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw ConfigError(path + ": not valid JSON (" + e.what() + ")");
   }
@@ -509,9 +510,10 @@ ModelConfig load_config_file(const std::string& path) {
 void save_config_file(const ModelConfig& config, const std::string& path) {
   config.validate();
   std::ofstream out(path);
+  if (!out) throw IoError("cannot create config file '" + path + "'");
   out << config_to_json(config).dump(2) << "\n";
   out.close();
-  if (!out) throw ConfigError("cannot write config file '" + path + "'");
+  if (!out) throw IoError("cannot write config file '" + path + "'");
 }
 
 namespace io {

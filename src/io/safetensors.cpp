@@ -22,10 +22,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "io/file_util.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
@@ -96,8 +98,9 @@ int64_t TensorInfo::numel() const {
 std::string TensorInfo::shape_string() const { return shape_text(shape); }
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError("cannot open '" + path + "': " + errno_text());
+  // Regular files only: a FIFO would block the mapping, a directory cannot be
+  // mapped (both refused with what they are).
+  const int fd = io::open_regular_file<CheckpointError>(path, "safetensors file");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const std::string why = errno_text();
@@ -131,12 +134,23 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     corrupt("truncated or corrupt file: header size " + std::to_string(header_size) +
             " does not fit in the file (" + std::to_string(file_size) + " bytes)");
 
+  // nlohmann::json keeps the last of two equal keys; a repeated tensor name is
+  // a corrupt (or forged) header, so the parser callback refuses it.
   json header;
+  std::set<std::string> top_keys;
+  std::string duplicate;
+  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && duplicate.empty() &&
+        !top_keys.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(bytes + 8, bytes + 8 + header_size);
+    header = json::parse(bytes + 8, bytes + 8 + header_size, on_event);
   } catch (const json::exception& e) {
     corrupt(std::string("corrupt header: not valid JSON (") + e.what() + ")");
   }
+  if (!duplicate.empty()) corrupt("corrupt header: tensor name '" + duplicate + "' appears twice");
   if (!header.is_object()) corrupt("corrupt header: not a JSON object");
 
   const uint8_t* data = bytes + 8 + header_size;
@@ -196,6 +210,15 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     if (std::get<0>(ranges[i]) < std::get<1>(ranges[i - 1]))
       corrupt("corrupt header: tensors '" + std::get<2>(ranges[i - 1]) + "' and '" + std::get<2>(ranges[i]) +
               "' overlap in the data section");
+  // The data section ends where the last tensor does: bytes after it are a
+  // sign of a damaged or concatenated file (the reference reader refuses them too).
+  uint64_t data_end = 0;
+  for (const auto& r : ranges) data_end = std::max(data_end, std::get<1>(r));
+  if (data_end < data_size)
+    corrupt(std::to_string(data_size - data_end) +
+            " trailing bytes after the end of the last tensor's data (the data section has " +
+            std::to_string(data_size) + " bytes, the tensors cover " + std::to_string(data_end) +
+            ")");
   return file;
 }
 
@@ -223,8 +246,15 @@ void SafetensorsWriter::add_copy(const std::string& name, DType dtype, std::vect
   for (int64_t d : shape) numel *= d;
   const size_t nbytes = static_cast<size_t>(std::max<int64_t>(numel, 0)) * dtype_size(dtype);
   auto copy = std::make_shared<std::vector<uint8_t>>(nbytes);
-  if (nbytes) std::memcpy(copy->data(), data, nbytes);
-  add(name, dtype, std::move(shape), [copy](uint8_t* dst, size_t n) { std::memcpy(dst, copy->data(), n); });
+  if (nbytes) {
+    if (!data) throw InvalidArgument("safetensors writer: tensor '" + name + "' has no data");
+    std::memcpy(copy->data(), data, nbytes);
+  }
+  // A zero-element tensor has nothing to copy (and memcpy from a null pointer
+  // is undefined even for zero bytes).
+  add(name, dtype, std::move(shape), [copy](uint8_t* dst, size_t n) {
+    if (n) std::memcpy(dst, copy->data(), n);
+  });
 }
 
 void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
@@ -262,7 +292,7 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
 
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError("cannot create '" + tmp + "': " + errno_text());
+  if (fd < 0) throw IoError("cannot create '" + tmp + "': " + errno_text());
   void* map = MAP_FAILED;
   auto cleanup = [&] {
     if (map != MAP_FAILED) ::munmap(map, file_size);
@@ -272,18 +302,19 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
   const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(file_size));
   if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
     cleanup();
-    throw CheckpointError("cannot allocate " + std::to_string(file_size) + " bytes for '" + path + "': " + std::strerror(rc));
+    throw IoError("cannot allocate " + std::to_string(file_size) + " bytes for '" + path +
+                  "': " + std::strerror(rc));
   }
   if (rc != 0 && ::ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
     const std::string why = errno_text();
     cleanup();
-    throw CheckpointError("cannot size '" + tmp + "': " + why);
+    throw IoError("cannot size '" + tmp + "': " + why);
   }
   map = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) {
     const std::string why = errno_text();
     cleanup();
-    throw CheckpointError("cannot map '" + tmp + "' for writing: " + why);
+    throw IoError("cannot map '" + tmp + "' for writing: " + why);
   }
   auto* out = static_cast<uint8_t*>(map);
   const uint64_t header_size = text.size();
@@ -316,12 +347,12 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
   if (::close(fd) != 0) {
     const std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw CheckpointError("cannot write '" + tmp + "': " + why);
+    throw IoError("cannot write '" + tmp + "': " + why);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw CheckpointError("cannot rename '" + tmp + "' to '" + path + "': " + why);
+    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + why);
   }
 }
 

@@ -190,19 +190,41 @@ ModelConfig preset_config(const std::string& preset, const std::string& style) {
   return c;
 }
 
+namespace {
+void write_files(const ModelConfig& config, const std::string& dir, const std::string& config_path,
+                 const SyntheticOptions& options);
+}  // namespace
+
 void write_synthetic_checkpoint(const ModelConfig& config, const std::string& dir, const SyntheticOptions& options) {
   config.validate();
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw CheckpointError("cannot create checkpoint directory '" + dir + "': " + ec.message());
-
-  const nlohmann::json cj = options.hf_config && io::hf_expressible(config) ? io::export_hf_config(config)
-                                                                             : config_to_json(config);
+  const bool created = fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create checkpoint directory '" + dir + "': " + ec.message());
+  // No partial output: on any failure what this call wrote is removed again.
   const std::string config_path = (fs::path(dir) / "config.json").string();
+  try {
+    write_files(config, dir, config_path, options);
+  } catch (...) {
+    std::error_code ignored;
+    if (created)
+      fs::remove_all(dir, ignored);
+    else
+      fs::remove(config_path, ignored);
+    throw;
+  }
+}
+
+namespace {
+void write_files(const ModelConfig& config, const std::string& dir, const std::string& config_path,
+                 const SyntheticOptions& options) {
+  const nlohmann::json cj = options.hf_config && io::hf_expressible(config)
+                                ? io::export_hf_config(config)
+                                : config_to_json(config);
   std::ofstream out(config_path);
+  if (!out) throw IoError("cannot create " + config_path);
   out << cj.dump(2) << "\n";
   out.close();
-  if (!out) throw CheckpointError("cannot write " + config_path);
+  if (!out) throw IoError("cannot write " + config_path);
 
   // fp32 tensors first, so that every tensor stays aligned to its dtype in the
   // contiguous data section (the loader requires it).
@@ -228,5 +250,6 @@ void write_synthetic_checkpoint(const ModelConfig& config, const std::string& di
   }
   writer.write((fs::path(dir) / "model.safetensors").string(), options.progress);
 }
+}  // namespace
 
 }  // namespace sparkdraft

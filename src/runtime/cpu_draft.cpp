@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <thread>
 
 #include "runtime/markov_loop.h"
@@ -34,18 +36,27 @@ class CpuDraft final : public DraftBackend {
            const MatmulOps* matmul)
       : ckpt_(std::move(ckpt)), c_(ckpt_->config()), o_(options), w_(ckpt_->weights()) {
     c_.validate();
+    validate_options(c_, o_);
     if (o_.threads <= 0) o_.threads = std::max(1u, std::thread::hardware_concurrency());
-    if (o_.tp < 1 || (o_.tp & (o_.tp - 1)) || c_.vocab_size % o_.tp != 0)
-      throw InvalidArgument("tp " + std::to_string(o_.tp) +
-                            " must be a power of two dividing the vocabulary (" +
-                            std::to_string(c_.vocab_size) + ")");
     if (c_.markov_rank <= 0) throw ConfigError("the CPU backend needs a Markov head (markov_rank > 0)");
     packed_ = PackedWeights::pack(c_, w_);
     qkv_ = QkvLayout::of(c_);
     const size_t per_layer = static_cast<size_t>(o_.num_pages) * o_.page_size * c_.num_kv_heads *
                              2 * c_.head_dim;
-    kv_.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
-    rope_.resize(static_cast<size_t>(o_.max_positions()) * c_.head_dim);
+    try {
+      kv_.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
+      rope_.resize(static_cast<size_t>(o_.max_positions()) * c_.head_dim);
+    } catch (const std::bad_alloc&) {
+      throw InvalidArgument("DraftOptions: the KV cache (" + std::to_string(c_.num_layers) +
+                            " layers x " + std::to_string(per_layer * sizeof(bf16)) +
+                            " bytes for num_pages " + std::to_string(o_.num_pages) +
+                            ", page_size " + std::to_string(o_.page_size) +
+                            ") cannot be allocated");
+    } catch (const std::length_error&) {
+      throw InvalidArgument("DraftOptions: the KV cache (" + std::to_string(per_layer) +
+                            " elements per layer for num_pages " + std::to_string(o_.num_pages) +
+                            ", page_size " + std::to_string(o_.page_size) + ") is too large");
+    }
     cpu::rope_table(c_.rope_theta, c_.head_dim, o_.max_positions(), rope_.data());
     transform_ = cpu::LogitTransform::from_config(c_);
     const int th = o_.threads;

@@ -1,6 +1,7 @@
 // Input checks at the API boundary (SPEC section 4: bad input is refused with a
 // clear error; no kernel runs on it). Shared by every backend.
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -18,12 +19,52 @@ void require(bool ok, const std::string& what) {
 
 }  // namespace
 
+void validate_options(const ModelConfig& c, const DraftOptions& o) {
+  auto at_least_one = [](int v, const char* field) {
+    require(v >= 1,
+            std::string("DraftOptions: ") + field + " " + std::to_string(v) + " must be >= 1");
+  };
+  at_least_one(o.max_reqs, "max_reqs");
+  at_least_one(o.num_pages, "num_pages");
+  at_least_one(o.page_size, "page_size");
+  at_least_one(o.max_pages_per_req, "max_pages_per_req");
+  at_least_one(o.cache_slots, "cache_slots");
+  require(o.max_reqs <= kMaxReqs, "DraftOptions: max_reqs " + std::to_string(o.max_reqs) +
+                                      " exceeds " + std::to_string(kMaxReqs));
+  require(o.threads >= 0 && o.threads <= kMaxThreads,
+          "DraftOptions: threads " + std::to_string(o.threads) + " is outside [0, " +
+              std::to_string(kMaxThreads) + "] (0 = hardware concurrency)");
+  require(o.tp >= 1 && o.tp <= kMaxTp && (o.tp & (o.tp - 1)) == 0 && c.vocab_size % o.tp == 0,
+          "tp " + std::to_string(o.tp) + " must be a power of two <= " + std::to_string(kMaxTp) +
+              " dividing the vocabulary (" + std::to_string(c.vocab_size) + ")");
+  // Elements of one layer's KV cache and of the RoPE table: refused when the
+  // product overflows (the allocation itself reports a size that is merely too large).
+  int64_t kv = 0, rope = 0;
+  const bool overflow =
+      __builtin_mul_overflow(static_cast<int64_t>(o.num_pages), o.page_size, &kv) ||
+      __builtin_mul_overflow(kv, static_cast<int64_t>(c.num_kv_heads) * 2 * c.head_dim, &kv) ||
+      __builtin_mul_overflow(o.max_positions(), static_cast<int64_t>(c.head_dim), &rope);
+  require(!overflow, "DraftOptions: num_pages " + std::to_string(o.num_pages) + " x page_size " +
+                         std::to_string(o.page_size) + " (x max_pages_per_req " +
+                         std::to_string(o.max_pages_per_req) + ") overflows the KV cache size");
+  // Beyond 1 TiB no machine of this kind holds it: refused here, by name,
+  // rather than left to the allocator (std::length_error, or an abort under ASan).
+  const int64_t kv_bytes =
+      kv <= (int64_t{1} << 40) / 2 / std::max(c.num_layers, 1) ? kv * 2 * c.num_layers : -1;
+  require(kv_bytes >= 0, "DraftOptions: num_pages " + std::to_string(o.num_pages) +
+                             " x page_size " + std::to_string(o.page_size) +
+                             " makes a KV cache of more than 1 TiB (" +
+                             std::to_string(c.num_layers) + " layers x " + std::to_string(kv) +
+                             " bf16 values each)");
+}
+
 void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b) {
   require(b.num_tokens >= 0, "store_context: num_tokens must be >= 0");
   if (b.num_tokens == 0) return;
   require(b.hidden && b.positions && b.slots,
           "store_context: hidden, positions and slots must all be given");
   const int64_t slots = static_cast<int64_t>(o.num_pages) * o.page_size;
+  std::map<int64_t, int> writer;  // slot -> first token writing it
   for (int t = 0; t < b.num_tokens; ++t) {
     const int64_t pos = b.positions[t], slot = b.slots[t];
     require(pos >= 0 && pos < o.max_positions(),
@@ -32,6 +73,10 @@ void validate_context(const ModelConfig& c, const DraftOptions& o, const Context
     require(slot >= -1 && slot < slots, "store_context: token " + std::to_string(t) + " slot " +
                                             std::to_string(slot) + " is outside [-1, " +
                                             std::to_string(slots) + ")");
+    if (slot < 0) continue;
+    const auto [it, fresh] = writer.emplace(slot, t);
+    require(fresh, "store_context: tokens " + std::to_string(it->second) + " and " +
+                       std::to_string(t) + " both write KV slot " + std::to_string(slot));
   }
   (void)c;
 }
