@@ -1,7 +1,8 @@
 // Times cpu::mma_gemm_rows (each kernel) on the Markov shape, one thread, and
 // checks the kernels agree bit for bit. Not part of the build:
-//   g++ -std=c++20 -O3 -ffp-contract=off -Iinclude bench/bench_mma_gemm.cpp build-cpu/libsparkdraft.a -lpthread -o /tmp/bench_mma_gemm
-//   /tmp/bench_mma_gemm [V 151936] [rank 256] [rows 1 8]
+//   g++ -std=c++20 -O3 -ffp-contract=off -Iinclude bench/bench_mma_gemm.cpp
+//   build-cpu/libsparkdraft.a -lpthread -o /tmp/bench_mma_gemm /tmp/bench_mma_gemm [V 151936] [rank
+//   256] [rows 1 8]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,15 +31,21 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < (k == cpu::MmaGemmKernel::reference ? 1 : 3); ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         cpu::mma_gemm_rows_with(k, w.data(), R, V, x.data(), R, rows, R, out.data(), V, 1);
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
         best = ms < best ? ms : best;
       }
       return best;
     };
     const double ref = time(cpu::MmaGemmKernel::reference, out_ref);
     const double fast = time(cpu::MmaGemmKernel::avx2, out_fast);
-    const bool same = std::memcmp(out_ref.data(), out_fast.data(), out_ref.size() * sizeof(float)) == 0;
-    std::printf("V %d rank %d rows %d: reference %.1f ms (%.1f ms/row), avx2 %.1f ms (%.2f ms/row), %.1fx, %s\n", V, R,
-                rows, ref, ref / rows, fast, fast / rows, ref / fast, same ? "same bits" : "DIFFERENT BITS");
+    const bool same =
+        std::memcmp(out_ref.data(), out_fast.data(), out_ref.size() * sizeof(float)) == 0;
+    std::printf(
+        "V %d rank %d rows %d: reference %.1f ms (%.1f ms/row), avx2 %.1f ms (%.2f ms/row), %.1fx, "
+        "%s\n",
+        V, R, rows, ref, ref / rows, fast, fast / rows, ref / fast,
+        same ? "same bits" : "DIFFERENT BITS");
   }
 }

@@ -4,7 +4,7 @@
 # The CUDA 13 toolkit is expected at /usr/local/cuda (the CUDA backend is
 # skipped, and said so, when nvcc is absent).
 set -euo pipefail
-pkgs=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev)
+pkgs=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev clang-format)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -49,16 +49,16 @@ enum class RopeStyle { neox, gptj };
 struct ModelConfig {
   std::string architecture = "sparkdraft";  // informational
   // Shapes.
-  int hidden_size = 0;          // H
-  int num_layers = 0;           // L
-  int num_heads = 0;            // query heads
-  int num_kv_heads = 0;         // KV heads (GQA)
-  int head_dim = 0;             // hd
-  int intermediate_size = 0;    // I (SwiGLU)
-  int vocab_size = 0;           // V (embedding, lm_head, Markov w1/w2 rows)
-  int markov_rank = 0;          // r (0 = no Markov head)
-  int block_size = 0;           // N draft tokens per request per round
-  int target_hidden_size = 0;   // H_t of the target model
+  int hidden_size = 0;                // H
+  int num_layers = 0;                 // L
+  int num_heads = 0;                  // query heads
+  int num_kv_heads = 0;               // KV heads (GQA)
+  int head_dim = 0;                   // hd
+  int intermediate_size = 0;          // I (SwiGLU)
+  int vocab_size = 0;                 // V (embedding, lm_head, Markov w1/w2 rows)
+  int markov_rank = 0;                // r (0 = no Markov head)
+  int block_size = 0;                 // N draft tokens per request per round
+  int target_hidden_size = 0;         // H_t of the target model
   std::vector<int> target_layer_ids;  // taps; fc input width = taps * H_t
   int64_t mask_token_id = 0;
   int max_position_embeddings = 0;
@@ -87,7 +87,9 @@ struct ModelConfig {
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
-  bool has_logit_transform() const { return logit_multiplier.has_value() || logit_soft_cap.has_value(); }
+  bool has_logit_transform() const {
+    return logit_multiplier.has_value() || logit_soft_cap.has_value();
+  }
 
   // Throws ConfigError naming the first field that is out of range or unsupported.
   void validate() const;

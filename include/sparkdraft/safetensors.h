@@ -19,7 +19,7 @@
 namespace sparkdraft {
 
 enum class DType { bf16, f16, f32, f64, i8, u8, i32, i64, bool_ };
-const char* dtype_name(DType d);           // safetensors spelling: "BF16", "F32", ...
+const char* dtype_name(DType d);  // safetensors spelling: "BF16", "F32", ...
 size_t dtype_size(DType d);
 DType dtype_from_name(const std::string& name);  // throws CheckpointError
 
@@ -61,8 +61,7 @@ class SafetensorsWriter {
  public:
   using Fill = std::function<void(uint8_t* dst, size_t nbytes)>;
   void add(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill);
-  void add_copy(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                const void* data);
+  void add_copy(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data);
   void set_metadata(const std::string& key, const std::string& value);
   // progress(bytes_done, bytes_total) is called after each tensor.
   void write(const std::string& path,

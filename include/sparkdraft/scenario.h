@@ -24,7 +24,7 @@ struct ScenarioOptions {
   std::vector<int> padding_before;        // row indices (into the final rows) that are padding
   int rounds = 3;
   uint64_t seed = 1;
-  int min_prompt = 12;                    // prompt length in [min_prompt, min_prompt + 16)
+  int min_prompt = 12;  // prompt length in [min_prompt, min_prompt + 16)
   int page_size = 16;
 };
 

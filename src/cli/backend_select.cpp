@@ -48,7 +48,8 @@ std::unique_ptr<DraftBackend> make_backend(const std::string& kind,
   // Built before saying which, so that a refused option prints nothing.
   auto backend = make_cpu_backend(std::move(ckpt), options);
   if (gpu)
-    std::printf("backend: cpu (--tp %d runs the vocab-parallel loop on CPU thread ranks)\n", options.tp);
+    std::printf("backend: cpu (--tp %d runs the vocab-parallel loop on CPU thread ranks)\n",
+                options.tp);
   else
     std::printf("backend: cpu (no CUDA GPU found)\n");
   return backend;

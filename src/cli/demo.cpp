@@ -34,7 +34,9 @@ Command add_demo(CLI::App& app) {
   sub->add_option("--requests", opts->requests, "Number of requests (rows)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  sub->add_option("--rounds", opts->rounds, "Drafting rounds")->check(CLI::Range(1, 1000))->capture_default_str();
+  sub->add_option("--rounds", opts->rounds, "Drafting rounds")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   sub->add_option("--seed", opts->seed, "Scenario seed (prompts, hidden states, sampling seeds)")
       ->check(uint64_value())
       ->capture_default_str();
@@ -49,55 +51,57 @@ Command add_demo(CLI::App& app) {
   sub->add_option("--backend", opts->backend, backend_help())
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  return {sub, [opts] {
-            const auto t0 = std::chrono::steady_clock::now();
-            require_backend_available(opts->backend);
-            TinyCheckpoint tiny;
-            const std::string dir = opts->checkpoint.empty() ? tiny.make("qwen3") : opts->checkpoint;
-            LoadOptions lo;
-            lo.allow_nonfinite = opts->allow_nonfinite;
-            lo.threads = opts->threads;
-            auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir, lo));
-            const ModelConfig& c = ckpt->config();
-            ScenarioOptions s;
-            s.request_ids.clear();
-            for (int r = 0; r < opts->requests; ++r) s.request_ids.push_back(r);
-            s.rounds = opts->rounds;
-            s.seed = opts->seed;
-            DraftOptions o = scenario_draft_options(c, s);
-            o.tp = opts->tp;
-            o.threads = opts->threads;
-            auto backend = make_backend(opts->backend, ckpt, o);
-            std::printf("model: H %d, L %d, heads %d/%d x %d, I %d, V %d, rank %d, N %d, %s layers\n",
-                        c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
-                        c.intermediate_size, c.vocab_size, c.markov_rank, c.block_size,
-                        to_string(c.layer_style));
-            std::printf("plan: %s\n", backend_plan(*backend).c_str());
-            run_scenario(*backend, s, [&](int round, const ScenarioRound& sr) {
-              std::printf("round %d\n", round);
-              for (const auto& d : sr.drafts) {
-                std::printf("  request %d  anchor %lld @ %lld  T %.1f  draft:", d.request_id,
-                            static_cast<long long>(d.anchor_token),
-                            static_cast<long long>(d.anchor_position), d.temperature);
-                for (int64_t t : d.tokens) std::printf(" %lld", static_cast<long long>(t));
-                std::printf("\n");
-              }
-              const StageTimings& t = sr.timings;
-              if (t.graph_ms >= 0)
-                std::printf("  timings ms: context %.3f  propose %.3f (the whole step, one CUDA graph)\n",
-                            t.context_ms, t.graph_ms);
-              else
-                std::printf("  timings ms: context %.3f  embed %.3f  backbone %.3f  lm_head %.3f  "
-                            "markov %.3f  (propose %.3f)\n",
-                            t.context_ms, t.embed_ms, t.backbone_ms, t.lm_head_ms, t.markov_ms,
-                            t.total_ms());
-            });
-            const double s_total =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            std::printf("done: %d requests x %d rounds on %s in %.2f s\n", opts->requests,
-                        opts->rounds, backend->name().c_str(), s_total);
-            return 0;
-          }};
+  return {
+      sub, [opts] {
+        const auto t0 = std::chrono::steady_clock::now();
+        require_backend_available(opts->backend);
+        TinyCheckpoint tiny;
+        const std::string dir = opts->checkpoint.empty() ? tiny.make("qwen3") : opts->checkpoint;
+        LoadOptions lo;
+        lo.allow_nonfinite = opts->allow_nonfinite;
+        lo.threads = opts->threads;
+        auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir, lo));
+        const ModelConfig& c = ckpt->config();
+        ScenarioOptions s;
+        s.request_ids.clear();
+        for (int r = 0; r < opts->requests; ++r) s.request_ids.push_back(r);
+        s.rounds = opts->rounds;
+        s.seed = opts->seed;
+        DraftOptions o = scenario_draft_options(c, s);
+        o.tp = opts->tp;
+        o.threads = opts->threads;
+        auto backend = make_backend(opts->backend, ckpt, o);
+        std::printf("model: H %d, L %d, heads %d/%d x %d, I %d, V %d, rank %d, N %d, %s layers\n",
+                    c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
+                    c.intermediate_size, c.vocab_size, c.markov_rank, c.block_size,
+                    to_string(c.layer_style));
+        std::printf("plan: %s\n", backend_plan(*backend).c_str());
+        run_scenario(*backend, s, [&](int round, const ScenarioRound& sr) {
+          std::printf("round %d\n", round);
+          for (const auto& d : sr.drafts) {
+            std::printf("  request %d  anchor %lld @ %lld  T %.1f  draft:", d.request_id,
+                        static_cast<long long>(d.anchor_token),
+                        static_cast<long long>(d.anchor_position), d.temperature);
+            for (int64_t t : d.tokens) std::printf(" %lld", static_cast<long long>(t));
+            std::printf("\n");
+          }
+          const StageTimings& t = sr.timings;
+          if (t.graph_ms >= 0)
+            std::printf(
+                "  timings ms: context %.3f  propose %.3f (the whole step, one CUDA graph)\n",
+                t.context_ms, t.graph_ms);
+          else
+            std::printf(
+                "  timings ms: context %.3f  embed %.3f  backbone %.3f  lm_head %.3f  "
+                "markov %.3f  (propose %.3f)\n",
+                t.context_ms, t.embed_ms, t.backbone_ms, t.lm_head_ms, t.markov_ms, t.total_ms());
+        });
+        const double s_total =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("done: %d requests x %d rounds on %s in %.2f s\n", opts->requests, opts->rounds,
+                    backend->name().c_str(), s_total);
+        return 0;
+      }};
 }
 
 }  // namespace sparkdraft::cli

@@ -1,9 +1,9 @@
 // `sparkdraft check`, `sparkdraft plan` and `sparkdraft bench`: the GPU side of
 // the tool. In a build without the CUDA backend they exist and say so.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <fstream>
 #include <string>
 
 #include "cli/commands.h"
@@ -74,8 +74,12 @@ Command add_check(CLI::App& app) {
       "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any "
       "difference, 4 without a GPU.");
   add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
-  sub->add_option("--requests", opts->requests, "Requests")->check(CLI::Range(1, 64))->capture_default_str();
-  sub->add_option("--rounds", opts->rounds, "Rounds")->check(CLI::Range(1, 100))->capture_default_str();
+  sub->add_option("--requests", opts->requests, "Requests")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->add_option("--rounds", opts->rounds, "Rounds")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   sub->add_option("--seed", opts->seed, "Scenario seed")
       ->check(uint64_value())
       ->capture_default_str();
@@ -107,7 +111,8 @@ Command add_plan(CLI::App& app) {
     bool allow_nonfinite = false;
   };
   auto opts = std::make_shared<Opts>();
-  CLI::App* sub = app.add_subcommand("plan", "Print what runs fused on the GPU for a checkpoint, and why any part does not");
+  CLI::App* sub = app.add_subcommand(
+      "plan", "Print what runs fused on the GPU for a checkpoint, and why any part does not");
   add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
   sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")
       ->check(CLI::Range(1, kMaxReqs))
@@ -117,7 +122,9 @@ Command add_plan(CLI::App& app) {
             TinyCheckpoint tiny;
             auto ckpt =
                 load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
-            std::printf("%s\n", cuda::gpu_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs).c_str());
+            std::printf(
+                "%s\n",
+                cuda::gpu_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs).c_str());
             return 0;
 #else
             (void)opts;
@@ -157,7 +164,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--repeats", opts->repeats, "Timed repeats (median)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  sub->add_option("--temperature", opts->temperature, "Temperature of every row")->capture_default_str();
+  sub->add_option("--temperature", opts->temperature, "Temperature of every row")
+      ->capture_default_str();
   sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");
   sub->add_flag("--spec", opts->spec_suite,
                 "Run the SPEC section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at "
@@ -191,12 +199,12 @@ Command add_bench(CLI::App& app) {
               all.push_back(cuda::markov_bench_json(r));
               results.push_back(r);
             }
-            std::printf("\n%-8s %-5s %-3s %-5s %11s %11s %10s %11s %11s\n", "V", "rank", "N", "rows",
-                        "eager us", "fused us", "floor us", "fused/floor", "eager/floor");
+            std::printf("\n%-8s %-5s %-3s %-5s %11s %11s %10s %11s %11s\n", "V", "rank", "N",
+                        "rows", "eager us", "fused us", "floor us", "fused/floor", "eager/floor");
             for (const auto& r : results)
-              std::printf("%-8d %-5d %-3d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f\n", r.options.vocab,
-                          r.options.rank, r.options.steps, r.options.rows, r.eager_us, r.fused_us,
-                          r.floor_us, r.fused_ratio, r.eager_ratio);
+              std::printf("%-8d %-5d %-3d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f\n",
+                          r.options.vocab, r.options.rank, r.options.steps, r.options.rows,
+                          r.eager_us, r.fused_us, r.floor_us, r.fused_ratio, r.eager_ratio);
             if (!opts->json.empty()) {
               std::ofstream f(opts->json);
               if (!f) throw IoError("cannot write " + opts->json);

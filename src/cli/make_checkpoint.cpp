@@ -48,9 +48,10 @@ Command add_make_checkpoint(CLI::App& app) {
       "non-zero, sanely scaled weights under the published DeepSpec tensor names.");
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  sub->add_option("--preset", opts->preset,
-                  "Shape: tiny (seconds, for tests), qwen3-8b (the published Qwen3-8B draft, "
-                  "~4.7 GB) or muse (the open Muse Spark draft shape, ~13.9 GB with embeddings and lm_head)")
+  sub->add_option(
+         "--preset", opts->preset,
+         "Shape: tiny (seconds, for tests), qwen3-8b (the published Qwen3-8B draft, "
+         "~4.7 GB) or muse (the open Muse Spark draft shape, ~13.9 GB with embeddings and lm_head)")
       ->capture_default_str();
   sub->add_option("--style", opts->style,
                   "Layer style on that shape: qwen3 (DeepSpec pre-norm) or muse (sandwich, "
@@ -82,8 +83,9 @@ Command add_make_checkpoint(CLI::App& app) {
               last_pct = pct;
               const double s =
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-              std::fprintf(stderr, "%smake-checkpoint: %3d%%  %.2f / %.2f GB  %.1f s%s", tty ? "\r" : "",
-                           pct, done / 1e9, total / 1e9, s, tty && done != total ? "" : "\n");
+              std::fprintf(stderr, "%smake-checkpoint: %3d%%  %.2f / %.2f GB  %.1f s%s",
+                           tty ? "\r" : "", pct, done / 1e9, total / 1e9, s,
+                           tty && done != total ? "" : "\n");
             };
             write_synthetic_checkpoint(config, opts->out, so);
             std::printf("wrote %s checkpoint (%s style) to %s\n", opts->preset.c_str(),

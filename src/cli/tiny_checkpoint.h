@@ -41,8 +41,8 @@ class TinyCheckpoint {
     SyntheticOptions so;
     so.seed = 1;
     write_synthetic_checkpoint(preset_config("tiny", style), dir_, so);
-    std::printf("made a tiny synthetic checkpoint (%s style) in %s\n", style.empty() ? "qwen3" : style.c_str(),
-                dir_.c_str());
+    std::printf("made a tiny synthetic checkpoint (%s style) in %s\n",
+                style.empty() ? "qwen3" : style.c_str(), dir_.c_str());
     return dir_;
   }
 

@@ -98,15 +98,19 @@ SD_AVX2 inline __m256i finish4(__m256d v, __m256i e64) {
   // 2^(E - 25) = 2^(E' - 279): E' in [121, 510] gives a normal fp64 scale, and
   // y = v * scale is exact (|v| < 2^33 has at most 33 significant bits; |y| lies
   // in [2^-158, 2^262], inside the fp64 normal range).
-  const __m256d scale = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(e64, _mm256_set1_epi64x(1023 - 279)), 52));
+  const __m256d scale = _mm256_castsi256_pd(
+      _mm256_slli_epi64(_mm256_add_epi64(e64, _mm256_set1_epi64x(1023 - 279)), 52));
   const __m256d y = _mm256_mul_pd(v, scale);
   const __m256i yb = _mm256_castpd_si256(y);
   const __m256i mag = _mm256_and_si256(yb, _mm256_set1_epi64x(0x7fffffffffffffffll));
   // Normal fp32 range: the fp64 exponent rebiased (1023 -> 127) and the top 23 of
   // the 52 fraction bits (the cut drops the rest: truncation of the magnitude).
-  const __m256i r = _mm256_sub_epi64(_mm256_srli_epi64(mag, 29), _mm256_set1_epi64x(int64_t{1023 - 127} << 23));
-  const __m256i ovf = _mm256_cmpgt_epi64(r, _mm256_set1_epi64x((int64_t{255} << 23) - 1));  // exponent > 127
-  const __m256i sub = _mm256_cmpgt_epi64(_mm256_set1_epi64x(int64_t{1} << 23), r);          // below 2^-126 (or 0)
+  const __m256i r =
+      _mm256_sub_epi64(_mm256_srli_epi64(mag, 29), _mm256_set1_epi64x(int64_t{1023 - 127} << 23));
+  const __m256i ovf =
+      _mm256_cmpgt_epi64(r, _mm256_set1_epi64x((int64_t{255} << 23) - 1));  // exponent > 127
+  const __m256i sub =
+      _mm256_cmpgt_epi64(_mm256_set1_epi64x(int64_t{1} << 23), r);  // below 2^-126 (or 0)
   // Subnormal: |y| / 2^-149 < 2^23 exactly, truncated by the conversion.
   const __m256i subv = _mm256_cvtepi32_epi64(
       _mm256_cvttpd_epi32(_mm256_mul_pd(_mm256_castsi256_pd(mag), _mm256_set1_pd(0x1p149))));
@@ -114,22 +118,26 @@ SD_AVX2 inline __m256i finish4(__m256d v, __m256i e64) {
   res = _mm256_blendv_epi8(res, _mm256_set1_epi64x(0x7f800000), ovf);
   // The sign only on a nonzero magnitude: zero, or truncated to zero, is +0.
   const __m256i nz = _mm256_cmpgt_epi64(res, _mm256_setzero_si256());
-  const __m256i sign = _mm256_and_si256(_mm256_srli_epi64(yb, 32), _mm256_set1_epi64x(0x80000000ll));
+  const __m256i sign =
+      _mm256_and_si256(_mm256_srli_epi64(yb, 32), _mm256_set1_epi64x(0x80000000ll));
   return _mm256_or_si256(res, _mm256_and_si256(sign, nz));
 }
 
 // One step of one x row for 8 lanes: W1[k] = sig | PEw << 16 (PEw = max(field, 1),
 // or kZeroExp for a zero), W2[k] = the sign as a 0 / -1 mask; c = the lanes'
 // fp32 bits; returns the new bits (lanes with inf / NaN are fixed by the caller).
-SD_AVX2 inline __m256i step8(const __m256i* W1, const __m256i* W2, const int32_t* xs, const int32_t* xe,
-                             const int32_t* xn, __m256i c) {
+SD_AVX2 inline __m256i step8(const __m256i* W1, const __m256i* W2, const int32_t* xs,
+                             const int32_t* xe, const int32_t* xn, __m256i c) {
   const __m256i kff = _mm256_set1_epi32(0xff);
   // Rule 3: E' = max(121, EC if c != 0, PE of each nonzero product). A zero
   // factor has exponent kZeroExp, so its PE is below 121 and never the max.
   const __m256i cf = _mm256_and_si256(_mm256_srli_epi32(c, 23), kff);
-  const __m256i ec = _mm256_add_epi32(_mm256_max_epi32(cf, _mm256_set1_epi32(1)), _mm256_set1_epi32(127));
-  const __m256i c_zero = _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7fffffff)), _mm256_setzero_si256());
-  __m256i E = _mm256_max_epi32(_mm256_set1_epi32(kMmaMinExp + 254), _mm256_andnot_si256(c_zero, ec));
+  const __m256i ec =
+      _mm256_add_epi32(_mm256_max_epi32(cf, _mm256_set1_epi32(1)), _mm256_set1_epi32(127));
+  const __m256i c_zero = _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7fffffff)),
+                                            _mm256_setzero_si256());
+  __m256i E =
+      _mm256_max_epi32(_mm256_set1_epi32(kMmaMinExp + 254), _mm256_andnot_si256(c_zero, ec));
   __m256i PE[kMmaK];
   for (int k = 0; k < kMmaK; ++k) {
     PE[k] = _mm256_add_epi32(_mm256_srai_epi32(W1[k], 16), _mm256_set1_epi32(xe[k]));
@@ -147,19 +155,24 @@ SD_AVX2 inline __m256i step8(const __m256i* W1, const __m256i* W2, const int32_t
     acc = _mm256_add_epi32(acc, _mm256_sub_epi32(_mm256_xor_si256(t, sg), sg));
   }
   // c's term: sig << 2 >> (E' - EC) (< 2^26; 0 for c = 0), with c's sign.
-  const __m256i csig = _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi32(0x7fffff)),
-                                       _mm256_andnot_si256(_mm256_cmpeq_epi32(cf, _mm256_setzero_si256()), _mm256_set1_epi32(0x800000)));
+  const __m256i csig =
+      _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi32(0x7fffff)),
+                      _mm256_andnot_si256(_mm256_cmpeq_epi32(cf, _mm256_setzero_si256()),
+                                          _mm256_set1_epi32(0x800000)));
   const __m256i cs = _mm256_srai_epi32(c, 31);
   __m256i tc = _mm256_srlv_epi32(_mm256_slli_epi32(csig, 2), _mm256_sub_epi32(E, ec));
   tc = _mm256_sub_epi32(_mm256_xor_si256(tc, cs), cs);
   // Rule 6 per half: the two int32 parts add exactly in fp64.
-  const __m256i lo = finish4(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(acc)), _mm256_cvtepi32_pd(_mm256_castsi256_si128(tc))),
+  const __m256i lo = finish4(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(acc)),
+                                           _mm256_cvtepi32_pd(_mm256_castsi256_si128(tc))),
                              _mm256_cvtepi32_epi64(_mm256_castsi256_si128(E)));
-  const __m256i hi = finish4(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(acc, 1)), _mm256_cvtepi32_pd(_mm256_extracti128_si256(tc, 1))),
+  const __m256i hi = finish4(_mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(acc, 1)),
+                                           _mm256_cvtepi32_pd(_mm256_extracti128_si256(tc, 1))),
                              _mm256_cvtepi32_epi64(_mm256_extracti128_si256(E, 1)));
   // Low dwords of lo and hi: [l0 l1 h0 h1 | l2 l3 h2 h3] -> lanes 0..7.
   return _mm256_permute4x64_epi64(
-      _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi), _MM_SHUFFLE(2, 0, 2, 0))),
+      _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi),
+                                            _MM_SHUFFLE(2, 0, 2, 0))),
       _MM_SHUFFLE(3, 1, 2, 0));
 }
 
@@ -188,11 +201,14 @@ constexpr int block_row(int h, int lane) { return (lane < 4 ? lane : lane + 4) +
 
 // Rows rows[0..15] (padding lanes repeat a real row) against every x row:
 // cstate[m][h * 8 + lane] holds the chain's fp32 bits of row block_row(h, lane).
-SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecoded& xd, uint32_t* cstate) {
+SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecoded& xd,
+                        uint32_t* cstate) {
   const int K = a.K;
   const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
-  for (int m = 0; m < 2 * a.m_rows; ++m) _mm256_storeu_si256(reinterpret_cast<__m256i*>(cstate + 8 * m), _mm256_setzero_si256());
-  const __m256i k7f = _mm256_set1_epi16(0x7f), k80 = _mm256_set1_epi16(0x80), kff = _mm256_set1_epi16(0xff);
+  for (int m = 0; m < 2 * a.m_rows; ++m)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cstate + 8 * m), _mm256_setzero_si256());
+  const __m256i k7f = _mm256_set1_epi16(0x7f), k80 = _mm256_set1_epi16(0x80),
+                kff = _mm256_set1_epi16(0xff);
   const __m256i zero = _mm256_setzero_si256();
   alignas(32) uint16_t pad[16][kMmaK];
   for (int s = 0; s < xd.steps; ++s) {
@@ -211,7 +227,8 @@ SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecode
     for (int j = 0; j < 8; ++j)
       for (int q = 0; q < 2; ++q)
         in[q][j] = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j] + 8 * q))),
+            _mm256_castsi128_si256(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j] + 8 * q))),
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j + 8] + 8 * q)), 1);
     transpose8x8x2(in[0], v);
     transpose8x8x2(in[1], v + 8);
@@ -223,9 +240,11 @@ SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecode
       const __m256i h = v[k];
       const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), kff);
       const __m256i is_zero = _mm256_cmpeq_epi16(_mm256_slli_epi16(h, 1), zero);
-      const __m256i pe = _mm256_sub_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
-                                          _mm256_and_si256(is_zero, _mm256_set1_epi16(1 - kZeroExp)));
-      const __m256i sig = _mm256_or_si256(_mm256_and_si256(h, k7f), _mm256_andnot_si256(_mm256_cmpeq_epi16(f, zero), k80));
+      const __m256i pe =
+          _mm256_sub_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
+                           _mm256_and_si256(is_zero, _mm256_set1_epi16(1 - kZeroExp)));
+      const __m256i sig = _mm256_or_si256(_mm256_and_si256(h, k7f),
+                                          _mm256_andnot_si256(_mm256_cmpeq_epi16(f, zero), k80));
       const __m256i sg = _mm256_srai_epi16(h, 15);
       W1[0][k] = _mm256_unpacklo_epi16(sig, pe);
       W1[1][k] = _mm256_unpackhi_epi16(sig, pe);
@@ -233,8 +252,9 @@ SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecode
       W2[1][k] = _mm256_unpackhi_epi16(sg, sg);
       spec = _mm256_or_si256(spec, _mm256_cmpeq_epi16(f, kff));
     }
-    const int wspec[2] = {_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(spec, spec))),
-                          _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(spec, spec)))};
+    const int wspec[2] = {
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(spec, spec))),
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(spec, spec)))};
 
     for (int m = 0; m < a.m_rows; ++m) {
       const bf16* xrow = a.x + m * a.x_stride;
@@ -245,11 +265,12 @@ SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecode
           continue;
         }
         const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm));
-        const __m256i d = step8(W1[h], W2[h], xd.sig.data() + m * kp + k0, xd.exp.data() + m * kp + k0,
-                                xd.neg.data() + m * kp + k0, c);
+        const __m256i d = step8(W1[h], W2[h], xd.sig.data() + m * kp + k0,
+                                xd.exp.data() + m * kp + k0, xd.neg.data() + m * kp + k0, c);
         // Rule 7: a lane with inf or NaN in w or c runs the twin's step.
         const __m256i cf = _mm256_and_si256(_mm256_srli_epi32(c, 23), _mm256_set1_epi32(0xff));
-        const int special = wspec[h] | _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(cf, _mm256_set1_epi32(0xff))));
+        const int special = wspec[h] | _mm256_movemask_ps(_mm256_castsi256_ps(
+                                           _mm256_cmpeq_epi32(cf, _mm256_set1_epi32(0xff))));
         if (special != 0) {
           alignas(32) uint32_t nd[8];
           _mm256_store_si256(reinterpret_cast<__m256i*>(nd), d);
@@ -276,7 +297,9 @@ void avx2_rows(const Args& a, const XDecoded& xd, int64_t block_begin, int64_t b
       for (int h = 0; h < 2; ++h)
         for (int lane = 0; lane < 8; ++lane) {
           const int r = block_row(h, lane);
-          if (r < valid) a.out[m * a.out_stride + n0 + r] = bits_f32(cstate[16 * static_cast<size_t>(m) + 8 * h + lane]);
+          if (r < valid)
+            a.out[m * a.out_stride + n0 + r] =
+                bits_f32(cstate[16 * static_cast<size_t>(m) + 8 * h + lane]);
         }
   }
 }
@@ -294,28 +317,32 @@ bool mma_gemm_has_avx2() {
 #endif
 }
 
-void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows, const bf16* x,
-                        int64_t x_stride, int m_rows, int K, float* out, int64_t out_stride, int threads) {
+void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows,
+                        const bf16* x, int64_t x_stride, int m_rows, int K, float* out,
+                        int64_t out_stride, int threads) {
   require(K >= 1 && n_rows >= 0 && m_rows >= 0, "needs K >= 1, n_rows >= 0, m_rows >= 0");
   if (n_rows == 0 || m_rows == 0) return;
   require(w != nullptr && x != nullptr && out != nullptr, "null pointer");
   const Args a{w, w_stride, n_rows, x, x_stride, m_rows, K, out, out_stride};
-  if (kernel == MmaGemmKernel::automatic) kernel = mma_gemm_has_avx2() ? MmaGemmKernel::avx2 : MmaGemmKernel::reference;
-  require(kernel != MmaGemmKernel::avx2 || mma_gemm_has_avx2(), "the AVX2 kernel needs an AVX2 CPU");
+  if (kernel == MmaGemmKernel::automatic)
+    kernel = mma_gemm_has_avx2() ? MmaGemmKernel::avx2 : MmaGemmKernel::reference;
+  require(kernel != MmaGemmKernel::avx2 || mma_gemm_has_avx2(),
+          "the AVX2 kernel needs an AVX2 CPU");
 #if SD_MMA_AVX2
   if (kernel == MmaGemmKernel::avx2) {
     const XDecoded xd(a);
-    parallel_for((n_rows + 15) / 16, threads, [&](int64_t begin, int64_t end) { avx2_rows(a, xd, begin, end); });
+    parallel_for((n_rows + 15) / 16, threads,
+                 [&](int64_t begin, int64_t end) { avx2_rows(a, xd, begin, end); });
     return;
   }
 #endif
   parallel_for(n_rows, threads, [&](int64_t begin, int64_t end) { reference_rows(a, begin, end); });
 }
 
-void mma_gemm_rows(const bf16* w, int64_t w_stride, int n_rows, const bf16* x, int64_t x_stride, int m_rows,
-                   int K, float* out, int64_t out_stride, int threads) {
-  mma_gemm_rows_with(MmaGemmKernel::automatic, w, w_stride, n_rows, x, x_stride, m_rows, K, out, out_stride,
-                     threads);
+void mma_gemm_rows(const bf16* w, int64_t w_stride, int n_rows, const bf16* x, int64_t x_stride,
+                   int m_rows, int K, float* out, int64_t out_stride, int threads) {
+  mma_gemm_rows_with(MmaGemmKernel::automatic, w, w_stride, n_rows, x, x_stride, m_rows, K, out,
+                     out_stride, threads);
 }
 
 }  // namespace sparkdraft::cpu

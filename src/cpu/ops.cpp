@@ -85,10 +85,11 @@ void norm_row(Load load, int n, const bf16* weight, NormGain gain, float eps, bf
 }
 
 template <class T>
-void rms_norm_impl(const T* x, int64_t x_stride, int rows, int n, const bf16* weight,
-                   NormGain gain, float eps, bf16* y, int64_t y_stride, int threads) {
-  require(rows >= 0 && n >= 1, "rms_norm", "needs rows >= 0 and n >= 1 (got rows " +
-                                               std::to_string(rows) + ", n " + std::to_string(n) + ")");
+void rms_norm_impl(const T* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
+                   float eps, bf16* y, int64_t y_stride, int threads) {
+  require(rows >= 0 && n >= 1, "rms_norm",
+          "needs rows >= 0 and n >= 1 (got rows " + std::to_string(rows) + ", n " +
+              std::to_string(n) + ")");
   require(x_stride >= n && y_stride >= n, "rms_norm", "row strides must be >= n");
   check_norm_weight("rms_norm", "weight", weight, gain);
   parallel_for(rows, threads, [&](int64_t begin, int64_t end) {
@@ -114,8 +115,8 @@ void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weig
   rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
 }
 
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
-              NormGain gain, float eps, bf16* y, int64_t y_stride, int threads) {
+void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
+              float eps, bf16* y, int64_t y_stride, int threads) {
   rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
 }
 
@@ -191,22 +192,25 @@ void rope_table(double theta, int head_dim, int64_t max_positions, float* table)
   for (int64_t pos = 0; pos < max_positions; ++pos) {
     float* row = table + pos * head_dim;
     for (int i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(pos) * static_cast<double>(inv_freq[static_cast<size_t>(i)]);
+      const double angle =
+          static_cast<double>(pos) * static_cast<double>(inv_freq[static_cast<size_t>(i)]);
       row[i] = static_cast<float>(std::cos(angle));
       row[half + i] = static_cast<float>(std::sin(angle));
     }
   }
 }
 
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim,
-          const int64_t* positions, const float* table, RopeStyle style, int threads) {
+void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
+          const float* table, RopeStyle style, int threads) {
   const char* op = "rope";
   require(tokens >= 0 && heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
           "needs tokens >= 0, heads >= 1 and an even head_dim");
-  require(x_stride >= static_cast<int64_t>(heads) * head_dim, op, "x_stride must be >= heads * head_dim");
+  require(x_stride >= static_cast<int64_t>(heads) * head_dim, op,
+          "x_stride must be >= heads * head_dim");
   for (int t = 0; t < tokens; ++t)
-    require(positions[t] >= 0, op,
-            "token " + std::to_string(t) + " has negative position " + std::to_string(positions[t]));
+    require(
+        positions[t] >= 0, op,
+        "token " + std::to_string(t) + " has negative position " + std::to_string(positions[t]));
   const int half = head_dim / 2;
   parallel_for(tokens, threads, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -236,8 +240,9 @@ void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
   const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
   require(k_stride >= width && v_stride >= width, op, "k/v strides must be >= kv_heads * head_dim");
   for (int t = 0; t < tokens; ++t)
-    require(slots[t] >= -1, op, "token " + std::to_string(t) + " has slot " +
-                                    std::to_string(slots[t]) + " (must be >= 0, or -1 to skip)");
+    require(slots[t] >= -1, op,
+            "token " + std::to_string(t) + " has slot " + std::to_string(slots[t]) +
+                " (must be >= 0, or -1 to skip)");
   const size_t bytes = static_cast<size_t>(head_dim) * sizeof(bf16);
   for (int t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
@@ -252,7 +257,8 @@ void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
 void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) {
   require(rows >= 0 && hidden >= 1, "embed", "needs rows >= 0 and hidden >= 1");
   for (int r = 0; r < rows; ++r) {
-    require(ids[r] >= 0, "embed", "row " + std::to_string(r) + " has negative id " + std::to_string(ids[r]));
+    require(ids[r] >= 0, "embed",
+            "row " + std::to_string(r) + " has negative id " + std::to_string(ids[r]));
     std::memcpy(out + static_cast<int64_t>(r) * hidden, table + ids[r] * hidden,
                 static_cast<size_t>(hidden) * sizeof(bf16));
   }
@@ -264,7 +270,8 @@ void silu_mul(const bf16* gu, int rows, int inter, bf16* y, int threads) {
     for (int64_t r = begin; r < end; ++r) {
       const bf16* g = gu + r * 2 * inter;
       const bf16* u = g + inter;
-      for (int i = 0; i < inter; ++i) y[r * inter + i] = to_bf16(silu_f32(to_f32(g[i])) * to_f32(u[i]));
+      for (int i = 0; i < inter; ++i)
+        y[r * inter + i] = to_bf16(silu_f32(to_f32(g[i])) * to_f32(u[i]));
     }
   });
 }
@@ -282,10 +289,12 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
     for (int64_t t = begin; t < end; ++t) {
       for (int h = 0; h < heads; ++h) {
         bf16* oh = o + t * width + static_cast<int64_t>(h) * head_dim;
-        if (o_norm) norm_row([oh](int i) { return to_f32(oh[i]); }, head_dim, o_norm_weight, gain, eps, oh);
+        if (o_norm)
+          norm_row([oh](int i) { return to_f32(oh[i]); }, head_dim, o_norm_weight, gain, eps, oh);
         if (g == nullptr) continue;
         const bf16* gh = g + t * g_stride + static_cast<int64_t>(h) * head_dim;
-        for (int i = 0; i < head_dim; ++i) oh[i] = to_bf16(to_f32(oh[i]) * sigmoid_f32(to_f32(gh[i])));
+        for (int i = 0; i < head_dim; ++i)
+          oh[i] = to_bf16(to_f32(oh[i]) * sigmoid_f32(to_f32(gh[i])));
       }
     }
   });
@@ -298,12 +307,12 @@ typedef float f32x8 __attribute__((vector_size(32)));
 typedef uint16_t u16x8 __attribute__((vector_size(16)));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
 
-constexpr int kGemmLanes = 8;     // accumulators per output = one f32x8
-constexpr int kTileM = 3;         // x rows per register tile
-constexpr int kTileN = 3;         // weight rows per register tile (3x3 f32x8 accumulators)
-constexpr int kChunkK = 512;      // k extent of one fp32 weight panel (6 KiB, stays in L1)
-constexpr int kSuperN = 48;       // weight rows that share one pass over an x chunk (in L2)
-constexpr int kGroupM = 64;       // x rows per pass over the weights (x chunk + partials fit L2)
+constexpr int kGemmLanes = 8;  // accumulators per output = one f32x8
+constexpr int kTileM = 3;      // x rows per register tile
+constexpr int kTileN = 3;      // weight rows per register tile (3x3 f32x8 accumulators)
+constexpr int kChunkK = 512;   // k extent of one fp32 weight panel (6 KiB, stays in L1)
+constexpr int kSuperN = 48;    // weight rows that share one pass over an x chunk (in L2)
+constexpr int kGroupM = 64;    // x rows per pass over the weights (x chunk + partials fit L2)
 
 // Continues the lane sums of an mb x nb tile over kc (multiple of 8) values of k.
 // x: rows at stride kp; panel: nb fp32 weight rows at stride kc; acc: lanes of
@@ -315,7 +324,8 @@ template <int mb, int nb>
 #pragma GCC unroll 4
   for (int i = 0; i < mb; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < nb; ++j) std::memcpy(&a[i][j], acc + i * acc_stride + j * kGemmLanes, sizeof(f32x8));
+    for (int j = 0; j < nb; ++j)
+      std::memcpy(&a[i][j], acc + i * acc_stride + j * kGemmLanes, sizeof(f32x8));
   for (int k = 0; k < kc; k += kGemmLanes) {
     f32x8 w[nb];
 #pragma GCC unroll 4
@@ -331,12 +341,14 @@ template <int mb, int nb>
 #pragma GCC unroll 4
   for (int i = 0; i < mb; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < nb; ++j) std::memcpy(acc + i * acc_stride + j * kGemmLanes, &a[i][j], sizeof(f32x8));
+    for (int j = 0; j < nb; ++j)
+      std::memcpy(acc + i * acc_stride + j * kGemmLanes, &a[i][j], sizeof(f32x8));
 }
 
 template <int mb>
-[[gnu::always_inline]] inline void gemm_tile_n(int nb, const float* x, int64_t kp, const float* panel,
-                                               int kc, float* acc, int64_t acc_stride) {
+[[gnu::always_inline]] inline void gemm_tile_n(int nb, const float* x, int64_t kp,
+                                               const float* panel, int kc, float* acc,
+                                               int64_t acc_stride) {
   if (nb == 3) {
     gemm_tile<mb, 3>(x, kp, panel, kc, acc, acc_stride);
   } else if (nb == 2) {
@@ -382,9 +394,14 @@ SD_GEMM_CLONES void gemm_range(const float* xf, int64_t kp, const bf16* w, int M
           float* ag = acc.data() + t0 * kGemmLanes;
           int m0 = 0;
           for (; m0 + kTileM <= gm; m0 += kTileM)
-            gemm_tile_n<3>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride, acc_stride);
-          if (gm - m0 == 2) gemm_tile_n<2>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride, acc_stride);
-          if (gm - m0 == 1) gemm_tile_n<1>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride, acc_stride);
+            gemm_tile_n<3>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride,
+                           acc_stride);
+          if (gm - m0 == 2)
+            gemm_tile_n<2>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride,
+                           acc_stride);
+          if (gm - m0 == 1)
+            gemm_tile_n<1>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride,
+                           acc_stride);
         }
       }
       for (int m = 0; m < gm; ++m) {
@@ -421,12 +438,13 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
   const char* op = "attention";
   require(p.tokens >= 0 && p.heads >= 1 && p.kv_heads >= 1 && p.head_dim >= 1, op,
           "needs tokens >= 0, heads, kv_heads and head_dim >= 1");
-  require(p.heads % p.kv_heads == 0, op, "heads (" + std::to_string(p.heads) +
-                                             ") must be a multiple of kv_heads (" +
-                                             std::to_string(p.kv_heads) + ")");
+  require(p.heads % p.kv_heads == 0, op,
+          "heads (" + std::to_string(p.heads) + ") must be a multiple of kv_heads (" +
+              std::to_string(p.kv_heads) + ")");
   require(p.page_size >= 1 && p.max_pages >= 1 && p.window >= 0, op,
           "needs page_size >= 1, max_pages >= 1, window >= 0");
-  require(p.q_stride >= static_cast<int64_t>(p.heads) * p.head_dim, op, "q_stride must be >= heads * head_dim");
+  require(p.q_stride >= static_cast<int64_t>(p.heads) * p.head_dim, op,
+          "q_stride must be >= heads * head_dim");
   const int64_t capacity = static_cast<int64_t>(p.max_pages) * p.page_size;
   for (int t = 0; t < p.tokens; ++t) {
     const int32_t r = p.token_request[t];
@@ -435,15 +453,18 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
     if (r < 0) continue;
     const int64_t kv_len = p.kv_lens[r], pos = p.positions[t];
     require(kv_len >= 1 && kv_len <= capacity, op,
-            who + ": kv_len " + std::to_string(kv_len) + " is outside [1, " + std::to_string(capacity) + "]");
+            who + ": kv_len " + std::to_string(kv_len) + " is outside [1, " +
+                std::to_string(capacity) + "]");
     require(pos >= 0, op, who + " has negative position " + std::to_string(pos));
     const int64_t lo = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
-    require(lo < kv_len, op, who + ": window start " + std::to_string(lo) + " is not below kv_len " +
-                                 std::to_string(kv_len));
+    require(lo < kv_len, op,
+            who + ": window start " + std::to_string(lo) + " is not below kv_len " +
+                std::to_string(kv_len));
     const int32_t* table = p.block_tables + static_cast<int64_t>(r) * p.max_pages;
     for (int64_t page = lo / p.page_size; page * p.page_size < kv_len; ++page)
-      require(table[page] >= 0, op, "request " + std::to_string(r) + " has block table entry " +
-                                        std::to_string(table[page]) + " at page " + std::to_string(page));
+      require(table[page] >= 0, op,
+              "request " + std::to_string(r) + " has block table entry " +
+                  std::to_string(table[page]) + " at page " + std::to_string(page));
   }
   const int hd = p.head_dim;
   const int group = p.heads / p.kv_heads;
@@ -467,7 +488,8 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
       const bf16* qh = q + t * p.q_stride + static_cast<int64_t>(h) * hd;
       for (int i = 0; i < hd; ++i) qf[static_cast<size_t>(i)] = to_f32(qh[i]);
       auto head_of = [&](int64_t j) {
-        return cache + (kv_slot(table, p.page_size, j) * p.kv_heads + kvh) * 2 * static_cast<int64_t>(hd);
+        return cache +
+               (kv_slot(table, p.page_size, j) * p.kv_heads + kvh) * 2 * static_cast<int64_t>(hd);
       };
       s.resize(static_cast<size_t>(kv_len - lo));
       for (int64_t j = lo; j < kv_len; ++j) {
@@ -485,7 +507,8 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
         const float pj = exp_f32(s[static_cast<size_t>(j - lo)] - m);
         sum = sum + pj;
         const bf16* v = head_of(j) + hd;
-        for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] = acc[static_cast<size_t>(i)] + pj * to_f32(v[i]);
+        for (int i = 0; i < hd; ++i)
+          acc[static_cast<size_t>(i)] = acc[static_cast<size_t>(i)] + pj * to_f32(v[i]);
       }
       for (int i = 0; i < hd; ++i) o[i] = to_bf16(acc[static_cast<size_t>(i)] / sum);
     }
@@ -506,7 +529,8 @@ void markov_range(const bf16* e, int rows, const bf16* w2, int vocab, int rank, 
     mma_gemm_rows(w2 + v0 * rank, rank, n, e, rank, rows, rank, acc.data(), kChunk);
     for (int r = 0; r < rows; ++r)
       for (int i = 0; i < n; ++i)
-        bias[static_cast<int64_t>(r) * vocab + v0 + i] = to_bf16(acc[static_cast<size_t>(r) * kChunk + i]);
+        bias[static_cast<int64_t>(r) * vocab + v0 + i] =
+            to_bf16(acc[static_cast<size_t>(r) * kChunk + i]);
   }
 }
 
@@ -514,7 +538,8 @@ void markov_range(const bf16* e, int rows, const bf16* w2, int vocab, int rank, 
 
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
                  int threads) {
-  require(rows >= 0 && vocab >= 0 && rank >= 1, "markov_bias", "needs rows >= 0, vocab >= 0, rank >= 1");
+  require(rows >= 0 && vocab >= 0 && rank >= 1, "markov_bias",
+          "needs rows >= 0, vocab >= 0, rank >= 1");
   parallel_for(vocab, threads, [&](int64_t begin, int64_t end) {
     markov_range(e, rows, w2, vocab, rank, begin, end, bias);
   });
@@ -530,7 +555,8 @@ LogitTransform LogitTransform::from_config(const ModelConfig& c) {
     t.has_cap = true;
     t.cap = *c.logit_soft_cap;
     if (!(std::isfinite(t.cap) && t.cap > 0.0f))
-      throw ConfigError("logit_soft_cap must be finite and > 0 (got " + std::to_string(t.cap) + ")");
+      throw ConfigError("logit_soft_cap must be finite and > 0 (got " + std::to_string(t.cap) +
+                        ")");
     t.inv_cap = 1.0f / t.cap;
   }
   return t;

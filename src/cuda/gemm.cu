@@ -88,7 +88,8 @@ template <class T>
 T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
   T value{};
   size_t written = 0;
-  SD_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written));
+  SD_CUBLAS_CHECK(
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written));
   return value;
 }
 
@@ -101,7 +102,7 @@ void require(bool ok, const std::string& what) {
 struct GemmRunner::Impl {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer<unsigned char> workspace;
-  std::map<ShapeKey, std::unique_ptr<Plan>> plans;       // per M
+  std::map<ShapeKey, std::unique_ptr<Plan>> plans;        // per M
   std::map<ShapeKey, cublasLtMatmulAlgo_t> family_algos;  // per family (M = kPlanRows)
 
   Impl() = default;
@@ -146,8 +147,8 @@ struct GemmRunner::Impl {
         handle, plan->desc, plan->w_layout, plan->x_layout, plan->y_layout, plan->y_layout,
         pref.pref, kHeuristicCandidates, results, &returned);
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
-      throw DeviceError("cuBLASLt heuristic failed (status " + std::to_string(static_cast<int>(st)) +
-                        ") for GEMM " + k.describe());
+      throw DeviceError("cuBLASLt heuristic failed (status " +
+                        std::to_string(static_cast<int>(st)) + ") for GEMM " + k.describe());
     for (int i = 0; i < returned; ++i) {
       const cublasLtMatmulHeuristicResult_t& r = results[i];
       if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > workspace.bytes()) continue;
@@ -157,8 +158,9 @@ struct GemmRunner::Impl {
       family_algos.emplace(k, r.algo);
       return r.algo;
     }
-    throw DeviceError("cuBLASLt offers no single-pass (split-K 1, reduction NONE) algorithm for GEMM " +
-                      k.describe() + " (" + std::to_string(returned) + " candidates)");
+    throw DeviceError(
+        "cuBLASLt offers no single-pass (split-K 1, reduction NONE) algorithm for GEMM " +
+        k.describe() + " (" + std::to_string(returned) + " candidates)");
   }
 };
 
@@ -211,10 +213,9 @@ void GemmRunner::run(const bf16* x, int64_t x_stride, const bf16* w, int M, int 
   }
   const Plan& plan = *it->second;
   const float alpha = 1.0f, beta = 0.0f;
-  SD_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan.desc, &alpha, w, plan.w_layout, x,
-                                 plan.x_layout, &beta, y, plan.y_layout, y, plan.y_layout,
-                                 &plan.algo, impl_->workspace.data(), impl_->workspace.bytes(),
-                                 stream));
+  SD_CUBLAS_CHECK(cublasLtMatmul(
+      impl_->handle, plan.desc, &alpha, w, plan.w_layout, x, plan.x_layout, &beta, y, plan.y_layout,
+      y, plan.y_layout, &plan.algo, impl_->workspace.data(), impl_->workspace.bytes(), stream));
 }
 
 }  // namespace sparkdraft::cuda

@@ -45,7 +45,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Whether a directory entry exists at all (a dangling or looping symlink counts).
@@ -61,20 +62,23 @@ bool present(const fs::path& p) {
 // Refuses checkpoints of formats out of scope, recognised by tensor name.
 void refuse_unsupported(const std::string& name, const SafetensorsFile& file) {
   if (name == "d2t" || name == "t2d" || ends_with(name, ".d2t") || ends_with(name, ".t2d"))
-    throw CheckpointError("speculators reduced-vocabulary draft (d2t) is not supported (tensor '" + name +
-                          "' in " + file.path() + ")");
-  static const std::set<std::string> mla_parts = {"wkv", "wq_a", "wq_b", "wo_a", "wo_b", "attn_sink", "main_proj"};
+    throw CheckpointError("speculators reduced-vocabulary draft (d2t) is not supported (tensor '" +
+                          name + "' in " + file.path() + ")");
+  static const std::set<std::string> mla_parts = {"wkv",  "wq_a",      "wq_b",     "wo_a",
+                                                  "wo_b", "attn_sink", "main_proj"};
   bool mla = name.rfind("mtp.", 0) == 0;
   size_t start = 0;
   while (!mla && start <= name.size()) {
     const size_t dot = name.find('.', start);
-    const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string part =
+        name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     mla = mla_parts.count(part) > 0;
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
   if (mla)
-    throw CheckpointError("DeepSeek-V4 MLA draft is not supported (tensor '" + name + "' in " + file.path() + ")");
+    throw CheckpointError("DeepSeek-V4 MLA draft is not supported (tensor '" + name + "' in " +
+                          file.path() + ")");
 }
 
 // The safetensors files of `dir`: model.safetensors, or the shards of
@@ -86,7 +90,8 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   // opened, so that the error says what is wrong with it.
   if (present(single)) return {SafetensorsFile::open(single.string())};
   if (!present(index))
-    throw CheckpointError("no model.safetensors or model.safetensors.index.json in " + dir.string());
+    throw CheckpointError("no model.safetensors or model.safetensors.index.json in " +
+                          dir.string());
 
   const std::string text =
       io::read_regular_file<CheckpointError>(index.string(), "safetensors index");
@@ -101,9 +106,11 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   std::vector<std::string> shard_names;
   for (const auto& item : j["weight_map"].items()) {
     if (!item.value().is_string())
-      throw CheckpointError(index.string() + ": weight_map entry '" + item.key() + "' is not a file name");
+      throw CheckpointError(index.string() + ": weight_map entry '" + item.key() +
+                            "' is not a file name");
     const std::string shard = item.value().get<std::string>();
-    if (std::find(shard_names.begin(), shard_names.end(), shard) == shard_names.end()) shard_names.push_back(shard);
+    if (std::find(shard_names.begin(), shard_names.end(), shard) == shard_names.end())
+      shard_names.push_back(shard);
   }
   std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
   std::vector<std::shared_ptr<SafetensorsFile>> files;
@@ -117,8 +124,8 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   for (const auto& item : j["weight_map"].items()) {
     const auto& file = shards.at(item.value().get<std::string>());
     if (!file->find(item.key()))
-      throw CheckpointError(index.string() + " lists tensor '" + item.key() + "' in " + file->path() +
-                            ", which has no such tensor");
+      throw CheckpointError(index.string() + " lists tensor '" + item.key() + "' in " +
+                            file->path() + ", which has no such tensor");
   }
   return files;
 }
@@ -196,7 +203,8 @@ std::string coordinates(int64_t i, const std::vector<int64_t>& shape) {
 
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   const int64_t H = c.hidden_size, V = c.vocab_size, hd = c.head_dim, I = c.intermediate_size;
-  const int64_t q = static_cast<int64_t>(c.num_heads) * hd, kv = static_cast<int64_t>(c.num_kv_heads) * hd;
+  const int64_t q = static_cast<int64_t>(c.num_heads) * hd,
+                kv = static_cast<int64_t>(c.num_kv_heads) * hd;
   const bool norms = c.norm_gain != NormGain::none;
   std::vector<TensorSpec> specs;
   auto add = [&](std::string name, std::vector<int64_t> shape, DType dtype = DType::bf16) {
@@ -269,8 +277,9 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
       refuse_unsupported(key, *file);
       auto [it, inserted] = stored.emplace(key, Found{&info, file.get()});
       if (!inserted)
-        throw CheckpointError("tensor '" + key + "' is stored twice (as '" + it->second.info->name + "' in " +
-                              it->second.file->path() + " and as '" + name + "' in " + file->path() + ")");
+        throw CheckpointError("tensor '" + key + "' is stored twice (as '" + it->second.info->name +
+                              "' in " + it->second.file->path() + " and as '" + name + "' in " +
+                              file->path() + ")");
     }
   }
 
@@ -281,11 +290,14 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
     const TensorInfo& t = *it->second.info;
     const std::string where = "tensor '" + spec.name + "' in " + it->second.file->path();
     if (t.dtype != spec.dtype)
-      throw CheckpointError(where + ": dtype " + dtype_name(t.dtype) + ", expected " + dtype_name(spec.dtype));
+      throw CheckpointError(where + ": dtype " + dtype_name(t.dtype) + ", expected " +
+                            dtype_name(spec.dtype));
     if (t.shape != spec.shape)
-      throw CheckpointError(where + ": shape " + t.shape_string() + ", expected " + shape_text(spec.shape));
+      throw CheckpointError(where + ": shape " + t.shape_string() + ", expected " +
+                            shape_text(spec.shape));
     if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
-      throw CheckpointError(where + ": data is not aligned to its " + std::to_string(dtype_size(t.dtype)) +
+      throw CheckpointError(where + ": data is not aligned to its " +
+                            std::to_string(dtype_size(t.dtype)) +
                             "-byte dtype (the file's tensors are not laid out in alignment order)");
     if (!options.allow_nonfinite) {
       const int64_t bad =

@@ -64,7 +64,8 @@ class Fields {
   }
   int64_t integer(const char* key, int64_t lo, int64_t hi = kIntMax) const {
     const json& v = at(key);
-    if (!v.is_number_integer()) fail(std::string("field '") + key + "' must be an integer (got " + v.dump() + ")");
+    if (!v.is_number_integer())
+      fail(std::string("field '") + key + "' must be an integer (got " + v.dump() + ")");
     int64_t x = 0;
     if (v.is_number_unsigned()) {
       const uint64_t u = v.get<uint64_t>();
@@ -74,13 +75,18 @@ class Fields {
     } else {
       x = v.get<int64_t>();
     }
-    if (x < lo) fail(std::string("field '") + key + "' must be >= " + std::to_string(lo) + " (got " + std::to_string(x) + ")");
-    if (x > hi) fail(std::string("field '") + key + "' must be <= " + std::to_string(hi) + " (got " + std::to_string(x) + ")");
+    if (x < lo)
+      fail(std::string("field '") + key + "' must be >= " + std::to_string(lo) + " (got " +
+           std::to_string(x) + ")");
+    if (x > hi)
+      fail(std::string("field '") + key + "' must be <= " + std::to_string(hi) + " (got " +
+           std::to_string(x) + ")");
     return x;
   }
   double number(const char* key) const {
     const json& v = at(key);
-    if (!v.is_number()) fail(std::string("field '") + key + "' must be a number (got " + v.dump() + ")");
+    if (!v.is_number())
+      fail(std::string("field '") + key + "' must be a number (got " + v.dump() + ")");
     return v.get<double>();
   }
   float number_f32(const char* key) const {
@@ -91,17 +97,20 @@ class Fields {
   }
   bool boolean(const char* key) const {
     const json& v = at(key);
-    if (!v.is_boolean()) fail(std::string("field '") + key + "' must be true or false (got " + v.dump() + ")");
+    if (!v.is_boolean())
+      fail(std::string("field '") + key + "' must be true or false (got " + v.dump() + ")");
     return v.get<bool>();
   }
   std::string string(const char* key) const {
     const json& v = at(key);
-    if (!v.is_string()) fail(std::string("field '") + key + "' must be a string (got " + v.dump() + ")");
+    if (!v.is_string())
+      fail(std::string("field '") + key + "' must be a string (got " + v.dump() + ")");
     return v.get<std::string>();
   }
   std::vector<int> int_list(const char* key) const {
     const json& v = at(key);
-    if (!v.is_array()) fail(std::string("field '") + key + "' must be a list of integers (got " + v.dump() + ")");
+    if (!v.is_array())
+      fail(std::string("field '") + key + "' must be a list of integers (got " + v.dump() + ")");
     std::vector<int> out;
     for (const json& e : v) {
       if (!e.is_number_integer() || e.get<int64_t>() < std::numeric_limits<int>::min() ||
@@ -130,19 +139,44 @@ E parse_enum(const Fields& f, const char* key, std::initializer_list<E> values) 
 }
 
 const std::set<std::string>& our_keys() {
-  static const std::set<std::string> keys = {
-      "format", "format_version", "architecture", "hidden_size", "num_layers", "num_heads",
-      "num_kv_heads", "head_dim", "intermediate_size", "vocab_size", "markov_rank", "block_size",
-      "target_hidden_size", "target_layer_ids", "mask_token_id", "max_position_embeddings",
-      "norm_gain", "rms_norm_eps", "layer_style", "residual_kind", "stream_dtype",
-      "context_layer_norm", "rope_style", "rope_theta", "qk_norm", "v_norm", "output_gate",
-      "o_norm", "sliding_window", "logit_multiplier", "logit_soft_cap", "sample_from_anchor"};
+  static const std::set<std::string> keys = {"format",
+                                             "format_version",
+                                             "architecture",
+                                             "hidden_size",
+                                             "num_layers",
+                                             "num_heads",
+                                             "num_kv_heads",
+                                             "head_dim",
+                                             "intermediate_size",
+                                             "vocab_size",
+                                             "markov_rank",
+                                             "block_size",
+                                             "target_hidden_size",
+                                             "target_layer_ids",
+                                             "mask_token_id",
+                                             "max_position_embeddings",
+                                             "norm_gain",
+                                             "rms_norm_eps",
+                                             "layer_style",
+                                             "residual_kind",
+                                             "stream_dtype",
+                                             "context_layer_norm",
+                                             "rope_style",
+                                             "rope_theta",
+                                             "qk_norm",
+                                             "v_norm",
+                                             "output_gate",
+                                             "o_norm",
+                                             "sliding_window",
+                                             "logit_multiplier",
+                                             "logit_soft_cap",
+                                             "sample_from_anchor"};
   return keys;
 }
 
 // Fields whose presence marks a DeepSeek-V4 (MLA / MoE / mHC / MTP) draft.
 constexpr const char* kDeepSeekV4Fields[] = {
-    "dspark_target_layer_ids", "kv_lora_rank", "q_lora_rank", "n_routed_experts",
+    "dspark_target_layer_ids",  "kv_lora_rank", "q_lora_rank", "n_routed_experts",
     "num_nextn_predict_layers", "n_mtp_layers", "hc_mult"};
 
 }  // namespace
@@ -203,7 +237,8 @@ void ModelConfig::validate() const {
   if (num_heads % num_kv_heads != 0)
     bad("num_heads", "(" + std::to_string(num_heads) + ") must be a multiple of num_kv_heads (" +
                          std::to_string(num_kv_heads) + ")");
-  if (head_dim % 2 != 0) bad("head_dim", "must be even for RoPE (got " + std::to_string(head_dim) + ")");
+  if (head_dim % 2 != 0)
+    bad("head_dim", "must be even for RoPE (got " + std::to_string(head_dim) + ")");
   // 0 = no Markov head: no markov_w1/w2 tensors, the step logits are the base
   // logits. Any rank > 0 is valid; the fused Markov kernels need a power of two
   // and the plan falls back to the eager loop otherwise.
@@ -213,9 +248,11 @@ void ModelConfig::validate() const {
   if (target_layer_ids.empty()) bad("target_layer_ids", "must list at least one target layer");
   for (size_t i = 0; i < target_layer_ids.size(); ++i) {
     if (target_layer_ids[i] < -1)
-      bad("target_layer_ids", "entries must be >= -1 (-1 = the embedding output), got " + fmt_ids(target_layer_ids));
+      bad("target_layer_ids",
+          "entries must be >= -1 (-1 = the embedding output), got " + fmt_ids(target_layer_ids));
     if (i > 0 && target_layer_ids[i] <= target_layer_ids[i - 1])
-      bad("target_layer_ids", "must be strictly increasing (got " + fmt_ids(target_layer_ids) + ")");
+      bad("target_layer_ids",
+          "must be strictly increasing (got " + fmt_ids(target_layer_ids) + ")");
   }
   if (mask_token_id < 0 || mask_token_id >= vocab_size)
     bad("mask_token_id", "must be in [0, vocab_size = " + std::to_string(vocab_size) + ") (got " +
@@ -224,9 +261,12 @@ void ModelConfig::validate() const {
     bad("rms_norm_eps", "must be finite and > 0 (got " + fmt_double(rms_norm_eps) + ")");
   if (!(std::isfinite(rope_theta) && rope_theta > 0))
     bad("rope_theta", "must be finite and > 0 (got " + fmt_double(rope_theta) + ")");
-  if (sliding_window < 0) bad("sliding_window", "must be >= 0, 0 = full attention (got " + std::to_string(sliding_window) + ")");
+  if (sliding_window < 0)
+    bad("sliding_window",
+        "must be >= 0, 0 = full attention (got " + std::to_string(sliding_window) + ")");
   if (logit_multiplier && !(std::isfinite(*logit_multiplier) && *logit_multiplier != 0.0f))
-    bad("logit_multiplier", "must be finite and non-zero (got " + fmt_double(*logit_multiplier) + ")");
+    bad("logit_multiplier",
+        "must be finite and non-zero (got " + fmt_double(*logit_multiplier) + ")");
   if (logit_soft_cap && !(std::isfinite(*logit_soft_cap) && *logit_soft_cap > 0.0f))
     bad("logit_soft_cap", "must be finite and > 0 (got " + fmt_double(*logit_soft_cap) + ")");
   // Every product the ops take as an `int` must fit one.
@@ -271,8 +311,10 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["output_gate"] = c.output_gate;
   j["o_norm"] = c.o_norm;
   j["sliding_window"] = c.sliding_window;
-  j["logit_multiplier"] = c.logit_multiplier ? json(float_to_json_number(*c.logit_multiplier)) : json(nullptr);
-  j["logit_soft_cap"] = c.logit_soft_cap ? json(float_to_json_number(*c.logit_soft_cap)) : json(nullptr);
+  j["logit_multiplier"] =
+      c.logit_multiplier ? json(float_to_json_number(*c.logit_multiplier)) : json(nullptr);
+  j["logit_soft_cap"] =
+      c.logit_soft_cap ? json(float_to_json_number(*c.logit_soft_cap)) : json(nullptr);
   j["sample_from_anchor"] = c.sample_from_anchor;
   return j;
 }
@@ -283,8 +325,8 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   if (f.string("format") != "sparkdraft")
     f.fail("field 'format' must be \"sparkdraft\" (got \"" + f.string("format") + "\")");
   if (f.integer("format_version", 1) != kFormatVersion)
-    f.fail("format_version " + std::to_string(f.integer("format_version", 1)) + " is not supported (this build reads " +
-           std::to_string(kFormatVersion) + ")");
+    f.fail("format_version " + std::to_string(f.integer("format_version", 1)) +
+           " is not supported (this build reads " + std::to_string(kFormatVersion) + ")");
   for (const auto& item : j.items())
     if (!our_keys().count(item.key())) f.fail("unknown field '" + item.key() + "'");
   for (const std::string& key : our_keys())
@@ -305,10 +347,12 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   c.target_layer_ids = f.int_list("target_layer_ids");
   c.mask_token_id = f.integer("mask_token_id", 0, std::numeric_limits<int64_t>::max());
   c.max_position_embeddings = static_cast<int>(f.integer("max_position_embeddings", 1));
-  c.norm_gain = parse_enum(f, "norm_gain", {NormGain::weight, NormGain::one_plus_weight, NormGain::none});
+  c.norm_gain =
+      parse_enum(f, "norm_gain", {NormGain::weight, NormGain::one_plus_weight, NormGain::none});
   c.rms_norm_eps = f.number_f32("rms_norm_eps");
   c.layer_style = parse_enum(f, "layer_style", {LayerStyle::pre_norm, LayerStyle::sandwich});
-  c.residual_kind = parse_enum(f, "residual_kind", {ResidualKind::plain, ResidualKind::norm_preserving});
+  c.residual_kind =
+      parse_enum(f, "residual_kind", {ResidualKind::plain, ResidualKind::norm_preserving});
   c.stream_dtype = parse_enum(f, "stream_dtype", {StreamDType::bf16, StreamDType::f32});
   c.context_layer_norm = f.boolean("context_layer_norm");
   c.rope_style = parse_enum(f, "rope_style", {RopeStyle::neox, RopeStyle::gptj});
@@ -342,45 +386,59 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
     if (vocab < 0 || draft_vocab < vocab)
       f.fail("reduced draft vocabularies (d2t) are not supported yet (draft_vocab_size " +
              std::to_string(draft_vocab) +
-             (vocab < 0 ? std::string(", target vocab_size unknown)") : " < vocab_size " + std::to_string(vocab) + ")"));
+             (vocab < 0 ? std::string(", target vocab_size unknown)")
+                        : " < vocab_size " + std::to_string(vocab) + ")"));
     if (draft_vocab > vocab)
-      f.fail("field 'draft_vocab_size' (" + std::to_string(draft_vocab) + ") exceeds vocab_size (" + std::to_string(vocab) + ")");
+      f.fail("field 'draft_vocab_size' (" + std::to_string(draft_vocab) + ") exceeds vocab_size (" +
+             std::to_string(vocab) + ")");
   }
   if (f.has("speculators_model_type"))
-    f.fail("speculators-format drafts (speculators_model_type " + f.at("speculators_model_type").dump() +
+    f.fail("speculators-format drafts (speculators_model_type " +
+           f.at("speculators_model_type").dump() +
            ") are not supported yet; only DeepSpec Qwen3DSparkModel configs are imported");
   for (const char* key : kDeepSeekV4Fields)
-    if (j.contains(key)) f.fail(std::string("DeepSeek-V4 MLA/MoE drafts are not supported (found field '") + key + "')");
+    if (j.contains(key))
+      f.fail(std::string("DeepSeek-V4 MLA/MoE drafts are not supported (found field '") + key +
+             "')");
   if (f.has("model_type") && f.at("model_type").is_string() &&
       f.string("model_type").rfind("deepseek", 0) == 0)
-    f.fail("DeepSeek-V4 MLA/MoE drafts are not supported (model_type '" + f.string("model_type") + "')");
+    f.fail("DeepSeek-V4 MLA/MoE drafts are not supported (model_type '" + f.string("model_type") +
+           "')");
 
   const json& archs = f.at("architectures");
-  if (!archs.is_array()) f.fail("field 'architectures' must be a list of strings (got " + archs.dump() + ")");
+  if (!archs.is_array())
+    f.fail("field 'architectures' must be a list of strings (got " + archs.dump() + ")");
   bool qwen3_dspark = false;
   for (const json& a : archs) {
-    if (!a.is_string()) f.fail("field 'architectures' must be a list of strings (got " + archs.dump() + ")");
+    if (!a.is_string())
+      f.fail("field 'architectures' must be a list of strings (got " + archs.dump() + ")");
     const std::string name = a.get<std::string>();
     if (name.rfind("Deepseek", 0) == 0 || name.rfind("DeepSeek", 0) == 0)
       f.fail("DeepSeek-V4 MLA/MoE drafts are not supported (architecture '" + name + "')");
     if (name == "Qwen3DSparkModel") qwen3_dspark = true;
   }
   if (!qwen3_dspark)
-    f.fail("architectures " + archs.dump() + " are not supported: only Qwen3DSparkModel (DeepSpec) configs are imported");
+    f.fail("architectures " + archs.dump() +
+           " are not supported: only Qwen3DSparkModel (DeepSpec) configs are imported");
   if (f.has("model_type") && f.string("model_type") != "qwen3")
-    f.fail("model_type '" + f.string("model_type") + "' is not supported (a Qwen3DSparkModel has model_type 'qwen3')");
+    f.fail("model_type '" + f.string("model_type") +
+           "' is not supported (a Qwen3DSparkModel has model_type 'qwen3')");
 
   // Options the Qwen3 layers we run do not have.
   if (f.has("tie_word_embeddings") && f.boolean("tie_word_embeddings"))
-    f.fail("tie_word_embeddings = true is not supported (the draft must ship its own lm_head.weight)");
+    f.fail(
+        "tie_word_embeddings = true is not supported (the draft must ship its own lm_head.weight)");
   if (f.has("attention_bias") && f.boolean("attention_bias"))
     f.fail("attention_bias = true is not supported (projections have no bias)");
-  if (f.has("mlp_bias") && f.boolean("mlp_bias")) f.fail("mlp_bias = true is not supported (projections have no bias)");
+  if (f.has("mlp_bias") && f.boolean("mlp_bias"))
+    f.fail("mlp_bias = true is not supported (projections have no bias)");
   if (f.has("hidden_act") && f.string("hidden_act") != "silu")
     f.fail("hidden_act '" + f.string("hidden_act") + "' is not supported (only 'silu', SwiGLU)");
   if (f.has("sample_from_anchor") && !f.boolean("sample_from_anchor"))
-    throw ConfigError("config.json: the fill-in layout (sample_from_anchor = false) is not supported yet");
-  const std::string head_type = f.has("markov_head_type") ? f.string("markov_head_type") : "vanilla";
+    throw ConfigError(
+        "config.json: the fill-in layout (sample_from_anchor = false) is not supported yet");
+  const std::string head_type =
+      f.has("markov_head_type") ? f.string("markov_head_type") : "vanilla";
   if (head_type != "vanilla")
     f.fail("markov_head_type '" + head_type + "' is not supported (only 'vanilla')");
 
@@ -389,7 +447,9 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   c.hidden_size = static_cast<int>(f.integer("hidden_size", 1));
   c.num_layers = static_cast<int>(f.integer("num_hidden_layers", 1));
   c.num_heads = static_cast<int>(f.integer("num_attention_heads", 1));
-  c.num_kv_heads = f.has("num_key_value_heads") ? static_cast<int>(f.integer("num_key_value_heads", 1)) : c.num_heads;
+  c.num_kv_heads = f.has("num_key_value_heads")
+                       ? static_cast<int>(f.integer("num_key_value_heads", 1))
+                       : c.num_heads;
   if (f.has("head_dim")) {
     c.head_dim = static_cast<int>(f.integer("head_dim", 1));
   } else {
@@ -400,16 +460,19 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   }
   c.intermediate_size = static_cast<int>(f.integer("intermediate_size", 1));
   c.vocab_size = static_cast<int>(f.integer("vocab_size", 1));
-  c.rms_norm_eps = f.has("rms_norm_eps") ? f.number_f32("rms_norm_eps") : 1e-6f;  // HF Qwen3 default
+  c.rms_norm_eps =
+      f.has("rms_norm_eps") ? f.number_f32("rms_norm_eps") : 1e-6f;  // HF Qwen3 default
 
   // RoPE: theta from rope_parameters (new HF form) or rope_theta; no scaling.
   bool have_theta = false;
   if (f.has("rope_parameters")) {
     const json& rp = f.at("rope_parameters");
-    if (!rp.is_object()) f.fail("field 'rope_parameters' must be an object (got " + rp.dump() + ")");
+    if (!rp.is_object())
+      f.fail("field 'rope_parameters' must be an object (got " + rp.dump() + ")");
     Fields r(rp, "config.json: rope_parameters");
     if (r.has("rope_type") && r.string("rope_type") != "default")
-      r.fail("rope_type '" + r.string("rope_type") + "' is not supported (only 'default', no RoPE scaling)");
+      r.fail("rope_type '" + r.string("rope_type") +
+             "' is not supported (only 'default', no RoPE scaling)");
     if (r.has("rope_theta")) {
       c.rope_theta = r.number("rope_theta");
       have_theta = true;
@@ -417,31 +480,39 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   }
   if (f.has("rope_scaling")) {
     const json& rs = f.at("rope_scaling");
-    if (!rs.is_object()) f.fail("field 'rope_scaling' must be an object or null (got " + rs.dump() + ")");
+    if (!rs.is_object())
+      f.fail("field 'rope_scaling' must be an object or null (got " + rs.dump() + ")");
     Fields r(rs, "config.json: rope_scaling");
     const char* key = r.has("rope_type") ? "rope_type" : "type";
-    if (!r.has(key) || r.string(key) != "default") f.fail("RoPE scaling " + rs.dump() + " is not supported");
+    if (!r.has(key) || r.string(key) != "default")
+      f.fail("RoPE scaling " + rs.dump() + " is not supported");
   }
   if (!have_theta && f.has("rope_theta")) {
     c.rope_theta = f.number("rope_theta");
     have_theta = true;
   }
-  if (!have_theta) f.fail("missing field 'rope_theta' (neither rope_theta nor rope_parameters.rope_theta is set)");
-  if (f.has("is_neox_style")) c.rope_style = f.boolean("is_neox_style") ? RopeStyle::neox : RopeStyle::gptj;
-  c.max_position_embeddings =
-      f.has("max_position_embeddings") ? static_cast<int>(f.integer("max_position_embeddings", 1)) : 32768;
+  if (!have_theta)
+    f.fail("missing field 'rope_theta' (neither rope_theta nor rope_parameters.rope_theta is set)");
+  if (f.has("is_neox_style"))
+    c.rope_style = f.boolean("is_neox_style") ? RopeStyle::neox : RopeStyle::gptj;
+  c.max_position_embeddings = f.has("max_position_embeddings")
+                                  ? static_cast<int>(f.integer("max_position_embeddings", 1))
+                                  : 32768;
 
   // Attention kind per layer: all full, or all sliding with one window.
   if (f.has("layer_types")) {
     const json& lt = f.at("layer_types");
     if (!lt.is_array() || static_cast<int>(lt.size()) != c.num_layers)
-      f.fail("field 'layer_types' must list one entry per layer (" + std::to_string(c.num_layers) + "), got " + lt.dump());
+      f.fail("field 'layer_types' must list one entry per layer (" + std::to_string(c.num_layers) +
+             "), got " + lt.dump());
     std::set<std::string> kinds;
     for (const json& e : lt) {
-      if (!e.is_string()) f.fail("field 'layer_types' must be a list of strings (got " + lt.dump() + ")");
+      if (!e.is_string())
+        f.fail("field 'layer_types' must be a list of strings (got " + lt.dump() + ")");
       const std::string kind = e.get<std::string>();
       if (kind != "full_attention" && kind != "sliding_attention")
-        f.fail("layer type '" + kind + "' is not supported (only 'full_attention' and 'sliding_attention')");
+        f.fail("layer type '" + kind +
+               "' is not supported (only 'full_attention' and 'sliding_attention')");
       kinds.insert(kind);
     }
     if (kinds.size() > 1)
@@ -450,7 +521,9 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
       c.sliding_window = static_cast<int>(f.integer("sliding_window", 1));
     }
   } else if (f.has("use_sliding_window") && f.boolean("use_sliding_window")) {
-    f.fail("use_sliding_window = true without layer_types is not supported (give layer_types per layer)");
+    f.fail(
+        "use_sliding_window = true without layer_types is not supported (give layer_types per "
+        "layer)");
   }
 
   // DSpark fields.
@@ -461,12 +534,15 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
     for (int id : c.target_layer_ids)
       if (id >= target_layers - 1)
         f.fail("target_layer_ids " + fmt_ids(c.target_layer_ids) + ": layer " + std::to_string(id) +
-               " is not before the final target layer (num_target_layers " + std::to_string(target_layers) +
+               " is not before the final target layer (num_target_layers " +
+               std::to_string(target_layers) +
                "; the final layer's slot holds the post-norm state)");
   }
   c.mask_token_id = f.integer("mask_token_id", 0, std::numeric_limits<int64_t>::max());
   c.markov_rank = static_cast<int>(f.integer("markov_rank", 0));
-  c.target_hidden_size = f.has("target_hidden_size") ? static_cast<int>(f.integer("target_hidden_size", 1)) : c.hidden_size;
+  c.target_hidden_size = f.has("target_hidden_size")
+                             ? static_cast<int>(f.integer("target_hidden_size", 1))
+                             : c.hidden_size;
 
   // Qwen3 layers: pre-norm, plain bf16 residual, w gain, QK-norm, no gate, no transform.
   c.norm_gain = NormGain::weight;
@@ -530,7 +606,8 @@ bool hf_expressible(const ModelConfig& c, std::string* why) {
   if (c.layer_style != LayerStyle::pre_norm) return no("layer_style sandwich");
   if (c.residual_kind != ResidualKind::plain) return no("residual_kind norm_preserving");
   if (c.stream_dtype != StreamDType::bf16) return no("stream_dtype f32");
-  if (c.norm_gain != NormGain::weight) return no(std::string("norm_gain ") + to_string(c.norm_gain));
+  if (c.norm_gain != NormGain::weight)
+    return no(std::string("norm_gain ") + to_string(c.norm_gain));
   if (c.context_layer_norm) return no("context_layer_norm");
   if (!c.qk_norm) return no("qk_norm off");
   if (c.v_norm) return no("v_norm");
@@ -544,7 +621,8 @@ bool hf_expressible(const ModelConfig& c, std::string* why) {
 nlohmann::json export_hf_config(const ModelConfig& c) {
   std::string why;
   if (!hf_expressible(c, &why))
-    throw ConfigError("config has no DeepSpec/HF config.json form (" + why + "); write our own JSON instead");
+    throw ConfigError("config has no DeepSpec/HF config.json form (" + why +
+                      "); write our own JSON instead");
   json j;
   j["architectures"] = json::array({"Qwen3DSparkModel"});
   j["model_type"] = "qwen3";
@@ -568,8 +646,9 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   j["markov_rank"] = c.markov_rank;
   j["markov_head_type"] = "vanilla";
   j["enable_confidence_head"] = false;
-  j["layer_types"] = std::vector<std::string>(
-      static_cast<size_t>(c.num_layers), c.sliding_window > 0 ? "sliding_attention" : "full_attention");
+  j["layer_types"] =
+      std::vector<std::string>(static_cast<size_t>(c.num_layers),
+                               c.sliding_window > 0 ? "sliding_attention" : "full_attention");
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.target_hidden_size != c.hidden_size) j["target_hidden_size"] = c.target_hidden_size;
   if (c.rope_style == RopeStyle::gptj) j["is_neox_style"] = false;

@@ -168,11 +168,14 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
       }
       continue;
     }
-    auto bad = [&](const std::string& what) { corrupt("corrupt header: tensor '" + name + "': " + what); };
+    auto bad = [&](const std::string& what) {
+      corrupt("corrupt header: tensor '" + name + "': " + what);
+    };
     if (!v.is_object()) bad("entry is not an object");
     if (!v.contains("dtype") || !v["dtype"].is_string()) bad("missing or non-string 'dtype'");
     if (!v.contains("shape") || !v["shape"].is_array()) bad("missing or non-list 'shape'");
-    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
       bad("'data_offsets' must be a list of two integers");
 
     TensorInfo t;
@@ -185,18 +188,23 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     uint64_t numel = 1;
     for (const json& d : v["shape"]) {
       uint64_t dim = 0;
-      if (!read_u64(d, &dim) || dim > (uint64_t{1} << 62)) bad("shape " + v["shape"].dump() + " must hold non-negative integers");
+      if (!read_u64(d, &dim) || dim > (uint64_t{1} << 62))
+        bad("shape " + v["shape"].dump() + " must hold non-negative integers");
       t.shape.push_back(static_cast<int64_t>(dim));
-      if (__builtin_mul_overflow(numel, dim, &numel)) bad("shape " + v["shape"].dump() + " overflows");
+      if (__builtin_mul_overflow(numel, dim, &numel))
+        bad("shape " + v["shape"].dump() + " overflows");
     }
     uint64_t begin = 0, end = 0, nbytes = 0;
-    if (!read_u64(v["data_offsets"][0], &begin) || !read_u64(v["data_offsets"][1], &end) || end < begin)
-      bad("data_offsets " + v["data_offsets"].dump() + " must be non-negative integers with begin <= end");
+    if (!read_u64(v["data_offsets"][0], &begin) || !read_u64(v["data_offsets"][1], &end) ||
+        end < begin)
+      bad("data_offsets " + v["data_offsets"].dump() +
+          " must be non-negative integers with begin <= end");
     if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &nbytes))
       bad("shape " + v["shape"].dump() + " overflows");
     if (end - begin != nbytes)
-      bad("data_offsets " + v["data_offsets"].dump() + " hold " + std::to_string(end - begin) + " bytes but " +
-          dtype_name(t.dtype) + " " + t.shape_string() + " needs " + std::to_string(nbytes));
+      bad("data_offsets " + v["data_offsets"].dump() + " hold " + std::to_string(end - begin) +
+          " bytes but " + dtype_name(t.dtype) + " " + t.shape_string() + " needs " +
+          std::to_string(nbytes));
     if (end > data_size)
       bad("data_offsets " + v["data_offsets"].dump() + " are out of range (the data section has " +
           std::to_string(data_size) + " bytes; truncated file?)");
@@ -208,8 +216,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (std::get<0>(ranges[i]) < std::get<1>(ranges[i - 1]))
-      corrupt("corrupt header: tensors '" + std::get<2>(ranges[i - 1]) + "' and '" + std::get<2>(ranges[i]) +
-              "' overlap in the data section");
+      corrupt("corrupt header: tensors '" + std::get<2>(ranges[i - 1]) + "' and '" +
+              std::get<2>(ranges[i]) + "' overlap in the data section");
   // The data section ends where the last tensor does: bytes after it are a
   // sign of a damaged or concatenated file (the reference reader refuses them too).
   uint64_t data_end = 0;
@@ -231,17 +239,24 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill) {
-  if (name.empty() || name == "__metadata__") throw InvalidArgument("safetensors writer: bad tensor name '" + name + "'");
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                            Fill fill) {
+  if (name.empty() || name == "__metadata__")
+    throw InvalidArgument("safetensors writer: bad tensor name '" + name + "'");
   for (const Entry& e : entries_)
-    if (e.name == name) throw InvalidArgument("safetensors writer: tensor '" + name + "' added twice");
+    if (e.name == name)
+      throw InvalidArgument("safetensors writer: tensor '" + name + "' added twice");
   for (int64_t d : shape)
-    if (d < 0) throw InvalidArgument("safetensors writer: tensor '" + name + "' has a negative dimension " + shape_text(shape));
-  if (!fill) throw InvalidArgument("safetensors writer: tensor '" + name + "' has no fill callback");
+    if (d < 0)
+      throw InvalidArgument("safetensors writer: tensor '" + name + "' has a negative dimension " +
+                            shape_text(shape));
+  if (!fill)
+    throw InvalidArgument("safetensors writer: tensor '" + name + "' has no fill callback");
   entries_.push_back({name, dtype, std::move(shape), std::move(fill)});
 }
 
-void SafetensorsWriter::add_copy(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
+void SafetensorsWriter::add_copy(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                                 const void* data) {
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
   const size_t nbytes = static_cast<size_t>(std::max<int64_t>(numel, 0)) * dtype_size(dtype);
@@ -257,7 +272,9 @@ void SafetensorsWriter::add_copy(const std::string& name, DType dtype, std::vect
   });
 }
 
-void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  metadata_[key] = value;
+}
 
 size_t SafetensorsWriter::total_bytes() const {
   size_t total = 0;
@@ -269,7 +286,8 @@ size_t SafetensorsWriter::total_bytes() const {
   return total;
 }
 
-void SafetensorsWriter::write(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
+void SafetensorsWriter::write(const std::string& path,
+                              const std::function<void(size_t, size_t)>& progress) const {
   // Header: metadata first, then the tensors in declaration order (that is
   // also their order in the data section).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -279,7 +297,8 @@ void SafetensorsWriter::write(const std::string& path, const std::function<void(
   for (const Entry& e : entries_) {
     size_t n = dtype_size(e.dtype);
     for (int64_t d : e.shape) n *= static_cast<size_t>(d);
-    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + n}}};
+    header[e.name] = {
+        {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + n}}};
     sizes.push_back(n);
     offset += n;
   }

@@ -54,7 +54,7 @@ struct Init {
 Init init_for(const TensorSpec& spec, const ModelConfig& c) {
   const std::string& n = spec.name;
   if (spec.dtype == DType::f32) return {1.0f, 0.1f};  // residual alpha / beta
-  if (spec.shape.size() == 1)                          // a norm gain
+  if (spec.shape.size() == 1)                         // a norm gain
     return c.norm_gain == NormGain::one_plus_weight ? Init{0.0f, 0.1f} : Init{1.0f, 0.1f};
   const float sqrt3 = std::sqrt(3.0f);
   if (n == "embed_tokens.weight" || n == "markov_head.markov_w1.weight") return {0.0f, sqrt3};
@@ -195,7 +195,8 @@ void write_files(const ModelConfig& config, const std::string& dir, const std::s
                  const SyntheticOptions& options);
 }  // namespace
 
-void write_synthetic_checkpoint(const ModelConfig& config, const std::string& dir, const SyntheticOptions& options) {
+void write_synthetic_checkpoint(const ModelConfig& config, const std::string& dir,
+                                const SyntheticOptions& options) {
   config.validate();
   std::error_code ec;
   const bool created = fs::create_directories(dir, ec);
@@ -229,8 +230,9 @@ void write_files(const ModelConfig& config, const std::string& dir, const std::s
   // fp32 tensors first, so that every tensor stays aligned to its dtype in the
   // contiguous data section (the loader requires it).
   std::vector<TensorSpec> specs = expected_tensors(config);
-  std::stable_sort(specs.begin(), specs.end(),
-                   [](const TensorSpec& a, const TensorSpec& b) { return dtype_size(a.dtype) > dtype_size(b.dtype); });
+  std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    return dtype_size(a.dtype) > dtype_size(b.dtype);
+  });
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   writer.set_metadata("generator", "sparkdraft synthetic");

@@ -38,11 +38,12 @@ class CpuDraft final : public DraftBackend {
     c_.validate();
     validate_options(c_, o_);
     if (o_.threads <= 0) o_.threads = std::max(1u, std::thread::hardware_concurrency());
-    if (c_.markov_rank <= 0) throw ConfigError("the CPU backend needs a Markov head (markov_rank > 0)");
+    if (c_.markov_rank <= 0)
+      throw ConfigError("the CPU backend needs a Markov head (markov_rank > 0)");
     packed_ = PackedWeights::pack(c_, w_);
     qkv_ = QkvLayout::of(c_);
-    const size_t per_layer = static_cast<size_t>(o_.num_pages) * o_.page_size * c_.num_kv_heads *
-                             2 * c_.head_dim;
+    const size_t per_layer =
+        static_cast<size_t>(o_.num_pages) * o_.page_size * c_.num_kv_heads * 2 * c_.head_dim;
     try {
       kv_.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
       rope_.resize(static_cast<size_t>(o_.max_positions()) * c_.head_dim);
@@ -84,8 +85,8 @@ class CpuDraft final : public DraftBackend {
     const int in_width = c_.taps() * c_.target_hidden_size;
     std::vector<bf16> h(static_cast<size_t>(T) * H), normed(h.size());
     mm_.gemm(b.hidden, in_width, w_.fc, T, H, in_width, h.data(), H);
-    cpu::rms_norm(h.data(), H, T, H, w_.hidden_norm, c_.norm_gain, c_.rms_norm_eps,
-                  normed.data(), H, th);
+    cpu::rms_norm(h.data(), H, T, H, w_.hidden_norm, c_.norm_gain, c_.rms_norm_eps, normed.data(),
+                  H, th);
     // K/V of every layer: one stacked GEMM, or one per layer after its input norm.
     const int width = c_.context_layer_norm ? 2 * kv : L * 2 * kv;
     std::vector<bf16> kvbuf(static_cast<size_t>(T) * (c_.context_layer_norm ? 2 * kv : L * 2 * kv));
@@ -97,8 +98,9 @@ class CpuDraft final : public DraftBackend {
       if (c_.context_layer_norm) {
         cpu::rms_norm(normed.data(), H, T, H, w_.layers[l].input_norm, c_.norm_gain,
                       c_.rms_norm_eps, layer_in.data(), H, th);
-        mm_.gemm(layer_in.data(), H, packed_.context_kv.data() + static_cast<size_t>(l) * 2 * kv * H,
-                 T, 2 * kv, H, kvbuf.data(), width);
+        mm_.gemm(layer_in.data(), H,
+                 packed_.context_kv.data() + static_cast<size_t>(l) * 2 * kv * H, T, 2 * kv, H,
+                 kvbuf.data(), width);
       }
       kv_heads(k, k + kv, width, T, w_.layers[l], b.positions);
       cpu::kv_insert(k, width, k + kv, width, T, c_.num_kv_heads, c_.head_dim, b.slots,
@@ -128,9 +130,10 @@ class CpuDraft final : public DraftBackend {
         ids[t] = j == 0 ? rows.anchor_tokens[r] : c_.mask_token_id;
         positions[t] = a + j;
         token_request[t] = pad ? -1 : r;
-        slots[t] = pad ? -1
-                       : cpu::kv_slot(b.block_tables + static_cast<int64_t>(r) * o_.max_pages_per_req,
-                                      o_.page_size, a + j);
+        slots[t] =
+            pad ? -1
+                : cpu::kv_slot(b.block_tables + static_cast<int64_t>(r) * o_.max_pages_per_req,
+                               o_.page_size, a + j);
       }
     }
     std::vector<bf16> x(static_cast<size_t>(T) * H);
@@ -138,7 +141,8 @@ class CpuDraft final : public DraftBackend {
     t_.embed_ms = ms_since(t0);
 
     t0 = Clock::now();
-    Block blk{T, positions.data(), slots.data(), token_request.data(), kv_lens.data(), b.block_tables};
+    Block blk{
+        T, positions.data(), slots.data(), token_request.data(), kv_lens.data(), b.block_tables};
     std::vector<bf16> hidden = backbone(x, blk);
     t_.backbone_ms = ms_since(t0);
 
@@ -179,7 +183,8 @@ class CpuDraft final : public DraftBackend {
       stream_f32.resize(x.size());
       for (size_t i = 0; i < x.size(); ++i) stream_f32[i] = to_f32(x[i]);
     }
-    void* stream = f32_stream ? static_cast<void*>(stream_f32.data()) : static_cast<void*>(x.data());
+    void* stream =
+        f32_stream ? static_cast<void*>(stream_f32.data()) : static_cast<void*>(x.data());
     std::vector<bf16> h(static_cast<size_t>(T) * H);
     cpu::rms_norm(x.data(), H, T, H, w_.layers[0].input_norm, c_.norm_gain, c_.rms_norm_eps,
                   h.data(), H, th);
@@ -219,16 +224,15 @@ class CpuDraft final : public DraftBackend {
         cpu::o_norm_gate(o.data(), T, c_.num_heads, hd, lw.o_norm, c_.o_norm, c_.norm_gain,
                          c_.rms_norm_eps, c_.output_gate ? qkv.data() + qkv_.g : nullptr, W, th);
       mm_.gemm(o.data(), q, lw.o_proj, T, H, q, branch.data(), H);
-      boundary(branch.data(), stream, h.data(), T, sandwich ? lw.post_attn_norm : nullptr,
-               sandwich, lw.attn_alpha, lw.attn_beta,
-               sandwich ? lw.pre_ffn_norm : lw.post_attn_norm);
+      boundary(branch.data(), stream, h.data(), T, sandwich ? lw.post_attn_norm : nullptr, sandwich,
+               lw.attn_alpha, lw.attn_beta, sandwich ? lw.pre_ffn_norm : lw.post_attn_norm);
       // SwiGLU MLP.
       mm_.gemm(h.data(), H, packed_.gate_up[l].data(), T, 2 * I, H, gu.data(), 2 * I);
       cpu::silu_mul(gu.data(), T, I, act.data(), th);
       mm_.gemm(act.data(), I, lw.down_proj, T, H, I, branch.data(), H);
       const bf16* next = l + 1 < L ? w_.layers[l + 1].input_norm : w_.final_norm;
-      boundary(branch.data(), stream, h.data(), T, sandwich ? lw.post_ffn_norm : nullptr,
-               sandwich, lw.mlp_alpha, lw.mlp_beta, next);
+      boundary(branch.data(), stream, h.data(), T, sandwich ? lw.post_ffn_norm : nullptr, sandwich,
+               lw.mlp_alpha, lw.mlp_beta, next);
     }
     return h;
   }

@@ -84,10 +84,10 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
     if (slot < 0) continue;
     for (int j = 0; j < N; ++j)
       for (int k = 0; k < tp; ++k)
-        std::memcpy(out.draft_logits + (static_cast<size_t>(slot) * N + j) * V + k * slice,
-                    src + static_cast<size_t>(k) * local.size() +
-                        (static_cast<size_t>(r) * N + j) * slice,
-                    slice * sizeof(bf16));
+        std::memcpy(
+            out.draft_logits + (static_cast<size_t>(slot) * N + j) * V + k * slice,
+            src + static_cast<size_t>(k) * local.size() + (static_cast<size_t>(r) * N + j) * slice,
+            slice * sizeof(bf16));
   }
 }
 
@@ -159,8 +159,8 @@ void markov_loop_from_base(const MarkovInputs& in, int tp, const bf16* base,
   auto slice_of = [&](int me) {
     std::vector<bf16> s(static_cast<size_t>(R) * N * slice);
     for (int t = 0; t < R * N; ++t)
-      std::memcpy(&s[static_cast<size_t>(t) * slice], base + static_cast<size_t>(t) * V + me * slice,
-                  slice * sizeof(bf16));
+      std::memcpy(&s[static_cast<size_t>(t) * slice],
+                  base + static_cast<size_t>(t) * V + me * slice, slice * sizeof(bf16));
     return s;
   };
   if (tp == 1) return loop_slice(in, nullptr, base, out);

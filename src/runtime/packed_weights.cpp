@@ -6,7 +6,9 @@
 namespace sparkdraft {
 namespace {
 
-void append(std::vector<bf16>& dst, const bf16* src, size_t n) { dst.insert(dst.end(), src, src + n); }
+void append(std::vector<bf16>& dst, const bf16* src, size_t n) {
+  dst.insert(dst.end(), src, src + n);
+}
 
 }  // namespace
 

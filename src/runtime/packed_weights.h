@@ -6,9 +6,9 @@
 // side can stand in for the other's (tests/cuda: CPU pipeline on GPU GEMMs).
 //
 // Row layouts (each a Linear weight [out, in]):
-//   qkv[l]     = [q_proj (nH*hd) | g_proj (nH*hd, output_gate only) | k_proj (nKV*hd) | v_proj (nKV*hd)]
-//   gate_up[l] = [gate_proj (I) | up_proj (I)]
-//   context_kv = [k_proj[0] | v_proj[0] | k_proj[1] | v_proj[1] | ...]  (L * 2 * nKV*hd rows)
+//   qkv[l]     = [q_proj (nH*hd) | g_proj (nH*hd, output_gate only) | k_proj (nKV*hd) | v_proj
+//   (nKV*hd)] gate_up[l] = [gate_proj (I) | up_proj (I)] context_kv = [k_proj[0] | v_proj[0] |
+//   k_proj[1] | v_proj[1] | ...]  (L * 2 * nKV*hd rows)
 #pragma once
 
 #include <cstdint>

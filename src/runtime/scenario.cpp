@@ -36,9 +36,9 @@ bf16 hidden_value(const RequestRng& rng, int64_t pos, int64_t i) {
 struct RequestState {
   int id;
   RequestRng rng;
-  int64_t anchor_pos;      // a
+  int64_t anchor_pos;  // a
   int64_t anchor_token;
-  int64_t context_begin;   // first position whose hidden state is not stored yet
+  int64_t context_begin;  // first position whose hidden state is not stored yet
   int64_t seed;
   float temperature;
 };
@@ -48,10 +48,12 @@ struct RequestState {
 DraftOptions scenario_draft_options(const ModelConfig& c, const ScenarioOptions& s) {
   DraftOptions o;
   const int rows = static_cast<int>(s.request_ids.size() + s.padding_before.size());
-  const int64_t max_pos = s.min_prompt + 16 + static_cast<int64_t>(s.rounds + 1) * (c.block_size + 1) + c.block_size;
+  const int64_t max_pos =
+      s.min_prompt + 16 + static_cast<int64_t>(s.rounds + 1) * (c.block_size + 1) + c.block_size;
   o.page_size = s.page_size;
   o.max_pages_per_req = static_cast<int>((max_pos + s.page_size - 1) / s.page_size);
-  const int max_id = s.request_ids.empty() ? 0 : *std::max_element(s.request_ids.begin(), s.request_ids.end());
+  const int max_id =
+      s.request_ids.empty() ? 0 : *std::max_element(s.request_ids.begin(), s.request_ids.end());
   o.num_pages = (max_id + 1) * o.max_pages_per_req;
   o.max_reqs = std::max(rows, 1);
   o.cache_slots = max_id + 1;
@@ -74,7 +76,8 @@ std::vector<ScenarioRound> run_scenario(
     RequestState st{id, rng, 0, 0, 0, 0, 0.0f};
     st.anchor_pos = s.min_prompt + rng.at(kPrompt, 0) % 16;
     st.anchor_token = rng.at(kAnchor, 0) % V;
-    st.seed = static_cast<int64_t>(rng.at(kSeed, 0)) | (static_cast<int64_t>(rng.at(kSeed, 1)) << 32);
+    st.seed =
+        static_cast<int64_t>(rng.at(kSeed, 0)) | (static_cast<int64_t>(rng.at(kSeed, 1)) << 32);
     // Greedy for one request in four, else T in {0.6, 0.8, 1.0}.
     const uint32_t t = rng.at(kTemp, 0) % 4;
     st.temperature = t == 0 ? 0.0f : 0.4f + 0.2f * static_cast<float>(t);
@@ -109,11 +112,13 @@ std::vector<ScenarioRound> run_scenario(
       for (int64_t p = st.context_begin; p < st.anchor_pos; ++p) {
         for (int i = 0; i < width; ++i) hidden.push_back(hidden_value(st.rng, p, i));
         positions.push_back(p);
-        slots.push_back(static_cast<int64_t>(table[p / o.page_size]) * o.page_size + p % o.page_size);
+        slots.push_back(static_cast<int64_t>(table[p / o.page_size]) * o.page_size +
+                        p % o.page_size);
       }
       st.context_begin = st.anchor_pos;
     }
-    ContextBatch cb{static_cast<int>(positions.size()), hidden.data(), positions.data(), slots.data()};
+    ContextBatch cb{static_cast<int>(positions.size()), hidden.data(), positions.data(),
+                    slots.data()};
     backend.store_context(cb);
     const double context_ms = backend.last_timings().context_ms;
 
@@ -138,7 +143,8 @@ std::vector<ScenarioRound> run_scenario(
       cslots[r] = st.id;
       block_table_of(st.id, &tables[static_cast<size_t>(r) * o.max_pages_per_req]);
     }
-    ProposeBatch pb{rows, anchors.data(), apos.data(), seeds.data(), temps.data(), cslots.data(), tables.data()};
+    ProposeBatch pb{rows,         anchors.data(), apos.data(),  seeds.data(),
+                    temps.data(), cslots.data(),  tables.data()};
     ProposeOutputs out{tokens.data(), cache.data()};
     backend.propose(pb, out);
 
@@ -149,7 +155,8 @@ std::vector<ScenarioRound> run_scenario(
       if (row_request[r] < 0) continue;
       RequestState& st = reqs[row_request[r]];
       RequestDraft d{st.id, st.anchor_token, st.anchor_pos, st.temperature, {}, {}};
-      d.tokens.assign(tokens.begin() + static_cast<size_t>(r) * N, tokens.begin() + static_cast<size_t>(r + 1) * N);
+      d.tokens.assign(tokens.begin() + static_cast<size_t>(r) * N,
+                      tokens.begin() + static_cast<size_t>(r + 1) * N);
       const bf16* rowc = cache.data() + static_cast<size_t>(st.id) * N * V;
       d.logits.assign(rowc, rowc + static_cast<size_t>(N) * V);
       sr.drafts.push_back(std::move(d));

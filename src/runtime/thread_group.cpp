@@ -97,7 +97,8 @@ class ThreadComm final : public Communicator {
 }  // namespace
 
 void run_thread_group(int ranks, const std::function<void(Communicator&)>& fn) {
-  if (ranks < 1) throw InvalidArgument("run_thread_group: ranks must be >= 1, got " + std::to_string(ranks));
+  if (ranks < 1)
+    throw InvalidArgument("run_thread_group: ranks must be >= 1, got " + std::to_string(ranks));
   Rendezvous rv(ranks);
   std::vector<std::exception_ptr> errors(ranks);
   std::vector<std::thread> threads;

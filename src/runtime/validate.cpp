@@ -83,8 +83,8 @@ void validate_context(const ModelConfig& c, const DraftOptions& o, const Context
 
 void validate_propose(const ModelConfig& c, const DraftOptions& o, const ProposeBatch& b) {
   require(b.num_rows >= 1 && b.num_rows <= o.max_reqs,
-          "propose: num_rows " + std::to_string(b.num_rows) + " is outside [1, max_reqs = " +
-              std::to_string(o.max_reqs) + "]");
+          "propose: num_rows " + std::to_string(b.num_rows) +
+              " is outside [1, max_reqs = " + std::to_string(o.max_reqs) + "]");
   require(b.anchor_tokens && b.anchor_positions && b.seeds && b.temperatures && b.cache_slots &&
               b.block_tables,
           "propose: every input array must be given");
@@ -103,8 +103,8 @@ void validate_propose(const ModelConfig& c, const DraftOptions& o, const Propose
             row + "cache slot " + std::to_string(slot) + " is used by two rows");
     const int64_t tok = b.anchor_tokens[r];
     require(tok >= 0 && tok < c.vocab_size, row + "anchor token " + std::to_string(tok) +
-                                                " is outside [0, " +
-                                                std::to_string(c.vocab_size) + ")");
+                                                " is outside [0, " + std::to_string(c.vocab_size) +
+                                                ")");
     const int64_t a = b.anchor_positions[r];
     require(a >= 0 && a + c.block_size <= o.max_positions(),
             row + "anchor position " + std::to_string(a) + " + block " +

@@ -54,7 +54,8 @@ TEST(Cli, MakeCheckpointThenDemoDraftsThreeRequestsOverThreeRounds) {
   EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors"));
 
   const auto t0 = std::chrono::steady_clock::now();
-  const Result demo = run("demo --backend cpu --checkpoint " + dir.path() + " --requests 3 --rounds 3");
+  const Result demo =
+      run("demo --backend cpu --checkpoint " + dir.path() + " --requests 3 --rounds 3");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(demo.rc, 0) << demo.out;
   EXPECT_LT(s, 10.0) << "demo took " << s << " s";

@@ -28,9 +28,9 @@ namespace sparkdraft::test {
 
 struct BitsOptions {
   BitsOptions(int64_t width_ = 0, bool nan_equal_ = false) : width(width_), nan_equal(nan_equal_) {}
-  int64_t width;           // row length: a mismatch also names its row and column
-  bool nan_equal;          // any NaN matches any NaN
-  int report = 8;          // how many mismatches the message lists
+  int64_t width;                            // row length: a mismatch also names its row and column
+  bool nan_equal;                           // any NaN matches any NaN
+  int report = 8;                           // how many mismatches the message lists
   std::function<std::string(size_t)> note;  // extra words about an index (its input, ...)
 };
 

@@ -33,7 +33,9 @@ class BasicGen {
   Engine& engine() { return engine_; }
   typename Engine::result_type bits() { return engine_(); }
 
-  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(engine_); }
+  float uniform(float lo, float hi) {
+    return std::uniform_real_distribution<float>(lo, hi)(engine_);
+  }
   int64_t integer(int64_t lo, int64_t hi) {  // [lo, hi]
     return std::uniform_int_distribution<int64_t>(lo, hi)(engine_);
   }

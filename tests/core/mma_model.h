@@ -35,7 +35,8 @@ inline uint32_t mma_step_f64(uint32_t c, const bf16* a, const bf16* b) {
   if (v == 0.0) return 0u;
   if (std::fabs(v) >= std::ldexp(1.0, 128)) return v > 0 ? 0x7f800000u : 0xff800000u;
   float f = static_cast<float>(v);
-  if (std::isinf(f) || std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  if (std::isinf(f) || std::fabs(static_cast<double>(f)) > std::fabs(v))
+    f = std::nextafter(f, 0.0f);
   return f == 0.0f ? 0u : f32_bits(f);  // truncated to zero: +0
 }
 

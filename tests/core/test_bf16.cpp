@@ -35,8 +35,7 @@ void reference_block(uint32_t h, uint16_t* want) {
   const uint16_t below = static_cast<uint16_t>(h & 0x7fffu);  // |x| truncated toward zero
   if (below >= 0x7f80u) {
     for (uint32_t low = 0; low < 0x10000u; ++low)
-      want[low] = static_cast<uint16_t>(
-          below == 0x7f80u && low == 0 ? sign | 0x7f80u : 0x7fc0u);
+      want[low] = static_cast<uint16_t>(below == 0x7f80u && low == 0 ? sign | 0x7f80u : 0x7fc0u);
     return;
   }
   const int exp_field = below >> 7;
@@ -70,8 +69,8 @@ TEST(Bf16, TiesRoundToEvenBothDirections) {
 }
 
 TEST(Bf16, EveryNanBecomesTheCanonicalQuietNan) {
-  const uint32_t nans[] = {0x7f800001u, 0x7fc00000u, 0x7fffffffu, 0x7f80ffffu, 0xff800001u,
-                           0xffc00000u, 0xffbfffffu, 0x7fbf0000u};
+  const uint32_t nans[] = {0x7f800001u, 0x7fc00000u, 0x7fffffffu, 0x7f80ffffu,
+                           0xff800001u, 0xffc00000u, 0xffbfffffu, 0x7fbf0000u};
   for (uint32_t n : nans) {
     const bf16 b = to_bf16(bits_f32(n));
     EXPECT_TRUE(bf16_is_nan(b)) << hex32(n);

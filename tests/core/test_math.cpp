@@ -134,8 +134,7 @@ TEST(MathLog, CorrectlyRoundedOnRandomInputs) {
     check_cr("log_f32", x, log_f32(x), std::log(static_cast<long double>(x)), bad, ambiguous);
     const float y = bits_f32(rng());  // both signs; log1p needs y > -1
     if (!std::isfinite(y) || y <= -1.0f || y == 0.0f) continue;
-    check_cr("log1p_f32", y, log1p_f32(y), std::log1p(static_cast<long double>(y)), bad,
-             ambiguous);
+    check_cr("log1p_f32", y, log1p_f32(y), std::log1p(static_cast<long double>(y)), bad, ambiguous);
   }
   // Around 1 (log's cancellation zone) and around 0 for log1p, densely.
   for (uint32_t k = 0; k < 400000; ++k) {
@@ -163,7 +162,8 @@ TEST(MathLog, DoubleDoubleFallbackIsCorrectlyRoundedOnItsOwn) {
     const float y = bits_f32(rng());
     if (!std::isfinite(y) || y <= -1.0f) continue;
     const math_detail::dd one_plus = math_detail::two_sum(1.0, y);
-    const float got1 = math_detail::round_dd_to_float(math_detail::log_dd(one_plus.hi, one_plus.lo));
+    const float got1 =
+        math_detail::round_dd_to_float(math_detail::log_dd(one_plus.hi, one_plus.lo));
     check_cr("log1p_dd", y, got1, std::log1p(static_cast<long double>(y)), bad, ambiguous);
   }
   EXPECT_EQ(ambiguous, 0);
@@ -173,7 +173,7 @@ TEST(MathLog, DoubleDoubleFallbackIsCorrectlyRoundedOnItsOwn) {
 TEST(MathDetail, RoundDoubleDoubleToFloatBreaksMidpointsWithTheLowPart) {
   using math_detail::dd;
   using math_detail::round_dd_to_float;
-  const double one = 1.0, half_ulp = 0x1p-24;  // midpoint of 1 and 1 + 2^-23
+  const double one = 1.0, half_ulp = 0x1p-24;                   // midpoint of 1 and 1 + 2^-23
   EXPECT_EQ(round_dd_to_float(dd{one + half_ulp, 0.0}), 1.0f);  // tie: even
   EXPECT_EQ(round_dd_to_float(dd{one + half_ulp, 0x1p-80}), bits_f32(0x3f800001u));
   EXPECT_EQ(round_dd_to_float(dd{one + half_ulp, -0x1p-80}), 1.0f);
@@ -201,12 +201,15 @@ TEST(MathSpecial, LogAndLog1p) {
   expect_nan(log_f32(-1.0f), "log(-1)");
   expect_nan(log_f32(-kInf), "log(-inf)");
   expect_nan(log_f32(-bits_f32(1u)), "log(-denorm)");
-  expect_bits(log_f32(nan_payload), bits_f32(0xffc12345u), "log(sNaN) quiet, sign and payload kept");
-  expect_bits(log_f32(bits_f32(1u)), static_cast<float>(std::log(static_cast<long double>(bits_f32(1u)))),
+  expect_bits(log_f32(nan_payload), bits_f32(0xffc12345u),
+              "log(sNaN) quiet, sign and payload kept");
+  expect_bits(log_f32(bits_f32(1u)),
+              static_cast<float>(std::log(static_cast<long double>(bits_f32(1u)))),
               "log(denorm min)");
-  expect_bits(log_f32(std::numeric_limits<float>::max()),
-              static_cast<float>(std::log(static_cast<long double>(std::numeric_limits<float>::max()))),
-              "log(FLT_MAX)");
+  expect_bits(
+      log_f32(std::numeric_limits<float>::max()),
+      static_cast<float>(std::log(static_cast<long double>(std::numeric_limits<float>::max()))),
+      "log(FLT_MAX)");
   expect_bits(log_f32(2.0f), 0x1.62e43p-1f, "log(2)");
 
   expect_bits(log1p_f32(-1.0f), -kInf, "log1p(-1)");
@@ -221,7 +224,8 @@ TEST(MathSpecial, LogAndLog1p) {
   expect_bits(log1p_f32(-bits_f32(1u)), -bits_f32(1u), "log1p(-denorm min)");
   expect_bits(log1p_f32(1e-30f), 1e-30f, "log1p(1e-30)");
   // The ends of the sampling domain: the smallest u and the largest.
-  expect_bits(log1p_f32(-kUniformScale), static_cast<float>(std::log1p(-static_cast<long double>(kUniformScale))),
+  expect_bits(log1p_f32(-kUniformScale),
+              static_cast<float>(std::log1p(-static_cast<long double>(kUniformScale))),
               "log1p(-min u)");
   expect_bits(log1p_f32(-0x1.fffffep-1f), static_cast<float>(std::log1p(-0x1.fffffep-1L)),
               "log1p(-max u)");
@@ -323,7 +327,8 @@ sweep_result sweep(F f, R ref, float lo, float hi, uint32_t seed) {
       res.worst_x = x;
     }
   };
-  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) visit(bits_f32(static_cast<uint32_t>(b)));
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099)
+    visit(bits_f32(static_cast<uint32_t>(b)));
   test::Gen32 gen(seed);
   std::mt19937& rng = gen.engine();
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -342,20 +347,26 @@ void expect_sweep(const char* fn, const sweep_result& r, double bound) {
 // (0.5 ulp plus a hair); rsqrt rounds twice.
 TEST(MathSweep, UlpErrorAgainstLongDouble) {
   constexpr double kOnce = 0.5 + 0x1p-20;
-  expect_sweep("exp_f32", sweep(exp_f32, [](long double x) { return std::exp(x); }, -105, 90, 1),
+  expect_sweep("exp_f32",
+               sweep(
+                   exp_f32, [](long double x) { return std::exp(x); }, -105, 90, 1),
                kOnce);
-  expect_sweep("tanh_f32", sweep(tanh_f32, [](long double x) { return std::tanh(x); }, -10, 10, 2),
+  expect_sweep("tanh_f32",
+               sweep(
+                   tanh_f32, [](long double x) { return std::tanh(x); }, -10, 10, 2),
                kOnce);
-  expect_sweep("sigmoid_f32",
-               sweep(sigmoid_f32, [](long double x) { return 1.0L / (1.0L + std::exp(-x)); }, -110,
-                     30, 3),
-               kOnce);
+  expect_sweep(
+      "sigmoid_f32",
+      sweep(
+          sigmoid_f32, [](long double x) { return 1.0L / (1.0L + std::exp(-x)); }, -110, 30, 3),
+      kOnce);
   expect_sweep("silu_f32",
-               sweep(silu_f32, [](long double x) { return x / (1.0L + std::exp(-x)); }, -125, 50, 4),
+               sweep(
+                   silu_f32, [](long double x) { return x / (1.0L + std::exp(-x)); }, -125, 50, 4),
                kOnce);
   expect_sweep("rsqrt_f32",
-               sweep(rsqrt_f32, [](long double x) { return 1.0L / std::sqrt(x); }, 0,
-                     100, 5),
+               sweep(
+                   rsqrt_f32, [](long double x) { return 1.0L / std::sqrt(x); }, 0, 100, 5),
                1.5);
 }
 

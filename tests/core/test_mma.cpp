@@ -30,7 +30,8 @@ uint32_t step(float c, std::vector<float> a, std::vector<float> b) {
 
 TEST(MmaTwin, ExactSmallIntegerSums) {
   std::vector<float> a, b;
-  for (int i = 1; i <= 16; ++i) a.push_back(static_cast<float>(i)), b.push_back(static_cast<float>(17 - i));
+  for (int i = 1; i <= 16; ++i)
+    a.push_back(static_cast<float>(i)), b.push_back(static_cast<float>(17 - i));
   float expect = 10.0f;
   for (int i = 1; i <= 16; ++i) expect += static_cast<float>(i * (17 - i));
   EXPECT_EQ(step(10.0f, a, b), bits(expect));
@@ -121,7 +122,8 @@ TEST(MmaTwin, TheAlignmentExponentStopsAtMinus133) {
 bool has_special(const MmaCase& cs, int m, int n) {
   if ((cs.c[m][n] & 0x7f800000u) == 0x7f800000u) return true;
   for (int k = 0; k < 16; ++k)
-    if ((cs.a[m][k].bits & 0x7f80u) == 0x7f80u || (cs.b[n][k].bits & 0x7f80u) == 0x7f80u) return true;
+    if ((cs.a[m][k].bits & 0x7f80u) == 0x7f80u || (cs.b[n][k].bits & 0x7f80u) == 0x7f80u)
+      return true;
   return false;
 }
 
@@ -166,12 +168,16 @@ TEST(MmaTwin, ChainIsStepsInIncreasingKWithZeroPadding) {
   // The order matters: the same products in another step order differ somewhere.
   bool any_diff = false;
   for (int s = 0; s < 50 && !any_diff; ++s) {
-    for (int k = 0; k < 32; ++k) a[k] = bf(std::sin(0.37f * k + s) * std::ldexp(1.0f, (k * 7 + s) % 20 - 10)), b[k] = bf(std::cos(1.1f * k + s));
+    for (int k = 0; k < 32; ++k)
+      a[k] = bf(std::sin(0.37f * k + s) * std::ldexp(1.0f, (k * 7 + s) % 20 - 10)),
+      b[k] = bf(std::cos(1.1f * k + s));
     const uint32_t fwd = f32_bits(mma_chain(a.data(), b.data(), 32));
-    const uint32_t rev = mma_step_bits(mma_step_bits(0u, a.data() + 16, b.data() + 16), a.data(), b.data());
+    const uint32_t rev =
+        mma_step_bits(mma_step_bits(0u, a.data() + 16, b.data() + 16), a.data(), b.data());
     any_diff = fwd != rev;
   }
-  EXPECT_TRUE(any_diff) << "the chain's step order never mattered: the test cannot see an order change";
+  EXPECT_TRUE(any_diff)
+      << "the chain's step order never mattered: the test cannot see an order change";
 }
 
 TEST(MmaTwin, MatchesTheDeviceResultsRecordedOnAnH200) {
@@ -194,10 +200,12 @@ TEST(MmaTwin, MatchesTheDeviceResultsRecordedOnAnH200) {
       for (int e = 0; e < 128; ++e)
         if (twin[e / 8][e % 8] != dev[e] && bad++ == 0) {
           ADD_FAILURE() << mma_dist_name(dist) << " case " << i << " d[" << e / 8 << "][" << e % 8
-                        << "]: twin 0x" << std::hex << twin[e / 8][e % 8] << ", device 0x" << dev[e];
+                        << "]: twin 0x" << std::hex << twin[e / 8][e % 8] << ", device 0x"
+                        << dev[e];
         }
     }
-    EXPECT_EQ(bad, 0) << mma_dist_name(dist) << ": " << bad << " of " << f.cases * 128 << " outputs differ";
+    EXPECT_EQ(bad, 0) << mma_dist_name(dist) << ": " << bad << " of " << f.cases * 128
+                      << " outputs differ";
   }
 }
 

@@ -45,8 +45,7 @@ TEST(Philox, SpecVectorsWithUniforms) {
 }
 
 TEST(Philox, SpecVectorsWithWideSeedAndOffset) {
-  EXPECT_EQ(philox_randint((int64_t{1} << 40) + 987654321, (int64_t{1} << 30) + 4096),
-            1595797246u);
+  EXPECT_EQ(philox_randint((int64_t{1} << 40) + 987654321, (int64_t{1} << 30) + 4096), 1595797246u);
   EXPECT_EQ(philox_randint(12345, 77 + (int64_t{1} << 30)), 2211821518u);
   // The draft step seed is randint(seed, a + j + 2^30): anchor 70, step 7 is position 77 + 2^30.
   EXPECT_EQ(draft_step_seed(12345, 70, 7), 2211821518u);

@@ -68,7 +68,8 @@ TEST(CanonicalReduce, MatchesTheDocumentedOrder) {
         a = x[i];
         b = y[i];
       });
-      const float dot = canonical_dot(n, [&](int i) { return x[i]; }, [&](int i) { return y[i]; });
+      const float dot = canonical_dot(
+          n, [&](int i) { return x[i]; }, [&](int i) { return y[i]; });
       ASSERT_EQ(f32_bits(sum), f32_bits(expected))
           << "n " << n << " rep " << rep << ": got " << sum << ", expected " << expected;
       ASSERT_EQ(f32_bits(dot), f32_bits(expected)) << "canonical_dot, n " << n << " rep " << rep;

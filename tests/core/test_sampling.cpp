@@ -175,7 +175,8 @@ TEST(SamplingRule, AnyTreeBlockSizeOrSplitGivesTheLinearWinner) {
     const int ranks = 1 + static_cast<int>(rng() % 8);
     std::vector<candidate> packets;
     for (int r = 0; r < ranks; ++r) {
-      const int64_t lo = static_cast<int64_t>(n) * r / ranks, hi = static_cast<int64_t>(n) * (r + 1) / ranks;
+      const int64_t lo = static_cast<int64_t>(n) * r / ranks,
+                    hi = static_cast<int64_t>(n) * (r + 1) / ranks;
       if (lo == hi) continue;
       const std::vector<float> slice(z.begin() + lo, z.begin() + hi);
       packets.push_back(reduce_blocks(slice, lo, 1 + static_cast<int>(rng() % 64), rng));

@@ -58,19 +58,21 @@ int check(const Mat& w, const Mat& x, int K, const std::string& what) {
   const int64_t out_stride = w.rows + 3;  // not the row count: the stride is honoured
   std::vector<uint32_t> want(static_cast<size_t>(x.rows) * out_stride, 0xdeadbeefu);
   for (int m = 0; m < x.rows; ++m)
-    for (int n = 0; n < w.rows; ++n) want[m * out_stride + n] = f32_bits(mma_chain(w.row(n), x.row(m), K));
+    for (int n = 0; n < w.rows; ++n)
+      want[m * out_stride + n] = f32_bits(mma_chain(w.row(n), x.row(m), K));
   int bad = 0;
   for (MmaGemmKernel kernel : kernels())
     for (int threads : kThreadCounts) {
       std::vector<float> out(want.size(), bits_f32(0xdeadbeefu));
-      mma_gemm_rows_with(kernel, w.v.data(), w.stride, w.rows, x.v.data(), x.stride, x.rows, K, out.data(),
-                         out_stride, threads);
+      mma_gemm_rows_with(kernel, w.v.data(), w.stride, w.rows, x.v.data(), x.stride, x.rows, K,
+                         out.data(), out_stride, threads);
       for (int m = 0; m < x.rows; ++m)
         for (int64_t n = 0; n < out_stride; ++n) {
           const uint32_t got = f32_bits(out[m * out_stride + n]), exp = want[m * out_stride + n];
           if (got != exp && ++bad <= 5)
-            ADD_FAILURE() << what << " K " << K << " kernel " << kernel_name(kernel) << " threads " << threads
-                          << ": (m " << m << ", n " << n << ") found " << hex32(got) << " expected " << hex32(exp);
+            ADD_FAILURE() << what << " K " << K << " kernel " << kernel_name(kernel) << " threads "
+                          << threads << ": (m " << m << ", n " << n << ") found " << hex32(got)
+                          << " expected " << hex32(exp);
         }
     }
   return bad;
@@ -119,13 +121,15 @@ TEST(CpuMmaGemm, MixedFamiliesInOneBlock) {
       Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
       for (int n = 0; n < n_rows; ++n) {
         Mat fw, fx;
-        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8, K, fw, fx);
+        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8,
+                         K, fw, fx);
         const int r = static_cast<int>(rng.integer(0, 15));
         for (int k = 0; k < K; ++k) w.v[n * K + k] = fw.row(r)[k];
       }
       for (int m = 0; m < m_rows; ++m) {
         Mat fw, fx;
-        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8, K, fw, fx);
+        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8,
+                         K, fw, fx);
         const int r = static_cast<int>(rng.integer(0, 7));
         for (int k = 0; k < K; ++k) x.v[m * K + k] = fx.row(r)[k];
       }
@@ -142,7 +146,9 @@ TEST(CpuMmaGemm, NormalRowsOneAndMany) {
       for (int m_rows : {1, 3, 8}) {
         Mat w{n_rows, K, rng.normal_bf16s(static_cast<size_t>(n_rows) * K, 0.05f)};
         Mat x{m_rows, K, rng.normal_bf16s(static_cast<size_t>(m_rows) * K, 1.0f)};
-        EXPECT_EQ(check(w, x, K, "normal n " + std::to_string(n_rows) + " m " + std::to_string(m_rows)), 0);
+        EXPECT_EQ(
+            check(w, x, K, "normal n " + std::to_string(n_rows) + " m " + std::to_string(m_rows)),
+            0);
       }
 }
 
@@ -157,7 +163,8 @@ TEST(CpuMmaGemm, RandomBitsAndLoneSpecials) {
     for (auto& v : w.v) v.bits = static_cast<uint16_t>(rng.bits());
     for (auto& v : x.v) v.bits = static_cast<uint16_t>(rng.bits());
     EXPECT_EQ(check(w, x, K, "random bits"), 0) << "K " << K;
-    const uint16_t lone[] = {0x7f80, 0xff80, 0x7fc0, 0xff81, 0x0000, 0x8000, 0x0001, 0x807f, 0x7f7f, 0xff7f};
+    const uint16_t lone[] = {0x7f80, 0xff80, 0x7fc0, 0xff81, 0x0000,
+                             0x8000, 0x0001, 0x807f, 0x7f7f, 0xff7f};
     w.v = rng.normal_bf16s(w.v.size(), 0.05f);
     x.v = rng.normal_bf16s(x.v.size(), 1.0f);
     for (uint16_t s : lone) {

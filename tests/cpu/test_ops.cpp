@@ -148,7 +148,8 @@ TEST(CpuOpsRmsNorm, F32InputMatchesNaiveBitForBit) {
   for (int rows : {1, 3, 5}) {
     for (int n : {1, 7, 9, 33, 100, 130, 300}) {
       const int64_t xs = n + 1, ys = n;
-      std::vector<float> x = rng.floats(static_cast<size_t>(rows * xs), -8.0f, 8.0f);  // full fp32 mantissas
+      std::vector<float> x =
+          rng.floats(static_cast<size_t>(rows * xs), -8.0f, 8.0f);  // full fp32 mantissas
       add_special_rows(x, rows, n, xs, make_f32);
       const std::vector<bf16> w = rng.bf16s(static_cast<size_t>(n), -1.5f, 1.5f);
       for (NormGain gain : kGains) {
@@ -199,7 +200,8 @@ TEST(CpuOpsRmsNorm, SpecialRowsBehaveAsIeeeSays) {
 // almost never show such a change through the bf16 rounding. Candidates: the
 // 128 bf16 significands in [1, 2) for w, w in [0.25, 1) for 1 + w; about one
 // element in 200 finds one.
-std::vector<bf16> knife_edge_gains(const std::vector<float>& x, float r, NormGain gain, test::Gen& rng, int& edges) {
+std::vector<bf16> knife_edge_gains(const std::vector<float>& x, float r, NormGain gain,
+                                   test::Gen& rng, int& edges) {
   std::vector<bf16> w(x.size());
   const uint16_t first = gain == NormGain::weight ? 0x3f80 : 0x3e80;
   const int count = gain == NormGain::weight ? 128 : 256;
@@ -243,7 +245,8 @@ TEST(CpuOpsRmsNorm, KnifeEdgeGainsPinTheOrderOfOperations) {
             rms_norm(x.data(), n, 1, n, w.data(), gain, eps, y.data(), n);
           } else {
             std::vector<bf16> xb(static_cast<size_t>(n));
-            for (int i = 0; i < n; ++i) xb[static_cast<size_t>(i)] = to_bf16(x[static_cast<size_t>(i)]);
+            for (int i = 0; i < n; ++i)
+              xb[static_cast<size_t>(i)] = to_bf16(x[static_cast<size_t>(i)]);
             rms_norm(xb.data(), n, 1, n, w.data(), gain, eps, y.data(), n);
           }
           EXPECT_TRUE(same_bits(y, want)) << "row " << row;
@@ -276,8 +279,12 @@ TEST(CpuOpsHeadRmsNorm, EveryHeadMatchesNaiveBitForBit) {
                 case 1: head[at] = to_bf16(kNaN); break;
                 case 2: head[at] = to_bf16(kInf); break;
                 case 3: head[at] = to_bf16(-kInf); break;
-                case 4: for (int i = 0; i < hd; ++i) head[i] = to_bf16(0.0f); break;
-                case 5: for (int i = 0; i < hd; ++i) head[i] = to_bf16(rng.uniform(1e37f, 3e38f)); break;
+                case 4:
+                  for (int i = 0; i < hd; ++i) head[i] = to_bf16(0.0f);
+                  break;
+                case 5:
+                  for (int i = 0; i < hd; ++i) head[i] = to_bf16(rng.uniform(1e37f, 3e38f));
+                  break;
                 default: break;
               }
             }
@@ -323,10 +330,14 @@ TEST(CpuOpsHeadRmsNorm, EqualsRmsNormOfEachHead) {
 
 TEST(CpuOpsHeadRmsNorm, BadShapesAreRefused) {
   std::vector<bf16> buf(64, to_bf16(1.0f));
-  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 0, 8, nullptr, NormGain::none, 1e-6f), InvalidArgument);
-  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 1, 0, nullptr, NormGain::none, 1e-6f), InvalidArgument);
-  EXPECT_THROW(head_rms_norm(buf.data(), 7, 2, 2, 4, nullptr, NormGain::none, 1e-6f), InvalidArgument);
-  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 2, 4, nullptr, NormGain::weight, 1e-6f), InvalidArgument);
+  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 0, 8, nullptr, NormGain::none, 1e-6f),
+               InvalidArgument);
+  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 1, 0, nullptr, NormGain::none, 1e-6f),
+               InvalidArgument);
+  EXPECT_THROW(head_rms_norm(buf.data(), 7, 2, 2, 4, nullptr, NormGain::none, 1e-6f),
+               InvalidArgument);
+  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 2, 4, nullptr, NormGain::weight, 1e-6f),
+               InvalidArgument);
   EXPECT_NO_THROW(head_rms_norm(buf.data(), 8, 0, 2, 4, nullptr, NormGain::none, 1e-6f));
 }
 
@@ -483,9 +494,11 @@ TEST(CpuOpsRope, TableMatchesDoubleFormulaBitForBit) {
         for (int i = 0; i < hd / 2; ++i) {
           const float inv = static_cast<float>(1.0 / std::pow(theta, (2.0 * i) / hd));
           const double angle = static_cast<double>(pos) * inv;
-          const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+          const float c = static_cast<float>(std::cos(angle)),
+                      s = static_cast<float>(std::sin(angle));
           const size_t at = static_cast<size_t>(pos * hd + i);
-          ASSERT_EQ(f32_bits(table[at]), f32_bits(c)) << "cos theta " << theta << " hd " << hd << " pos " << pos << " i " << i;
+          ASSERT_EQ(f32_bits(table[at]), f32_bits(c))
+              << "cos theta " << theta << " hd " << hd << " pos " << pos << " i " << i;
           ASSERT_EQ(f32_bits(table[at + static_cast<size_t>(hd / 2)]), f32_bits(s))
               << "sin theta " << theta << " hd " << hd << " pos " << pos << " i " << i;
         }
@@ -502,8 +515,9 @@ TEST(CpuOpsRope, NeoxAndGptjMatchNaiveBitForBit) {
     for (int hd : {2, 8, 14, 64})
       for (int heads : {1, 3})
         for (int tokens : {1, 3, 5}) {
-          SCOPED_TRACE("style " + std::to_string(static_cast<int>(style)) + " hd " + std::to_string(hd) +
-                       " heads " + std::to_string(heads) + " tokens " + std::to_string(tokens));
+          SCOPED_TRACE("style " + std::to_string(static_cast<int>(style)) + " hd " +
+                       std::to_string(hd) + " heads " + std::to_string(heads) + " tokens " +
+                       std::to_string(tokens));
           std::vector<float> table(static_cast<size_t>(max_pos * hd));
           rope_table(1e4, hd, max_pos, table.data());
           const int64_t stride = heads * hd + 5;
@@ -518,9 +532,11 @@ TEST(CpuOpsRope, NeoxAndGptjMatchNaiveBitForBit) {
               for (int i = 0; i < hd / 2; ++i) {
                 const size_t base = static_cast<size_t>(t * stride + h * hd);
                 const size_t a = base + static_cast<size_t>(style == RopeStyle::neox ? i : 2 * i);
-                const size_t b = base + static_cast<size_t>(style == RopeStyle::neox ? i + hd / 2 : 2 * i + 1);
+                const size_t b =
+                    base + static_cast<size_t>(style == RopeStyle::neox ? i + hd / 2 : 2 * i + 1);
                 const float c = table[static_cast<size_t>(pos[static_cast<size_t>(t)] * hd + i)];
-                const float s = table[static_cast<size_t>(pos[static_cast<size_t>(t)] * hd + hd / 2 + i)];
+                const float s =
+                    table[static_cast<size_t>(pos[static_cast<size_t>(t)] * hd + hd / 2 + i)];
                 const float x1 = to_f32(x0[a]), x2 = to_f32(x0[b]);
                 const float p1 = x1 * c, p2 = x2 * s, p3 = x2 * c, p4 = x1 * s;
                 want[a] = to_bf16(p1 - p2);
@@ -531,7 +547,8 @@ TEST(CpuOpsRope, NeoxAndGptjMatchNaiveBitForBit) {
             rope(x.data(), stride, tokens, heads, hd, pos.data(), table.data(), style, threads);
             EXPECT_TRUE(same_bits(x, want)) << "threads " << threads;
             for (int i = 0; i < heads * hd; ++i)
-              ASSERT_EQ(x[static_cast<size_t>(i)].bits, x0[static_cast<size_t>(i)].bits) << "position 0, col " << i;
+              ASSERT_EQ(x[static_cast<size_t>(i)].bits, x0[static_cast<size_t>(i)].bits)
+                  << "position 0, col " << i;
           }
         }
 }
@@ -553,8 +570,10 @@ TEST(CpuOpsKvInsert, CopiesToSlotsAndSkipsMinusOne) {
     for (int h = 0; h < kv_heads; ++h)
       for (int i = 0; i < hd; ++i) {
         const int64_t row = slots[static_cast<size_t>(t)] * kv_heads + h;
-        want[static_cast<size_t>((row * 2 + 0) * hd + i)] = k[static_cast<size_t>(t * ks + h * hd + i)];
-        want[static_cast<size_t>((row * 2 + 1) * hd + i)] = v[static_cast<size_t>(t * vs + h * hd + i)];
+        want[static_cast<size_t>((row * 2 + 0) * hd + i)] =
+            k[static_cast<size_t>(t * ks + h * hd + i)];
+        want[static_cast<size_t>((row * 2 + 1) * hd + i)] =
+            v[static_cast<size_t>(t * vs + h * hd + i)];
       }
   }
   kv_insert(k.data(), ks, v.data(), vs, tokens, kv_heads, hd, slots.data(), cache.data());
@@ -577,7 +596,8 @@ TEST(CpuOpsEmbed, CopiesTableRows) {
   table[static_cast<size_t>(3 * hidden + 2)] = to_bf16(kNaN);
   const std::vector<int64_t> ids = {3, 0, 10, 3, 7};
   std::vector<bf16> out(ids.size() * hidden), want;
-  for (int64_t id : ids) want.insert(want.end(), table.begin() + id * hidden, table.begin() + (id + 1) * hidden);
+  for (int64_t id : ids)
+    want.insert(want.end(), table.begin() + id * hidden, table.begin() + (id + 1) * hidden);
   embed(ids.data(), static_cast<int>(ids.size()), table.data(), hidden, out.data());
   EXPECT_TRUE(same_bits(out, want));
 }
@@ -588,10 +608,10 @@ TEST(CpuOpsSiluMul, MatchesNaiveBitForBit) {
   for (int rows : {1, 3, 5})
     for (int inter : {1, 7, 9, 33, 130}) {
       auto gu = rng.bf16s(static_cast<size_t>(rows * 2 * inter), -8.0f, 8.0f);
-      if (rows > 1) gu[static_cast<size_t>(2 * inter)] = to_bf16(kNaN);       // gate NaN
-      if (rows > 2) gu[static_cast<size_t>(4 * inter)] = to_bf16(kInf);       // gate +inf
-      if (rows > 3) gu[static_cast<size_t>(6 * inter)] = to_bf16(-kInf);      // gate -inf
-      if (rows > 4) gu[static_cast<size_t>(9 * inter)] = to_bf16(kInf);       // up +inf
+      if (rows > 1) gu[static_cast<size_t>(2 * inter)] = to_bf16(kNaN);   // gate NaN
+      if (rows > 2) gu[static_cast<size_t>(4 * inter)] = to_bf16(kInf);   // gate +inf
+      if (rows > 3) gu[static_cast<size_t>(6 * inter)] = to_bf16(-kInf);  // gate -inf
+      if (rows > 4) gu[static_cast<size_t>(9 * inter)] = to_bf16(kInf);   // up +inf
       std::vector<bf16> want;
       for (int r = 0; r < rows; ++r)
         for (int i = 0; i < inter; ++i) {
@@ -602,7 +622,8 @@ TEST(CpuOpsSiluMul, MatchesNaiveBitForBit) {
       for (int threads : kThreadCounts) {
         std::vector<bf16> y(want.size());
         silu_mul(gu.data(), rows, inter, y.data(), threads);
-        EXPECT_TRUE(same_bits(y, want)) << "rows " << rows << " inter " << inter << " threads " << threads;
+        EXPECT_TRUE(same_bits(y, want))
+            << "rows " << rows << " inter " << inter << " threads " << threads;
       }
     }
 }
@@ -616,9 +637,10 @@ TEST(CpuOpsONormGate, MatchesNaiveBitForBit) {
         for (int tokens : {1, 3})
           for (int heads : {1, 3})
             for (int hd : {1, 7, 8, 33}) {
-              SCOPED_TRACE("o_norm " + std::to_string(o_norm) + " gate " + std::to_string(gate) + " gain " +
-                           std::to_string(static_cast<int>(gain)) + " tokens " + std::to_string(tokens) +
-                           " heads " + std::to_string(heads) + " hd " + std::to_string(hd));
+              SCOPED_TRACE("o_norm " + std::to_string(o_norm) + " gate " + std::to_string(gate) +
+                           " gain " + std::to_string(static_cast<int>(gain)) + " tokens " +
+                           std::to_string(tokens) + " heads " + std::to_string(heads) + " hd " +
+                           std::to_string(hd));
               const int width = heads * hd;
               const int64_t gs = 2 * width + 3;  // e.g. g inside a fused q|g projection
               auto o0 = rng.bf16s(static_cast<size_t>(tokens * width), -4.0f, 4.0f);
@@ -630,12 +652,15 @@ TEST(CpuOpsONormGate, MatchesNaiveBitForBit) {
                 for (int h = 0; h < heads; ++h) {
                   bf16* oh = &want[static_cast<size_t>(t * width + h * hd)];
                   if (o_norm) {
-                    const auto y = naive_rms(widen(oh, static_cast<size_t>(hd)), w.data(), gain, 1e-6f);
+                    const auto y =
+                        naive_rms(widen(oh, static_cast<size_t>(hd)), w.data(), gain, 1e-6f);
                     std::copy(y.begin(), y.end(), oh);
                   }
                   if (gate)
                     for (int i = 0; i < hd; ++i)
-                      oh[i] = to_bf16(to_f32(oh[i]) * sigmoid_f32(to_f32(g[static_cast<size_t>(t * gs + h * hd + i)])));
+                      oh[i] =
+                          to_bf16(to_f32(oh[i]) *
+                                  sigmoid_f32(to_f32(g[static_cast<size_t>(t * gs + h * hd + i)])));
                 }
               for (int threads : kThreadCounts) {
                 std::vector<bf16> o = o0;
@@ -673,8 +698,8 @@ void check_gemm(test::Gen& rng, int M, int N, int K, bool specials) {
   std::vector<bf16> want(static_cast<size_t>(M * ys), bf16{0x7e7e});
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n)
-      want[static_cast<size_t>(m * ys + n)] =
-          to_bf16(naive_gemm_dot(&x[static_cast<size_t>(m * xs)], &w[static_cast<size_t>(n) * K], K));
+      want[static_cast<size_t>(m * ys + n)] = to_bf16(
+          naive_gemm_dot(&x[static_cast<size_t>(m * xs)], &w[static_cast<size_t>(n) * K], K));
   for (int threads : kThreadCounts) {
     std::vector<bf16> y(static_cast<size_t>(M * ys), bf16{0x7e7e});
     gemm(x.data(), xs, w.data(), M, N, K, y.data(), ys, threads);
@@ -697,7 +722,8 @@ void check_gemm(test::Gen& rng, int M, int N, int K, bool specials) {
       }
       const double budget = bf16_ulp(exact) + (K / 8 + 4) * 0x1p-24 * magnitude;
       const float got = to_f32(want[static_cast<size_t>(m * ys + n)]);
-      ASSERT_LE(std::fabs(got - exact), budget) << "m " << m << " n " << n << " got " << got << " exact " << exact;
+      ASSERT_LE(std::fabs(got - exact), budget)
+          << "m " << m << " n " << n << " got " << got << " exact " << exact;
     }
   }
 }
@@ -727,21 +753,25 @@ TEST(CpuOpsGemm, LargerShapesCrossEveryBlockBoundary) {
 // fp32 ulp of B with random signs. Which tiny terms survive depends on the
 // exact order of the fp32 additions, and the bf16 result on the sign of what
 // survives, so any other summation order gives other bits on many outputs.
-void midpoint_rows(test::Gen& rng, int rows, int len, std::vector<bf16>& a, std::vector<bf16>& b, int& b_rows) {
+void midpoint_rows(test::Gen& rng, int rows, int len, std::vector<bf16>& a, std::vector<bf16>& b,
+                   int& b_rows) {
   a.assign(static_cast<size_t>(rows * len), bf16{0});
   b.assign(static_cast<size_t>(b_rows * len), bf16{0});
   const int k0 = static_cast<int>(rng.integer(0, len - 1));
   for (int r = 0; r < rows; ++r)
     for (int k = 0; k < len; ++k) {
       const float sign = rng.integer(0, 1) ? 1.0f : -1.0f;
-      a[static_cast<size_t>(r * len + k)] = to_bf16(k == k0 ? sign * 1.3125f : sign * rng.uniform(1.0f, 2.0f));
+      a[static_cast<size_t>(r * len + k)] =
+          to_bf16(k == k0 ? sign * 1.3125f : sign * rng.uniform(1.0f, 2.0f));
     }
   for (int n = 0; n < b_rows; ++n)
     for (int k = 0; k < len; ++k) {
       const float sign = rng.integer(0, 1) ? 1.0f : -1.0f;
       // B lies in [2, 4): fp32 ulp 2^-22; tiny products span 2^-26 .. 2^-20.
       b[static_cast<size_t>(n * len + k)] =
-          to_bf16(k == k0 ? sign * 1.625f : sign * std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.integer(-27, -21))));
+          to_bf16(k == k0 ? sign * 1.625f
+                          : sign * std::ldexp(rng.uniform(1.0f, 2.0f),
+                                              static_cast<int>(rng.integer(-27, -21))));
     }
 }
 
@@ -758,7 +788,8 @@ TEST(CpuOpsGemm, MidpointRowsPinTheSummationOrder) {
     std::vector<bf16> want(static_cast<size_t>(M * N));
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
-        const float dot = naive_gemm_dot(&x[static_cast<size_t>(m * K)], &w[static_cast<size_t>(n * K)], K);
+        const float dot =
+            naive_gemm_dot(&x[static_cast<size_t>(m * K)], &w[static_cast<size_t>(n * K)], K);
         want[static_cast<size_t>(m * N + n)] = to_bf16(dot);
         const float mag = std::fabs(dot);
         if (mag > 2.1328125f) ++rounded_up;
@@ -777,14 +808,16 @@ TEST(CpuOpsGemm, MidpointRowsPinTheSummationOrder) {
 
 TEST(CpuOpsGemm, SpecialValuesPropagate) {
   const int K = 9, N = 4;
-  std::vector<bf16> x(static_cast<size_t>(2 * K), to_bf16(1.0f)), w(static_cast<size_t>(N * K), to_bf16(0.5f));
+  std::vector<bf16> x(static_cast<size_t>(2 * K), to_bf16(1.0f)),
+      w(static_cast<size_t>(N * K), to_bf16(0.5f));
   x[2] = to_bf16(kNaN);
   x[static_cast<size_t>(K + 3)] = to_bf16(kInf);
-  w[static_cast<size_t>(K + 3)] = to_bf16(0.0f);   // inf * 0 in row 1 for column 1
+  w[static_cast<size_t>(K + 3)] = to_bf16(0.0f);  // inf * 0 in row 1 for column 1
   w[static_cast<size_t>(2 * K + 4)] = to_bf16(-1.0f);
   std::vector<bf16> y(static_cast<size_t>(2 * N));
   gemm(x.data(), K, w.data(), 2, N, K, y.data(), N);
-  for (int n = 0; n < N; ++n) EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(n)])) << "NaN row, n " << n;
+  for (int n = 0; n < N; ++n)
+    EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(n)])) << "NaN row, n " << n;
   EXPECT_EQ(y[static_cast<size_t>(N)].bits, to_bf16(kInf).bits);
   EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(N + 1)]));
   EXPECT_EQ(y[static_cast<size_t>(N + 2)].bits, to_bf16(kInf).bits);
@@ -839,16 +872,17 @@ AttentionSetup make_attention(test::Gen& rng, int heads, int kv_heads, int hd, i
 const bf16* naive_kv(const AttentionSetup& s, int r, int64_t pos, int kvh, bool value) {
   const int64_t page = s.tables[static_cast<size_t>(r * s.p.max_pages + pos / s.p.page_size)];
   const int64_t slot = page * s.p.page_size + pos % s.p.page_size;
-  return &s.cache[static_cast<size_t>(((slot * s.p.kv_heads + kvh) * 2 + (value ? 1 : 0)) * s.p.head_dim)];
+  return &s.cache[static_cast<size_t>(((slot * s.p.kv_heads + kvh) * 2 + (value ? 1 : 0)) *
+                                      s.p.head_dim)];
 }
 
 // One (token, head) of attention from the header formula: fp32 in the
 // documented order (q . k in increasing dimension, sums in increasing
 // position), and the exact softmax in double alongside.
 struct NaiveHead {
-  std::vector<bf16> o;          // bf16(acc / sum)
-  std::vector<double> exact;    // double softmax output
-  double vmax = 0.0;            // max |v| over the range
+  std::vector<bf16> o;        // bf16(acc / sum)
+  std::vector<double> exact;  // double softmax output
+  double vmax = 0.0;          // max |v| over the range
   float sum = 0.0f, p_last = 0.0f;
   std::vector<float> acc_before_last;  // acc_i before the last position's term
 };
@@ -860,7 +894,8 @@ NaiveHead naive_attention_head(const AttentionSetup& s, int t, int h) {
   out.o.assign(static_cast<size_t>(hd), to_bf16(0.0f));
   if (r < 0) return out;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t pos = s.positions[static_cast<size_t>(t)], kv_len = s.kv_lens[static_cast<size_t>(r)];
+  const int64_t pos = s.positions[static_cast<size_t>(t)],
+                kv_len = s.kv_lens[static_cast<size_t>(r)];
   const int64_t lo = s.p.window ? std::max<int64_t>(0, pos - s.p.window + 1) : 0;
   const bf16* qh = &s.q[static_cast<size_t>(t * s.p.q_stride + h * hd)];
   std::vector<float> sc;
@@ -915,10 +950,11 @@ TEST(CpuOpsAttention, MatchesNaiveBitForBitAndDoubleWithinBudget) {
   for (Shape sh : {Shape{2, 2, 4}, Shape{4, 2, 12}, Shape{6, 1, 7}, Shape{8, 4, 32}})
     for (int window : {0, 1, 5})
       for (int block : {1, 3}) {
-        SCOPED_TRACE("heads " + std::to_string(sh.heads) + " kv_heads " + std::to_string(sh.kv_heads) +
-                     " hd " + std::to_string(sh.hd) + " window " + std::to_string(window) + " N " +
-                     std::to_string(block));
-        const AttentionSetup s = make_attention(rng, sh.heads, sh.kv_heads, sh.hd, window, {block, 13, 29}, block);
+        SCOPED_TRACE("heads " + std::to_string(sh.heads) + " kv_heads " +
+                     std::to_string(sh.kv_heads) + " hd " + std::to_string(sh.hd) + " window " +
+                     std::to_string(window) + " N " + std::to_string(block));
+        const AttentionSetup s =
+            make_attention(rng, sh.heads, sh.kv_heads, sh.hd, window, {block, 13, 29}, block);
         const int hd = sh.hd, width = sh.heads * hd;
         std::vector<bf16> want;
         for (int t = 0; t < s.p.tokens; ++t)
@@ -930,7 +966,8 @@ TEST(CpuOpsAttention, MatchesNaiveBitForBitAndDoubleWithinBudget) {
             // for the fp32 score, exp and sum errors (about 1e-6 relative to
             // max|v| at these lengths, amplified at most a few-fold by exp).
             for (size_t i = 0; i < nh.exact.size(); ++i)
-              ASSERT_LE(std::fabs(to_f32(nh.o[i]) - nh.exact[i]), bf16_ulp(nh.exact[i]) + 0x1p-14 * nh.vmax)
+              ASSERT_LE(std::fabs(to_f32(nh.o[i]) - nh.exact[i]),
+                        bf16_ulp(nh.exact[i]) + 0x1p-14 * nh.vmax)
                   << "token " << t << " head " << h << " dim " << i;
           }
         ASSERT_EQ(want.size(), static_cast<size_t>(s.p.tokens * width));
@@ -993,11 +1030,14 @@ TEST(CpuOpsAttention, WindowOfOneIsTheQueryPositionsValue) {
   attention(s.p, s.q.data(), s.cache.data(), out.data(), 2);
   for (int t = 0; t + 1 < s.p.tokens; ++t)
     for (int h = 0; h < 4; ++h) {
-      const bf16* v = naive_kv(s, s.token_request[static_cast<size_t>(t)], s.positions[static_cast<size_t>(t)], h / 2, true);
+      const bf16* v = naive_kv(s, s.token_request[static_cast<size_t>(t)],
+                               s.positions[static_cast<size_t>(t)], h / 2, true);
       for (int i = 0; i < 8; ++i)
-        ASSERT_EQ(out[static_cast<size_t>(t * 32 + h * 8 + i)].bits, v[i].bits) << "token " << t << " head " << h;
+        ASSERT_EQ(out[static_cast<size_t>(t * 32 + h * 8 + i)].bits, v[i].bits)
+            << "token " << t << " head " << h;
     }
-  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[static_cast<size_t>((s.p.tokens - 1) * 32 + i)].bits, 0u) << "padding token";
+  for (int i = 0; i < 32; ++i)
+    EXPECT_EQ(out[static_cast<size_t>((s.p.tokens - 1) * 32 + i)].bits, 0u) << "padding token";
 }
 
 // ---- Markov bias, step logits, sampling ---------------------------------------------------
@@ -1008,7 +1048,8 @@ TEST(CpuOpsMarkovBias, MatchesTheTensorCoreChainBitForBit) {
   for (int rows : {1, 3, 5})
     for (int rank : {1, 7, 9, 16, 33, 100, 130, 256, 300})
       for (int vocab : {1, 7, 33, 130}) {
-        SCOPED_TRACE("rows " + std::to_string(rows) + " rank " + std::to_string(rank) + " vocab " + std::to_string(vocab));
+        SCOPED_TRACE("rows " + std::to_string(rows) + " rank " + std::to_string(rank) + " vocab " +
+                     std::to_string(vocab));
         auto e = rng.bf16s(static_cast<size_t>(rows * rank), -1.0f, 1.0f);
         auto w2 = rng.bf16s(static_cast<size_t>(vocab) * rank, -0.5f, 0.5f);
         if (rows > 1) e[static_cast<size_t>(rank + rank / 2)] = to_bf16(kNaN);
@@ -1019,7 +1060,7 @@ TEST(CpuOpsMarkovBias, MatchesTheTensorCoreChainBitForBit) {
         for (int r = 0; r < rows; ++r)
           for (int v = 0; v < vocab; ++v)
             want.push_back(to_bf16(test::mma_chain_f64(&w2[static_cast<size_t>(v) * rank],
-                                                          &e[static_cast<size_t>(r * rank)], rank)));
+                                                       &e[static_cast<size_t>(r * rank)], rank)));
         for (int threads : kThreadCounts) {
           std::vector<bf16> bias(want.size());
           markov_bias(e.data(), rows, w2.data(), vocab, rank, bias.data(), threads);
@@ -1059,7 +1100,8 @@ TEST(CpuOpsMarkovBias, CancellingRowsPinTheStepOrder) {
         const bf16* wv = &w2[static_cast<size_t>(v) * rank];
         const bf16* er = &e[static_cast<size_t>(r * rank)];
         want.push_back(to_bf16(test::mma_chain_f64(wv, er, rank)));
-        if (want.back().bits != to_bf16(test::mma_chain_f64(wv, er, rank, true)).bits) ++order_matters;
+        if (want.back().bits != to_bf16(test::mma_chain_f64(wv, er, rank, true)).bits)
+          ++order_matters;
       }
     for (int threads : kThreadCounts) {
       std::vector<bf16> bias(want.size());
@@ -1118,10 +1160,11 @@ TEST(CpuOpsStepLogits, MatchesNaiveWithAndWithoutTransform) {
     float mult, cap;
   };
   // Caps 15 and 7 have inexact inverses (t * inv_cap differs from t / cap).
-  for (Tr tr : {Tr{false, false, 1.0f, 0.0f}, Tr{true, false, 0.7f, 0.0f}, Tr{true, true, 1.0f, 15.0f},
-                Tr{true, true, 1.9f, 7.0f}})
+  for (Tr tr : {Tr{false, false, 1.0f, 0.0f}, Tr{true, false, 0.7f, 0.0f},
+                Tr{true, true, 1.0f, 15.0f}, Tr{true, true, 1.9f, 7.0f}})
     for (int n : {1, 7, 130, 65536}) {
-      SCOPED_TRACE("enabled " + std::to_string(tr.enabled) + " cap " + std::to_string(tr.has_cap) + " n " + std::to_string(n));
+      SCOPED_TRACE("enabled " + std::to_string(tr.enabled) + " cap " + std::to_string(tr.has_cap) +
+                   " n " + std::to_string(n));
       auto base = rng.bf16s(static_cast<size_t>(n), -40.0f, 40.0f);
       auto bias = rng.bf16s(static_cast<size_t>(n), -4.0f, 4.0f);
       if (n == 65536) {
@@ -1145,7 +1188,8 @@ TEST(CpuOpsStepLogits, MatchesNaiveWithAndWithoutTransform) {
       t.inv_cap = tr.has_cap ? 1.0f / tr.cap : 0.0f;
       std::vector<bf16> want;
       for (int i = 0; i < n; ++i) {
-        const float s = round_bf16(to_f32(base[static_cast<size_t>(i)]) + to_f32(bias[static_cast<size_t>(i)]));
+        const float s =
+            round_bf16(to_f32(base[static_cast<size_t>(i)]) + to_f32(bias[static_cast<size_t>(i)]));
         if (!tr.enabled) {
           want.push_back(to_bf16(s));
           continue;
@@ -1191,11 +1235,14 @@ float naive_noise(uint32_t step_seed, int64_t v) {
   return -log_f32(-log1p_f32(-u));
 }
 
-RowBest naive_sample(const std::vector<bf16>& l, int64_t offset, float temperature, uint32_t step_seed) {
+RowBest naive_sample(const std::vector<bf16>& l, int64_t offset, float temperature,
+                     uint32_t step_seed) {
   std::vector<float> z(l.size());
   for (size_t i = 0; i < l.size(); ++i) {
     const float logit = to_f32(l[i]);
-    z[i] = temperature > 0.0f ? logit / temperature + naive_noise(step_seed, offset + static_cast<int64_t>(i)) : logit;
+    z[i] = temperature > 0.0f
+               ? logit / temperature + naive_noise(step_seed, offset + static_cast<int64_t>(i))
+               : logit;
   }
   for (size_t i = 0; i < z.size(); ++i)
     if (std::isnan(z[i])) return RowBest{z[i], offset + static_cast<int64_t>(i)};
@@ -1230,7 +1277,8 @@ TEST(CpuOpsSampleRow, MatchesNaiveScanAtZeroAndPositiveTemperature) {
           const RowBest want = naive_sample(l, offset, temperature, step_seed);
           EXPECT_EQ(got.id, want.id);
           EXPECT_EQ(f32_bits(got.value), f32_bits(want.value));
-          if (temperature > 0.0f && got.id != naive_sample(l, offset, 0.0f, 0).id) ++noise_changed_winner;
+          if (temperature > 0.0f && got.id != naive_sample(l, offset, 0.0f, 0).id)
+            ++noise_changed_winner;
         }
   EXPECT_GT(noise_changed_winner, 0) << "T > 0 never moved the winner: is the noise applied?";
 }
@@ -1299,8 +1347,10 @@ TEST(CpuOpsSampleRow, SlicesCombineToTheWholeRow) {
 TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
   std::vector<bf16> buf(64, to_bf16(1.0f));
   std::vector<float> table(64, 0.0f);
-  EXPECT_THROW(rms_norm(buf.data(), 8, 2, 8, nullptr, NormGain::weight, 1e-6f, buf.data(), 8), InvalidArgument);
-  EXPECT_THROW(rms_norm(buf.data(), 4, 2, 8, nullptr, NormGain::none, 1e-6f, buf.data(), 8), InvalidArgument);
+  EXPECT_THROW(rms_norm(buf.data(), 8, 2, 8, nullptr, NormGain::weight, 1e-6f, buf.data(), 8),
+               InvalidArgument);
+  EXPECT_THROW(rms_norm(buf.data(), 4, 2, 8, nullptr, NormGain::none, 1e-6f, buf.data(), 8),
+               InvalidArgument);
   BoundaryParams p;
   p.rows = 1;
   p.hidden = 8;
@@ -1310,9 +1360,11 @@ TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
   EXPECT_THROW(residual_boundary(p, buf.data(), buf.data(), buf.data() + 8), InvalidArgument);
   EXPECT_THROW(rope_table(1e4, 7, 4, table.data()), InvalidArgument);
   const int64_t neg_pos = -1;
-  EXPECT_THROW(rope(buf.data(), 8, 1, 1, 8, &neg_pos, table.data(), RopeStyle::neox), InvalidArgument);
+  EXPECT_THROW(rope(buf.data(), 8, 1, 1, 8, &neg_pos, table.data(), RopeStyle::neox),
+               InvalidArgument);
   const int64_t bad_slot = -2;
-  EXPECT_THROW(kv_insert(buf.data(), 4, buf.data(), 4, 1, 1, 4, &bad_slot, buf.data()), InvalidArgument);
+  EXPECT_THROW(kv_insert(buf.data(), 4, buf.data(), 4, 1, 1, 4, &bad_slot, buf.data()),
+               InvalidArgument);
   const int64_t bad_id = -1;
   EXPECT_THROW(embed(&bad_id, 1, buf.data(), 4, buf.data()), InvalidArgument);
   EXPECT_THROW(gemm(buf.data(), 2, buf.data(), 1, 1, 4, buf.data(), 1), InvalidArgument);

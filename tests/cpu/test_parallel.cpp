@@ -23,7 +23,9 @@ TEST(CpuParallel, RangesCoverEveryIndexOnce) {
         ++calls;
         for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
       });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " threads " << threads << " index " << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1)
+            << "n " << n << " threads " << threads << " index " << i;
       const int64_t want_calls = n == 0 ? 0 : std::min<int64_t>(std::max(threads, 1), n);
       EXPECT_EQ(calls.load(), want_calls) << "n " << n << " threads " << threads;
     }

@@ -19,9 +19,9 @@ inline bool gpu_available() {
 
 }  // namespace sparkdraft::test
 
-#define SD_REQUIRE_GPU()                                                  \
-  do {                                                                    \
-    if (!::sparkdraft::test::gpu_available()) {                           \
-      GTEST_SKIP() << "no CUDA GPU: skipped";                             \
-    }                                                                     \
+#define SD_REQUIRE_GPU()                        \
+  do {                                          \
+    if (!::sparkdraft::test::gpu_available()) { \
+      GTEST_SKIP() << "no CUDA GPU: skipped";   \
+    }                                           \
   } while (0)

@@ -62,8 +62,10 @@ void expect_same_bits(const char* what, const std::vector<In>& in, const std::ve
   o.note = [&in](size_t i) {
     std::ostringstream os;
     os << "input ";
-    if constexpr (std::is_same_v<In, float>) os << test::hex_bits(f32_bits(in[i]), 4) << " (" << in[i] << ")";
-    else os << in[i];
+    if constexpr (std::is_same_v<In, float>)
+      os << test::hex_bits(f32_bits(in[i]), 4) << " (" << in[i] << ")";
+    else
+      os << in[i];
     return os.str();
   };
   EXPECT_TRUE(test::same_bits(dev, host, o)) << what << " (found: device, expected: host)";
@@ -131,15 +133,45 @@ void check_map(const char* what, const std::vector<float>& in, Op op) {
 // subnormals, the extremes, and each function's thresholds from both sides.
 std::vector<float> special_values() {
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> v = {0.0f, -0.0f, inf, -inf, 1.0f, -1.0f, 2.0f, 0.5f,
-                          bits_f32(0x7fc00000u), bits_f32(0xffc00000u), bits_f32(0x7f800001u),
-                          bits_f32(0xff812345u), bits_f32(0x7fffffffu),
-                          bits_f32(0x00000001u), bits_f32(0x80000001u), bits_f32(0x007fffffu),
-                          bits_f32(0x00800000u), std::numeric_limits<float>::max(),
-                          -std::numeric_limits<float>::max(), 88.72283f, 88.72284f, 89.0f,
-                          -103.972f, -103.973f, -104.0f, -105.0f, 9.1f, -9.1f, 0.0625f,
-                          -0.0625f, 40.0f, -40.0f, -120.0f, 1e-20f, -1e-20f, kUniformScale,
-                          -kUniformScale, 0x1.fffffep-1f, -0x1.fffffep-1f};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          inf,
+                          -inf,
+                          1.0f,
+                          -1.0f,
+                          2.0f,
+                          0.5f,
+                          bits_f32(0x7fc00000u),
+                          bits_f32(0xffc00000u),
+                          bits_f32(0x7f800001u),
+                          bits_f32(0xff812345u),
+                          bits_f32(0x7fffffffu),
+                          bits_f32(0x00000001u),
+                          bits_f32(0x80000001u),
+                          bits_f32(0x007fffffu),
+                          bits_f32(0x00800000u),
+                          std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          88.72283f,
+                          88.72284f,
+                          89.0f,
+                          -103.972f,
+                          -103.973f,
+                          -104.0f,
+                          -105.0f,
+                          9.1f,
+                          -9.1f,
+                          0.0625f,
+                          -0.0625f,
+                          40.0f,
+                          -40.0f,
+                          -120.0f,
+                          1e-20f,
+                          -1e-20f,
+                          kUniformScale,
+                          -kUniformScale,
+                          0x1.fffffep-1f,
+                          -0x1.fffffep-1f};
   const size_t base = v.size();
   for (size_t i = 0; i < base; ++i) {  // and the floats next to each
     if (v[i] != v[i] || v[i] == inf || v[i] == -inf) continue;
@@ -197,9 +229,10 @@ TEST(CoreDevice, ExhaustiveSamplingNoise) {
   const int64_t n = (int64_t{1} << 24) + 1 + 7 * (int64_t{1} << 23);
   std::vector<float> u(n), neg_u(n);
   host_parallel(n, [&](int64_t i) {
-    const float v = i <= (int64_t{1} << 24)
-                        ? static_cast<float>(i)
-                        : bits_f32(f32_bits(16777216.0f) + static_cast<uint32_t>(i - (int64_t{1} << 24)));
+    const float v =
+        i <= (int64_t{1} << 24)
+            ? static_cast<float>(i)
+            : bits_f32(f32_bits(16777216.0f) + static_cast<uint32_t>(i - (int64_t{1} << 24)));
     const float s = v * kUniformScale;
     u[i] = s < kUniformScale ? kUniformScale : s;
     neg_u[i] = -u[i];
@@ -232,7 +265,9 @@ SD_HD void philox_outputs(const philox_case& c, uint32_t* out) {
   out[2] = f32_bits(philox_uniform(r, c.vocab_id));
   out[3] = f32_bits(draft_noise(gs, c.vocab_id));
   out[4] = f32_bits(noised_score(c.logit, c.temperature, gs, c.vocab_id));
-  out[5] = philox4x32_10(r, gs, static_cast<uint32_t>(c.vocab_id), 7u, static_cast<uint32_t>(c.seed), 3u).c3;
+  out[5] =
+      philox4x32_10(r, gs, static_cast<uint32_t>(c.vocab_id), 7u, static_cast<uint32_t>(c.seed), 3u)
+          .c3;
 }
 
 __global__ void philox_kernel(const philox_case* cases, uint32_t* out, int64_t n) {
@@ -249,8 +284,8 @@ TEST(CoreDevice, PhiloxUniformNoiseAndScores) {
   std::uniform_real_distribution<float> logit(-30.0f, 30.0f);
   const float temps[] = {0.0f, 1.0f, 0.7f, 1e-3f, 3.5f};
   const float inf = std::numeric_limits<float>::infinity();
-  const float odd_logits[] = {inf, -inf, std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f,
-                              std::numeric_limits<float>::max()};
+  const float odd_logits[] = {inf,  -inf,  std::numeric_limits<float>::quiet_NaN(),
+                              0.0f, -0.0f, std::numeric_limits<float>::max()};
   std::vector<philox_case> cases(1 << 20);
   for (size_t i = 0; i < cases.size(); ++i) {
     auto& c = cases[i];
@@ -273,8 +308,8 @@ TEST(CoreDevice, PhiloxUniformNoiseAndScores) {
   host_parallel(static_cast<int64_t>(cases.size()),
                 [&](int64_t i) { philox_outputs(cases[i], host.data() + i * kPhiloxOutputs); });
   EXPECT_EQ(dev[0], 1713891541u);
-  const char* names[kPhiloxOutputs] = {"randint", "draft_step_seed", "philox_uniform",
-                                       "draft_noise", "noised_score", "philox4x32_10 word 3"};
+  const char* names[kPhiloxOutputs] = {"randint",     "draft_step_seed", "philox_uniform",
+                                       "draft_noise", "noised_score",    "philox4x32_10 word 3"};
   // noised_score of a NaN logit at T > 0 is NaN on both sides, but fp32 division
   // gives the GPU's canonical NaN and keeps the payload on x86: compare NaN-ness
   // there (the sampling rule only asks "is it NaN").
@@ -304,7 +339,8 @@ struct reduce_row {
 // every lane writes what it holds (all 32 must agree).
 __global__ void warp_reduce_kernel(const float* x, const float* y, const reduce_row* rows,
                                    int num_rows, uint32_t* out) {
-  const int warp = static_cast<int>((blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32);
+  const int warp =
+      static_cast<int>((blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (warp >= num_rows) return;  // whole warps exit together (blockDim is a multiple of 32)
   const reduce_row r = rows[warp];

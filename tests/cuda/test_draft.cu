@@ -26,8 +26,9 @@ namespace {
 
 std::shared_ptr<const Checkpoint> make_preset(const std::string& preset, const std::string& style) {
   const char* root = std::getenv("SPARKDRAFT_PRESET_DIR");
-  const std::filesystem::path dir = std::filesystem::path(root ? root : std::filesystem::temp_directory_path().string()) /
-                                    ("sparkdraft-gpu-test-" + preset + "-" + style);
+  const std::filesystem::path dir =
+      std::filesystem::path(root ? root : std::filesystem::temp_directory_path().string()) /
+      ("sparkdraft-gpu-test-" + preset + "-" + style);
   if (!std::filesystem::exists(dir / "config.json")) {
     SyntheticOptions so;
     so.seed = 5;
@@ -65,7 +66,8 @@ TEST(CudaDraft, TinyMuseCpuEqualsEagerEqualsFused) {
 
 TEST(CudaDraft, Qwen3_8bCpuEqualsEagerEqualsFused) {
   SD_REQUIRE_GPU();
-  if (!big_presets()) GTEST_SKIP() << "set SPARKDRAFT_BIG_PRESETS=1 to run the 4.7 GB qwen3-8b preset";
+  if (!big_presets())
+    GTEST_SKIP() << "set SPARKDRAFT_BIG_PRESETS=1 to run the 4.7 GB qwen3-8b preset";
   check_preset("qwen3-8b", "qwen3", 2, 2);
 }
 
@@ -93,7 +95,8 @@ TEST(CudaDraft, RequestAloneEqualsRequestInBatchOfFiveWithPadding) {
       const RequestDraft& db = rb[round].drafts[2];
       ASSERT_EQ(db.request_id, 2);
       EXPECT_EQ(da.tokens, db.tokens) << style << " round " << round;
-      EXPECT_TRUE(test::same_bits(da.logits, db.logits)) << style << " round " << round << ": cache";
+      EXPECT_TRUE(test::same_bits(da.logits, db.logits))
+          << style << " round " << round << ": cache";
     }
   }
 }

@@ -49,9 +49,9 @@ double bf16_ulp(double v) {  // spacing of bf16 at |v| (8 significant bits), v f
 
 // Odd and aligned sizes, 1 to 64 rows, padded strides, K up to the 4096 of a real layer.
 const Shape kShapes[] = {
-    {1, 17, 24, 0, 0},    {2, 64, 64, 0, 0},     {7, 96, 200, 8, 0},   {16, 257, 136, 0, 3},
-    {33, 128, 4096, 0, 0}, {64, 5, 37, 3, 1},    {64, 1000, 512, 0, 0}, {3, 4096, 1024, 16, 8},
-    {13, 33, 1, 0, 0},
+    {1, 17, 24, 0, 0},     {2, 64, 64, 0, 0},      {7, 96, 200, 8, 0},
+    {16, 257, 136, 0, 3},  {33, 128, 4096, 0, 0},  {64, 5, 37, 3, 1},
+    {64, 1000, 512, 0, 0}, {3, 4096, 1024, 16, 8}, {13, 33, 1, 0, 0},
 };
 
 struct GemmData {
@@ -95,14 +95,16 @@ std::vector<bf16> run_gpu(GemmRunner& runner, const Shape& s, const GemmData& d,
       const size_t i = static_cast<size_t>(m) * d.y_stride + n;
       if (n >= s.N) {  // padding columns: untouched
         if (found[i].bits != d.y0[i].bits && ++bad <= 8)
-          os << "\n  padding (row " << m << ", col " << n << ") overwritten: "
-             << test::hex_bits(found[i].bits, 2) << ", was " << test::hex_bits(d.y0[i].bits, 2);
+          os << "\n  padding (row " << m << ", col " << n
+             << ") overwritten: " << test::hex_bits(found[i].bits, 2) << ", was "
+             << test::hex_bits(d.y0[i].bits, 2);
         continue;
       }
       double abs_sum = 0.0;
       for (int k = 0; k < s.K; ++k)
-        abs_sum += std::fabs(static_cast<double>(to_f32(d.x[static_cast<size_t>(m) * d.x_stride + k])) *
-                             to_f32(d.w[static_cast<size_t>(n) * s.K + k]));
+        abs_sum +=
+            std::fabs(static_cast<double>(to_f32(d.x[static_cast<size_t>(m) * d.x_stride + k])) *
+                      to_f32(d.w[static_cast<size_t>(n) * s.K + k]));
       const double e = to_f32(expected[i]), f = to_f32(found[i]);
       const double allowed = bf16_ulp(e) + s.K * 0x1p-22 * abs_sum;
       const double diff = std::fabs(f - e);
@@ -110,8 +112,9 @@ std::vector<bf16> run_gpu(GemmRunner& runner, const Shape& s, const GemmData& d,
       *worst_ulps = std::max(*worst_ulps, diff / bf16_ulp(e));
       if (!(diff <= allowed) && ++bad <= 8)
         os << "\n  index " << i << " (row " << m << ", col " << n << "): found "
-           << test::hex_bits(found[i].bits, 2) << " (" << f << "), expected " << test::hex_bits(expected[i].bits, 2) << " ("
-           << e << "), |diff| " << diff << " > allowed " << allowed;
+           << test::hex_bits(found[i].bits, 2) << " (" << f << "), expected "
+           << test::hex_bits(expected[i].bits, 2) << " (" << e << "), |diff| " << diff
+           << " > allowed " << allowed;
     }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " outputs out of budget:" << os.str();
@@ -134,8 +137,8 @@ TEST(CudaGemm, MatchesCpuWithinBudget) {
     total += static_cast<size_t>(s.M) * s.N;
     EXPECT_TRUE(within_budget(s, d, found, expected, &exact, &worst));
   }
-  std::printf("[gemm] %zu outputs, %zu bit-exact vs cpu::gemm, worst %.3g bf16 ulps\n", total, exact,
-              worst);
+  std::printf("[gemm] %zu outputs, %zu bit-exact vs cpu::gemm, worst %.3g bf16 ulps\n", total,
+              exact, worst);
 }
 
 TEST(CudaGemm, SameCallGivesSameBits) {
@@ -167,9 +170,11 @@ TEST(CudaGemm, RowBitsDoNotDependOnTheRowCount) {
   GemmRunner runner;
   const uint64_t seed = 0xBA7C4;
   test::Gen gen(seed);
-  for (const auto& nk : {std::pair<int, int>{1000, 64}, {4096, 4096}, {151936, 256}, {2560, 2048}}) {
+  for (const auto& nk :
+       {std::pair<int, int>{1000, 64}, {4096, 4096}, {151936, 256}, {2560, 2048}}) {
     const int N = nk.first, K = nk.second, max_m = 64;
-    SCOPED_TRACE("seed " + std::to_string(seed) + " N " + std::to_string(N) + " K " + std::to_string(K));
+    SCOPED_TRACE("seed " + std::to_string(seed) + " N " + std::to_string(N) + " K " +
+                 std::to_string(K));
     const std::vector<bf16> hx = gen.bf16s(static_cast<size_t>(max_m) * K, -2.0f, 2.0f);
     const std::vector<bf16> hw = gen.bf16s(static_cast<size_t>(N) * K, -0.1f, 0.1f);
     DeviceBuffer<bf16> x(hx, stream.get()), w(hw, stream.get());
@@ -179,8 +184,7 @@ TEST(CudaGemm, RowBitsDoNotDependOnTheRowCount) {
     for (int m : {1, 2, 3, 7, 8, 13, 32, 56, 63}) {
       runner.run(x.data(), K, w.data(), m, N, K, y.data(), N, stream.get());
       const std::vector<bf16> part = y.download(stream.get());
-      EXPECT_TRUE(test::same_bits(part.data(), full.data(), static_cast<size_t>(m) * N,
-                                  {N}))
+      EXPECT_TRUE(test::same_bits(part.data(), full.data(), static_cast<size_t>(m) * N, {N}))
           << "M " << m << " (expected: the rows of M 64)";
     }
   }
@@ -227,9 +231,9 @@ TEST(CudaGemm, UnwarmedShapeIsRefusedDuringCapture) {
   const GemmData d = make_data(s, 0x5D1300);
   DeviceBuffer<bf16> x(d.x, stream.get()), w(d.w, stream.get()), y(d.y0, stream.get());
   SD_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  EXPECT_THROW(runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K, y.data(), d.y_stride,
-                          stream.get()),
-               InvalidArgument);
+  EXPECT_THROW(
+      runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K, y.data(), d.y_stride, stream.get()),
+      InvalidArgument);
   cudaGraph_t graph = nullptr;
   SD_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   if (graph != nullptr) SD_CUDA_CHECK(cudaGraphDestroy(graph));

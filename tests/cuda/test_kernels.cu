@@ -210,7 +210,8 @@ TEST(CudaRmsNorm, InPlaceMatchesCpuBitForBit) {
   uint64_t seed = 0x5D0300;
   for (int n : {1, 33, 128, 4099})
     for (NormGain gain : kGains)
-      for (int rows : {1, 9, 64}) check_rms_norm<bf16>(++seed, rows, n, 2, gain, true, stream.get());
+      for (int rows : {1, 9, 64})
+        check_rms_norm<bf16>(++seed, rows, n, 2, gain, true, stream.get());
 }
 
 // ---- residual boundary ----------------------------------------------------------------
@@ -224,8 +225,8 @@ struct BoundaryCase {
 
 std::string describe(const BoundaryCase& c, uint64_t seed) {
   std::ostringstream os;
-  os << "residual_boundary seed " << seed << " rows " << c.rows << " H " << c.hidden
-     << " stream " << to_string(c.dtype) << (c.post_norm ? " post-norm" : " no post-norm")
+  os << "residual_boundary seed " << seed << " rows " << c.rows << " H " << c.hidden << " stream "
+     << to_string(c.dtype) << (c.post_norm ? " post-norm" : " no post-norm")
      << (c.norm_preserving ? " alpha/beta" : " plain") << " gain " << to_string(c.gain);
   return os.str();
 }
@@ -300,8 +301,8 @@ TEST(CudaResidualBoundary, MatchesCpuBitForBit) {
         for (bool norm_preserving : {false, true})
           for (NormGain gain : kGains) {
             ++seed;
-            const BoundaryCase c{kRowCounts[seed % 3], hidden, dtype, post_norm, norm_preserving,
-                                 gain};
+            const BoundaryCase c{kRowCounts[seed % 3], hidden, dtype, post_norm,
+                                 norm_preserving,      gain};
             SCOPED_TRACE(describe(c, seed));
             Gen gen(seed);
             const BoundaryInputs in = make_boundary_inputs(gen, c);
@@ -370,7 +371,8 @@ TEST(CudaRope, MatchesCpuBitForBit) {
         for (int heads : {1, 5, 8}) {
           ++seed;
           const int tokens = kRowCounts[seed % 3];
-          const int64_t x_stride = static_cast<int64_t>(heads) * head_dim + (seed % 2 ? 2 * head_dim : 0);
+          const int64_t x_stride =
+              static_cast<int64_t>(heads) * head_dim + (seed % 2 ? 2 * head_dim : 0);
           std::ostringstream trace;
           trace << "rope seed " << seed << " style " << to_string(style) << " theta " << theta
                 << " head_dim " << head_dim << " heads " << heads << " tokens " << tokens
@@ -392,8 +394,8 @@ TEST(CudaRope, MatchesCpuBitForBit) {
                     style);
           DeviceBuffer<bf16> dx(x, stream.get());
           DeviceBuffer<int64_t> dpos(pos, stream.get());
-          cuda::rope(dx.data(), x_stride, tokens, heads, head_dim, dpos.data(), dtable.data(), style,
-                     stream.get());
+          cuda::rope(dx.data(), x_stride, tokens, heads, head_dim, dpos.data(), dtable.data(),
+                     style, stream.get());
           EXPECT_TRUE(bf16_bits_equal(dx.download(stream.get()), expected, x_stride));
         }
     }
@@ -474,8 +476,8 @@ TEST(CudaEmbed, MatchesCpuBitForBit) {
 TEST(CudaSiluMul, MatchesCpuBitForBit) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
-  const float specials[] = {NAN, INFINITY, -INFINITY, -130.0f, -104.5f, -40.0f, 41.0f, 88.0f,
-                            -0.0f, 0.0f, 1e-40f, -3e-39f, 3.0e38f, -3.0e38f};
+  const float specials[] = {NAN,   INFINITY, -INFINITY, -130.0f, -104.5f, -40.0f,  41.0f,
+                            88.0f, -0.0f,    0.0f,      1e-40f,  -3e-39f, 3.0e38f, -3.0e38f};
   uint64_t seed = 0x5D0900;
   for (int inter : {1, 3, 100, 1023, 4096})
     for (int rows : {1, 5, 64}) {
@@ -515,7 +517,8 @@ TEST(CudaONormGate, MatchesCpuBitForBit) {
           SCOPED_TRACE(trace.str());
           Gen gen(seed);
           // Each (token, head) is a normed row of head_dim values.
-          const std::vector<bf16> o = make_rows<bf16>(gen, tokens * heads, head_dim, head_dim, true);
+          const std::vector<bf16> o =
+              make_rows<bf16>(gen, tokens * heads, head_dim, head_dim, true);
           std::vector<bf16> g = gen.bf16s(static_cast<size_t>(tokens) * g_stride, -9.0f, 9.0f);
           for (size_t i = 0; i < g.size(); i += 11) g[i] = to_bf16(i % 2 ? -120.0f : 50.0f);
           const std::vector<bf16> w = gain_weights(gen, head_dim, gain);
@@ -561,8 +564,8 @@ struct AttentionCase {
 std::string describe(const AttentionCase& c, uint64_t seed) {
   std::ostringstream os;
   os << "attention seed " << seed << " heads " << c.heads << "/" << c.kv_heads << " head_dim "
-     << c.head_dim << " page_size " << c.page_size << " block " << c.block << " window "
-     << c.window << " padding " << c.padding_tokens << " kv_lens";
+     << c.head_dim << " page_size " << c.page_size << " block " << c.block << " window " << c.window
+     << " padding " << c.padding_tokens << " kv_lens";
   for (int64_t l : c.kv_lens) os << " " << l;
   return os.str();
 }
@@ -590,8 +593,8 @@ AttentionData make_attention_data(Gen& gen, const AttentionCase& c) {
   d.block_tables.assign(static_cast<size_t>(requests) * d.max_pages, 0);
   for (int r = 0, next = 0; r < requests; ++r)
     for (int i = 0; i < d.max_pages; ++i) d.block_tables[r * d.max_pages + i] = page_ids[next++];
-  d.cache = gen.bf16s(static_cast<size_t>(pages) * c.page_size * c.kv_heads * 2 * c.head_dim,
-                      -1.0f, 1.0f);
+  d.cache = gen.bf16s(static_cast<size_t>(pages) * c.page_size * c.kv_heads * 2 * c.head_dim, -1.0f,
+                      1.0f);
   // Tokens: each request's block (positions kv_len - block .. kv_len - 1), with
   // padding tokens spread between them.
   for (int r = 0; r < requests; ++r) {
@@ -648,12 +651,9 @@ std::vector<bf16> run_attention_gpu(const AttentionCase& c, const AttentionData&
 }
 
 const AttentionCase kAttentionCases[] = {
-    {4, 4, 64, 16, 7, 0, {7, 100}, 2},
-    {8, 2, 128, 16, 7, 0, {513, 1300, 64}, 1},
-    {16, 2, 64, 16, 7, 300, {2100, 900}, 3},
-    {2, 1, 256, 32, 5, 0, {512, 1024}, 0},
-    {4, 2, 16, 8, 16, 1000, {1537, 40}, 1},
-    {6, 3, 80, 16, 7, 0, {1100}, 0},
+    {4, 4, 64, 16, 7, 0, {7, 100}, 2},           {8, 2, 128, 16, 7, 0, {513, 1300, 64}, 1},
+    {16, 2, 64, 16, 7, 300, {2100, 900}, 3},     {2, 1, 256, 32, 5, 0, {512, 1024}, 0},
+    {4, 2, 16, 8, 16, 1000, {1537, 40}, 1},      {6, 3, 80, 16, 7, 0, {1100}, 0},
     {12, 4, 96, 16, 9, 513, {2050, 10, 600}, 2},
 };
 
@@ -684,8 +684,8 @@ TEST(CudaAttention, MatchesCpuWithinBudget) {
       if (d.token_request[t] < 0) {  // padding tokens: exact zeros on both sides
         if (found[i].bits != 0 || expected[i].bits != 0)
           ADD_FAILURE() << "padding token " << t << " index " << i << ": found "
-                        << test::hex_bits(found[i].bits, 2) << ", expected " << test::hex_bits(expected[i].bits, 2)
-                        << " (both must be 0x0000)";
+                        << test::hex_bits(found[i].bits, 2) << ", expected "
+                        << test::hex_bits(expected[i].bits, 2) << " (both must be 0x0000)";
         continue;
       }
       const double e = to_f32(expected[i]), f = to_f32(found[i]);
@@ -696,16 +696,17 @@ TEST(CudaAttention, MatchesCpuWithinBudget) {
       if (!(ulps <= kAttentionUlps)) {
         if (++reported <= 8)
           ADD_FAILURE() << "index " << i << " (token " << t << ", head " << (i % width) / c.head_dim
-                        << ", dim " << i % c.head_dim << "): found " << test::hex_bits(found[i].bits, 2) << " ("
-                        << f << "), expected " << test::hex_bits(expected[i].bits, 2) << " (" << e << "), "
-                        << ulps << " ulps > budget " << kAttentionUlps;
+                        << ", dim " << i % c.head_dim << "): found "
+                        << test::hex_bits(found[i].bits, 2) << " (" << f << "), expected "
+                        << test::hex_bits(expected[i].bits, 2) << " (" << e << "), " << ulps
+                        << " ulps > budget " << kAttentionUlps;
       } else {
         worst = std::max(worst, ulps);
       }
     }
   }
-  std::printf("[attention] %zu outputs, %zu bit-exact, worst %.3g bf16 ulps (budget %.3g)\n",
-              total, exact, worst, kAttentionUlps);
+  std::printf("[attention] %zu outputs, %zu bit-exact, worst %.3g bf16 ulps (budget %.3g)\n", total,
+              exact, worst, kAttentionUlps);
 }
 
 // The bits depend only on the inputs: not on the kv-length bound (the split grid),
@@ -739,7 +740,8 @@ TEST(CudaAttention, IndependentOfLaunchAndBatch) {
       if (d.token_request[t] != 0) continue;
       alone.token_request.push_back(0);
       alone.positions.push_back(d.positions[t]);
-      alone.q.insert(alone.q.end(), d.q.begin() + t * d.q_stride, d.q.begin() + (t + 1) * d.q_stride);
+      alone.q.insert(alone.q.end(), d.q.begin() + t * d.q_stride,
+                     d.q.begin() + (t + 1) * d.q_stride);
       expected.insert(expected.end(), base.begin() + t * width, base.begin() + (t + 1) * width);
     }
     alone.tokens = static_cast<int>(alone.token_request.size());
@@ -773,14 +775,14 @@ TEST(CudaHeadRmsNorm, MatchesCpuBitForBit) {
           Gen gen(seed);
           const int64_t stride = static_cast<int64_t>(heads) * hd + pad;
           // Each head is a row of make_rows' kinds; the token padding is junk.
-          const std::vector<bf16> heads_rows =
-              make_rows<bf16>(gen, tokens * heads, hd, hd, true);
+          const std::vector<bf16> heads_rows = make_rows<bf16>(gen, tokens * heads, hd, hd, true);
           std::vector<bf16> x(static_cast<size_t>(tokens) * stride);
           for (int t = 0; t < tokens; ++t) {
             std::copy(heads_rows.begin() + static_cast<int64_t>(t) * heads * hd,
                       heads_rows.begin() + static_cast<int64_t>(t + 1) * heads * hd,
                       x.begin() + t * stride);
-            for (int i = heads * hd; i < stride; ++i) x[t * stride + i] = to_bf16(gen.uniform(500.0f, 900.0f));
+            for (int i = heads * hd; i < stride; ++i)
+              x[t * stride + i] = to_bf16(gen.uniform(500.0f, 900.0f));
           }
           const float eps = seed % 2 ? 1e-6f : 1e-5f;
           const std::vector<bf16> w = gain_weights(gen, hd, gain);
@@ -789,7 +791,8 @@ TEST(CudaHeadRmsNorm, MatchesCpuBitForBit) {
                              gain == NormGain::none ? nullptr : w.data(), gain, eps);
           DeviceBuffer<bf16> dx(x, stream.get()), dw(w, stream.get());
           cuda::head_rms_norm(dx.data(), stride, tokens, heads, hd,
-                              gain == NormGain::none ? nullptr : dw.data(), gain, eps, stream.get());
+                              gain == NormGain::none ? nullptr : dw.data(), gain, eps,
+                              stream.get());
           EXPECT_TRUE(bf16_bits_equal(dx.download(stream.get()), expected, stride));
         }
 }
@@ -806,8 +809,8 @@ TEST(CudaWidenBf16, IsTheExactWidening) {
     Gen gen(seed);
     std::vector<bf16> x(static_cast<size_t>(n));
     for (auto& v : x) v = bf16{static_cast<uint16_t>(gen.integer(0, 0xffff))};  // every kind
-    const uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xff95, 0x7f80, 0xff80, 0x0000,
-                                 0x8000, 0x0001, 0x8001, 0x7f7f, 0xff7f};
+    const uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xff95, 0x7f80, 0xff80,
+                                 0x0000, 0x8000, 0x0001, 0x8001, 0x7f7f, 0xff7f};
     for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i)
       x[(i * 7919) % x.size()] = bf16{specials[i]};
     std::vector<uint32_t> expected(x.size());
@@ -861,7 +864,8 @@ TEST(CudaPrepareQueryBlock, MatchesTheFormula) {
             const int t = r * steps + j;
             ids[t] = j == 0 ? (pad ? 0 : anchor[r]) : mask;
             positions[t] = a + j;
-            slots[t] = pad ? -1 : int64_t{tables[r * max_pages + (a + j) / page]} * page + (a + j) % page;
+            slots[t] =
+                pad ? -1 : int64_t{tables[r * max_pages + (a + j) / page]} * page + (a + j) % page;
             token_request[t] = pad ? -1 : r;
           }
           kv_lens[r] = a + steps;
@@ -892,7 +896,8 @@ TEST(CudaPrepareQueryBlock, MatchesTheFormula) {
         p.safe_position = d_sp.data();
         cuda::prepare_query_block(p, stream.get());
         EXPECT_TRUE(test::same_bits(d_ids.download(stream.get()), ids, {steps})) << "ids";
-        EXPECT_TRUE(test::same_bits(d_pos.download(stream.get()), positions, {steps})) << "positions";
+        EXPECT_TRUE(test::same_bits(d_pos.download(stream.get()), positions, {steps}))
+            << "positions";
         EXPECT_TRUE(test::same_bits(d_slots.download(stream.get()), slots, {steps})) << "slots";
         EXPECT_TRUE(test::same_bits(d_req.download(stream.get()), token_request, {steps}))
             << "token_request";
@@ -902,7 +907,8 @@ TEST(CudaPrepareQueryBlock, MatchesTheFormula) {
       }
 }
 
-// ---- argument checks ------------------------------------------------------------------------------
+// ---- argument checks
+// ------------------------------------------------------------------------------
 
 TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
   SD_REQUIRE_GPU();
@@ -935,9 +941,9 @@ TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
                InvalidArgument);
   EXPECT_THROW(cuda::embed(nullptr, 1, none, 0, none, nullptr), InvalidArgument);
   EXPECT_THROW(cuda::silu_mul(none, 1, 0, none, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::o_norm_gate(none, 1, 2, 8, none, true, NormGain::weight, 1e-6f, none, 16,
-                                 nullptr),
-               InvalidArgument);
+  EXPECT_THROW(
+      cuda::o_norm_gate(none, 1, 2, 8, none, true, NormGain::weight, 1e-6f, none, 16, nullptr),
+      InvalidArgument);
 
   cuda::AttentionParams ap;
   ap.tokens = 0;

@@ -75,8 +75,7 @@ TEST(MarkovNoiseBound, BoundsEveryDrawnUniformFromAboveAndBelow) {
   ASSERT_EQ(table.size(), static_cast<size_t>(kNoiseBuckets));
   EXPECT_EQ(noise_bucket(kUniformScale), 31);
   EXPECT_EQ(noise_bucket(bits_f32(0x3F7FFFFFu)), kNoiseBuckets - 1);  // 1 - 2^-24
-  for (int b = 1; b < kNoiseBuckets; ++b)
-    EXPECT_LE(table[b], table[b - 1]) << "bucket " << b;
+  for (int b = 1; b < kNoiseBuckets; ++b) EXPECT_LE(table[b], table[b - 1]) << "bucket " << b;
   // Uniforms exactly as the sampler draws them (philox_uniform over random counters),
   // plus every bucket's lowest and highest value.
   std::mt19937_64 rng(12345);
@@ -94,8 +93,8 @@ TEST(MarkovNoiseBound, BoundsEveryDrawnUniformFromAboveAndBelow) {
   for (int b = 31; b < kNoiseBuckets; ++b) {
     const uint32_t lo = std::max(kNoiseBucketBase + (static_cast<uint32_t>(b) << kNoiseBucketShift),
                                  f32_bits(kUniformScale));
-    const uint32_t hi = std::min(kNoiseBucketBase + (static_cast<uint32_t>(b + 1) << kNoiseBucketShift) - 1,
-                                 0x3F7FFFFFu);
+    const uint32_t hi = std::min(
+        kNoiseBucketBase + (static_cast<uint32_t>(b + 1) << kNoiseBucketShift) - 1, 0x3F7FFFFFu);
     for (const uint32_t bits : {lo, hi}) {
       EXPECT_EQ(noise_bucket(bits_f32(bits)), b);
       EXPECT_LE(gumbel_noise(bits_f32(bits)), table[b]) << "u " << hex32(bits);
@@ -122,20 +121,37 @@ TEST(MarkovPlan, RefusesWithTheReason) {
   EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 0; }), "no Markov head"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 48; }), "rank 48 is not a power of two"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 4; }), "rank 4"));
-  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 8; }), "rank 8 is not a power of two in [16, 1024]"));
+  EXPECT_TRUE(
+      has(refusal([](auto& in) { in.rank = 8; }), "rank 8 is not a power of two in [16, 1024]"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 2048; }), "rank 2048"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.draft_vocab = 32000; }), "reduced draft vocabulary"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.cache_bf16_contiguous = false; }), "contiguous bf16"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.shards = 3; }), "shard count 3 is not a power of two"));
-  EXPECT_TRUE(has(refusal([](auto& in) { in.vocab = 1001; in.shards = 2; }),
+  EXPECT_TRUE(has(refusal([](auto& in) {
+                    in.vocab = 1001;
+                    in.shards = 2;
+                  }),
                   "vocab 1001 is not divisible by the shard count 2"));
   alignas(16) static const char buffer[32] = {};
   EXPECT_TRUE(has(refusal([&](auto& in) { in.w1 = buffer + 2; }), "w1 is not 16-byte aligned"));
   EXPECT_TRUE(has(refusal([&](auto& in) { in.w2 = buffer + 8; }), "w2 is not 16-byte aligned"));
-  EXPECT_EQ(refusal([&](auto& in) { in.w1 = buffer; in.w2 = buffer + 16; }), "");
-  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 1024; in.max_rows = 4096; }),
+  EXPECT_EQ(refusal([&](auto& in) {
+              in.w1 = buffer;
+              in.w2 = buffer + 16;
+            }),
+            "");
+  EXPECT_TRUE(has(refusal([](auto& in) {
+                    in.rank = 1024;
+                    in.max_rows = 4096;
+                  }),
                   "do not fit the fused step's shared memory"));
-  EXPECT_EQ(refusal([](auto& in) { in.vocab = 202048; in.rank = 512; in.shards = 8; in.max_rows = 64; }), "");
+  EXPECT_EQ(refusal([](auto& in) {
+              in.vocab = 202048;
+              in.rank = 512;
+              in.shards = 8;
+              in.max_rows = 64;
+            }),
+            "");
 }
 
 // The invariants the fused kernel relies on, for every row count and rank.
@@ -187,7 +203,8 @@ TEST(MarkovPlan, VocabParallelRefusalThrowsAtBuild) {
 }
 
 TEST(MarkovPlan, LogsEachReasonOnce) {
-  const std::string message = "test_markov: a reason logged once " + std::to_string(std::random_device{}());
+  const std::string message =
+      "test_markov: a reason logged once " + std::to_string(std::random_device{}());
   EXPECT_TRUE(cuda::markov_log_once(message));
   EXPECT_FALSE(cuda::markov_log_once(message));
 }
@@ -232,8 +249,8 @@ TEST(MarkovEager, BiasMatchesCpu) {
     for (const int vocab : {1, 33, 1000, 4099}) {
       for (const int rows : {1, 3, 8}) {
         const uint64_t seed = 1000u * rank + 10u * vocab + rows;
-        SCOPED_TRACE("rank " + std::to_string(rank) + " vocab " + std::to_string(vocab) +
-                     " rows " + std::to_string(rows) + " seed " + std::to_string(seed));
+        SCOPED_TRACE("rank " + std::to_string(rank) + " vocab " + std::to_string(vocab) + " rows " +
+                     std::to_string(rows) + " seed " + std::to_string(seed));
         Gen gen(seed);
         std::vector<bf16> e = gen.bf16s(static_cast<size_t>(rows) * rank, -1.0f, 1.0f);
         std::vector<bf16> w2 = gen.bf16s(static_cast<size_t>(vocab) * rank, -0.5f, 0.5f);
@@ -247,8 +264,8 @@ TEST(MarkovEager, BiasMatchesCpu) {
         const std::vector<bf16> found = d_bias.download(stream.get());
         for (size_t i = 0; i < found.size(); ++i)
           ASSERT_EQ(found[i].bits, expected[i].bits)
-              << "bias[row " << i / vocab << "][" << i % vocab << "]: found " << hex16(found[i].bits)
-              << ", expected " << hex16(expected[i].bits);
+              << "bias[row " << i / vocab << "][" << i % vocab << "]: found "
+              << hex16(found[i].bits) << ", expected " << hex16(expected[i].bits);
         ++cases;
       }
     }
@@ -272,7 +289,8 @@ TEST(MarkovEager, StepLogitsMatchCpu) {
         // Specials: NaNs of both signs, infinities, an overflowing sum, zeros.
         const uint16_t specials[] = {0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x7f7f, 0x8000};
         for (int i = 0; i < 6 && i < static_cast<int>(n); ++i)
-          base[static_cast<size_t>(gen.integer(0, static_cast<int64_t>(n) - 1))] = bf16{specials[i]};
+          base[static_cast<size_t>(gen.integer(0, static_cast<int64_t>(n) - 1))] =
+              bf16{specials[i]};
         if (n > 1) bias[n - 1] = bf16{0x7f7f};  // with base 0x7f7f below: inf
         if (n > 1) base[n - 1] = bf16{0x7f7f};
         const cpu::LogitTransform t = transform_of(kind);
@@ -280,7 +298,8 @@ TEST(MarkovEager, StepLogitsMatchCpu) {
         const int slots = rows + 2;
         std::vector<int64_t> cache_slots(rows);
         for (int r = 0; r < rows; ++r) cache_slots[r] = r % 3 == 1 ? -1 : rows - 1 - r;
-        std::vector<bf16> expected(n), expected_cache(static_cast<size_t>(slots) * vocab, bf16{kUntouched});
+        std::vector<bf16> expected(n),
+            expected_cache(static_cast<size_t>(slots) * vocab, bf16{kUntouched});
         for (int r = 0; r < rows; ++r) {
           cpu::step_logits(base.data() + static_cast<size_t>(r) * vocab,
                            bias.data() + static_cast<size_t>(r) * vocab, vocab, t,
@@ -290,8 +309,8 @@ TEST(MarkovEager, StepLogitsMatchCpu) {
                         expected_cache.data() + cache_slots[r] * vocab);
         }
         DeviceBuffer<bf16> d_base(base, stream.get()), d_bias(bias, stream.get()), d_l(n);
-        DeviceBuffer<bf16> d_cache(std::vector<bf16>(static_cast<size_t>(slots) * vocab, bf16{kUntouched}),
-                                   stream.get());
+        DeviceBuffer<bf16> d_cache(
+            std::vector<bf16>(static_cast<size_t>(slots) * vocab, bf16{kUntouched}), stream.get());
         DeviceBuffer<int64_t> d_slots(cache_slots, stream.get());
         cuda::markov_step_logits(d_base.data(), vocab, d_bias.data(), rows, vocab, t, d_l.data(),
                                  d_cache.data(), d_slots.data(), vocab, stream.get());
@@ -348,11 +367,13 @@ TEST(MarkovEager, SamplerMatchesCpu) {
         DeviceBuffer<bf16> d_l(l, stream.get());
         DeviceBuffer<float> d_t(t, stream.get());
         DeviceBuffer<int64_t> d_seeds(seeds, stream.get()), d_pos(positions, stream.get());
-        DeviceBuffer<cuda::MarkovCandidate> partials(static_cast<size_t>(rows) * cuda::markov_sample_blocks(vocab));
+        DeviceBuffer<cuda::MarkovCandidate> partials(static_cast<size_t>(rows) *
+                                                     cuda::markov_sample_blocks(vocab));
         DeviceBuffer<cuda::MarkovCandidate> best(rows);
         DeviceBuffer<int64_t> tokens(rows);
-        cuda::markov_sample(d_l.data(), rows, vocab, offset, d_t.data(), d_seeds.data(), d_pos.data(),
-                            step, partials.data(), best.data(), tokens.data(), 1, stream.get());
+        cuda::markov_sample(d_l.data(), rows, vocab, offset, d_t.data(), d_seeds.data(),
+                            d_pos.data(), step, partials.data(), best.data(), tokens.data(), 1,
+                            stream.get());
         const std::vector<cuda::MarkovCandidate> found = best.download(stream.get());
         const std::vector<int64_t> found_tokens = tokens.download(stream.get());
         for (int r = 0; r < rows; ++r) {
@@ -381,13 +402,13 @@ struct LoopCase {
   int rank = 64;
   int rows = 1;
   int steps = 7;
-  int transform = 0;                 // transform_of kind
+  int transform = 0;                           // transform_of kind
   std::vector<float> temps{0.0f, 0.7f, 1.0f};  // cycled over rows
-  bool nan = false;                  // NaN base logits at some (row, step)
-  bool ties = false;                 // exact ties at the top for T = 0 rows, even steps
-  bool padding = false;              // every fourth row is a padding row (slot -1)
-  int shards = 0;                    // also run the loopback vocab-parallel loop (0: no)
-  bool variants = false;             // also fused with PDL off and without the alternating walk
+  bool nan = false;                            // NaN base logits at some (row, step)
+  bool ties = false;                           // exact ties at the top for T = 0 rows, even steps
+  bool padding = false;                        // every fourth row is a padding row (slot -1)
+  int shards = 0;                              // also run the loopback vocab-parallel loop (0: no)
+  bool variants = false;  // also fused with PDL off and without the alternating walk
   uint64_t seed = 1;
 
   int cache_slots() const { return rows + 3; }
@@ -616,7 +637,8 @@ void check_case(const LoopCase& c, cudaStream_t s) {
     EXPECT_TRUE(same_outputs(c, again, fused, false)) << "fused run to run";
   }
   if (c.shards > 1) {
-    const LoopOutputs sharded = run_loop(c, in, RunOptions{LoopKind::sharded, true, true, c.shards}, s);
+    const LoopOutputs sharded =
+        run_loop(c, in, RunOptions{LoopKind::sharded, true, true, c.shards}, s);
     EXPECT_TRUE(same_outputs(c, sharded, eager, false))
         << "vocab-parallel loopback, " << c.shards << " shards, vs eager";
     const LoopOutputs sharded_plain =
@@ -665,7 +687,8 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
     std::vector<cuda::MarkovPacket> packets(static_cast<size_t>(shards) * c.rows);
     loop.workspace().packets_recv.download(packets.data(), packets.size(), 0, s);
     // CPU: the step logits of each row over the full vocabulary, then per slice.
-    const std::vector<bf16> w1 = in.w1.download(s), w2 = in.w2.download(s), base = in.base.download(s);
+    const std::vector<bf16> w1 = in.w1.download(s), w2 = in.w2.download(s),
+                            base = in.base.download(s);
     std::vector<int64_t> anchors(c.rows), positions(c.rows), seeds(c.rows);
     in.anchors.download(anchors.data(), c.rows, 0, s);
     in.positions.download(positions.data(), c.rows, 0, s);
@@ -698,7 +721,8 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
         const cuda::MarkovPacket& pk = packets[static_cast<size_t>(sh) * c.rows + r];
         all << " [" << sh << ": " << pk.value << " id " << pk.id << " nan " << pk.nan << "]";
       }
-      EXPECT_EQ(h_tokens[r], win.id) << "row " << r << ": the pick kernel's token; packets" << all.str();
+      EXPECT_EQ(h_tokens[r], win.id)
+          << "row " << r << ": the pick kernel's token; packets" << all.str();
     }
     // And the multi-step loop against the eager one.
     LoopCase m = c;
@@ -709,7 +733,8 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
     LoopInputs min = make_inputs(m, s);
     const LoopOutputs eager = run_loop(m, min, RunOptions{LoopKind::eager}, s);
     for (bool pdl : {false, true}) {
-      const LoopOutputs sharded = run_loop(m, min, RunOptions{LoopKind::sharded, pdl, false, shards}, s);
+      const LoopOutputs sharded =
+          run_loop(m, min, RunOptions{LoopKind::sharded, pdl, false, shards}, s);
       EXPECT_TRUE(same_outputs(m, sharded, eager, false)) << "multi-step, pdl " << pdl;
     }
   }
@@ -873,13 +898,15 @@ TEST(MarkovFused, LoopFallsBackToEager) {
 // ---- the fused loop against the CPU ops composed into the loop ------------------------------
 
 LoopOutputs cpu_loop(const LoopCase& c, const LoopInputs& in, cudaStream_t s) {
-  const std::vector<bf16> w1 = in.w1.download(s), w2 = in.w2.download(s), base = in.base.download(s);
+  const std::vector<bf16> w1 = in.w1.download(s), w2 = in.w2.download(s),
+                          base = in.base.download(s);
   const std::vector<int64_t> anchors = in.anchors.download(s), positions = in.positions.download(s),
                              seeds = in.seeds.download(s);
   const std::vector<float> temps = in.temps.download(s);
   const int64_t v = c.vocab, k = c.rank, n = c.steps;
-  LoopOutputs out{std::vector<int64_t>(static_cast<size_t>(c.rows * n)),
-                  std::vector<bf16>(static_cast<size_t>(c.cache_slots() * n * v), bf16{kUntouched})};
+  LoopOutputs out{
+      std::vector<int64_t>(static_cast<size_t>(c.rows * n)),
+      std::vector<bf16>(static_cast<size_t>(c.cache_slots() * n * v), bf16{kUntouched})};
   std::vector<bf16> e(static_cast<size_t>(c.rows * k)), bias(static_cast<size_t>(c.rows * v)),
       l(static_cast<size_t>(v));
   for (int j = 0; j < c.steps; ++j) {
@@ -891,9 +918,11 @@ LoopOutputs cpu_loop(const LoopCase& c, const LoopInputs& in, cudaStream_t s) {
     for (int r = 0; r < c.rows; ++r) {
       cpu::step_logits(base.data() + (r * n + j) * v, bias.data() + r * v, c.vocab,
                        in.head.transform, l.data());
-      if (in.h_slots[r] >= 0) std::copy_n(l.data(), v, out.cache.data() + (in.h_slots[r] * n + j) * v);
+      if (in.h_slots[r] >= 0)
+        std::copy_n(l.data(), v, out.cache.data() + (in.h_slots[r] * n + j) * v);
       const uint32_t gs = draft_step_seed(seeds[r], positions[r], j);
-      out.tokens[static_cast<size_t>(r * n + j)] = cpu::sample_row(l.data(), c.vocab, 0, temps[r], gs).id;
+      out.tokens[static_cast<size_t>(r * n + j)] =
+          cpu::sample_row(l.data(), c.vocab, 0, temps[r], gs).id;
     }
   }
   return out;
@@ -906,7 +935,10 @@ TEST(MarkovFused, MatchesCpuLoop) {
     int vocab, rank, rows, steps, transform;
   };
   const Shape shapes[] = {
-      {1000, 64, 5, 6, 2}, {32000, 256, 4, 7, 0}, {151936, 256, 2, 3, 1}, {202048, 512, 1, 2, 3},
+      {1000, 64, 5, 6, 2},
+      {32000, 256, 4, 7, 0},
+      {151936, 256, 2, 3, 1},
+      {202048, 512, 1, 2, 3},
   };
   int n = 0;
   for (const Shape& sh : shapes) {

@@ -27,12 +27,14 @@ using test::expect_mentions;
 // filled with a constant non-zero byte so that tests can edit the list freely.
 std::vector<TensorSpec> aligned_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs = expected_tensors(c);
-  std::stable_sort(specs.begin(), specs.end(),
-                   [](const TensorSpec& a, const TensorSpec& b) { return dtype_size(a.dtype) > dtype_size(b.dtype); });
+  std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    return dtype_size(a.dtype) > dtype_size(b.dtype);
+  });
   return specs;
 }
 
-void write_tensors(const std::string& path, const std::vector<TensorSpec>& specs, uint8_t byte = 0x3c) {
+void write_tensors(const std::string& path, const std::vector<TensorSpec>& specs,
+                   uint8_t byte = 0x3c) {
   SafetensorsWriter w;
   for (const TensorSpec& s : specs)
     w.add(s.name, s.dtype, s.shape, [byte](uint8_t* d, size_t n) { std::fill(d, d + n, byte); });
@@ -40,7 +42,8 @@ void write_tensors(const std::string& path, const std::vector<TensorSpec>& specs
 }
 
 // A checkpoint directory with our config.json and the given tensors.
-void write_checkpoint(const std::string& dir, const ModelConfig& c, const std::vector<TensorSpec>& specs) {
+void write_checkpoint(const std::string& dir, const ModelConfig& c,
+                      const std::vector<TensorSpec>& specs) {
   fs::create_directories(dir);
   save_config_file(c, (fs::path(dir) / "config.json").string());
   write_tensors((fs::path(dir) / "model.safetensors").string(), specs);
@@ -110,7 +113,8 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
   EXPECT_NE(find(mspecs, "layers.0.pre_feedforward_layernorm.weight"), nullptr);
   ModelConfig none = q;
   none.norm_gain = NormGain::none;
-  for (const auto& s : expected_tensors(none)) EXPECT_EQ(s.name.find("norm"), std::string::npos) << s.name;
+  for (const auto& s : expected_tensors(none))
+    EXPECT_EQ(s.name.find("norm"), std::string::npos) << s.name;
   // The published Qwen3-8B draft: 2,371,077,376 bf16 parameters (4.74 GB).
   size_t bytes = 0;
   for (const auto& s : expected_tensors(preset_config("qwen3-8b"))) {
@@ -143,8 +147,10 @@ TEST(Checkpoint, Presets) {
   EXPECT_EQ(*muse.logit_soft_cap, 30.0f);
   EXPECT_EQ(preset_config("qwen3-8b", "muse").layer_style, LayerStyle::sandwich);
   EXPECT_EQ(preset_config("muse", "qwen3").layer_style, LayerStyle::pre_norm);
-  expect_mentions(error_of<ConfigError>([] { preset_config("llama"); }), {"'llama'", "tiny", "qwen3-8b", "muse"});
-  expect_mentions(error_of<ConfigError>([] { preset_config("tiny", "gemma"); }), {"'gemma'", "qwen3", "muse"});
+  expect_mentions(error_of<ConfigError>([] { preset_config("llama"); }),
+                  {"'llama'", "tiny", "qwen3-8b", "muse"});
+  expect_mentions(error_of<ConfigError>([] { preset_config("tiny", "gemma"); }),
+                  {"'gemma'", "qwen3", "muse"});
 }
 
 TEST(Checkpoint, SyntheticQwen3StyleLoadsWithAnHfConfig) {
@@ -169,15 +175,18 @@ TEST(Checkpoint, SyntheticQwen3StyleLoadsWithAnHfConfig) {
   EXPECT_EQ(ck.total_bytes(), calls.back().second);
   EXPECT_EQ(calls.back().first, calls.back().second);
   const DraftWeights& w = ck.weights();
-  for (const bf16* p : {w.embed, w.lm_head, w.fc, w.hidden_norm, w.final_norm, w.markov_w1, w.markov_w2})
+  for (const bf16* p :
+       {w.embed, w.lm_head, w.fc, w.hidden_norm, w.final_norm, w.markov_w1, w.markov_w2})
     EXPECT_NE(p, nullptr);
   ASSERT_EQ(w.layers.size(), 2u);
   for (const LayerWeights& l : w.layers) {
-    for (const bf16* p : {l.input_norm, l.post_attn_norm, l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.q_norm, l.k_norm,
-                          l.gate_proj, l.up_proj, l.down_proj})
+    for (const bf16* p : {l.input_norm, l.post_attn_norm, l.q_proj, l.k_proj, l.v_proj, l.o_proj,
+                          l.q_norm, l.k_norm, l.gate_proj, l.up_proj, l.down_proj})
       EXPECT_NE(p, nullptr);
-    for (const bf16* p : {l.pre_ffn_norm, l.post_ffn_norm, l.g_proj, l.o_norm}) EXPECT_EQ(p, nullptr);
-    for (const float* p : {l.attn_alpha, l.attn_beta, l.mlp_alpha, l.mlp_beta}) EXPECT_EQ(p, nullptr);
+    for (const bf16* p : {l.pre_ffn_norm, l.post_ffn_norm, l.g_proj, l.o_norm})
+      EXPECT_EQ(p, nullptr);
+    for (const float* p : {l.attn_alpha, l.attn_beta, l.mlp_alpha, l.mlp_beta})
+      EXPECT_EQ(p, nullptr);
   }
   // Pointers are into the file: the embedding row of the mask token is the file's.
   auto file = SafetensorsFile::open(dir / "model.safetensors");
@@ -229,7 +238,8 @@ TEST(Checkpoint, SyntheticWeightsAreNonZeroAndSanelyScaled) {
       double sq = 0;
       for (int v = 0; v < c.vocab_size; ++v) {
         float acc = 0;
-        for (int k = 0; k < r; ++k) acc += bf16_value(w2->data, int64_t{v} * r + k) * bf16_value(w1->data, prev * r + k);
+        for (int k = 0; k < r; ++k)
+          acc += bf16_value(w2->data, int64_t{v} * r + k) * bf16_value(w1->data, prev * r + k);
         sq += static_cast<double>(acc) * acc;
       }
       const double rms = std::sqrt(sq / c.vocab_size);
@@ -248,8 +258,8 @@ TEST(Checkpoint, SyntheticMuseStyleLoadsWithOurConfig) {
   const Checkpoint ck = Checkpoint::load(dir.path());
   EXPECT_EQ(config_to_json(ck.config()), config_to_json(c));
   for (const LayerWeights& l : ck.weights().layers) {
-    for (const bf16* p : {l.input_norm, l.post_attn_norm, l.pre_ffn_norm, l.post_ffn_norm, l.g_proj, l.o_norm,
-                          l.q_norm, l.k_norm})
+    for (const bf16* p : {l.input_norm, l.post_attn_norm, l.pre_ffn_norm, l.post_ffn_norm, l.g_proj,
+                          l.o_norm, l.q_norm, l.k_norm})
       EXPECT_NE(p, nullptr);
     for (const float* p : {l.attn_alpha, l.attn_beta, l.mlp_alpha, l.mlp_beta}) {
       ASSERT_NE(p, nullptr);
@@ -280,7 +290,8 @@ TEST(Checkpoint, SyntheticIsDeterministicPerSeed) {
     write_synthetic_checkpoint(c, b.path(), o);
     o.seed = 1235;
     write_synthetic_checkpoint(c, other.path(), o);
-    const std::string fa = test::read_file(a / "model.safetensors"), fb = test::read_file(b / "model.safetensors");
+    const std::string fa = test::read_file(a / "model.safetensors"),
+                      fb = test::read_file(b / "model.safetensors");
     const std::string fo = test::read_file(other / "model.safetensors");
     EXPECT_EQ(fa, fb);
     EXPECT_EQ(test::read_file(a / "config.json"), test::read_file(b / "config.json"));
@@ -295,7 +306,8 @@ TEST(Checkpoint, SyntheticIsDeterministicPerSeed) {
       for (size_t i = 0; i < info.nbytes; i += dtype_size(info.dtype))
         same += std::memcmp(info.data + i, x->data + i, dtype_size(info.dtype)) == 0;
       const size_t n = info.nbytes / dtype_size(info.dtype);
-      EXPECT_LT(same, n / 2 + 1) << name << ": " << same << " of " << n << " elements equal across seeds";
+      EXPECT_LT(same, n / 2 + 1) << name << ": " << same << " of " << n
+                                 << " elements equal across seeds";
     }
   }
 }
@@ -313,7 +325,8 @@ TEST(Checkpoint, SyntheticValuesDoNotDependOnTheThreadSplit) {
   write_synthetic_checkpoint(large, b.path(), SyntheticOptions{});
   auto fa = SafetensorsFile::open(a / "model.safetensors");
   auto fb = SafetensorsFile::open(b / "model.safetensors");
-  for (const char* name : {"embed_tokens.weight", "lm_head.weight", "markov_head.markov_w2.weight"}) {
+  for (const char* name :
+       {"embed_tokens.weight", "lm_head.weight", "markov_head.markov_w2.weight"}) {
     const TensorInfo* x = fa->find(name);
     const TensorInfo* y = fb->find(name);
     ASSERT_TRUE(x && y) << name;
@@ -330,8 +343,9 @@ TEST(Checkpoint, RefusesAMissingTensor) {
   test::TempDir dir;
   const ModelConfig c = preset_config("tiny");
   auto specs = aligned_specs(c);
-  specs.erase(std::remove_if(specs.begin(), specs.end(),
-                             [](const TensorSpec& s) { return s.name == "layers.1.self_attn.k_proj.weight"; }),
+  specs.erase(std::remove_if(
+                  specs.begin(), specs.end(),
+                  [](const TensorSpec& s) { return s.name == "layers.1.self_attn.k_proj.weight"; }),
               specs.end());
   write_checkpoint(dir.path(), c, specs);
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
@@ -345,7 +359,8 @@ TEST(Checkpoint, RefusesAWrongShape) {
   spec_named(specs, "layers.0.self_attn.o_proj.weight").shape = {64, 65};
   write_checkpoint(dir.path(), c, specs);
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
-                  {"'layers.0.self_attn.o_proj.weight'", "shape [64, 65]", "expected [64, 64]", "model.safetensors"});
+                  {"'layers.0.self_attn.o_proj.weight'", "shape [64, 65]", "expected [64, 64]",
+                   "model.safetensors"});
 }
 
 TEST(Checkpoint, RefusesAWrongDType) {
@@ -372,7 +387,8 @@ TEST(Checkpoint, RefusesTruncatedAndCorruptFiles) {
     write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
     const std::string path = dir / "model.safetensors";
     fs::resize_file(path, fs::file_size(path) - 3);
-    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {path, "out of range"});
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {path, "out of range"});
   }
   {
     test::TempDir dir;
@@ -381,11 +397,13 @@ TEST(Checkpoint, RefusesTruncatedAndCorruptFiles) {
     std::string bytes = test::read_file(path);
     for (int i = 0; i < 8; ++i) bytes[i] = '\x7f';  // header size far past the file
     test::write_file(path, bytes);
-    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {path, "header size"});
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {path, "header size"});
     bytes = test::read_file(path);
     bytes[0] = 16, std::fill(bytes.begin() + 1, bytes.begin() + 8, '\0');  // cuts the JSON short
     test::write_file(path, bytes);
-    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {path, "not valid JSON"});
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {path, "not valid JSON"});
   }
 }
 
@@ -397,9 +415,12 @@ TEST(Checkpoint, RefusesUnsupportedFormatsByTensorName) {
   };
   const std::vector<Case> cases = {
       {{"d2t", DType::i64, {1000}}, "speculators reduced-vocabulary draft (d2t) is not supported"},
-      {{"t2d", DType::bool_, {1000}}, "speculators reduced-vocabulary draft (d2t) is not supported"},
-      {{"layers.0.attn.wkv.weight", DType::bf16, {8, 64}}, "DeepSeek-V4 MLA draft is not supported"},
-      {{"layers.0.attn.wq_a.weight", DType::bf16, {8, 64}}, "DeepSeek-V4 MLA draft is not supported"},
+      {{"t2d", DType::bool_, {1000}},
+       "speculators reduced-vocabulary draft (d2t) is not supported"},
+      {{"layers.0.attn.wkv.weight", DType::bf16, {8, 64}},
+       "DeepSeek-V4 MLA draft is not supported"},
+      {{"layers.0.attn.wq_a.weight", DType::bf16, {8, 64}},
+       "DeepSeek-V4 MLA draft is not supported"},
       {{"mtp.0.main_norm.weight", DType::bf16, {64}}, "DeepSeek-V4 MLA draft is not supported"},
   };
   for (const Case& k : cases) {
@@ -408,7 +429,8 @@ TEST(Checkpoint, RefusesUnsupportedFormatsByTensorName) {
     auto specs = aligned_specs(c);
     specs.push_back(k.extra);
     write_checkpoint(dir.path(), c, specs);
-    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {k.needle, "'" + k.extra.name + "'"});
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {k.needle, "'" + k.extra.name + "'"});
   }
 }
 
@@ -449,16 +471,19 @@ TEST(Checkpoint, IgnoresExtraTensorsAndAcceptsTheModelPrefix) {
   auto tspecs = aligned_specs(c);
   tspecs.push_back({"model.norm.weight", DType::bf16, {c.hidden_size}});
   write_checkpoint(twice.path(), c, tspecs);
-  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(twice.path()); }), {"'norm.weight'", "twice"});
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(twice.path()); }),
+                  {"'norm.weight'", "twice"});
 }
 
 TEST(Checkpoint, RefusesMisalignedTensors) {
   test::TempDir dir;
   const ModelConfig c = preset_config("tiny", "muse");
   auto specs = aligned_specs(c);
-  specs.insert(specs.begin(), {"odd_extra", DType::bf16, {1}});  // shifts every fp32 tensor by 2 bytes
+  specs.insert(specs.begin(),
+               {"odd_extra", DType::bf16, {1}});  // shifts every fp32 tensor by 2 bytes
   write_checkpoint(dir.path(), c, specs);
-  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"residual", "not aligned"});
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"residual", "not aligned"});
 }
 
 TEST(Checkpoint, LoadsShardsThroughTheIndex) {
@@ -467,7 +492,8 @@ TEST(Checkpoint, LoadsShardsThroughTheIndex) {
   save_config_file(c, dir / "config.json");
   const auto specs = aligned_specs(c);
   const size_t half = specs.size() / 2;
-  const std::vector<TensorSpec> first(specs.begin(), specs.begin() + half), second(specs.begin() + half, specs.end());
+  const std::vector<TensorSpec> first(specs.begin(), specs.begin() + half),
+      second(specs.begin() + half, specs.end());
   write_tensors(dir / "model-00001-of-00002.safetensors", first, 0x3c);
   write_tensors(dir / "model-00002-of-00002.safetensors", second, 0x3d);
   json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
@@ -489,15 +515,18 @@ TEST(Checkpoint, LoadsShardsThroughTheIndex) {
   bad = index;
   bad["weight_map"]["ghost.weight"] = "model-00001-of-00002.safetensors";
   test::write_file(dir / "model.safetensors.index.json", bad.dump());
-  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"'ghost.weight'"});
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"'ghost.weight'"});
   test::write_file(dir / "model.safetensors.index.json", "{\"weight_map\": 3}");
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"weight_map"});
 }
 
 TEST(Checkpoint, RefusesIncompleteDirectories) {
   test::TempDir dir;
-  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir / "nope"); }), {dir / "nope", "does not exist"});
-  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"no config.json", dir.path()});
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir / "nope"); }),
+                  {dir / "nope", "does not exist"});
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"no config.json", dir.path()});
   save_config_file(preset_config("tiny"), dir / "config.json");
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
                   {"no model.safetensors or model.safetensors.index.json", dir.path()});

@@ -113,7 +113,8 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
 TEST(Config, OurJsonRoundTripsEveryPresetAndOption) {
   std::vector<std::pair<std::string, ModelConfig>> cases;
   for (const auto& p : preset_names())
-    for (const char* style : {"qwen3", "muse"}) cases.emplace_back(p + "/" + style, preset_config(p, style));
+    for (const char* style : {"qwen3", "muse"})
+      cases.emplace_back(p + "/" + style, preset_config(p, style));
   cases.emplace_back("unusual", unusual_config());
   for (const auto& [name, c] : cases) {
     SCOPED_TRACE(name);
@@ -151,19 +152,23 @@ TEST(Config, OurJsonRefusesUnknownMissingAndMistypedFields) {
   const json good = config_to_json(preset_config("tiny"));
   json j = good;
   j["hiden_size"] = 64;
-  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"unknown field 'hiden_size'"});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }),
+                  {"unknown field 'hiden_size'"});
   j = good;
   j.erase("rope_style");
-  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"missing field 'rope_style'"});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }),
+                  {"missing field 'rope_style'"});
   j = good;
   j["num_heads"] = "four";
   expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'num_heads'", "integer"});
   j = good;
   j["layer_style"] = "post_norm";
-  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'layer_style'", "\"pre_norm\"", "\"sandwich\"", "post_norm"});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }),
+                  {"'layer_style'", "\"pre_norm\"", "\"sandwich\"", "post_norm"});
   j = good;
   j["qk_norm"] = 1;
-  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'qk_norm'", "true or false"});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }),
+                  {"'qk_norm'", "true or false"});
   j = good;
   j["format_version"] = 2;
   expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"format_version 2"});
@@ -172,7 +177,8 @@ TEST(Config, OurJsonRefusesUnknownMissingAndMistypedFields) {
   expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'hidden_size'", ">= 1"});
   j = good;
   j["rms_norm_eps"] = 1e300;
-  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }), {"'rms_norm_eps'", "fp32 range"});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(j); }),
+                  {"'rms_norm_eps'", "fp32 range"});
 }
 
 TEST(Config, ValidateNamesTheBadField) {
@@ -193,18 +199,27 @@ TEST(Config, ValidateNamesTheBadField) {
       {"block_size", [](ModelConfig& c) { c.block_size = 65; }},
       {"target_hidden_size", [](ModelConfig& c) { c.target_hidden_size = 0; }},
       {"target_layer_ids", [](ModelConfig& c) { c.target_layer_ids = {}; }},
-      {"target_layer_ids", [](ModelConfig& c) { c.target_layer_ids = {3, 3}; }},
-      {"target_layer_ids", [](ModelConfig& c) { c.target_layer_ids = {-2, 4}; }},
+      {"target_layer_ids",
+       [](ModelConfig& c) {
+         c.target_layer_ids = {3, 3};
+       }},
+      {"target_layer_ids",
+       [](ModelConfig& c) {
+         c.target_layer_ids = {-2, 4};
+       }},
       {"mask_token_id", [](ModelConfig& c) { c.mask_token_id = c.vocab_size; }},
       {"mask_token_id", [](ModelConfig& c) { c.mask_token_id = -1; }},
       {"max_position_embeddings", [](ModelConfig& c) { c.max_position_embeddings = 0; }},
       {"rms_norm_eps", [](ModelConfig& c) { c.rms_norm_eps = 0.0f; }},
-      {"rms_norm_eps", [](ModelConfig& c) { c.rms_norm_eps = std::numeric_limits<float>::quiet_NaN(); }},
+      {"rms_norm_eps",
+       [](ModelConfig& c) { c.rms_norm_eps = std::numeric_limits<float>::quiet_NaN(); }},
       {"rope_theta", [](ModelConfig& c) { c.rope_theta = -10000.0; }},
       {"sliding_window", [](ModelConfig& c) { c.sliding_window = -1; }},
       {"logit_soft_cap", [](ModelConfig& c) { c.logit_soft_cap = 0.0f; }},
-      {"logit_multiplier", [](ModelConfig& c) { c.logit_multiplier = std::numeric_limits<float>::infinity(); }},
-      {"num_heads * head_dim", [](ModelConfig& c) { c.num_heads = 1 << 20, c.num_kv_heads = 1, c.head_dim = 1 << 12; }},
+      {"logit_multiplier",
+       [](ModelConfig& c) { c.logit_multiplier = std::numeric_limits<float>::infinity(); }},
+      {"num_heads * head_dim",
+       [](ModelConfig& c) { c.num_heads = 1 << 20, c.num_kv_heads = 1, c.head_dim = 1 << 12; }},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.field);
@@ -227,7 +242,8 @@ TEST(Config, ValidateAcceptsRankZeroAndAnyPositiveRank) {
   }
   ModelConfig c = preset_config("tiny");
   c.markov_rank = 0;
-  for (const TensorSpec& s : expected_tensors(c)) EXPECT_EQ(s.name.find("markov"), std::string::npos) << s.name;
+  for (const TensorSpec& s : expected_tensors(c))
+    EXPECT_EQ(s.name.find("markov"), std::string::npos) << s.name;
 }
 
 TEST(Config, ImportsTheQwen3_8bDSparkConfig) {
@@ -305,7 +321,8 @@ TEST(Config, HfExportRoundTripsAndRefusesMuseStyle) {
   std::string why;
   EXPECT_FALSE(io::hf_expressible(muse, &why));
   EXPECT_FALSE(why.empty());
-  expect_mentions(error_of<ConfigError>([&] { io::export_hf_config(muse); }), {"no DeepSpec/HF config.json form"});
+  expect_mentions(error_of<ConfigError>([&] { io::export_hf_config(muse); }),
+                  {"no DeepSpec/HF config.json form"});
 }
 
 TEST(Config, RefusesASpeculatorsDraftWithAReducedVocabulary) {
@@ -327,7 +344,8 @@ TEST(Config, RefusesASpeculatorsDraftWithAReducedVocabulary) {
                   {"reduced draft vocabularies (d2t) are not supported yet", "32000", "262144"});
   json full = j;
   full["draft_vocab_size"] = 262144;
-  expect_mentions(error_of<ConfigError>([&] { import_hf_config(full); }), {"speculators", "not supported"});
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(full); }),
+                  {"speculators", "not supported"});
   json flat = qwen3_8b();
   flat["draft_vocab_size"] = 32000;
   expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
@@ -348,8 +366,10 @@ TEST(Config, RefusesDeepSeekV4Drafts) {
     "markov_rank": 256,
     "vocab_size": 129280
   })");
-  expect_mentions(error_of<ConfigError>([&] { import_hf_config(v4); }), {"DeepSeek-V4 MLA/MoE drafts are not supported"});
-  for (const char* field : {"kv_lora_rank", "n_routed_experts", "dspark_target_layer_ids", "num_nextn_predict_layers"}) {
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(v4); }),
+                  {"DeepSeek-V4 MLA/MoE drafts are not supported"});
+  for (const char* field : {"kv_lora_rank", "n_routed_experts", "dspark_target_layer_ids",
+                            "num_nextn_predict_layers"}) {
     SCOPED_TRACE(field);
     json j = qwen3_8b();
     j[field] = 3;
@@ -358,7 +378,8 @@ TEST(Config, RefusesDeepSeekV4Drafts) {
   }
   json mt = qwen3_8b();
   mt["model_type"] = "deepseek_v4";
-  expect_mentions(error_of<ConfigError>([&] { import_hf_config(mt); }), {"DeepSeek-V4", "deepseek_v4"});
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(mt); }),
+                  {"DeepSeek-V4", "deepseek_v4"});
 }
 
 TEST(Config, RefusesWhatTheRuntimeCannotRunExactly) {
@@ -368,36 +389,67 @@ TEST(Config, RefusesWhatTheRuntimeCannotRunExactly) {
     std::vector<std::string> needles;
   };
   const std::vector<Case> cases = {
-      {"fill-in", [](json& j) { j["sample_from_anchor"] = false; },
+      {"fill-in",
+       [](json& j) { j["sample_from_anchor"] = false; },
        {"the fill-in layout (sample_from_anchor = false) is not supported yet"}},
-      {"gated head", [](json& j) { j["markov_head_type"] = "gated"; }, {"markov_head_type 'gated'", "vanilla"}},
-      {"other arch", [](json& j) { j["architectures"] = {"Gemma4DSparkModel"}; }, {"Gemma4DSparkModel", "Qwen3DSparkModel"}},
+      {"gated head",
+       [](json& j) { j["markov_head_type"] = "gated"; },
+       {"markov_head_type 'gated'", "vanilla"}},
+      {"other arch",
+       [](json& j) { j["architectures"] = {"Gemma4DSparkModel"}; },
+       {"Gemma4DSparkModel", "Qwen3DSparkModel"}},
       {"no arch", [](json& j) { j.erase("architectures"); }, {"'architectures'"}},
       {"model type", [](json& j) { j["model_type"] = "gemma4"; }, {"model_type 'gemma4'"}},
       {"tied", [](json& j) { j["tie_word_embeddings"] = true; }, {"tie_word_embeddings"}},
       {"bias", [](json& j) { j["attention_bias"] = true; }, {"attention_bias"}},
       {"act", [](json& j) { j["hidden_act"] = "gelu"; }, {"hidden_act 'gelu'"}},
       {"yarn", [](json& j) { j["rope_parameters"]["rope_type"] = "yarn"; }, {"rope_type 'yarn'"}},
-      {"rope scaling", [](json& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2}}; }, {"RoPE scaling"}},
+      {"rope scaling",
+       [](json& j) {
+         j["rope_scaling"] = {{"type", "linear"}, {"factor", 2}};
+       },
+       {"RoPE scaling"}},
       {"no theta", [](json& j) { j.erase("rope_parameters"); }, {"rope_theta"}},
-      {"mixed layers", [](json& j) { j["layer_types"][2] = "sliding_attention"; }, {"mixed layer_types"}},
-      {"layer count", [](json& j) { j["layer_types"].erase(0); }, {"'layer_types'", "one entry per layer"}},
-      {"odd layer", [](json& j) { j["layer_types"][0] = "chunked_attention"; }, {"chunked_attention"}},
-      {"window missing", [](json& j) {
+      {"mixed layers",
+       [](json& j) { j["layer_types"][2] = "sliding_attention"; },
+       {"mixed layer_types"}},
+      {"layer count",
+       [](json& j) { j["layer_types"].erase(0); },
+       {"'layer_types'", "one entry per layer"}},
+      {"odd layer",
+       [](json& j) { j["layer_types"][0] = "chunked_attention"; },
+       {"chunked_attention"}},
+      {"window missing",
+       [](json& j) {
          for (auto& t : j["layer_types"]) t = "sliding_attention";
-       }, {"'sliding_window'"}},
-      {"implicit sliding", [](json& j) { j.erase("layer_types"), j["use_sliding_window"] = true; }, {"use_sliding_window"}},
-      {"final tap", [](json& j) { j["target_layer_ids"] = {1, 9, 35}; }, {"target_layer_ids", "35", "num_target_layers 36"}},
+       },
+       {"'sliding_window'"}},
+      {"implicit sliding",
+       [](json& j) { j.erase("layer_types"), j["use_sliding_window"] = true; },
+       {"use_sliding_window"}},
+      {"final tap",
+       [](json& j) {
+         j["target_layer_ids"] = {1, 9, 35};
+       },
+       {"target_layer_ids", "35", "num_target_layers 36"}},
       {"missing block", [](json& j) { j.erase("block_size"); }, {"missing field 'block_size'"}},
       {"missing rank", [](json& j) { j.erase("markov_rank"); }, {"missing field 'markov_rank'"}},
-      {"missing mask", [](json& j) { j.erase("mask_token_id"); }, {"missing field 'mask_token_id'"}},
+      {"missing mask",
+       [](json& j) { j.erase("mask_token_id"); },
+       {"missing field 'mask_token_id'"}},
       {"string size", [](json& j) { j["hidden_size"] = "4096"; }, {"'hidden_size'", "integer"}},
-      {"negative layers", [](json& j) { j["num_hidden_layers"] = -5; }, {"'num_hidden_layers'", ">= 1"}},
+      {"negative layers",
+       [](json& j) { j["num_hidden_layers"] = -5; },
+       {"'num_hidden_layers'", ">= 1"}},
       {"heads vs kv", [](json& j) { j["num_key_value_heads"] = 5; }, {"num_heads", "num_kv_heads"}},
       {"head_dim odd", [](json& j) { j["head_dim"] = 127; }, {"head_dim", "even"}},
       {"block 65", [](json& j) { j["block_size"] = 65; }, {"block_size", "[1, 64]"}},
       {"mask id", [](json& j) { j["mask_token_id"] = 151936; }, {"mask_token_id"}},
-      {"not increasing", [](json& j) { j["target_layer_ids"] = {9, 1}; }, {"target_layer_ids", "increasing"}},
+      {"not increasing",
+       [](json& j) {
+         j["target_layer_ids"] = {9, 1};
+       },
+       {"target_layer_ids", "increasing"}},
       {"eps", [](json& j) { j["rms_norm_eps"] = 0; }, {"rms_norm_eps"}},
   };
   for (const Case& k : cases) {
@@ -424,10 +476,12 @@ TEST(Config, FilesAreDetectedAndErrorsNameThePath) {
   test::write_file(dir / "fill.json", fill_in.dump());
   expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "fill.json"); }),
                   {dir / "fill.json", "sample_from_anchor = false"});
-  expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "absent.json"); }), {dir / "absent.json"});
+  expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "absent.json"); }),
+                  {dir / "absent.json"});
   ModelConfig bad = muse;
   bad.head_dim = 7;
-  expect_mentions(error_of<ConfigError>([&] { save_config_file(bad, dir / "bad.json"); }), {"head_dim"});
+  expect_mentions(error_of<ConfigError>([&] { save_config_file(bad, dir / "bad.json"); }),
+                  {"head_dim"});
 }
 
 TEST(Config, EnumNames) {

@@ -21,7 +21,8 @@ using test::error_of;
 using test::expect_mentions;
 
 // A safetensors file from its parts: u64 LE header size, header, data.
-std::string raw_file(const std::string& header, const std::string& data, int64_t claimed_size = -1) {
+std::string raw_file(const std::string& header, const std::string& data,
+                     int64_t claimed_size = -1) {
   const uint64_t n = claimed_size < 0 ? header.size() : static_cast<uint64_t>(claimed_size);
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
@@ -72,7 +73,8 @@ TEST(Safetensors, WriterReaderRoundTrip) {
     T& t = tensors[i];
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    t.bytes = random_bytes(static_cast<size_t>(numel) * dtype_size(t.dtype), seed + static_cast<uint32_t>(i));
+    t.bytes = random_bytes(static_cast<size_t>(numel) * dtype_size(t.dtype),
+                           seed + static_cast<uint32_t>(i));
     expected_total += t.bytes.size();
     if (i % 2)
       w.add_copy(t.name, t.dtype, t.shape, t.bytes.data());
@@ -121,8 +123,8 @@ TEST(Safetensors, WriterReaderRoundTrip) {
     EXPECT_EQ(info->nbytes, t.bytes.size());
     EXPECT_EQ(static_cast<size_t>(info->numel()) * dtype_size(t.dtype), t.bytes.size());
     for (size_t b = 0; b < t.bytes.size(); ++b)
-      ASSERT_EQ(info->data[b], t.bytes[b]) << "byte " << b << " found " << int(info->data[b]) << " expected "
-                                           << int(t.bytes[b]);
+      ASSERT_EQ(info->data[b], t.bytes[b])
+          << "byte " << b << " found " << int(info->data[b]) << " expected " << int(t.bytes[b]);
   }
   EXPECT_EQ(f->find("b.f32")->shape_string(), "[5, 7]");
   EXPECT_EQ(f->find("g.scalar")->shape_string(), "[]");
@@ -134,9 +136,14 @@ TEST(Safetensors, WriterRefusesBadDeclarations) {
   SafetensorsWriter w;
   auto fill = [](uint8_t*, size_t) {};
   w.add("x", DType::f32, {2}, fill);
-  expect_mentions(error_of<InvalidArgument>([&] { w.add("x", DType::f32, {2}, fill); }), {"'x'", "twice"});
-  expect_mentions(error_of<InvalidArgument>([&] { w.add("y", DType::f32, {2, -1}, fill); }), {"'y'", "negative"});
-  expect_mentions(error_of<InvalidArgument>([&] { w.add("__metadata__", DType::f32, {1}, fill); }), {"__metadata__"});
+  expect_mentions(error_of<InvalidArgument>([&] { w.add("x", DType::f32, {2}, fill); }),
+                  {"'x'", "twice"});
+  expect_mentions(error_of<InvalidArgument>([&] {
+                    w.add("y", DType::f32, {2, -1}, fill);
+                  }),
+                  {"'y'", "negative"});
+  expect_mentions(error_of<InvalidArgument>([&] { w.add("__metadata__", DType::f32, {1}, fill); }),
+                  {"__metadata__"});
 }
 
 TEST(Safetensors, FailedFillLeavesNoFile) {
@@ -163,32 +170,45 @@ TEST(Safetensors, RefusesCorruptFiles) {
   const std::vector<Case> cases = {
       {"empty file", "", {"truncated"}},
       {"7 bytes", std::string(7, '\x01'), {"truncated", "7 bytes"}},
-      {"header past the end", raw_file("{" + ok_entry + "}", data8, 4096), {"header size 4096", "does not fit"}},
+      {"header past the end",
+       raw_file("{" + ok_entry + "}", data8, 4096),
+       {"header size 4096", "does not fit"}},
       {"huge header size", raw_file("{}", "", int64_t{1} << 40), {"header size", "limit"}},
       {"bad json", raw_file("{\"w\": {\"dtype\": ", data8), {"not valid JSON"}},
       {"json not object", raw_file("[1, 2]", ""), {"not a JSON object"}},
       {"entry not object", raw_file(R"({"w": 3})", ""), {"'w'", "not an object"}},
-      {"unknown dtype", raw_file(R"({"w": {"dtype": "F8_E4M3", "shape": [8], "data_offsets": [0, 8]}})", data8),
+      {"unknown dtype",
+       raw_file(R"({"w": {"dtype": "F8_E4M3", "shape": [8], "data_offsets": [0, 8]}})", data8),
        {"'w'", "F8_E4M3"}},
-      {"dtype not string", raw_file(R"({"w": {"dtype": 4, "shape": [2], "data_offsets": [0, 8]}})", data8),
+      {"dtype not string",
+       raw_file(R"({"w": {"dtype": 4, "shape": [2], "data_offsets": [0, 8]}})", data8),
        {"'w'", "dtype"}},
-      {"negative shape", raw_file(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data8),
+      {"negative shape",
+       raw_file(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data8),
        {"'w'", "shape"}},
-      {"shape not list", raw_file(R"({"w": {"dtype": "F32", "shape": 2, "data_offsets": [0, 8]}})", data8),
+      {"shape not list",
+       raw_file(R"({"w": {"dtype": "F32", "shape": 2, "data_offsets": [0, 8]}})", data8),
        {"'w'", "shape"}},
-      {"no offsets", raw_file(R"({"w": {"dtype": "F32", "shape": [2]}})", data8), {"'w'", "data_offsets"}},
-      {"reversed offsets", raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", data8),
+      {"no offsets",
+       raw_file(R"({"w": {"dtype": "F32", "shape": [2]}})", data8),
        {"'w'", "data_offsets"}},
-      {"size mismatch", raw_file(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", data8),
+      {"reversed offsets",
+       raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", data8),
+       {"'w'", "data_offsets"}},
+      {"size mismatch",
+       raw_file(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", data8),
        {"'w'", "needs 12"}},
-      {"offsets out of range", raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", data8),
+      {"offsets out of range",
+       raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", data8),
        {"'w'", "out of range"}},
       {"overlap",
        raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                     "v": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
                 data8),
        {"'w'", "'v'", "overlap"}},
-      {"metadata not strings", raw_file(R"({"__metadata__": {"format": 1}})", ""), {"__metadata__", "format"}},
+      {"metadata not strings",
+       raw_file(R"({"__metadata__": {"format": 1}})", ""),
+       {"__metadata__", "format"}},
       {"metadata not object", raw_file(R"({"__metadata__": "pt"})", ""), {"__metadata__"}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -200,8 +220,9 @@ TEST(Safetensors, RefusesCorruptFiles) {
     expect_mentions(msg, {path});
     expect_mentions(msg, k.needles);
   }
-  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "absent.safetensors"); }),
-                  {dir / "absent.safetensors"});
+  expect_mentions(
+      error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "absent.safetensors"); }),
+      {dir / "absent.safetensors"});
 }
 
 TEST(Safetensors, RefusesATruncatedFileNamingTheTensor) {
@@ -213,9 +234,11 @@ TEST(Safetensors, RefusesATruncatedFileNamingTheTensor) {
   const std::string path = dir / "t.safetensors";
   w.write(path);
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
-  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(path); }), {path, "'last'", "out of range"});
+  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(path); }),
+                  {path, "'last'", "out of range"});
   std::filesystem::resize_file(path, 20);
-  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(path); }), {path, "header size"});
+  expect_mentions(error_of<CheckpointError>([&] { SafetensorsFile::open(path); }),
+                  {path, "header size"});
 }
 
 TEST(Safetensors, AcceptsAReferenceStyleFileWithUnpaddedHeader) {

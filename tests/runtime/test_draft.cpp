@@ -33,7 +33,7 @@ struct DraftRun {
 };
 
 DraftRun run(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, int tp = 1,
-        int threads = 2, const DraftOptions* base = nullptr) {
+             int threads = 2, const DraftOptions* base = nullptr) {
   DraftOptions o = base ? *base : scenario_draft_options(ckpt->config(), s);
   o.tp = tp;
   o.threads = threads;
@@ -50,8 +50,10 @@ void expect_same_request(const DraftRun& a, const DraftRun& b, int id, const std
   for (size_t round = 0; round < a.rounds.size(); ++round) {
     const RequestDraft* da = nullptr;
     const RequestDraft* db = nullptr;
-    for (const auto& d : a.rounds[round].drafts) if (d.request_id == id) da = &d;
-    for (const auto& d : b.rounds[round].drafts) if (d.request_id == id) db = &d;
+    for (const auto& d : a.rounds[round].drafts)
+      if (d.request_id == id) da = &d;
+    for (const auto& d : b.rounds[round].drafts)
+      if (d.request_id == id) db = &d;
     ASSERT_TRUE(da && db) << what << ": request " << id << " missing in round " << round;
     EXPECT_EQ(da->tokens, db->tokens) << what << ": request " << id << " round " << round;
     EXPECT_TRUE(test::same_bits(da->logits, db->logits))
@@ -68,7 +70,8 @@ TEST_P(DraftStyles, RerunGivesIdenticalTokensCacheAndKv) {
   s.request_ids = {0, 1, 2};
   const DraftRun a = run(ckpt, s), b = run(ckpt, s, 1, 1);
   for (int id : s.request_ids) expect_same_request(a, b, id, "rerun (2 vs 1 threads)");
-  for (size_t l = 0; l < a.kv.size(); ++l) EXPECT_TRUE(test::same_bits(a.kv[l], b.kv[l])) << "kv layer " << l;
+  for (size_t l = 0; l < a.kv.size(); ++l)
+    EXPECT_TRUE(test::same_bits(a.kv[l], b.kv[l])) << "kv layer " << l;
   // The drafts are real: sampled tokens are in range and the cache is not constant.
   const auto& d = a.rounds[0].drafts[0];
   for (int64_t t : d.tokens) EXPECT_TRUE(t >= 0 && t < ckpt->config().vocab_size);

@@ -52,8 +52,8 @@ LoopSetup make_setup(uint64_t seed, int R, int N, int V, int rank, bool cap) {
       for (int v = 0; v < V; ++v) row[v] = to_bf16(-30.0f);
       row[V / 2 + 3] = row[V / 3] = to_bf16(40.0f);
     }
-    std::memcpy(&s.w2[static_cast<size_t>(V / 2 + 3) * rank], &s.w2[static_cast<size_t>(V / 3) * rank],
-                rank * sizeof(bf16));
+    std::memcpy(&s.w2[static_cast<size_t>(V / 2 + 3) * rank],
+                &s.w2[static_cast<size_t>(V / 3) * rank], rank * sizeof(bf16));
   }
   s.w.markov_w1 = s.w1.data();
   s.w.markov_w2 = s.w2.data();
@@ -77,32 +77,45 @@ void naive_loop(const LoopSetup& s, std::vector<int64_t>& tokens, std::vector<bf
     for (int j = 0; j < N; ++j) {
       std::vector<bf16> e(s.w1.begin() + prev * K, s.w1.begin() + (prev + 1) * K), bias(V), l(V);
       cpu::markov_bias(e.data(), 1, s.w2.data(), V, K, bias.data());
-      cpu::step_logits(&s.base[(static_cast<size_t>(r) * N + j) * V], bias.data(), V, s.transform, l.data());
+      cpu::step_logits(&s.base[(static_cast<size_t>(r) * N + j) * V], bias.data(), V, s.transform,
+                       l.data());
       const uint32_t gs = draft_step_seed(s.rows.seeds[r], s.rows.anchor_positions[r], j);
       int64_t best = -1;
       float best_z = 0;
       for (int v = 0; v < V; ++v) {
         const float z = noised_score(to_f32(l[v]), s.rows.temperatures[r], gs, v);
-        if (best < 0) { best = v; best_z = z; continue; }
+        if (best < 0) {
+          best = v;
+          best_z = z;
+          continue;
+        }
         const bool bn = std::isnan(best_z);
-        if (bn) continue;                       // the lowest NaN stays
-        if (std::isnan(z) || z > best_z) { best = v; best_z = z; }  // strict: lowest id of the max
+        if (bn) continue;  // the lowest NaN stays
+        if (std::isnan(z) || z > best_z) {
+          best = v;
+          best_z = z;
+        }  // strict: lowest id of the max
       }
       tokens[static_cast<size_t>(r) * N + j] = best;
       if (s.rows.cache_slots[r] >= 0)
-        std::memcpy(&cache[(static_cast<size_t>(s.rows.cache_slots[r]) * N + j) * V], l.data(), V * sizeof(bf16));
+        std::memcpy(&cache[(static_cast<size_t>(s.rows.cache_slots[r]) * N + j) * V], l.data(),
+                    V * sizeof(bf16));
       prev = best;
     }
   }
 }
 
 TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
-  struct Case { int R, N, V, rank; bool cap; };
-  for (const Case k : {Case{1, 7, 1000, 64, false}, Case{5, 5, 1000, 64, true}, Case{4, 16, 512, 128, false},
-                       Case{3, 1, 1024, 256, true}}) {
+  struct Case {
+    int R, N, V, rank;
+    bool cap;
+  };
+  for (const Case k : {Case{1, 7, 1000, 64, false}, Case{5, 5, 1000, 64, true},
+                       Case{4, 16, 512, 128, false}, Case{3, 1, 1024, 256, true}}) {
     const uint64_t seed = 1234 + k.R * 7 + k.N;
     SCOPED_TRACE("seed " + std::to_string(seed) + " R " + std::to_string(k.R) + " N " +
-                 std::to_string(k.N) + " V " + std::to_string(k.V) + " rank " + std::to_string(k.rank));
+                 std::to_string(k.N) + " V " + std::to_string(k.V) + " rank " +
+                 std::to_string(k.rank));
     LoopSetup s = make_setup(seed, k.R, k.N, k.V, k.rank, k.cap);
     const size_t cache_size = static_cast<size_t>(k.R) * k.N * k.V;
     std::vector<int64_t> naive_tokens(static_cast<size_t>(k.R) * k.N);
@@ -125,7 +138,8 @@ TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
       for (int r = 0; r < k.R; ++r) {
         if (s.rows.cache_slots[r] < 0) continue;  // padding row tokens are don't-care
         for (int j = 0; j < k.N; ++j)
-          EXPECT_EQ(tokens[r * k.N + j], naive_tokens[r * k.N + j]) << "tp " << tp << " row " << r << " step " << j;
+          EXPECT_EQ(tokens[r * k.N + j], naive_tokens[r * k.N + j])
+              << "tp " << tp << " row " << r << " step " << j;
       }
       EXPECT_TRUE(test::same_bits(cache, naive_cache)) << "cache at tp " << tp;
     }

@@ -141,9 +141,9 @@ SD_HD double poly(double z, double c0, Cs... cs) {
 }
 
 // ---- constants (hex: exact doubles) ----------------------------------------
-inline constexpr double kLn2Hi = 0x1.62e42fefa39efp-1;    // ln 2 = kLn2Hi + kLn2Lo (dd)
+inline constexpr double kLn2Hi = 0x1.62e42fefa39efp-1;  // ln 2 = kLn2Hi + kLn2Lo (dd)
 inline constexpr double kLn2Lo = 0x1.abc9e3b39803fp-56;
-inline constexpr double kLn2Hi32 = 0x1.62e42ffp-1;        // 29 bits: k * kLn2Hi32 exact
+inline constexpr double kLn2Hi32 = 0x1.62e42ffp-1;          // 29 bits: k * kLn2Hi32 exact
 inline constexpr double kLn2Lo32 = -0x1.718432a1b0e26p-35;  // ln 2 - kLn2Hi32
 inline constexpr double kInvLn2 = 0x1.71547652b82fep+0;
 inline constexpr double kSqrt2 = 0x1.6a09e667f3bcdp+0;

@@ -100,7 +100,8 @@ SD_HD uint32_t to_f32_trunc(int64_t sum, int E) {
   if (exp > 127) return sign | 0x7f800000u;
   if (exp >= -126) {
     const uint64_t mant = p > 23 ? m >> (p - 23) : m << (23 - p);
-    return sign | (static_cast<uint32_t>(exp + 127) << 23) | (static_cast<uint32_t>(mant) & 0x7fffffu);
+    return sign | (static_cast<uint32_t>(exp + 127) << 23) |
+           (static_cast<uint32_t>(mant) & 0x7fffffu);
   }
   // Subnormal: a multiple of 2^-149; m is in units of 2^(E - 25).
   const int s = E + 124;  // log2(2^(E - 25) / 2^-149)
@@ -135,7 +136,9 @@ SD_HD uint32_t mma_step_bits(uint32_t c, const bf16* a, const bf16* b) {
   int32_t sum32 = 0;  // |sum| <= 16 * 65025 * 2^11 < 2^31
   for (int i = 0; i < kMmaK; ++i) {
     const int d = E - pe[i];  // < 0 only for zero products (T = 0 then)
-    const uint32_t T = d < 0 ? 0u : d <= 11 ? P[i] << (11 - d) : (d - 11 >= 16 ? 0u : P[i] >> (d - 11));
+    const uint32_t T = d < 0     ? 0u
+                       : d <= 11 ? P[i] << (11 - d)
+                                 : (d - 11 >= 16 ? 0u : P[i] >> (d - 11));
     const bool neg = ((a[i].bits ^ b[i].bits) & 0x8000u) != 0;
     sum32 += neg ? -static_cast<int32_t>(T) : static_cast<int32_t>(T);
   }
@@ -144,8 +147,9 @@ SD_HD uint32_t mma_step_bits(uint32_t c, const bf16* a, const bf16* b) {
   const uint32_t csig = ce == 0 ? (c & 0x7fffffu) : ((c & 0x7fffffu) | 0x800000u);
   const int dc = E - ec > 0 ? E - ec : 0;
   const uint32_t Tc = dc <= 2 ? csig << (2 - dc) : (dc - 2 >= 32 ? 0u : csig >> (dc - 2));
-  const int64_t sum = static_cast<int64_t>(sum32) +
-                      ((c & 0x80000000u) != 0 ? -static_cast<int64_t>(Tc) : static_cast<int64_t>(Tc));
+  const int64_t sum =
+      static_cast<int64_t>(sum32) +
+      ((c & 0x80000000u) != 0 ? -static_cast<int64_t>(Tc) : static_cast<int64_t>(Tc));
   return to_f32_trunc(sum, E);
 }
 

@@ -24,8 +24,8 @@ namespace sparkdraft::cpu {
 // NormGain::none. In-place (y == x) is allowed for bf16.
 void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
               float eps, bf16* y, int64_t y_stride, int threads = 1);
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
-              NormGain gain, float eps, bf16* y, int64_t y_stride, int threads = 1);
+void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
+              float eps, bf16* y, int64_t y_stride, int threads = 1);
 
 // Per-head RMSNorm (QK-norm, V-norm), in place: for every token t and head h, the
 // head_dim values at x + t*token_stride + h*head_dim are one rms_norm row, with the
@@ -48,9 +48,9 @@ void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int hea
 // signature serves both). In-place update of the stream is allowed.
 struct BoundaryParams {
   int rows = 0;
-  int hidden = 0;                    // H
+  int hidden = 0;  // H
   StreamDType stream_dtype = StreamDType::bf16;
-  const bf16* post_weight = nullptr; // [H] post-norm of the branch, null = none (pre-norm layers)
+  const bf16* post_weight = nullptr;  // [H] post-norm of the branch, null = none (pre-norm layers)
   bool post_norm = false;            // apply the post-norm (weight may be null with NormGain::none)
   const float* alpha = nullptr;      // [H] fp32, null = plain residual
   const float* beta = nullptr;       // [H] fp32
@@ -73,8 +73,8 @@ void rope_table(double theta, int head_dim, int64_t max_positions, float* table)
 //   (x1, x2) -> (x1*c - x2*s, x2*c + x1*s)   fp32 products, one subtract/add, no fma,
 //   rounded to bf16. NeoX pairs (i, i + d/2); GPT-J pairs (2i, 2i + 1).
 // x: [tokens, x_stride], head h at x + t*x_stride + h*head_dim.
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim,
-          const int64_t* positions, const float* table, RopeStyle style, int threads = 1);
+void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
+          const float* table, RopeStyle style, int threads = 1);
 
 // ---- KV cache -------------------------------------------------------------------
 // Paged cache of one layer: [pages * page_size, kv_heads, 2 * head_dim] bf16, head h
@@ -117,18 +117,19 @@ void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, b
 //   p_j = exp(s_j - m), o = bf16( sum_j p_j v_j / sum_j p_j ).
 // GQA: query head h reads KV head h / (heads / kv_heads).
 struct AttentionParams {
-  int tokens = 0;              // query tokens (rows * N)
+  int tokens = 0;  // query tokens (rows * N)
   int heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
   int page_size = 0;
-  int max_pages = 0;           // block table row width
-  int window = 0;              // 0 = full
-  int64_t q_stride = 0;        // elements between query tokens
+  int max_pages = 0;                      // block table row width
+  int window = 0;                         // 0 = full
+  int64_t q_stride = 0;                   // elements between query tokens
   const int32_t* block_tables = nullptr;  // [requests, max_pages]
-  const int32_t* token_request = nullptr; // [tokens] request row of each token (-1: padding, output 0)
-  const int64_t* positions = nullptr;     // [tokens] absolute position of each query
-  const int64_t* kv_lens = nullptr;       // [requests] a + N
+  const int32_t* token_request =
+      nullptr;                         // [tokens] request row of each token (-1: padding, output 0)
+  const int64_t* positions = nullptr;  // [tokens] absolute position of each query
+  const int64_t* kv_lens = nullptr;    // [requests] a + N
 };
 void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
                int threads = 1);

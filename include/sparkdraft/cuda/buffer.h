@@ -62,8 +62,8 @@ class DeviceBuffer {
   void upload(const T* host, size_t count, size_t offset = 0, cudaStream_t stream = nullptr) {
     check_range("upload", offset, count);
     if (count == 0) return;
-    SD_CUDA_CHECK(cudaMemcpyAsync(ptr_ + offset, host, count * sizeof(T), cudaMemcpyHostToDevice,
-                                  stream));
+    SD_CUDA_CHECK(
+        cudaMemcpyAsync(ptr_ + offset, host, count * sizeof(T), cudaMemcpyHostToDevice, stream));
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   // Copies the whole vector to the start of the buffer (it must fit).
@@ -75,8 +75,8 @@ class DeviceBuffer {
   void download(T* host, size_t count, size_t offset = 0, cudaStream_t stream = nullptr) const {
     check_range("download", offset, count);
     if (count == 0) return;
-    SD_CUDA_CHECK(cudaMemcpyAsync(host, ptr_ + offset, count * sizeof(T), cudaMemcpyDeviceToHost,
-                                  stream));
+    SD_CUDA_CHECK(
+        cudaMemcpyAsync(host, ptr_ + offset, count * sizeof(T), cudaMemcpyDeviceToHost, stream));
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   // The whole buffer as a host vector.

@@ -23,21 +23,21 @@ namespace sparkdraft::cuda {
 
 }  // namespace sparkdraft::cuda
 
-#define SD_CUDA_CHECK(call)                                                                   \
-  do {                                                                                        \
-    cudaError_t sd_err_ = (call);                                                             \
-    if (sd_err_ != cudaSuccess)                                                               \
-      ::sparkdraft::cuda::throw_device_error("CUDA", #call, __FILE__, __LINE__,               \
-                                             cudaGetErrorString(sd_err_));                    \
+#define SD_CUDA_CHECK(call)                                                     \
+  do {                                                                          \
+    cudaError_t sd_err_ = (call);                                               \
+    if (sd_err_ != cudaSuccess)                                                 \
+      ::sparkdraft::cuda::throw_device_error("CUDA", #call, __FILE__, __LINE__, \
+                                             cudaGetErrorString(sd_err_));      \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here.
 #define SD_CHECK_LAUNCH() SD_CUDA_CHECK(cudaGetLastError())
 
-#define SD_CUBLAS_CHECK(call)                                                                 \
-  do {                                                                                        \
-    cublasStatus_t sd_st_ = (call);                                                           \
-    if (sd_st_ != CUBLAS_STATUS_SUCCESS)                                                      \
-      ::sparkdraft::cuda::throw_device_error("cuBLAS", #call, __FILE__, __LINE__,             \
-                                             std::to_string(static_cast<int>(sd_st_)));      \
+#define SD_CUBLAS_CHECK(call)                                                           \
+  do {                                                                                  \
+    cublasStatus_t sd_st_ = (call);                                                     \
+    if (sd_st_ != CUBLAS_STATUS_SUCCESS)                                                \
+      ::sparkdraft::cuda::throw_device_error("cuBLAS", #call, __FILE__, __LINE__,       \
+                                             std::to_string(static_cast<int>(sd_st_))); \
   } while (0)

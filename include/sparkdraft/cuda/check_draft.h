@@ -20,9 +20,9 @@
 namespace sparkdraft::cuda {
 
 struct CheckLine {
-  std::string what;   // "round 1 request 2 tokens: cpu vs gpu eager"
+  std::string what;  // "round 1 request 2 tokens: cpu vs gpu eager"
   bool equal = true;
-  std::string detail; // first mismatch: index, found, expected
+  std::string detail;  // first mismatch: index, found, expected
 };
 
 struct CheckReport {

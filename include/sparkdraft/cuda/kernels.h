@@ -33,8 +33,8 @@ namespace sparkdraft::cuda {
 // In place (y == x, same stride) is allowed for bf16 input.
 void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
               float eps, bf16* y, int64_t y_stride, cudaStream_t stream);
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
-              NormGain gain, float eps, bf16* y, int64_t y_stride, cudaStream_t stream);
+void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
+              float eps, bf16* y, int64_t y_stride, cudaStream_t stream);
 
 // ---- residual boundary --------------------------------------------------------------
 // cpu::residual_boundary (same fields, device pointers): post-norm of the branch,
@@ -62,15 +62,14 @@ void residual_boundary(const BoundaryParams& p, const bf16* branch, void* residu
 // cpu::rope with `table` the device copy of cpu::rope_table's host table (fp32,
 // [max_positions, head_dim]); every positions[t] must lie in the table. One thread
 // per rotated pair.
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim,
-          const int64_t* positions, const float* table, RopeStyle style, cudaStream_t stream);
+void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
+          const float* table, RopeStyle style, cudaStream_t stream);
 
 // ---- KV cache -----------------------------------------------------------------------
 // cpu::kv_insert: exact copies into the paged cache [slots, kv_heads, 2*head_dim];
 // a negative slot (-1 = padding) writes nothing. One block per token.
 void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
-               int kv_heads, int head_dim, const int64_t* slots, bf16* cache,
-               cudaStream_t stream);
+               int kv_heads, int head_dim, const int64_t* slots, bf16* cache, cudaStream_t stream);
 
 // ---- embedding, activations -----------------------------------------------------------
 // cpu::embed: out[r] = table[ids[r]]. One block per row.
@@ -95,17 +94,17 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
 // increasing order: M = max m, L = sum l * exp(m - M), o = bf16(sum acc * exp(m - M) / L).
 // The splits depend only on positions, so the result is the same for any batch, any
 // max_kv_len and from run to run. Padding tokens (token_request -1) write zeros.
-inline constexpr int kAttentionSplit = 512;   // context positions per split block
+inline constexpr int kAttentionSplit = 512;  // context positions per split block
 inline constexpr int kAttentionMaxHeadDim = 256;
 
 struct AttentionParams {
   int tokens = 0;
   int heads = 0;
   int kv_heads = 0;
-  int head_dim = 0;   // 1 .. kAttentionMaxHeadDim
+  int head_dim = 0;  // 1 .. kAttentionMaxHeadDim
   int page_size = 0;
   int max_pages = 0;
-  int window = 0;     // 0 = full
+  int window = 0;  // 0 = full
   int64_t q_stride = 0;
   const int32_t* block_tables = nullptr;   // device [requests, max_pages]
   const int32_t* token_request = nullptr;  // device [tokens], -1 = padding

@@ -82,9 +82,8 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
 // cache_slots[r] >= 0 (cache may be null: no store). base row r starts at
 // base + r * base_stride.
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
-                        int vocab, const cpu::LogitTransform& transform, bf16* logits,
-                        bf16* cache, const int64_t* cache_slots, int64_t cache_slot_stride,
-                        cudaStream_t stream);
+                        int vocab, const cpu::LogitTransform& transform, bf16* logits, bf16* cache,
+                        const int64_t* cache_slots, int64_t cache_slot_stride, cudaStream_t stream);
 
 // cpu::sample_row over rows: each block of kSampleBlockVocab entries writes its
 // best (noised score, id + id_offset) to partials [rows, markov_sample_blocks(vocab)],
@@ -94,10 +93,9 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
 inline constexpr int kSampleBlockVocab = 2048;
 int markov_sample_blocks(int vocab);
 void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
-                   const float* temperatures, const int64_t* seeds,
-                   const int64_t* anchor_positions, int step, MarkovCandidate* partials,
-                   MarkovCandidate* best, int64_t* tokens, int64_t token_stride,
-                   cudaStream_t stream);
+                   const float* temperatures, const int64_t* seeds, const int64_t* anchor_positions,
+                   int step, MarkovCandidate* partials, MarkovCandidate* best, int64_t* tokens,
+                   int64_t token_stride, cudaStream_t stream);
 
 // ---- the loop's inputs -------------------------------------------------------------
 // Fixed at load (device pointers).
@@ -132,14 +130,14 @@ struct MarkovShard {
 // ---- the fused plan ------------------------------------------------------------------
 // What decides whether the fused loop runs (all known at load).
 struct MarkovPlanInput {
-  int vocab = 0;                       // V: width of the draft-logits cache
-  int draft_vocab = 0;                 // the draft head's vocabulary; 0 = V
-  int rank = 0;                        // K; 0 = the draft has no Markov head
-  int shards = 1;                      // vocab-parallel ranks
-  int max_rows = 1;                    // rows per call
-  bool cache_bf16_contiguous = true;   // the cache is one contiguous bf16 [slots, N, V]
-  const void* w1 = nullptr;            // when given, checked for 16-byte alignment
-  const void* w2 = nullptr;            // (per shard: each shard's slice)
+  int vocab = 0;                      // V: width of the draft-logits cache
+  int draft_vocab = 0;                // the draft head's vocabulary; 0 = V
+  int rank = 0;                       // K; 0 = the draft has no Markov head
+  int shards = 1;                     // vocab-parallel ranks
+  int max_rows = 1;                   // rows per call
+  bool cache_bf16_contiguous = true;  // the cache is one contiguous bf16 [slots, N, V]
+  const void* w1 = nullptr;           // when given, checked for 16-byte alignment
+  const void* w2 = nullptr;           // (per shard: each shard's slice)
 };
 
 // Why the fused loop cannot run this draft, or "" when it can.
@@ -205,18 +203,18 @@ class MarkovWorkspace {
   void set_alternate_direction(bool on) { alternate_ = on; }
 
   // Eager buffers (shards == 1).
-  DeviceBuffer<bf16> e;                   // [max_rows, rank]
-  DeviceBuffer<bf16> bias;                // [max_rows, vocab]
-  DeviceBuffer<bf16> logits;              // [max_rows, vocab]
+  DeviceBuffer<bf16> e;                           // [max_rows, rank]
+  DeviceBuffer<bf16> bias;                        // [max_rows, vocab]
+  DeviceBuffer<bf16> logits;                      // [max_rows, vocab]
   DeviceBuffer<MarkovCandidate> sample_partials;  // [max_rows, markov_sample_blocks(vocab)]
   DeviceBuffer<MarkovCandidate> sample_best;      // [max_rows]
   // Fused buffers.
-  DeviceBuffer<bf16> embeds;              // [steps + 1, max_rows, rank]: row j is step j's e
-  DeviceBuffer<uint32_t> arrivals;        // [shards, steps, max_rows]
-  DeviceBuffer<int32_t> known;            // [shards, steps, max_rows] a lower bound of each
-                                          // row's best score (order key), shared by the blocks
+  DeviceBuffer<bf16> embeds;                  // [steps + 1, max_rows, rank]: row j is step j's e
+  DeviceBuffer<uint32_t> arrivals;            // [shards, steps, max_rows]
+  DeviceBuffer<int32_t> known;                // [shards, steps, max_rows] a lower bound of each
+                                              // row's best score (order key), shared by the blocks
   DeviceBuffer<unsigned long long> row_best;  // [shards, steps, max_rows] packed best so far
-  DeviceBuffer<float> noise_bound;        // per-bucket upper bounds of the Gumbel noise
+  DeviceBuffer<float> noise_bound;            // per-bucket upper bounds of the Gumbel noise
   // Vocab-parallel buffers (shards > 1).
   DeviceBuffer<MarkovPacket> packets_send;  // [shards, max_rows] (local shards' sends)
   DeviceBuffer<MarkovPacket> packets_recv;  // [shards, max_rows]
@@ -278,8 +276,7 @@ class LoopbackExchange final : public MarkovExchange {
   explicit LoopbackExchange(int shards);
   int shards() const override { return shards_; }
   std::vector<int> local_shards() const override;
-  void all_gather(const void* const* send, void* recv, size_t bytes,
-                  cudaStream_t stream) override;
+  void all_gather(const void* const* send, void* recv, size_t bytes, cudaStream_t stream) override;
 
  private:
   int shards_;

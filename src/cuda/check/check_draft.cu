@@ -26,7 +26,8 @@ struct GpuMatmul::Impl {
     if (b.size() < n) b = DeviceBuffer<T>(n);
   }
 
-  void run_gemm(const bf16* hx, int64_t xs, const bf16* hw, int M, int N, int K, bf16* hy, int64_t ys) {
+  void run_gemm(const bf16* hx, int64_t xs, const bf16* hw, int M, int N, int K, bf16* hy,
+                int64_t ys) {
     // Weights are the backend's persistent host matrices (checkpoint mapping or
     // packed copies): uploaded once per pointer and shape.
     auto it = weights.find(hw);
@@ -45,7 +46,8 @@ struct GpuMatmul::Impl {
     y.download(hy, yn);
   }
 
-  void run_attention(const cpu::AttentionParams& p, const bf16* hq, const bf16* hcache, bf16* hout) {
+  void run_attention(const cpu::AttentionParams& p, const bf16* hq, const bf16* hcache,
+                     bf16* hout) {
     int requests = 0;
     for (int t = 0; t < p.tokens; ++t) requests = std::max(requests, p.token_request[t] + 1);
     requests = std::max(requests, 1);
@@ -98,9 +100,8 @@ GpuMatmul::~GpuMatmul() = default;
 MatmulOps GpuMatmul::ops() {
   MatmulOps m;
   Impl* im = impl_.get();
-  m.gemm = [im](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys) {
-    im->run_gemm(x, xs, w, M, N, K, y, ys);
-  };
+  m.gemm = [im](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
+                int64_t ys) { im->run_gemm(x, xs, w, M, N, K, y, ys); };
   m.attention = [im](const cpu::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out) {
     im->run_attention(p, q, cache, out);
   };
@@ -125,8 +126,8 @@ std::string CheckReport::text() const {
     os << "\n";
   }
   os << (bad == 0 ? "check: all " : "check: ") << (lines.size() - bad) << " of " << lines.size()
-     << " comparisons bit for bit equal (Markov loop " << (markov_fused ? "fused" : "eager, fused refused")
-     << ")\n";
+     << " comparisons bit for bit equal (Markov loop "
+     << (markov_fused ? "fused" : "eager, fused refused") << ")\n";
   return os.str();
 }
 
@@ -137,13 +138,15 @@ CheckLine compare_bf16(const std::string& what, const std::vector<bf16>& found,
   CheckLine line{what, true, ""};
   if (found.size() != expected.size()) {
     line.equal = false;
-    line.detail = "sizes " + std::to_string(found.size()) + " vs " + std::to_string(expected.size());
+    line.detail =
+        "sizes " + std::to_string(found.size()) + " vs " + std::to_string(expected.size());
     return line;
   }
   for (size_t i = 0; i < found.size(); ++i)
     if (found[i].bits != expected[i].bits) {
       std::ostringstream os;
-      os << "index " << i << ": found 0x" << std::hex << found[i].bits << " expected 0x" << expected[i].bits;
+      os << "index " << i << ": found 0x" << std::hex << found[i].bits << " expected 0x"
+         << expected[i].bits;
       line.equal = false;
       line.detail = os.str();
       break;
@@ -181,12 +184,14 @@ void compare_sides(CheckReport& report, const Side& a, const Side& b, const std:
     for (size_t i = 0; i < a.rounds[round].drafts.size(); ++i) {
       const RequestDraft& da = a.rounds[round].drafts[i];
       const RequestDraft& db = b.rounds[round].drafts[i];
-      const std::string where = "round " + std::to_string(round) + " request " + std::to_string(da.request_id);
+      const std::string where =
+          "round " + std::to_string(round) + " request " + std::to_string(da.request_id);
       report.lines.push_back(compare_tokens(where + " tokens: " + names, db.tokens, da.tokens));
       report.lines.push_back(compare_bf16(where + " draft logits: " + names, db.logits, da.logits));
     }
   for (size_t l = 0; l < a.kv.size(); ++l)
-    report.lines.push_back(compare_bf16("KV cache layer " + std::to_string(l) + ": " + names, b.kv[l], a.kv[l]));
+    report.lines.push_back(
+        compare_bf16("KV cache layer " + std::to_string(l) + ": " + names, b.kv[l], a.kv[l]));
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ MmaProbeResult mma_probe(MmaDist dist, uint64_t seed, int64_t first, int64_t cou
                          std::vector<uint32_t>* device_bits) {
   if (count < 1) throw InvalidArgument("cuda::mma_probe: count must be >= 1");
   std::vector<MmaCase> cases(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) make_mma_case(dist, seed, first + i, cases[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < count; ++i)
+    make_mma_case(dist, seed, first + i, cases[static_cast<size_t>(i)]);
   DeviceBuffer<MmaCase> d_cases(cases);
   DeviceBuffer<uint32_t> d_out(static_cast<size_t>(count) * 128);
   const int threads = 256;
@@ -104,11 +105,12 @@ void mma_self_test() {
     const MmaDist dist = static_cast<MmaDist>(d);
     const MmaProbeResult r = mma_probe(dist, 0x5eedu, 0, 16);
     if (r.mismatches != 0)
-      throw DeviceError("the tensor-core instruction (mma.sync.m16n8k16 bf16 -> f32) on device " +
-                        std::to_string(device) + " does not match its CPU twin (core/mma.h) in " +
-                        std::to_string(r.mismatches) + " of " + std::to_string(r.outputs) +
-                        " outputs of the start-up self-test; first: " + r.first +
-                        ". No product computed here could be reproduced on the CPU: refusing to run.");
+      throw DeviceError(
+          "the tensor-core instruction (mma.sync.m16n8k16 bf16 -> f32) on device " +
+          std::to_string(device) + " does not match its CPU twin (core/mma.h) in " +
+          std::to_string(r.mismatches) + " of " + std::to_string(r.outputs) +
+          " outputs of the start-up self-test; first: " + r.first +
+          ". No product computed here could be reproduced on the CPU: refusing to run.");
   }
   passed.insert(device);
 }

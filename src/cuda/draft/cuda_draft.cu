@@ -89,7 +89,8 @@ struct CudaDraft::Impl {
   std::unique_ptr<MarkovLoop> markov;
   std::map<int, cudaGraphExec_t> graphs;  // by row count
 
-  Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts, const CudaDraftOptions& copts)
+  Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts,
+       const CudaDraftOptions& copts)
       : ckpt(std::move(ck)), c(ckpt->config()), o(opts), co(copts), qkv(QkvLayout::of(c)) {
     c.validate();
     mma_self_test();  // refuses a device whose tensor cores the CPU twin does not reproduce
@@ -121,7 +122,9 @@ struct CudaDraft::Impl {
         d.o_proj = upload(lw.o_proj, H * q);
         d.down_proj = upload(lw.down_proj, H * I);
         auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
-        auto optf = [&](const float* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<float>(); };
+        auto optf = [&](const float* p, size_t n) {
+          return p ? upload(p, n) : DeviceBuffer<float>();
+        };
         d.input_norm = opt(lw.input_norm, H);
         d.post_attn_norm = opt(lw.post_attn_norm, H);
         d.pre_ffn_norm = opt(lw.pre_ffn_norm, H);
@@ -203,8 +206,8 @@ struct CudaDraft::Impl {
   }
 
   // K-norm, V-norm, RoPE on K: shared by the context chain and the block.
-  void kv_heads(bf16* k, bf16* v, int64_t stride, int T, const DeviceLayer& d,
-                const int64_t* pos, cudaStream_t s) {
+  void kv_heads(bf16* k, bf16* v, int64_t stride, int T, const DeviceLayer& d, const int64_t* pos,
+                cudaStream_t s) {
     if (c.qk_norm)
       head_rms_norm(k, stride, T, c.num_kv_heads, c.head_dim, d.k_norm.data(), c.norm_gain,
                     c.rms_norm_eps, s);
@@ -312,8 +315,8 @@ struct CudaDraft::Impl {
     const bool f32 = c.stream_dtype == StreamDType::f32;
     if (f32) widen_bf16(x.data(), static_cast<int64_t>(T) * H, stream_f32.data(), s);
     void* strm = f32 ? static_cast<void*>(stream_f32.data()) : static_cast<void*>(x.data());
-    rms_norm(x.data(), H, T, H, layers[0].input_norm.data(), c.norm_gain, c.rms_norm_eps,
-             h.data(), H, s);
+    rms_norm(x.data(), H, T, H, layers[0].input_norm.data(), c.norm_gain, c.rms_norm_eps, h.data(),
+             H, s);
     const AttentionParams ap = attention_params(T, b.block_tables);
     const bool sandwich = c.layer_style == LayerStyle::sandwich;
     for (int l = 0; l < L; ++l) {
@@ -459,9 +462,13 @@ std::string CudaDraft::name() const { return "cuda"; }
 const ModelConfig& CudaDraft::config() const { return impl_->c; }
 const DraftOptions& CudaDraft::options() const { return impl_->o; }
 void CudaDraft::store_context(const ContextBatch& b) { impl_->store_context(b); }
-void CudaDraft::propose(const ProposeBatch& b, const ProposeOutputs& out) { impl_->propose(b, out); }
+void CudaDraft::propose(const ProposeBatch& b, const ProposeOutputs& out) {
+  impl_->propose(b, out);
+}
 StageTimings CudaDraft::last_timings() const { return impl_->timings; }
-void CudaDraft::propose_device(const DeviceProposeBatch& b, cudaStream_t s) { impl_->run_device(b, s, nullptr); }
+void CudaDraft::propose_device(const DeviceProposeBatch& b, cudaStream_t s) {
+  impl_->run_device(b, s, nullptr);
+}
 bool CudaDraft::markov_fused() const { return impl_->co.fused_markov && impl_->markov->fused(); }
 
 std::vector<bf16> CudaDraft::kv_cache(int layer) const {
@@ -476,9 +483,11 @@ std::string CudaDraft::plan() const { return gpu_plan(impl_->c, impl_->co, impl_
 std::string gpu_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_rows) {
   std::ostringstream os;
   os << "context chain: eager (fc GEMM, hidden_norm, "
-     << (c.context_layer_norm ? "per-layer input norm + K/V GEMM per layer" : "one stacked K/V GEMM")
+     << (c.context_layer_norm ? "per-layer input norm + K/V GEMM per layer"
+                              : "one stacked K/V GEMM")
      << ", K-norm, RoPE, KV insert)\n";
-  os << "backbone: eager (one kernel or pinned cuBLASLt GEMM per op; the fused backbone kernels are not built yet)\n";
+  os << "backbone: eager (one kernel or pinned cuBLASLt GEMM per op; the fused backbone kernels "
+        "are not built yet)\n";
   os << "lm_head: pinned cuBLASLt GEMM\n";
   MarkovPlanInput in;
   in.vocab = c.vocab_size;

@@ -20,11 +20,12 @@ __global__ void prepare_kernel(QueryBlockParams p) {
   p.ids[t] = j == 0 ? anchor : p.mask_token;
   p.positions[t] = pos;
   p.token_request[t] = pad ? -1 : r;
-  p.slots[t] = pad ? -1
-                   : static_cast<int64_t>(p.block_tables[static_cast<int64_t>(r) * p.max_pages +
-                                                         pos / p.page_size]) *
-                             p.page_size +
-                         pos % p.page_size;
+  p.slots[t] =
+      pad ? -1
+          : static_cast<int64_t>(
+                p.block_tables[static_cast<int64_t>(r) * p.max_pages + pos / p.page_size]) *
+                    p.page_size +
+                pos % p.page_size;
   if (j == 0) {
     p.kv_lens[r] = a + p.steps;
     p.safe_anchor[r] = anchor;

@@ -76,8 +76,8 @@ __device__ float block_reduce(float v, float* red) {
 }
 
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_split_kernel(AttnArgs a, const bf16* q, const bf16* cache, float* ws_m,
-                           float* ws_l, float* ws_acc) {
+    attention_split_kernel(AttnArgs a, const bf16* q, const bf16* cache, float* ws_m, float* ws_l,
+                           float* ws_acc) {
   const int t = blockIdx.x, h = blockIdx.y, sp = blockIdx.z;
   const int req = a.token_request[t];
   if (req < 0) return;
@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t lo = range_lo(a, a.positions[t]);
   const int64_t split_begin = static_cast<int64_t>(sp) * kAttentionSplit;
   const int64_t begin = lo > split_begin ? lo : split_begin;
-  const int64_t end = kv_len < split_begin + kAttentionSplit ? kv_len : split_begin + kAttentionSplit;
+  const int64_t end =
+      kv_len < split_begin + kAttentionSplit ? kv_len : split_begin + kAttentionSplit;
   if (begin >= end) return;  // the combine kernel skips this split by the same rule
   const int count = static_cast<int>(end - begin);
   const int hd = a.head_dim;
@@ -144,8 +145,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_combine_kernel(AttnArgs a, const float* ws_m, const float* ws_l,
-                             const float* ws_acc, bf16* out) {
+    attention_combine_kernel(AttnArgs a, const float* ws_m, const float* ws_l, const float* ws_acc,
+                             bf16* out) {
   const int t = blockIdx.x, h = blockIdx.y;
   const int hd = a.head_dim;
   bf16* o = out + (static_cast<int64_t>(t) * a.heads + h) * hd;
@@ -169,7 +170,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int sp = sp_begin; sp < sp_end; ++sp) big_m = fmaxf(big_m, ws_m[base + sp]);
   float big_l = 0.0f;
   for (int sp = sp_begin; sp < sp_end; ++sp)
-    big_l = __fadd_rn(big_l, __fmul_rn(ws_l[base + sp], exp_f32(__fsub_rn(ws_m[base + sp], big_m))));
+    big_l =
+        __fadd_rn(big_l, __fmul_rn(ws_l[base + sp], exp_f32(__fsub_rn(ws_m[base + sp], big_m))));
   for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
     float acc = 0.0f;
     for (int sp = sp_begin; sp < sp_end; ++sp) {
@@ -235,11 +237,12 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
           "workspace must be 4-byte aligned");
 
   const int splits = static_cast<int>(split_count(p.max_kv_len));
-  const AttnArgs a{p.heads,         p.kv_heads,      p.head_dim,
-                   p.page_size,     p.max_pages,     p.window,
-                   splits,          p.q_stride,      1.0f / std::sqrt(static_cast<float>(p.head_dim)),
-                   p.block_tables,  p.token_request, p.positions,
-                   p.kv_lens};
+  const AttnArgs a{
+      p.heads,        p.kv_heads,      p.head_dim,
+      p.page_size,    p.max_pages,     p.window,
+      splits,         p.q_stride,      1.0f / std::sqrt(static_cast<float>(p.head_dim)),
+      p.block_tables, p.token_request, p.positions,
+      p.kv_lens};
   const int64_t units = static_cast<int64_t>(p.tokens) * p.heads * splits;
   float* ws_m = static_cast<float*>(workspace);
   float* ws_l = ws_m + units;

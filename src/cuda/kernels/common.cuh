@@ -54,12 +54,9 @@ __device__ __forceinline__ float rms_scale(float ss, int n, float eps) {
 __device__ __forceinline__ float apply_norm(float x, float r, const bf16* w, NormGain gain, int i) {
   const float xr = __fmul_rn(x, r);
   switch (gain) {
-    case NormGain::weight:
-      return __fmul_rn(xr, to_f32(w[i]));
-    case NormGain::one_plus_weight:
-      return __fmul_rn(xr, __fadd_rn(1.0f, to_f32(w[i])));
-    case NormGain::none:
-      break;
+    case NormGain::weight: return __fmul_rn(xr, to_f32(w[i]));
+    case NormGain::one_plus_weight: return __fmul_rn(xr, __fadd_rn(1.0f, to_f32(w[i])));
+    case NormGain::none: break;
   }
   return xr;
 }
@@ -72,7 +69,8 @@ inline void require(bool ok, const char* op, const std::string& what) {
 }
 
 inline void require_eps(float eps, const char* op) {
-  require(eps >= 0.0f && eps <= 3.0e38f, op, "eps must be finite and >= 0, got " + std::to_string(eps));
+  require(eps >= 0.0f && eps <= 3.0e38f, op,
+          "eps must be finite and >= 0, got " + std::to_string(eps));
 }
 
 inline void require_gain_weight(const bf16* weight, NormGain gain, const char* op,

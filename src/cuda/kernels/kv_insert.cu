@@ -16,8 +16,8 @@ namespace {
 constexpr int kKvThreads = 128;
 
 __global__ void __launch_bounds__(kKvThreads)
-    kv_insert_kernel(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
-                     int kv_heads, int head_dim, const int64_t* slots, bf16* cache) {
+    kv_insert_kernel(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int kv_heads,
+                     int head_dim, const int64_t* slots, bf16* cache) {
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0) return;
@@ -37,18 +37,19 @@ __global__ void __launch_bounds__(kKvThreads)
 }  // namespace
 
 void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
-               int kv_heads, int head_dim, const int64_t* slots, bf16* cache,
-               cudaStream_t stream) {
+               int kv_heads, int head_dim, const int64_t* slots, bf16* cache, cudaStream_t stream) {
   using detail::require;
   require(tokens >= 0, "kv_insert", "tokens must be >= 0, got " + std::to_string(tokens));
   require(kv_heads >= 1, "kv_insert", "kv_heads must be >= 1, got " + std::to_string(kv_heads));
   require(head_dim >= 1, "kv_insert", "head_dim must be >= 1, got " + std::to_string(head_dim));
   const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
   require(width <= 0x3fffffff, "kv_insert", "kv_heads * head_dim too large");
-  require(k_stride >= width, "kv_insert",
-          "k_stride " + std::to_string(k_stride) + " < kv_heads * head_dim " + std::to_string(width));
-  require(v_stride >= width, "kv_insert",
-          "v_stride " + std::to_string(v_stride) + " < kv_heads * head_dim " + std::to_string(width));
+  require(
+      k_stride >= width, "kv_insert",
+      "k_stride " + std::to_string(k_stride) + " < kv_heads * head_dim " + std::to_string(width));
+  require(
+      v_stride >= width, "kv_insert",
+      "v_stride " + std::to_string(v_stride) + " < kv_heads * head_dim " + std::to_string(width));
   if (tokens == 0) return;
   require(k != nullptr && v != nullptr && slots != nullptr && cache != nullptr, "kv_insert",
           "k, v, slots and cache must not be null");

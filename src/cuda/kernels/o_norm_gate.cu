@@ -18,12 +18,11 @@ namespace sparkdraft::cuda {
 namespace {
 
 __global__ void __launch_bounds__(detail::kRowThreads)
-    o_norm_gate_kernel(bf16* o, int64_t units, int heads, int head_dim,
-                       const bf16* o_norm_weight, bool o_norm, NormGain gain, float eps,
-                       const bf16* g, int64_t g_stride) {
+    o_norm_gate_kernel(bf16* o, int64_t units, int heads, int head_dim, const bf16* o_norm_weight,
+                       bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride) {
   const int lane = threadIdx.x % detail::kWarpSize;
-  const int64_t unit = static_cast<int64_t>(blockIdx.x) * detail::kRowWarps +
-                       threadIdx.x / detail::kWarpSize;
+  const int64_t unit =
+      static_cast<int64_t>(blockIdx.x) * detail::kRowWarps + threadIdx.x / detail::kWarpSize;
   if (unit >= units) return;
   const int64_t t = unit / heads;
   const int h = static_cast<int>(unit - t * heads);

@@ -78,15 +78,15 @@ void residual_boundary(const BoundaryParams& p, const bf16* branch, void* residu
                        cudaStream_t stream) {
   p.check();
   if (p.rows == 0) return;
-  detail::require(branch != nullptr && residual != nullptr && next != nullptr,
-                  "residual_boundary", "branch, residual and next must not be null");
+  detail::require(branch != nullptr && residual != nullptr && next != nullptr, "residual_boundary",
+                  "branch, residual and next must not be null");
   const unsigned blocks = detail::blocks_for(p.rows, detail::kRowWarps, "residual_boundary");
   if (p.stream_dtype == StreamDType::f32)
     residual_boundary_kernel<float><<<blocks, detail::kRowThreads, 0, stream>>>(
         p, branch, static_cast<float*>(residual), next);
   else
-    residual_boundary_kernel<bf16><<<blocks, detail::kRowThreads, 0, stream>>>(
-        p, branch, static_cast<bf16*>(residual), next);
+    residual_boundary_kernel<bf16>
+        <<<blocks, detail::kRowThreads, 0, stream>>>(p, branch, static_cast<bf16*>(residual), next);
   SD_CHECK_LAUNCH();
 }
 

@@ -63,8 +63,8 @@ void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weig
   launch_rms_norm(x, x_stride, rows, n, weight, gain, eps, y, y_stride, stream);
 }
 
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight,
-              NormGain gain, float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
+void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
+              float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
   launch_rms_norm(x, x_stride, rows, n, weight, gain, eps, y, y_stride, stream);
 }
 

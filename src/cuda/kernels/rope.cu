@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 }  // namespace
 
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim,
-          const int64_t* positions, const float* table, RopeStyle style, cudaStream_t stream) {
+void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
+          const float* table, RopeStyle style, cudaStream_t stream) {
   using detail::require;
   require(tokens >= 0, "rope", "tokens must be >= 0, got " + std::to_string(tokens));
   require(heads >= 1, "rope", "heads must be >= 1, got " + std::to_string(heads));

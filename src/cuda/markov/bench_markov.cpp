@@ -115,18 +115,18 @@ void check_equal(const std::vector<int64_t>& tok_f, const std::vector<int64_t>& 
   for (size_t i = 0; i < tok_e.size(); ++i)
     if (tok_f[i] != tok_e[i]) {
       std::ostringstream os;
-      os << "bench_markov: fused != eager: token of row " << static_cast<int64_t>(i) / n
-         << " step " << static_cast<int64_t>(i) % n << ": found " << tok_f[i] << ", expected "
-         << tok_e[i] << " (seed " << o.seed << ")";
+      os << "bench_markov: fused != eager: token of row " << static_cast<int64_t>(i) / n << " step "
+         << static_cast<int64_t>(i) % n << ": found " << tok_f[i] << ", expected " << tok_e[i]
+         << " (seed " << o.seed << ")";
       throw Error(os.str());
     }
   for (size_t i = 0; i < cache_e.size(); ++i)
     if (cache_f[i].bits != cache_e[i].bits) {
       const int64_t idx = static_cast<int64_t>(i);
       std::ostringstream os;
-      os << "bench_markov: fused != eager: cache[slot " << idx / (n * v) << "][step "
-         << idx / v % n << "][" << idx % v << "]: found 0x" << std::hex << cache_f[i].bits
-         << ", expected 0x" << cache_e[i].bits << std::dec << " (seed " << o.seed << ")";
+      os << "bench_markov: fused != eager: cache[slot " << idx / (n * v) << "][step " << idx / v % n
+         << "][" << idx % v << "]: found 0x" << std::hex << cache_f[i].bits << ", expected 0x"
+         << cache_e[i].bits << std::dec << " (seed " << o.seed << ")";
       throw Error(os.str());
     }
 }
@@ -134,9 +134,9 @@ void check_equal(const std::vector<int64_t>& tok_f, const std::vector<int64_t>& 
 }  // namespace
 
 MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
-  require(o.vocab >= 1 && o.rank >= 1 && o.steps >= 1 && o.rows >= 1 && o.repeats >= 1 &&
-              o.warmup >= 0,
-          "bench_markov", "vocab, rank, steps, rows and repeats must be >= 1, warmup >= 0");
+  require(
+      o.vocab >= 1 && o.rank >= 1 && o.steps >= 1 && o.rows >= 1 && o.repeats >= 1 && o.warmup >= 0,
+      "bench_markov", "vocab, rank, steps, rows and repeats must be >= 1, warmup >= 0");
   require(o.temperature >= 0.0f && std::isfinite(o.temperature), "bench_markov",
           "temperature must be finite and >= 0");
   MarkovBenchResult r;
@@ -170,7 +170,8 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   plan.rank = o.rank;
   plan.max_rows = o.rows;
   const std::string refusal = fused_markov_refusal(plan);
-  if (!refusal.empty()) throw InvalidArgument("bench_markov: the fused loop cannot run: " + refusal);
+  if (!refusal.empty())
+    throw InvalidArgument("bench_markov: the fused loop cannot run: " + refusal);
 
   DeviceStream stream;
   const cudaStream_t s = stream.get();
@@ -254,15 +255,14 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
       << r.sm_clock_peak_mhz << " MHz, seen " << r.sm_clock_seen_mhz << " MHz, memory clock "
       << r.mem_clock_peak_mhz << " MHz)\n";
   out << "  V " << o.vocab << ", rank " << o.rank << ", N " << o.steps << ", rows " << o.rows
-      << ", T " << o.temperature << ", transform " << (o.transform ? "on" : "off")
-      << ", median of " << o.repeats << "\n";
+      << ", T " << o.temperature << ", transform " << (o.transform ? "on" : "off") << ", median of "
+      << o.repeats << "\n";
   out << "  copy bandwidth " << r.copy_bandwidth_gbs << " GB/s, floor " << r.bytes / 1e6
       << " MB -> " << r.floor_us << " us\n";
   out << std::setprecision(2);
   out << "  fused " << r.fused_us << " us (" << r.fused_ratio << "x floor; grid " << r.fused_grid
       << ", " << r.fused_blocks_per_sm << " blocks/SM, " << r.fused_stages << " stages, "
-      << r.fused_smem << " B smem, PDL "
-      << (r.pdl ? "on" : "off") << ")\n";
+      << r.fused_smem << " B smem, PDL " << (r.pdl ? "on" : "off") << ")\n";
   out << "  eager " << r.eager_us << " us (" << r.eager_ratio << "x floor)\n";
   out << std::defaultfloat;
 

@@ -34,12 +34,14 @@ __global__ void embed_kernel(const int64_t* tokens, int64_t token_stride, const 
                              bf16* e) {
   const int r = blockIdx.x;
   const bf16* src = w1 + tokens[r * token_stride] * rank;
-  for (int k = threadIdx.x; k < rank; k += blockDim.x) e[static_cast<int64_t>(r) * rank + k] = src[k];
+  for (int k = threadIdx.x; k < rank; k += blockDim.x)
+    e[static_cast<int64_t>(r) * rank + k] = src[k];
 }
 
 // Two bf16 of `row` at k and k + 1 as an mma fragment register (zero past the
 // rank or past the last row: both operands of a padded product are zero).
-__device__ __forceinline__ uint32_t fragment_pair(const bf16* m, int row, int rows, int rank, int k) {
+__device__ __forceinline__ uint32_t fragment_pair(const bf16* m, int row, int rows, int rank,
+                                                  int k) {
   if (row >= rows) return 0u;
   const bf16* p = m + static_cast<int64_t>(row) * rank;
   const uint32_t lo = k < rank ? p[k].bits : 0u, hi = k + 1 < rank ? p[k + 1].bits : 0u;
@@ -151,8 +153,8 @@ void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const b
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
                  cudaStream_t stream) {
   require(rows >= 0 && vocab >= 1 && rank >= 1, "markov_bias",
-          "rows must be >= 0, vocab and rank >= 1, got rows " + std::to_string(rows) +
-              ", vocab " + std::to_string(vocab) + ", rank " + std::to_string(rank));
+          "rows must be >= 0, vocab and rank >= 1, got rows " + std::to_string(rows) + ", vocab " +
+              std::to_string(vocab) + ", rank " + std::to_string(rank));
   require(rows <= 65535, "markov_bias", "rows must be <= 65535, got " + std::to_string(rows));
   if (rows == 0) return;
   require(e != nullptr && w2 != nullptr && bias != nullptr, "markov_bias",
@@ -164,8 +166,8 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
 }
 
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
-                        int vocab, const cpu::LogitTransform& transform, bf16* logits,
-                        bf16* cache, const int64_t* cache_slots, int64_t cache_slot_stride,
+                        int vocab, const cpu::LogitTransform& transform, bf16* logits, bf16* cache,
+                        const int64_t* cache_slots, int64_t cache_slot_stride,
                         cudaStream_t stream) {
   require(rows >= 0 && vocab >= 1, "markov_step_logits",
           "rows must be >= 0 and vocab >= 1, got rows " + std::to_string(rows) + ", vocab " +
@@ -179,18 +181,16 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
           "cache_slots must be given with a cache");
   const dim3 grid((vocab + kThreads - 1) / kThreads, rows);
   step_logits_kernel<<<grid, kThreads, 0, stream>>>(base, base_stride, bias, vocab, transform,
-                                                    logits, cache, cache_slots,
-                                                    cache_slot_stride);
+                                                    logits, cache, cache_slots, cache_slot_stride);
   SD_CHECK_LAUNCH();
 }
 
 int markov_sample_blocks(int vocab) { return (vocab + kSampleBlockVocab - 1) / kSampleBlockVocab; }
 
 void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
-                   const float* temperatures, const int64_t* seeds,
-                   const int64_t* anchor_positions, int step, MarkovCandidate* partials,
-                   MarkovCandidate* best, int64_t* tokens, int64_t token_stride,
-                   cudaStream_t stream) {
+                   const float* temperatures, const int64_t* seeds, const int64_t* anchor_positions,
+                   int step, MarkovCandidate* partials, MarkovCandidate* best, int64_t* tokens,
+                   int64_t token_stride, cudaStream_t stream) {
   require(rows >= 0 && vocab >= 1, "markov_sample",
           "rows must be >= 0 and vocab >= 1, got rows " + std::to_string(rows) + ", vocab " +
               std::to_string(vocab));
@@ -201,8 +201,9 @@ void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
   if (rows == 0) return;
   require(logits != nullptr && temperatures != nullptr && seeds != nullptr &&
               anchor_positions != nullptr && partials != nullptr && best != nullptr,
-          "markov_sample", "logits, temperatures, seeds, anchor_positions, partials and best "
-                           "must not be null");
+          "markov_sample",
+          "logits, temperatures, seeds, anchor_positions, partials and best "
+          "must not be null");
   const int blocks = markov_sample_blocks(vocab);
   sample_block_kernel<<<dim3(blocks, rows), kThreads, 0, stream>>>(
       logits, vocab, id_offset, temperatures, seeds, anchor_positions, step, partials);
@@ -213,24 +214,26 @@ void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
 
 void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
                        cudaStream_t stream) {
-  require(ws.shards() == 1, "eager_markov_loop", "the eager loop runs TP 1 only (workspace has " +
-                                                     std::to_string(ws.shards()) + " shards)");
+  require(
+      ws.shards() == 1, "eager_markov_loop",
+      "the eager loop runs TP 1 only (workspace has " + std::to_string(ws.shards()) + " shards)");
   require(head.vocab == ws.vocab() && head.rank == ws.rank(), "eager_markov_loop",
           "head (vocab " + std::to_string(head.vocab) + ", rank " + std::to_string(head.rank) +
               ") does not match the workspace (vocab " + std::to_string(ws.vocab()) + ", rank " +
               std::to_string(ws.rank()) + ")");
-  require(batch.rows >= 0 && batch.rows <= ws.max_rows(), "eager_markov_loop",
-          "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) +
-              "]");
-  require(batch.steps >= 1 && batch.steps <= ws.steps(), "eager_markov_loop",
-          "steps " + std::to_string(batch.steps) + " not in [1, " + std::to_string(ws.steps()) +
-              "]");
+  require(
+      batch.rows >= 0 && batch.rows <= ws.max_rows(), "eager_markov_loop",
+      "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) + "]");
+  require(
+      batch.steps >= 1 && batch.steps <= ws.steps(), "eager_markov_loop",
+      "steps " + std::to_string(batch.steps) + " not in [1, " + std::to_string(ws.steps()) + "]");
   if (batch.rows == 0) return;
   require(head.w1 != nullptr && head.w2 != nullptr, "eager_markov_loop",
           "head.w1 and head.w2 must not be null");
   require(batch.anchor_tokens != nullptr && batch.draft_tokens != nullptr &&
               batch.base_logits != nullptr && batch.cache != nullptr,
-          "eager_markov_loop", "anchor_tokens, draft_tokens, base_logits and cache must not be null");
+          "eager_markov_loop",
+          "anchor_tokens, draft_tokens, base_logits and cache must not be null");
   const int64_t n = batch.steps, v = head.vocab;
   for (int j = 0; j < batch.steps; ++j) {
     if (j == 0)

@@ -52,31 +52,31 @@ namespace markov_detail {
 namespace {
 
 struct FusedStepParams {
-  const bf16* w2;               // [width, K] this shard's rows
-  const bf16* base;             // step j's plane: row r at base + r * base_row_stride
+  const bf16* w2;    // [width, K] this shard's rows
+  const bf16* base;  // step j's plane: row r at base + r * base_row_stride
   int64_t base_row_stride;
-  const bf16* embeds_in;        // [rows, K] step j's embeddings
-  bf16* embeds_out;             // [rows, K] step j+1's (TP 1)
-  const bf16* w1;               // [V, K]
+  const bf16* embeds_in;  // [rows, K] step j's embeddings
+  bf16* embeds_out;       // [rows, K] step j+1's (TP 1)
+  const bf16* w1;         // [V, K]
   const float* temperatures;
   const int64_t* seeds;
   const int64_t* anchor_positions;
   const int64_t* cache_slots;
-  bf16* cache;                  // step j's plane: row index i at cache + i * cache_row_stride
+  bf16* cache;  // step j's plane: row index i at cache + i * cache_row_stride
   int64_t cache_row_stride;
-  int cache_by_row;             // shard caches are indexed by row, the full cache by slot
-  int64_t* tokens;              // TP 1: draft_tokens + j, row stride `steps`
-  MarkovPacket* packets;        // vocab shard: [rows]; null at TP 1
-  unsigned long long* row_best; // [rows] this step's best (value, id) of each row so far,
-                                // packed by pack_candidate (0 by the anchor kernel)
-  uint32_t* arrivals;           // [rows] this step's counters (zeroed by the anchor kernel)
-  int* known;                   // [rows] this step's grid-wide lower bounds of the rows' best
-                                // z as order keys (-inf by the anchor kernel)
-  const float* noise_bound;     // [kNoiseBuckets] noise_bound_table()
+  int cache_by_row;              // shard caches are indexed by row, the full cache by slot
+  int64_t* tokens;               // TP 1: draft_tokens + j, row stride `steps`
+  MarkovPacket* packets;         // vocab shard: [rows]; null at TP 1
+  unsigned long long* row_best;  // [rows] this step's best (value, id) of each row so far,
+                                 // packed by pack_candidate (0 by the anchor kernel)
+  uint32_t* arrivals;            // [rows] this step's counters (zeroed by the anchor kernel)
+  int* known;                    // [rows] this step's grid-wide lower bounds of the rows' best
+                                 // z as order keys (-inf by the anchor kernel)
+  const float* noise_bound;      // [kNoiseBuckets] noise_bound_table()
   cpu::LogitTransform transform;
   int rows, width, steps, step, id_offset;
   int stages, reverse;
-  int vec_io;                   // base and cache rows allow 16-byte accesses at 8-entry steps
+  int vec_io;  // base and cache rows allow 16-byte accesses at 8-entry steps
 };
 
 // fp32 -> int32 whose signed order is the order of the (non-NaN) floats, and back
@@ -85,9 +85,13 @@ __device__ __forceinline__ int order_key(float x) {
   const int b = __float_as_int(x);
   return b >= 0 ? b : b ^ 0x7fffffff;
 }
-__device__ __forceinline__ float key_value(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); }
+__device__ __forceinline__ float key_value(int k) {
+  return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff);
+}
 
-__device__ __forceinline__ int ld_volatile(const int* p) { return *reinterpret_cast<const volatile int*>(p); }
+__device__ __forceinline__ int ld_volatile(const int* p) {
+  return *reinterpret_cast<const volatile int*>(p);
+}
 
 // A candidate as one 64-bit key whose unsigned order is the sampling rule's
 // preference (core/sampling.h `better`): the high word orders the values (NaN above
@@ -171,7 +175,8 @@ __device__ __forceinline__ Bracket score_bracket(float l, float y, float u, cons
   const float sa = __fmul_rn(l, y);
   const float d = __fmaf_ru(fabsf(sa), 0x1p-22f, 0x1p-126f);
   const int b = noise_bucket(u);
-  return Bracket{__fadd_rd(__fsub_rd(sa, d), noise_b[b + 1]), __fadd_ru(__fadd_ru(sa, d), noise_b[b])};
+  return Bracket{__fadd_rd(__fsub_rd(sa, d), noise_b[b + 1]),
+                 __fadd_ru(__fadd_ru(sa, d), noise_b[b])};
 }
 __device__ __forceinline__ bool bracket_ok(float l, float y, float t) {
   return (__float_as_uint(__fmul_rn(l, y)) & 0x7f800000u) != 0x7f800000u && t >= 0x1p-100f &&
@@ -232,7 +237,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
       for (int x = tid; x < kTileElems / 8; x += kFusedThreads) {
         const int v = x / kChunks, c = x % kChunks;
         const bool ok = t * kTileV + v < p.width;
-        cp_async_16(dst + v * K + fused_ring_chunk<K>(v, c) * 8, ok ? src + x * 8 : p.w2, ok ? 16 : 0);
+        cp_async_16(dst + v * K + fused_ring_chunk<K>(v, c) * 8, ok ? src + x * 8 : p.w2,
+                    ok ? 16 : 0);
       }
     }
     cp_async_commit();
@@ -249,7 +255,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   // row stride kEStride), temperatures, step seeds, cache rows.
   for (int x = tid; x < n_tiles * 8 * kChunks; x += kFusedThreads) {
     const int r = x / kChunks, c = x % kChunks;
-    const uint4 raw = r < p.rows ? reinterpret_cast<const uint4*>(p.embeds_in)[x] : make_uint4(0, 0, 0, 0);
+    const uint4 raw =
+        r < p.rows ? reinterpret_cast<const uint4*>(p.embeds_in)[x] : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(smem + lay.e + (r * kEStride + c * 8) * 2) = raw;
   }
   for (int r = tid; r < p.rows; r += kFusedThreads) {
@@ -310,7 +317,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
       // The accumulator of item (m-tile, n-tile) to the staging buffer as bf16: lane
       // (g, t4) holds entries g, g + 8 of the m-tile for rows 2 t4, 2 t4 + 1.
       auto stage_bias = [&](const float acc[4], int item) {
-        const int r0 = (item / kMTiles) * 8 + 2 * t4, x0 = slot * kTileV + (item % kMTiles) * 16 + g;
+        const int r0 = (item / kMTiles) * 8 + 2 * t4,
+                  x0 = slot * kTileV + (item % kMTiles) * 16 + g;
         if (r0 < p.rows) {
           staging[r0 * width + x0] = to_bf16(acc[0]);
           staging[r0 * width + x0 + 8] = to_bf16(acc[2]);
@@ -407,8 +415,10 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
             const Bracket bz = score_bracket(lv[i], y, u[i], noise_b);
             zhi[i] = bz.hi;
             if (i < n) {
-              if (bracket_ok(lv[i], y, t)) lo = fmaxf(lo, bz.lo);
-              else exact |= 1u << i;
+              if (bracket_ok(lv[i], y, t))
+                lo = fmaxf(lo, bz.lo);
+              else
+                exact |= 1u << i;
             }
           }
         } else {
@@ -440,7 +450,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
               if (j == i) li = lv[j], ui = u[j];
             const float sc = __fdiv_rn(li, t);
             const bool finite = (__float_as_uint(sc) & 0x7f800000u) != 0x7f800000u;
-            const MarkovCandidate c{finite ? __fadd_rn(sc, gumbel_noise(ui)) : sc, v0 + i + p.id_offset};
+            const MarkovCandidate c{finite ? __fadd_rn(sc, gumbel_noise(ui)) : sc,
+                                    v0 + i + p.id_offset};
             if (wins(c, cand)) cand = c;
           }
         }
@@ -625,8 +636,8 @@ struct StepLaunch {
 
 StepLaunch plan_step(const MarkovWorkspace& ws, int rows, int width) {
   const FusedStepLaunch l = fused_step_launch(ws, rows, width);
-  return StepLaunch{step_kernel(ws.rank(), fused_entries_per_lane(rows)), dim3(l.grid), l.shape.smem_bytes,
-                    l.shape.stages, ws.pdl()};
+  return StepLaunch{step_kernel(ws.rank(), fused_entries_per_lane(rows)), dim3(l.grid),
+                    l.shape.smem_bytes, l.shape.stages, ws.pdl()};
 }
 
 // Whether every 8-entry slot of the step's base and cache rows is one aligned 16-byte access.
@@ -650,8 +661,8 @@ void launch_step(const StepLaunch& l, const FusedStepParams& p, cudaStream_t str
   SD_CUDA_CHECK(cudaLaunchKernelEx(&cfg, l.kernel, p));
 }
 
-FusedStepParams common_params(const MarkovHead& head, const MarkovBatch& batch,
-                              MarkovWorkspace& ws, const StepLaunch& l) {
+FusedStepParams common_params(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
+                              const StepLaunch& l) {
   FusedStepParams p{};
   p.w1 = head.w1;
   p.temperatures = batch.temperatures;
@@ -672,12 +683,12 @@ void check_batch(const char* op, const MarkovHead& head, const MarkovBatch& batc
           "head (vocab " + std::to_string(head.vocab) + ", rank " + std::to_string(head.rank) +
               ") does not match the workspace (vocab " + std::to_string(ws.vocab()) + ", rank " +
               std::to_string(ws.rank()) + ")");
-  require(batch.rows >= 0 && batch.rows <= ws.max_rows(), op,
-          "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) +
-              "]");
-  require(batch.steps >= 1 && batch.steps <= ws.steps(), op,
-          "steps " + std::to_string(batch.steps) + " not in [1, " + std::to_string(ws.steps()) +
-              "]");
+  require(
+      batch.rows >= 0 && batch.rows <= ws.max_rows(), op,
+      "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) + "]");
+  require(
+      batch.steps >= 1 && batch.steps <= ws.steps(), op,
+      "steps " + std::to_string(batch.steps) + " not in [1, " + std::to_string(ws.steps()) + "]");
   require(head.w1 != nullptr, op, "head.w1 must not be null");
   require(batch.anchor_tokens != nullptr && batch.anchor_positions != nullptr &&
               batch.seeds != nullptr && batch.temperatures != nullptr &&
@@ -688,10 +699,9 @@ void check_batch(const char* op, const MarkovHead& head, const MarkovBatch& batc
 
 void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
                    cudaStream_t stream) {
-  anchor_kernel<<<batch.rows, 128, 0, stream>>>(batch.anchor_tokens, head.w1, head.rank,
-                                                ws.embeds.data(), ws.arrivals.data(),
-                                                ws.known.data(), ws.row_best.data(),
-                                                static_cast<int>(ws.arrivals.size()));
+  anchor_kernel<<<batch.rows, 128, 0, stream>>>(
+      batch.anchor_tokens, head.w1, head.rank, ws.embeds.data(), ws.arrivals.data(),
+      ws.known.data(), ws.row_best.data(), static_cast<int>(ws.arrivals.size()));
   SD_CHECK_LAUNCH();
 }
 
@@ -731,7 +741,8 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
   if (batch.rows == 0) return;
 
   const StepLaunch l = plan_step(ws, batch.rows, head.vocab);
-  const int64_t n = batch.steps, v = head.vocab, row_k = static_cast<int64_t>(batch.rows) * head.rank;
+  const int64_t n = batch.steps, v = head.vocab,
+                row_k = static_cast<int64_t>(batch.rows) * head.rank;
   launch_anchor(head, batch, ws, stream);
   for (int j = 0; j < batch.steps; ++j) {
     FusedStepParams p = common_params(head, batch, ws, l);
@@ -792,9 +803,11 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
       p.cache_by_row = 1;
       p.tokens = nullptr;
       p.packets = ws_.packets_send.data() + static_cast<int64_t>(s) * ws_.max_rows();
-      p.arrivals = ws_.arrivals.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
+      p.arrivals =
+          ws_.arrivals.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
       p.known = ws_.known.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
-      p.row_best = ws_.row_best.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
+      p.row_best =
+          ws_.row_best.data() + (static_cast<int64_t>(s) * ws_.steps() + j) * ws_.max_rows();
       p.width = width;
       p.step = j;
       p.id_offset = s * width;
@@ -816,8 +829,7 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
   exchange_.all_gather(sends.data(), ws_.gathered_cache.data(),
                        static_cast<size_t>(rows) * batch.steps * width * sizeof(bf16), stream);
   const dim3 grid(rows * batch.steps, s_count);
-  if (width % 8 == 0 && head_.vocab % 8 == 0 &&
-      reinterpret_cast<uintptr_t>(batch.cache) % 16 == 0)
+  if (width % 8 == 0 && head_.vocab % 8 == 0 && reinterpret_cast<uintptr_t>(batch.cache) % 16 == 0)
     cache_fill_kernel<8><<<grid, 256, 0, stream>>>(ws_.gathered_cache.data(), batch.cache_slots,
                                                    rows, batch.steps, width, head_.vocab,
                                                    batch.cache);

@@ -9,12 +9,12 @@
 
 #include <cstdint>
 
+#include "cuda/markov/markov_internal.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/markov.h"
-#include "cuda/markov/markov_internal.h"
 
 namespace sparkdraft::cuda::markov_detail {
 
@@ -85,8 +85,7 @@ __device__ __forceinline__ void launch_dependents() {
 // 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(src_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
 

@@ -19,7 +19,7 @@ namespace sparkdraft::cuda::markov_detail {
 
 inline constexpr int kFusedThreads = 256;
 inline constexpr int kFusedWarps = kFusedThreads / 32;
-inline constexpr int kMinRank = 16;     // one k16 step of the tensor-core chain
+inline constexpr int kMinRank = 16;  // one k16 step of the tensor-core chain
 inline constexpr int kMaxRank = 1024;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kMaxBlocksPerSm = 2;  // the block table's largest residency
@@ -42,7 +42,8 @@ SD_HD constexpr int fused_entries_per_lane(int rows) {
 SD_HD constexpr int fused_epilogue_tiles(int rows, int rank) {
   const int tile_v = fused_tile_vocab(rank);
   int tiles = 1;
-  while (tiles < kMaxEpilogueTiles && rows * tiles * tile_v < fused_entries_per_lane(rows) * kFusedThreads)
+  while (tiles < kMaxEpilogueTiles &&
+         rows * tiles * tile_v < fused_entries_per_lane(rows) * kFusedThreads)
     tiles *= 2;
   return tiles;
 }
@@ -85,7 +86,6 @@ inline constexpr float kNoiseFloor = -4.0f;
 std::vector<float> noise_bound_table();
 
 SD_HD int align16(int bytes) { return (bytes + 15) / 16 * 16; }
-
 
 // Byte offsets of the fused step's dynamic shared memory.
 struct FusedSmemLayout {

@@ -139,17 +139,14 @@ std::string fused_markov_refusal(const MarkovPlanInput& in) {
   return fused_refusal(in, lim.max_smem_block, lim.smem_per_sm);
 }
 
-bool markov_log_once(const std::string& message) {
-  return log_once(LogLevel::info, message);
-}
+bool markov_log_once(const std::string& message) { return log_once(LogLevel::info, message); }
 
 MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, int shards)
     : max_rows_(max_rows), steps_(steps), vocab_(vocab), rank_(rank), shards_(shards) {
-  require(max_rows >= 1 && steps >= 1 && vocab >= 1 && rank >= 1 && shards >= 1,
-          "MarkovWorkspace",
-          "max_rows, steps, vocab, rank and shards must be >= 1, got " +
-              std::to_string(max_rows) + ", " + std::to_string(steps) + ", " +
-              std::to_string(vocab) + ", " + std::to_string(rank) + ", " + std::to_string(shards));
+  require(max_rows >= 1 && steps >= 1 && vocab >= 1 && rank >= 1 && shards >= 1, "MarkovWorkspace",
+          "max_rows, steps, vocab, rank and shards must be >= 1, got " + std::to_string(max_rows) +
+              ", " + std::to_string(steps) + ", " + std::to_string(vocab) + ", " +
+              std::to_string(rank) + ", " + std::to_string(shards));
   require(vocab % shards == 0, "MarkovWorkspace",
           "vocab " + std::to_string(vocab) + " is not divisible by " + std::to_string(shards) +
               " shards");
@@ -195,8 +192,8 @@ int checked_rank(const MarkovHead& head) {
 
 }  // namespace
 
-MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps,
-                       bool cache_bf16_contiguous, int draft_vocab)
+MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cache_bf16_contiguous,
+                       int draft_vocab)
     : head_(head), ws_(max_rows, steps, head.vocab, checked_rank(head), 1) {
   MarkovPlanInput in;
   in.vocab = head.vocab;
@@ -234,7 +231,8 @@ int checked_shards(const MarkovHead& head, const MarkovExchange& exchange, int m
   if (!refusal.empty())
     throw ConfigError(
         "cuda::VocabParallelMarkov: the vocab-parallel Markov loop runs fused only, and the "
-        "fused loop cannot run this draft: " + refusal);
+        "fused loop cannot run this draft: " +
+        refusal);
   return in.shards;
 }
 
