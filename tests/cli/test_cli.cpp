@@ -12,6 +12,7 @@
 #include <regex>
 #include <string>
 
+#include "common/tool.h"
 #include "test_util.h"
 
 namespace sparkdraft {
@@ -19,18 +20,12 @@ namespace {
 
 struct Result {
   int rc;
-  std::string out;
+  std::string out;  // stdout, then stderr
 };
 
 Result run(const std::string& args) {
-  const std::string cmd = std::string(SPARKDRAFT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw std::runtime_error("popen failed");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return Result{WEXITSTATUS(status), out};
+  const test::ToolRun r = test::run_tool(args);
+  return Result{r.rc, r.out + r.err};
 }
 
 TEST(Cli, EverySubcommandHasHelp) {

@@ -16,6 +16,7 @@
 #include "cli/exit_status.h"
 #include "common/errors.h"
 #include "common/files.h"
+#include "common/tool.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/version.h"
@@ -26,24 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace sparkdraft::cli;
 
-struct ToolRun {
-  int rc;
-  std::string out, err;
-};
-
-// Runs the tool with `args` (shell syntax) and `env` prefixed; stdout and
-// stderr captured apart.
+using test::ToolRun;
 ToolRun tool(const std::string& args, const std::string& env = "") {
-  test::TempDir tmp;
-  const std::string err_path = tmp / "stderr";
-  const std::string cmd = env + " " + SPARKDRAFT_CLI_PATH + " " + args + " 2>" + err_path;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw std::runtime_error("popen failed");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return ToolRun{WEXITSTATUS(status), out, test::read_file(err_path)};
+  return test::run_tool(args, env);
 }
 
 // A refusal: the status, the needles on stderr, nothing on stdout.

@@ -73,5 +73,19 @@ TEST(Philox, DraftNoiseIsTheGumbelOfTheUniform) {
   }
 }
 
+// The fused kernel's form with the zero words written out gives the same bits.
+TEST(Philox, UniformOfA32BitIdEqualsTheGeneralForm) {
+  const uint32_t seeds[] = {0u, 1u, 0x9E3779B9u, 0xffffffffu, 2211821518u};
+  const uint32_t ids[] = {0u, 1u, 2u, 151935u, 202047u, 0x7fffffffu, 0x80000000u, 0xffffffffu};
+  for (uint32_t gs : seeds) {
+    for (uint32_t v : ids)
+      ASSERT_EQ(f32_bits(philox_uniform_u32(gs, v)), f32_bits(philox_uniform(gs, v)))
+          << "gs " << gs << " v " << v;
+    for (uint32_t v = 0; v < 100000; v += 7)
+      ASSERT_EQ(f32_bits(philox_uniform_u32(gs, v)), f32_bits(philox_uniform(gs, v)))
+          << "gs " << gs << " v " << v;
+  }
+}
+
 }  // namespace
 }  // namespace sparkdraft

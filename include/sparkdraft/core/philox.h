@@ -56,9 +56,10 @@ SD_HD uint32_t philox_randint(int64_t seed, int64_t off) {
 // The smallest u (0x1.fffffep-32f = bits 0x2FFFFFFF): u = 0 maps here.
 inline constexpr float kUniformScale = 0x1.fffffep-32f;
 
-// u of vocab id v under the step seed gs (the second level).
-SD_HD float philox_uniform(uint32_t step_seed, int64_t vocab_id) {
-  int32_t x = static_cast<int32_t>(philox_randint(static_cast<int64_t>(step_seed), vocab_id));
+// u of one Philox word r: x = int32(r), x = ~x if negative,
+// u = max(float(x) * 0x1.fffffep-32f, 0x1.fffffep-32f).
+SD_HD float uniform_of_word(uint32_t r) {
+  int32_t x = static_cast<int32_t>(r);
   if (x < 0) x = ~x;
 #if SD_ON_DEVICE
   float u = __fmul_rn(__int2float_rn(x), kUniformScale);
@@ -68,18 +69,16 @@ SD_HD float philox_uniform(uint32_t step_seed, int64_t vocab_id) {
   return u < kUniformScale ? kUniformScale : u;
 }
 
+// u of vocab id v under the step seed gs (the second level).
+SD_HD float philox_uniform(uint32_t step_seed, int64_t vocab_id) {
+  return uniform_of_word(philox_randint(static_cast<int64_t>(step_seed), vocab_id));
+}
+
 // philox_uniform for a vocab id below 2^32, written with the zero words explicit
 // (counter (v, 0, 0, 0), key (gs, 0)) so that a compiler folds the first round's
 // zero products: the same bits as philox_uniform(step_seed, vocab_id).
 SD_HD float philox_uniform_u32(uint32_t step_seed, uint32_t vocab_id) {
-  int32_t x = static_cast<int32_t>(philox4x32_10(vocab_id, 0u, 0u, 0u, step_seed, 0u).c0);
-  if (x < 0) x = ~x;
-#if SD_ON_DEVICE
-  float u = __fmul_rn(__int2float_rn(x), kUniformScale);
-#else
-  float u = static_cast<float>(x) * kUniformScale;
-#endif
-  return u < kUniformScale ? kUniformScale : u;
+  return uniform_of_word(philox4x32_10(vocab_id, 0u, 0u, 0u, step_seed, 0u).c0);
 }
 
 // The step seed gs for the token sampled at step j of a request anchored at a.
