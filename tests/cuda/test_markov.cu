@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -257,6 +258,18 @@ TEST(MarkovEager, BiasMatchesCpu) {
         // Tiny products (subnormal partial sums) and exact cancellations.
         if (rows > 1) e[static_cast<size_t>(rank)] = to_bf16(2e-39f);
         w2[0] = to_bf16(-1e-20f);
+        // Non-finite weights follow the tensor core's rules on both sides: +-inf in
+        // w2 rows, NaN in another, +inf in the last row of e.
+        if (vocab > 3) {
+          w2[static_cast<size_t>(rank)] = to_bf16(std::numeric_limits<float>::infinity());
+          w2[static_cast<size_t>(2 * rank + rank / 2)] =
+              to_bf16(-std::numeric_limits<float>::infinity());
+          w2[static_cast<size_t>(3 * rank + rank - 1)] =
+              to_bf16(std::numeric_limits<float>::quiet_NaN());
+        }
+        if (rows > 2)
+          e[static_cast<size_t>((rows - 1) * rank)] =
+              to_bf16(std::numeric_limits<float>::infinity());
         std::vector<bf16> expected(static_cast<size_t>(rows) * vocab);
         cpu::markov_bias(e.data(), rows, w2.data(), vocab, rank, expected.data(), 4);
         DeviceBuffer<bf16> d_e(e, stream.get()), d_w2(w2, stream.get()), d_bias(expected.size());
@@ -407,6 +420,7 @@ struct LoopCase {
   bool nan = false;                            // NaN base logits at some (row, step)
   bool ties = false;                           // exact ties at the top for T = 0 rows, even steps
   bool padding = false;                        // every fourth row is a padding row (slot -1)
+  bool bad_weights = false;                    // +inf, -inf and NaN in three w2 rows
   int shards = 0;                              // also run the loopback vocab-parallel loop (0: no)
   bool variants = false;  // also fused with PDL off and without the alternating walk
   uint64_t seed = 1;
@@ -418,7 +432,8 @@ struct LoopCase {
     os << "V " << vocab << " rank " << rank << " rows " << rows << " N " << steps << " transform "
        << transform << " T {";
     for (size_t i = 0; i < temps.size(); ++i) os << (i ? "," : "") << temps[i];
-    os << "}" << (nan ? " nan" : "") << (ties ? " ties" : "") << (padding ? " padding" : "");
+    os << "}" << (nan ? " nan" : "") << (ties ? " ties" : "") << (padding ? " padding" : "")
+       << (bad_weights ? " bad-weights" : "");
     if (shards) os << " shards " << shards;
     os << " seed " << seed;
     return os.str();
@@ -457,6 +472,13 @@ LoopInputs make_inputs(const LoopCase& c, cudaStream_t s) {
   cuda::fill_uniform_bf16(in.w1.data(), in.w1.size(), c.seed * 4 + 1, -0.5f, 0.5f, s);
   cuda::fill_uniform_bf16(in.w2.data(), in.w2.size(), c.seed * 4 + 2, -0.5f, 0.5f, s);
   cuda::fill_uniform_bf16(in.base.data(), in.base.size(), c.seed * 4 + 3, -8.0f, 8.0f, s);
+  if (c.bad_weights && v > 8) {  // the tensor core's rules for non-finite weights, both paths
+    set_bf16(in.w2.data() + 5 * k, to_bf16(std::numeric_limits<float>::infinity()), s);
+    set_bf16(in.w2.data() + (v / 3) * k + k - 1, to_bf16(-std::numeric_limits<float>::infinity()),
+             s);
+    set_bf16(in.w2.data() + (v - 2) * k + k / 2, to_bf16(std::numeric_limits<float>::quiet_NaN()),
+             s);
+  }
   Gen gen(c.seed);
   std::vector<int64_t> anchors(rows), positions(rows), seeds(rows);
   std::vector<float> temps(rows);
@@ -758,6 +780,7 @@ TEST(MarkovFused, MatchesEagerSmallVocabEveryBucket) {
       c.padding = rows >= 3;
       c.shards = n % 3 == 0 ? shard_cycle[(n / 3) % 3] : 0;
       c.variants = n % 5 == 0;
+      c.bad_weights = n % 7 == 3;
       c.seed = 100 + n;
       std::printf("[markov] %s\n", c.describe().c_str());
       check_case(c, stream.get());
