@@ -93,7 +93,8 @@ struct CudaDraft::Impl {
        const CudaDraftOptions& copts)
       : ckpt(std::move(ck)), c(ckpt->config()), o(opts), co(copts), qkv(QkvLayout::of(c)) {
     c.validate();
-    mma_self_test();  // refuses a device whose tensor cores the CPU twin does not reproduce
+    validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
+    mma_self_test();         // refuses a device whose tensor cores the CPU twin does not reproduce
     if (o.tp != 1)
       throw InvalidArgument(
           "the CUDA backend drafts at tp 1; the vocab-parallel GPU Markov loop runs through "
