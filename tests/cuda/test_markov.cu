@@ -70,8 +70,6 @@ bool same_f32(float a, float b, bool nan_equal) {
 
 TEST(MarkovNoiseBound, BoundsEveryDrawnUniformFromAboveAndBelow) {
   using namespace cuda::markov_detail;
-  const float g_max = gumbel_noise(kUniformScale);
-  EXPECT_LT(g_max, kNoiseBound) << "largest noise " << g_max;
   const std::vector<float> table = noise_bound_table();
   ASSERT_EQ(table.size(), static_cast<size_t>(kNoiseBuckets));
   EXPECT_EQ(noise_bucket(kUniformScale), 31);
@@ -85,7 +83,6 @@ TEST(MarkovNoiseBound, BoundsEveryDrawnUniformFromAboveAndBelow) {
     const int b = noise_bucket(u);
     ASSERT_TRUE(b >= 0 && b < kNoiseBuckets) << "u " << hex32(f32_bits(u));
     ASSERT_LE(gumbel_noise(u), table[b]) << "u " << hex32(f32_bits(u)) << " bucket " << b;
-    ASSERT_LE(table[b], kNoiseBound);
     // The next bucket's bound is a lower bound of this bucket's noise (the fused
     // step's zlo), kNoiseFloor for the last bucket.
     ASSERT_GE(gumbel_noise(u), b + 1 < kNoiseBuckets ? table[b + 1] : kNoiseFloor)

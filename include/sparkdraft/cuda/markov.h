@@ -2,7 +2,7 @@
 // step j = 0..N-1
 //   prev    = the anchor (j = 0), else the token of step j-1
 //   e       = w1[prev]                                               bf16 [K]
-//   bias[v] = bf16(canonical dot over k of f32(w2[v][k]) * f32(e[k]))  (core/reduce.h)
+//   bias[v] = bf16(mma_chain(w2[v][0..K), e[0..K)))  (core/mma.h: the tensor-core chain)
 //   s       = bf16(f32(base[r][j][v]) + f32(bias[v]))
 //   l       = s, or with the transform bf16(t): t = f32(s) * multiplier,
 //             cap: t = tanh_f32(t * inv_cap) * cap                 (cpu::LogitTransform)
@@ -17,10 +17,10 @@
 //   * eager: one plain kernel per op (embedding, bias GEMV, step logits, sampler),
 //     the GPU reference;
 //   * fused: one anchor kernel, then per step ONE kernel over the vocabulary that
-//     reads w2 once for all rows (16-byte cp.async tiles), computes bias, logits,
-//     cache, noise and a per-block best per row; the last block of each row (an
-//     arrival counter) reduces the blocks' bests, writes the token and the next
-//     step's embedding. Launched with programmatic dependent launch.
+//     reads w2 once for all rows (16-byte cp.async tiles), computes the bias on the
+//     tensor cores, logits, cache, noise brackets and a per-block best per row
+//     (src/cuda/markov/fused.cu); the last block of each row (an arrival counter)
+//     writes the token and the next step's embedding. Programmatic dependent launch.
 //   * vocab-parallel: S shards each own V/S consecutive ids of w2 and the base
 //     logits; per step each shard runs the fused step over its slice and leaves a
 //     per-row packet, the packets are all-gathered and a pick kernel applies the
@@ -72,8 +72,9 @@ static_assert(sizeof(MarkovPacket) == 12);
 void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const bf16* w1, int rank,
                   bf16* e, cudaStream_t stream);
 
-// cpu::markov_bias: bias[r][v] = bf16(canonical dot of w2[v] and e[r]); one warp
-// per (row, vocab entry). e [rows, rank], w2 [vocab, rank], bias [rows, vocab].
+// cpu::markov_bias: bias[r][v] = bf16(mma_chain(w2[v], e[r])); one warp per 16
+// vocab entries x 8 rows, mma.sync straight from global memory. e [rows, rank],
+// w2 [vocab, rank], bias [rows, vocab].
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
                  cudaStream_t stream);
 

@@ -28,7 +28,6 @@ using markov_detail::kThreads;
 using markov_detail::kWarp;
 using markov_detail::kWarps;
 using markov_detail::require;
-using markov_detail::unpack8;
 
 __global__ void embed_kernel(const int64_t* tokens, int64_t token_stride, const bf16* w1, int rank,
                              bf16* e) {

@@ -1,32 +1,34 @@
 // The fused Markov loop (SPEC section 5) and its vocab-parallel form (section 6).
 //
 // Per step ONE kernel over the vocabulary. Block b walks a contiguous run of
-// vocab tiles (tile = 256 / tpv entries, all rank columns of w2), streamed into a
-// shared-memory ring with 16-byte cp.async, so w2 is read once per step for all
-// rows. Per tile:
+// vocab tiles (fused_tile_vocab(rank) entries, all rank columns of w2), streamed
+// into a shared-memory ring with 16-byte cp.async, so w2 is read once per step for
+// all rows. Per tile:
 //   phase A (bias, on the tensor cores): the tile's entries in 16-entry m-tiles
-//     times the rows in 8-row n-tiles; each warp takes (m-tile, n-tile) items and
-//     runs the chain of mma.sync.m16n8k16 over the rank (A = 16 w2 rows from the
-//     ring by ldmatrix, B = 8 embeddings from shared memory), so every bias is
-//     bf16(mma_chain(w2[v], e[r])) (core/mma.h), and stages it as bf16. The ring
-//     stores each row's 16-byte chunks XOR-swizzled by the row (conflict-free
-//     ldmatrix).
-//   phase B (epilogue, every `epilogue_tiles` tiles so that all warps have whole
-//     32-entry segments): bf16(base + bias), the transform, the cache store, the
-//     noised score and each warp's best per row. The exact noise (two logs) is
-//     deferred: an entry's u (Philox) brackets its score, zlo <= z <= zhi, by the
-//     noise bounds of u's bucket; the block keeps per row `known`, the largest zlo
-//     (or exact z) seen, and an entry whose zhi is below `known` is dropped: an
-//     entry with z >= known exists and beats it, so the result is unchanged. The
-//     survivors (a few per row and block) wait in a per-warp queue, one entry per
-//     lane, and are scored 32 at a time, so a warp runs the logs about once per
-//     block instead of once per segment that holds a possible winner.
-// At the end each block writes its best per row, fences, and counts itself in with
-// an atomicAdd on the row's arrival counter; the block that arrives last reduces
-// the row's block bests (in any order: `better` is associative) and writes the
-// token and w1[token] as the next step's embedding, or, in a vocab shard, the
-// row's packet. Odd steps walk the tiles backwards, so the first tiles a block
-// reads are the ones it read last (still in L2).
+//     times the rows in 8-row n-tiles; each warp takes (m-tile, n-tile) items (two
+//     at a time, their chains interleaved) and runs the chain of mma.sync.m16n8k16
+//     over the rank (A = 16 w2 rows from the ring by ldmatrix, B = 8 embeddings
+//     from shared memory), so every bias is bf16(mma_chain(w2[v], e[r]))
+//     (core/mma.h), staged as bf16. The ring stores each row's 16-byte chunks
+//     XOR-swizzled by the row (conflict-free ldmatrix).
+//   phase B (epilogue, every fused_epilogue_tiles tiles): lane slots of kEpl
+//     consecutive entries of one row (8 from 16 rows, fewer below):
+//     l = step_logit(base, bias) (base read once, streaming), the cache store, then
+//     for T > 0, branch-free over the slot, the Philox uniform u and a bracket
+//     zlo <= z <= zhi of the score z = RN(RN(l / T) + g) without a division or a
+//     log (score_bracket: RN(l * RN(1 / T)) within a proven margin, g within u's
+//     noise bucket, directed rounding). The row's known lower bound (grid-wide and
+//     block-wide, order keys, atomicMax) takes the largest zlo; an entry whose zhi
+//     is below it cannot be the row's maximum and is dropped. The few survivors
+//     wait in a per-warp queue and are scored exactly (the contract's division and
+//     logs) at the end of the walk, when the bound has grown and drops most of them.
+//     T = 0 rows and non-finite scores are exact candidates at once.
+// At the end each block folds its best per row into the row's best with one 64-bit
+// atomicMax (pack_candidate orders candidates as the sampling rule does), fences,
+// and counts itself in on the row's arrival counter; the block that arrives last
+// reads the row's best and writes the token and w1[token] as the next step's
+// embedding, or, in a vocab shard, the row's packet. Odd steps walk the tiles
+// backwards, so the first tiles a block reads are the ones it read last (in L2).
 //
 // Launch: the step kernels use programmatic dependent launch. Everything before
 // griddepcontrol.wait touches only w2 (static): the ring prologue of step j+1

@@ -23,16 +23,6 @@ inline constexpr int kThreads = 256;  // every Markov kernel block but the per-r
 inline constexpr int kWarps = kThreads / kWarp;
 
 // Loses to every real candidate: -inf with an id past any vocabulary.
-// 8 bf16 of one 16-byte load as fp32 (exact).
-__device__ __forceinline__ void unpack8(const uint4 raw, float* x) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = bits_f32(w[i] << 16);
-    x[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
-  }
-}
-
 __device__ __forceinline__ MarkovCandidate no_candidate() {
   return MarkovCandidate{__int_as_float(static_cast<int>(0xff800000u)), 0x7fffffff};
 }

@@ -60,13 +60,7 @@ SD_HD int fused_ring_chunk(int v, int c) {
   return c ^ (v & kMask);
 }
 
-// Gumbel noise never exceeds this: g = -log(-log1p(-u)) is largest at the
-// smallest u (0x1.fffffep-32), where it is 21.49 (tests/cuda/test_markov.cu
-// checks the bound). So f32(l)/T + g <= f32(l)/T + kNoiseBound, rounding being
-// monotone, and an entry whose bound is below a row's known candidate cannot win.
-inline constexpr float kNoiseBound = 24.0f;
-
-// A finer bound by u: g is non-increasing in u (log and log1p are correctly
+// Bounds of the Gumbel noise by u: g is non-increasing in u (log and log1p are correctly
 // rounded, hence monotone), so g(u) <= g(lowest u of u's bucket). Buckets are the
 // top 5 mantissa bits of each binade of u in [2^-32, 1): 1024 of them.
 inline constexpr int kNoiseBuckets = 1024;
