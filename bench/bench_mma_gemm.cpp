@@ -1,8 +1,7 @@
 // Times cpu::mma_gemm_rows (each kernel) on the Markov shape, one thread, and
-// checks the kernels agree bit for bit. Not part of the build:
-//   g++ -std=c++20 -O3 -ffp-contract=off -Iinclude bench/bench_mma_gemm.cpp
-//   build-cpu/libsparkdraft.a -lpthread -o /tmp/bench_mma_gemm /tmp/bench_mma_gemm [V 151936] [rank
-//   256] [rows 1 8]
+// checks the kernels agree bit for bit. Built as the target
+// sparkdraft_bench_mma_gemm (SPARKDRAFT_BENCH, on in a top-level build):
+//   ./build/sparkdraft_bench_mma_gemm [V 151936] [rank 256] [rows 1 8]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
