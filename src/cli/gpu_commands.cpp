@@ -15,7 +15,7 @@
 #include "sparkdraft/scenario.h"
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
-#include "cuda/markov/bench_markov.h"
+#include "markov/bench_markov.h"
 #include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/cuda/markov.h"

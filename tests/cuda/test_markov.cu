@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
-#include "cuda/markov/bench_markov.h"
 #include "cuda/markov/markov_internal.h"
+#include "markov/bench_markov.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"

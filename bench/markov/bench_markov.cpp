@@ -1,7 +1,7 @@
 // The Markov loop benchmark (bench_markov.h): inputs, the bit-for-bit check of
 // fused against eager, graph capture and timing, the measured copy bandwidth and
 // the floor, the printed report and its JSON.
-#include "cuda/markov/bench_markov.h"
+#include "markov/bench_markov.h"
 
 #include <cuda_runtime.h>
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "cuda/markov/bench_markov.h"
 #include "cuda/markov/markov_internal.h"
+#include "markov/bench_markov.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/cuda/check.h"
 
