@@ -4,8 +4,8 @@
 // order; what CI proves TP logic with, run_thread_group below). There is no GPU
 // communicator yet: NCCL is not implemented, and the GPU Markov loop's single-GPU
 // loopback is its own exchange (cuda::MarkovExchange / LoopbackExchange in
-// cuda/markov.h), not a Communicator. Collectives are blocking and called by every
-// rank in the same order.
+// cuda/markov.h), not a Communicator; both carry the one packet format of
+// core/packet.h. Collectives are blocking and called by every rank in the same order.
 #pragma once
 
 #include <cstddef>

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstring>
 
+#include "sparkdraft/core/packet.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/error.h"
@@ -17,13 +19,6 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-
-// A rank's per-row packet: its best (value, id).
-struct Packet {
-  float value;
-  int32_t pad;
-  int64_t id;
-};
 
 // The loop over this rank's slice given its base logits [rows, N, slice].
 void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
@@ -40,7 +35,10 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
   std::vector<int64_t> prev(rows.anchor_tokens);
   std::vector<bf16> e(static_cast<size_t>(R) * rank), bias(static_cast<size_t>(R) * slice);
   std::vector<bf16> local(static_cast<size_t>(R) * N * slice);  // [R, N, slice]
-  std::vector<Packet> mine(R), all(static_cast<size_t>(R) * tp);
+  if (c.vocab_size >= INT32_MAX)
+    throw ConfigError("the vocab-parallel Markov loop needs 32-bit vocab ids (vocab " +
+                      std::to_string(c.vocab_size) + ")");
+  std::vector<MarkovPacket> mine(R), all(static_cast<size_t>(R) * tp);
   for (int j = 0; j < N; ++j) {
     for (int r = 0; r < R; ++r)
       std::memcpy(&e[static_cast<size_t>(r) * rank], w1 + prev[r] * rank, rank * sizeof(bf16));
@@ -51,19 +49,19 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
                        &bias[static_cast<size_t>(r) * slice], slice, *in.transform, l);
       const uint32_t gs = draft_step_seed(rows.seeds[r], rows.anchor_positions[r], j);
       const cpu::RowBest best = cpu::sample_row(l, slice, offset, rows.temperatures[r], gs);
-      mine[r] = Packet{best.value, 0, best.id};
+      mine[r] = make_packet(best.value, static_cast<int32_t>(best.id));
     }
     if (comm) {
-      comm->all_gather(mine.data(), all.data(), sizeof(Packet) * R);
+      comm->all_gather(mine.data(), all.data(), sizeof(MarkovPacket) * R);
     } else {
-      std::memcpy(all.data(), mine.data(), sizeof(Packet) * R);
+      std::memcpy(all.data(), mine.data(), sizeof(MarkovPacket) * R);
     }
     for (int r = 0; r < R; ++r) {
       // Ranks hold increasing id ranges; fold in rank order with the rule.
-      Packet win = all[r];
+      MarkovPacket win = all[r];
       for (int k = 1; k < tp; ++k) {
-        const Packet& p = all[static_cast<size_t>(k) * R + r];
-        if (better(p.value, p.id, win.value, win.id)) win = p;
+        const MarkovPacket& p = all[static_cast<size_t>(k) * R + r];
+        if (packet_wins(p, win)) win = p;
       }
       prev[r] = win.id;
       if (me == 0) out.draft_tokens[static_cast<size_t>(r) * N + j] = win.id;

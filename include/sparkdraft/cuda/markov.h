@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/packet.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 
@@ -58,14 +59,8 @@ struct MarkovCandidate {
 };
 static_assert(sizeof(MarkovCandidate) == 8);
 
-// A shard's per-row result of one step: its best score, that score's id (global
-// vocab id) and whether the score is NaN (then `id` is the shard's lowest NaN id).
-struct MarkovPacket {
-  float value;
-  int32_t id;
-  int32_t nan;
-};
-static_assert(sizeof(MarkovPacket) == 12);
+// A shard's per-row result of one step (core/packet.h, the one packet format).
+using sparkdraft::MarkovPacket;
 
 // ---- eager kernels (one op each, cpu/ops.h one to one) -----------------------------
 // e[r] = w1[tokens[r * token_stride]]: exact bf16 copies of rank-wide rows.

@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
     const MarkovCandidate c =
         unpack_candidate(*reinterpret_cast<volatile unsigned long long*>(p.row_best + r));
     if (p.packets != nullptr) {
-      if (lane == 0) p.packets[r] = MarkovPacket{c.value, c.id, c.value != c.value ? 1 : 0};
+      if (lane == 0) p.packets[r] = make_packet(c.value, c.id);
     } else {
       if (lane == 0) p.tokens[static_cast<int64_t>(r) * p.steps] = c.id;
       copy_embedding(p.w1, c.id, K, p.embeds_out + static_cast<int64_t>(r) * K, lane);
