@@ -112,6 +112,15 @@ inline void make_mma_case(MmaDist dist, uint64_t seed, uint64_t index, MmaCase& 
     for (int m = 0; m < 16; ++m)
       for (int n = 0; n < 8; ++n) out.c[m][n] = fc(m, n);
   };
+  // Products k and k + 8 of every (row, column) cancel exactly: a[m][k + 8] = a[m][k],
+  // b[n][k + 8] = -b[n][k].
+  auto cancel_pairs = [&]() {
+    for (int m = 0; m < 16; ++m)
+      for (int k = 0; k < 8; ++k) out.a[m][k + 8] = out.a[m][k];
+    for (int n = 0; n < 8; ++n)
+      for (int k = 0; k < 8; ++k)
+        out.b[n][k + 8] = bf16{static_cast<uint16_t>(out.b[n][k].bits ^ 0x8000u)};
+  };
   switch (dist) {
     case MmaDist::random_bits:
       each([&](int, int) { return bf16_in(r, 0, 254); },
@@ -139,11 +148,7 @@ inline void make_mma_case(MmaDist dist, uint64_t seed, uint64_t index, MmaCase& 
       each([&](int, int) { return normal_bf16(r, 1.0f); },
            [&](int, int) { return normal_bf16(r, 1.0f); },
            [&](int, int) { return r.coin(2) ? (r.u32() & 1u) << 31 : f32_in(r, 90, 130); });
-      for (int m = 0; m < 16; ++m)
-        for (int k = 0; k < 8; ++k) out.a[m][k + 8] = out.a[m][k];
-      for (int n = 0; n < 8; ++n)
-        for (int k = 0; k < 8; ++k)
-          out.b[n][k + 8] = bf16{static_cast<uint16_t>(out.b[n][k].bits ^ 0x8000u)};
+      cancel_pairs();
       for (int n = 6; n < 8; ++n) {
         const int k = r.range(8, 15);
         if ((out.b[n][k].bits & 0x7fffu) != 0) out.b[n][k].bits ^= 1u;
@@ -171,7 +176,7 @@ inline void make_mma_case(MmaDist dist, uint64_t seed, uint64_t index, MmaCase& 
           [&](int, int k) {
             return k == 0 ? bf16_in(r, 127, 127) : bf16_in(r, 127 - r.range(11, 30), 127 - 11);
           },
-          [&](int, int k) { return k == 0 ? bf16_in(r, 127, 127) : bf16_in(r, 127, 127); },
+          [&](int, int) { return bf16_in(r, 127, 127); },
           [&](int, int) { return r.coin(2) ? 0u : f32_in(r, 127 - 30, 127); });
       break;
     }
@@ -192,13 +197,7 @@ inline void make_mma_case(MmaDist dist, uint64_t seed, uint64_t index, MmaCase& 
              return r.coin(2) ? make_f32(r.u32() & 1u, 254, r.coin(2) ? 0x7fffffu : r.u32())
                               : f32_in(r, 0, 254);
            });
-      if (r.coin(2)) {  // pairs that cancel: huge terms summing to zero or to a small value
-        for (int m = 0; m < 16; ++m)
-          for (int k = 0; k < 8; ++k) out.a[m][k + 8] = out.a[m][k];
-        for (int n = 0; n < 8; ++n)
-          for (int k = 0; k < 8; ++k)
-            out.b[n][k + 8] = bf16{static_cast<uint16_t>(out.b[n][k].bits ^ 0x8000u)};
-      }
+      if (r.coin(2)) cancel_pairs();  // huge terms summing to zero or to a small value
       break;
     case MmaDist::special: {
       auto pick = [&](bool small) -> uint32_t {  // bf16 bits
