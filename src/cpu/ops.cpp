@@ -29,22 +29,19 @@
 
 #include "cpu/parallel.h"
 #include "sparkdraft/core/math.h"
-#include "sparkdraft/core/mma.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cpu/mma_gemm.h"
 #include "sparkdraft/error.h"
 
-// The gemm and Markov kernels get an AVX2 / FMA clone picked at run time (the
-// build has no -march flag). Each clone performs the same IEEE operations on
-// each element in the same order (vector width only; fma is correctly rounded
-// in hardware and in libm alike), so every clone returns the same bits.
+// The gemm kernel gets an AVX2 clone picked at run time (the build has no -march
+// flag). Each clone performs the same IEEE operations on each element in the same
+// order (vector width only), so every clone returns the same bits. (The Markov
+// bias runs on cpu/mma_gemm.h, which picks its own kernel.)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SD_GEMM_CLONES __attribute__((target_clones("avx2", "default")))
-#define SD_FMA_CLONES __attribute__((target_clones("fma", "default")))
 #else
 #define SD_GEMM_CLONES
-#define SD_FMA_CLONES
 #endif
 
 namespace sparkdraft::cpu {
