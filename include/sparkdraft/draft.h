@@ -23,6 +23,7 @@
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
+#include "sparkdraft/plan.h"
 
 namespace sparkdraft {
 
@@ -86,6 +87,8 @@ class DraftBackend {
   virtual StageTimings last_timings() const = 0;
   // Host copy of one layer's KV cache [pages * page_size * kv_heads * 2 * head_dim].
   virtual std::vector<bf16> kv_cache(int layer) const = 0;
+  // What runs (computed once at construction; the backend follows it).
+  virtual const StepPlan& plan() const = 0;
 };
 
 // Refuses options no backend can honour: max_reqs, num_pages, page_size,
@@ -107,7 +110,7 @@ struct MatmulOps {
   std::function<void(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
                      int64_t y_stride)>
       gemm;
-  std::function<void(const cpu::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out)>
+  std::function<void(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out)>
       attention;
 };
 

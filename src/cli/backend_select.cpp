@@ -63,16 +63,10 @@ std::unique_ptr<DraftBackend> make_backend(const std::string& kind,
 }
 
 std::string backend_plan(const DraftBackend& backend) {
-#if defined(SPARKDRAFT_HAVE_CUDA)
-  if (const auto* gpu = dynamic_cast<const cuda::CudaDraft*>(&backend)) {
-    std::string plan(1, '\n');
-    plan += gpu->plan();
-    return plan;
-  }
-#endif
   const DraftOptions& o = backend.options();
-  return backend.name() + " backend, " + std::to_string(o.threads) + " threads, Markov loop on " +
-         std::to_string(o.tp) + " vocab-parallel rank(s)";
+  std::string text = backend.name() + " backend";
+  if (backend.name() == "cpu") text += ", " + std::to_string(o.threads) + " threads";
+  return text + "\n" + backend.plan().text();
 }
 
 }  // namespace sparkdraft::cli

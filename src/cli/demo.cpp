@@ -75,7 +75,7 @@ Command add_demo(CLI::App& app) {
                     c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
                     c.intermediate_size, c.vocab_size, c.markov_rank, c.block_size,
                     to_string(c.layer_style));
-        std::printf("plan: %s\n", backend_plan(*backend).c_str());
+        std::printf("plan: %s", backend_plan(*backend).c_str());
         run_scenario(*backend, s, [&](int round, const ScenarioRound& sr) {
           std::printf("round %d\n", round);
           for (const auto& d : sr.drafts) {

@@ -12,6 +12,7 @@
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/plan.h"
 #include "sparkdraft/scenario.h"
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
@@ -107,31 +108,42 @@ Command add_check(CLI::App& app) {
 
 Command add_plan(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, style;
-    int max_reqs = 8;
+    std::string checkpoint, style, backend = "cuda";
+    int max_reqs = 8, tp = 1;
     bool allow_nonfinite = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
-      "plan", "Print what runs fused on the GPU for a checkpoint, and why any part does not");
+      "plan",
+      "Print the plan of a backend for a checkpoint: for each part of the draft step the variant "
+      "that runs (eager, fused, ...) and why; the backend runs exactly this plan");
   add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
+  sub->add_option("--backend", opts->backend, "cuda (the GPU plan, host logic only) or cpu")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
   sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")
       ->check(CLI::Range(1, kMaxReqs))
       ->capture_default_str();
-  return {sub, [opts]() -> int {
+  sub->add_option("--tp", opts->tp, "Vocab-parallel ranks (cpu backend)")
+      ->check(CLI::Range(1, kMaxTp))
+      ->capture_default_str();
+  return {
+      sub, [opts]() -> int {
+        TinyCheckpoint tiny;
+        auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+        if (opts->backend == "cpu") {
+          std::printf("%s", cpu_plan(opts->tp).text().c_str());
+          return 0;
+        }
 #if defined(SPARKDRAFT_HAVE_CUDA)
-            TinyCheckpoint tiny;
-            auto ckpt =
-                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
-            std::printf(
-                "%s\n",
-                cuda::gpu_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs).c_str());
-            return 0;
+        std::printf("%s", cuda::make_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs)
+                              .text()
+                              .c_str());
+        return 0;
 #else
-            (void)opts;
-            no_cuda("plan");
+            no_cuda("plan (the cuda backend; --backend cpu prints the CPU plan)");
 #endif
-          }};
+      }};
 }
 
 Command add_bench(CLI::App& app) {

@@ -47,18 +47,7 @@
 namespace sparkdraft::cpu {
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw InvalidArgument(std::string(op) + ": " + what);
-}
-
-void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) fail(op, what);
-}
-
-void check_norm_weight(const char* op, const char* field, const bf16* weight, NormGain gain) {
-  require(weight != nullptr || gain == NormGain::none, op,
-          std::string(field) + " is null but the norm gain needs a weight (w or 1+w)");
-}
+using ops::require;
 
 // One RMSNorm row (header order): ss in the canonical order, r, then
 // bf16((x_i * r) * g_i). load(i) returns f32(x_i); y may alias x (each x_i is
@@ -88,7 +77,8 @@ void rms_norm_impl(const T* x, int64_t x_stride, int rows, int n, const bf16* we
           "needs rows >= 0 and n >= 1 (got rows " + std::to_string(rows) + ", n " +
               std::to_string(n) + ")");
   require(x_stride >= n && y_stride >= n, "rms_norm", "row strides must be >= n");
-  check_norm_weight("rms_norm", "weight", weight, gain);
+  ops::require_gain_weight(weight, gain, "rms_norm", "weight");
+  ops::require_eps(eps, "rms_norm");
   parallel_for(rows, threads, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * x_stride;
@@ -129,16 +119,11 @@ void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int hea
   }
 }
 
-void residual_boundary(const BoundaryParams& p, const bf16* branch, void* stream, bf16* next,
+void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual, bf16* next,
                        int threads) {
-  const char* op = "residual_boundary";
-  require(p.rows >= 0 && p.hidden >= 1, op, "needs rows >= 0 and hidden >= 1");
-  require(branch != nullptr && stream != nullptr && next != nullptr, op,
-          "branch, stream and next must be non-null");
-  require((p.alpha == nullptr) == (p.beta == nullptr), op,
-          "alpha and beta must be both given (norm-preserving) or both null (plain)");
-  if (p.post_norm) check_norm_weight(op, "post_weight", p.post_weight, p.gain);
-  check_norm_weight(op, "pre_weight", p.pre_weight, p.gain);
+  p.check();
+  require(branch != nullptr && residual != nullptr && next != nullptr, "residual_boundary",
+          "branch, residual and next must not be null");
   const int h = p.hidden;
   parallel_for(p.rows, threads, [&](int64_t begin, int64_t end) {
     std::vector<bf16> normed(static_cast<size_t>(p.post_norm ? h : 0));
@@ -152,8 +137,9 @@ void residual_boundary(const BoundaryParams& p, const bf16* branch, void* stream
       }
       for (int i = 0; i < h; ++i) {
         const int64_t at = r * h + i;
-        const float s = p.stream_dtype == StreamDType::f32 ? static_cast<float*>(stream)[at]
-                                                           : to_f32(static_cast<bf16*>(stream)[at]);
+        const float s = p.residual_dtype == StreamDType::f32
+                            ? static_cast<float*>(residual)[at]
+                            : to_f32(static_cast<bf16*>(residual)[at]);
         const float bi = to_f32(b[i]);
         float out;
         if (p.alpha != nullptr) {
@@ -164,10 +150,10 @@ void residual_boundary(const BoundaryParams& p, const bf16* branch, void* stream
           out = s + bi;
         }
         rounded[static_cast<size_t>(i)] = to_bf16(out);
-        if (p.stream_dtype == StreamDType::f32) {
-          static_cast<float*>(stream)[at] = out;
+        if (p.residual_dtype == StreamDType::f32) {
+          static_cast<float*>(residual)[at] = out;
         } else {
-          static_cast<bf16*>(stream)[at] = rounded[static_cast<size_t>(i)];
+          static_cast<bf16*>(residual)[at] = rounded[static_cast<size_t>(i)];
         }
       }
       norm_row([&rounded](int i) { return to_f32(rounded[static_cast<size_t>(i)]); }, h,
@@ -261,6 +247,31 @@ void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* ou
   }
 }
 
+void prepare_query_block(const ops::QueryBlockParams& p) {
+  p.check();
+  for (int r = 0; r < p.rows; ++r) {
+    const bool pad = p.cache_slots[r] < 0;
+    const int64_t a = pad ? 0 : p.anchor_positions[r];
+    const int64_t anchor = pad ? 0 : p.anchor_tokens[r];
+    const int32_t* table = p.block_tables + static_cast<int64_t>(r) * p.max_pages;
+    for (int j = 0; j < p.steps; ++j) {
+      const int64_t t = static_cast<int64_t>(r) * p.steps + j;
+      p.ids[t] = j == 0 ? anchor : p.mask_token;
+      p.positions[t] = a + j;
+      p.token_request[t] = pad ? -1 : r;
+      p.slots[t] = pad ? -1 : ops::kv_slot(table, p.page_size, a + j);
+    }
+    p.kv_lens[r] = a + p.steps;
+    p.safe_anchor[r] = anchor;
+    p.safe_position[r] = a;
+  }
+}
+
+void widen(const bf16* x, int64_t n, float* out) {
+  require(n >= 0, "widen", "needs n >= 0");
+  for (int64_t i = 0; i < n; ++i) out[i] = to_f32(x[i]);
+}
+
 void silu_mul(const bf16* gu, int rows, int inter, bf16* y, int threads) {
   require(rows >= 0 && inter >= 1, "silu_mul", "needs rows >= 0 and inter >= 1");
   parallel_for(rows, threads, [&](int64_t begin, int64_t end) {
@@ -279,7 +290,7 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
   const char* op = "o_norm_gate";
   require(tokens >= 0 && heads >= 1 && head_dim >= 1, op,
           "needs tokens >= 0, heads >= 1, head_dim >= 1");
-  if (o_norm) check_norm_weight(op, "o_norm_weight", o_norm_weight, gain);
+  if (o_norm) ops::require_gain_weight(o_norm_weight, gain, op, "o_norm_weight");
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
   require(g == nullptr || g_stride >= width, op, "g_stride must be >= heads * head_dim");
   parallel_for(tokens, threads, [&](int64_t begin, int64_t end) {
@@ -431,17 +442,10 @@ void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, b
 }
 
 // ---- attention ----------------------------------------------------------------------
-void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16* out, int threads) {
+void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
+               int threads) {
   const char* op = "attention";
-  require(p.tokens >= 0 && p.heads >= 1 && p.kv_heads >= 1 && p.head_dim >= 1, op,
-          "needs tokens >= 0, heads, kv_heads and head_dim >= 1");
-  require(p.heads % p.kv_heads == 0, op,
-          "heads (" + std::to_string(p.heads) + ") must be a multiple of kv_heads (" +
-              std::to_string(p.kv_heads) + ")");
-  require(p.page_size >= 1 && p.max_pages >= 1 && p.window >= 0, op,
-          "needs page_size >= 1, max_pages >= 1, window >= 0");
-  require(p.q_stride >= static_cast<int64_t>(p.heads) * p.head_dim, op,
-          "q_stride must be >= heads * head_dim");
+  p.check();
   const int64_t capacity = static_cast<int64_t>(p.max_pages) * p.page_size;
   for (int t = 0; t < p.tokens; ++t) {
     const int32_t r = p.token_request[t];
@@ -485,8 +489,8 @@ void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16*
       const bf16* qh = q + t * p.q_stride + static_cast<int64_t>(h) * hd;
       for (int i = 0; i < hd; ++i) qf[static_cast<size_t>(i)] = to_f32(qh[i]);
       auto head_of = [&](int64_t j) {
-        return cache +
-               (kv_slot(table, p.page_size, j) * p.kv_heads + kvh) * 2 * static_cast<int64_t>(hd);
+        return cache + (ops::kv_slot(table, p.page_size, j) * p.kv_heads + kvh) * 2 *
+                           static_cast<int64_t>(hd);
       };
       s.resize(static_cast<size_t>(kv_len - lo));
       for (int64_t j = lo; j < kv_len; ++j) {
@@ -542,6 +546,10 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
   });
 }
 
+}  // namespace sparkdraft::cpu
+
+namespace sparkdraft::ops {
+
 LogitTransform LogitTransform::from_config(const ModelConfig& c) {
   LogitTransform t;
   t.enabled = c.has_logit_transform();
@@ -559,7 +567,11 @@ LogitTransform LogitTransform::from_config(const ModelConfig& c) {
   return t;
 }
 
-void step_logits(const bf16* base, const bf16* bias, int n, const LogitTransform& t, bf16* l) {
+}  // namespace sparkdraft::ops
+
+namespace sparkdraft::cpu {
+
+void step_logits(const bf16* base, const bf16* bias, int n, const ops::LogitTransform& t, bf16* l) {
   require(n >= 0, "step_logits", "needs n >= 0");
   for (int i = 0; i < n; ++i) {
     const bf16 s = to_bf16(to_f32(base[i]) + to_f32(bias[i]));

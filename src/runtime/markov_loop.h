@@ -27,7 +27,7 @@ MarkovRows markov_rows(const ProposeBatch& b, int block_size);
 struct MarkovInputs {
   const ModelConfig* config;
   const DraftWeights* weights;
-  const cpu::LogitTransform* transform;
+  const ops::LogitTransform* transform;
   const MarkovRows* rows;
   int cache_slots;  // rows of the output draft-logits cache
   int threads;

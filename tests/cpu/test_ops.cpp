@@ -351,7 +351,7 @@ struct BoundaryCase {
 
 // The boundary from its header formula. stream: fp32 values (bf16 streams hold
 // bf16-representable values), updated in place; returns next.
-std::vector<bf16> naive_boundary(const BoundaryParams& p, const std::vector<bf16>& branch,
+std::vector<bf16> naive_boundary(const ops::BoundaryParams& p, const std::vector<bf16>& branch,
                                  std::vector<float>& stream) {
   std::vector<bf16> next;
   const int h = p.hidden;
@@ -370,7 +370,7 @@ std::vector<bf16> naive_boundary(const BoundaryParams& p, const std::vector<bf16
       } else {
         out = s + bi;
       }
-      s = p.stream_dtype == StreamDType::bf16 ? round_bf16(out) : out;
+      s = p.residual_dtype == StreamDType::bf16 ? round_bf16(out) : out;
       rounded[static_cast<size_t>(i)] = round_bf16(out);
     }
     const auto y = naive_rms(rounded, p.pre_weight, p.gain, p.eps);
@@ -380,13 +380,13 @@ std::vector<bf16> naive_boundary(const BoundaryParams& p, const std::vector<bf16
 }
 
 // Runs the op on a copy of the stream given as fp32 values; returns (stream, next).
-std::pair<std::vector<float>, std::vector<bf16>> run_boundary(const BoundaryParams& p,
+std::pair<std::vector<float>, std::vector<bf16>> run_boundary(const ops::BoundaryParams& p,
                                                               const std::vector<bf16>& branch,
                                                               const std::vector<float>& stream0,
                                                               int threads) {
   std::vector<bf16> next(branch.size());
   std::vector<float> out(stream0.size());
-  if (p.stream_dtype == StreamDType::f32) {
+  if (p.residual_dtype == StreamDType::f32) {
     out = stream0;
     residual_boundary(p, branch.data(), out.data(), next.data(), threads);
   } else {
@@ -423,10 +423,10 @@ TEST(CpuOpsResidualBoundary, MatchesNaiveBitForBit) {
               if (rows > 1) branch[static_cast<size_t>(h)] = to_bf16(kNaN);
               if (rows > 2) stream0[static_cast<size_t>(2 * h)] = kInf;
 
-              BoundaryParams p;
+              ops::BoundaryParams p;
               p.rows = rows;
               p.hidden = h;
-              p.stream_dtype = dtype;
+              p.residual_dtype = dtype;
               p.post_norm = post_norm;
               p.post_weight = post_norm ? post_w.data() : nullptr;
               p.alpha = residual ? alpha.data() : nullptr;
@@ -459,10 +459,10 @@ TEST(CpuOpsResidualBoundary, UnitCoefficientsGivePlainAddBits) {
       auto stream0 = rng.floats(static_cast<size_t>(rows * h), -50.0f, 50.0f);
       if (dtype == StreamDType::bf16)
         for (float& s : stream0) s = round_bf16(s);
-      BoundaryParams p;
+      ops::BoundaryParams p;
       p.rows = rows;
       p.hidden = h;
-      p.stream_dtype = dtype;
+      p.residual_dtype = dtype;
       p.post_norm = post_norm;
       p.post_weight = post_w.data();
       p.pre_weight = pre_w.data();
@@ -582,10 +582,10 @@ TEST(CpuOpsKvInsert, CopiesToSlotsAndSkipsMinusOne) {
 
 TEST(CpuOpsKvInsert, SlotOfPositionFollowsBlockTable) {
   const int32_t table[] = {5, 0, 9};
-  EXPECT_EQ(kv_slot(table, 16, 0), 80);
-  EXPECT_EQ(kv_slot(table, 16, 15), 95);
-  EXPECT_EQ(kv_slot(table, 16, 16), 0);
-  EXPECT_EQ(kv_slot(table, 16, 40), 9 * 16 + 8);
+  EXPECT_EQ(ops::kv_slot(table, 16, 0), 80);
+  EXPECT_EQ(ops::kv_slot(table, 16, 15), 95);
+  EXPECT_EQ(ops::kv_slot(table, 16, 16), 0);
+  EXPECT_EQ(ops::kv_slot(table, 16, 40), 9 * 16 + 8);
 }
 
 TEST(CpuOpsEmbed, CopiesTableRows) {
@@ -826,7 +826,7 @@ TEST(CpuOpsGemm, SpecialValuesPropagate) {
 // ---- attention --------------------------------------------------------------------------
 
 struct AttentionSetup {
-  AttentionParams p;
+  ops::AttentionParams p;
   std::vector<int32_t> tables, token_request;
   std::vector<int64_t> positions, kv_lens;
   std::vector<bf16> q, cache;
@@ -860,6 +860,7 @@ AttentionSetup make_attention(test::Gen& rng, int heads, int kv_heads, int hd, i
   s.p.max_pages = max_pages;
   s.p.window = window;
   s.p.q_stride = heads * hd + 6;
+  s.p.max_kv_len = static_cast<int64_t>(max_pages) * page_size;
   s.q = rng.bf16s(static_cast<size_t>(tokens * s.p.q_stride), -2.0f, 2.0f);
   s.cache = rng.bf16s(pages.size() * page_size * kv_heads * 2 * hd, -2.0f, 2.0f);
   s.p.block_tables = s.tables.data();
@@ -1114,20 +1115,20 @@ TEST(CpuOpsMarkovBias, CancellingRowsPinTheStepOrder) {
 
 TEST(CpuOpsLogitTransform, FromConfig) {
   ModelConfig c;
-  LogitTransform t = LogitTransform::from_config(c);
+  ops::LogitTransform t = ops::LogitTransform::from_config(c);
   EXPECT_FALSE(t.enabled);
   EXPECT_FALSE(t.has_cap);
   EXPECT_EQ(t.multiplier, 1.0f);
 
   c.logit_multiplier = 0.8f;
-  t = LogitTransform::from_config(c);
+  t = ops::LogitTransform::from_config(c);
   EXPECT_TRUE(t.enabled);
   EXPECT_FALSE(t.has_cap);
   EXPECT_EQ(f32_bits(t.multiplier), f32_bits(0.8f));
 
   c.logit_multiplier.reset();
   c.logit_soft_cap = 30.0f;
-  t = LogitTransform::from_config(c);
+  t = ops::LogitTransform::from_config(c);
   EXPECT_TRUE(t.enabled);
   EXPECT_TRUE(t.has_cap);
   EXPECT_EQ(t.multiplier, 1.0f);
@@ -1137,7 +1138,7 @@ TEST(CpuOpsLogitTransform, FromConfig) {
 
   c.logit_multiplier = 2.5f;
   c.logit_soft_cap = 7.0f;
-  t = LogitTransform::from_config(c);
+  t = ops::LogitTransform::from_config(c);
   EXPECT_TRUE(t.enabled && t.has_cap);
   EXPECT_EQ(t.multiplier, 2.5f);
   const float seven = 7.0f;
@@ -1145,11 +1146,11 @@ TEST(CpuOpsLogitTransform, FromConfig) {
 
   for (float bad : {0.0f, -3.0f, kInf, kNaN}) {
     c.logit_soft_cap = bad;
-    EXPECT_THROW(LogitTransform::from_config(c), ConfigError) << "cap " << bad;
+    EXPECT_THROW(ops::LogitTransform::from_config(c), ConfigError) << "cap " << bad;
   }
   c.logit_soft_cap.reset();
   c.logit_multiplier = kNaN;
-  EXPECT_THROW(LogitTransform::from_config(c), ConfigError);
+  EXPECT_THROW(ops::LogitTransform::from_config(c), ConfigError);
 }
 
 TEST(CpuOpsStepLogits, MatchesNaiveWithAndWithoutTransform) {
@@ -1180,7 +1181,7 @@ TEST(CpuOpsStepLogits, MatchesNaiveWithAndWithoutTransform) {
         base[3] = to_bf16(-kInf);
         base[4] = to_bf16(3.0e38f);  // base + bias overflows bf16 only if bias is positive
       }
-      LogitTransform t;
+      ops::LogitTransform t;
       t.enabled = tr.enabled;
       t.multiplier = tr.mult;
       t.has_cap = tr.has_cap;
@@ -1351,7 +1352,7 @@ TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
                InvalidArgument);
   EXPECT_THROW(rms_norm(buf.data(), 4, 2, 8, nullptr, NormGain::none, 1e-6f, buf.data(), 8),
                InvalidArgument);
-  BoundaryParams p;
+  ops::BoundaryParams p;
   p.rows = 1;
   p.hidden = 8;
   p.pre_weight = buf.data();
@@ -1371,7 +1372,7 @@ TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
   EXPECT_THROW(sample_row(buf.data(), 4, 0, -1.0f, 0), InvalidArgument);
   EXPECT_THROW(sample_row(buf.data(), 4, 0, kInf, 0), InvalidArgument);
   EXPECT_THROW(sample_row(buf.data(), 0, 0, 1.0f, 0), InvalidArgument);
-  AttentionParams a;
+  ops::AttentionParams a;
   a.tokens = 1;
   a.heads = 3;
   a.kv_heads = 2;  // not a divisor
@@ -1379,6 +1380,7 @@ TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
   a.page_size = 4;
   a.max_pages = 1;
   a.q_stride = 12;
+  a.max_kv_len = 4;
   EXPECT_THROW(attention(a, buf.data(), buf.data(), buf.data()), InvalidArgument);
   const int32_t req = 0, page = 0;
   const int64_t pos = 9, kv_len = 3;  // window start past kv_len

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "common/bits.h"
+#include "common/query_block.h"
 #include "common/random.h"
-#include "cuda/draft/draft_kernels.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
@@ -270,10 +270,10 @@ BoundaryOutputs run_boundary_gpu(const BoundaryCase& c, const BoundaryInputs& in
   DeviceBuffer<float> alpha(ones ? one : in.alpha, stream), beta(ones ? one : in.beta, stream);
   DeviceBuffer<float> s_f32(in.stream_f32, stream);
   DeviceBuffer<bf16> s_bf16(in.stream_bf16, stream);
-  cuda::BoundaryParams p;
+  ops::BoundaryParams p;
   p.rows = c.rows;
   p.hidden = c.hidden;
-  p.stream_dtype = c.dtype;
+  p.residual_dtype = c.dtype;
   p.post_norm = c.post_norm;
   p.post_weight = c.gain == NormGain::none ? nullptr : post_w.data();
   p.pre_weight = c.gain == NormGain::none ? nullptr : pre_w.data();
@@ -307,10 +307,10 @@ TEST(CudaResidualBoundary, MatchesCpuBitForBit) {
             Gen gen(seed);
             const BoundaryInputs in = make_boundary_inputs(gen, c);
 
-            cpu::BoundaryParams p;
+            ops::BoundaryParams p;
             p.rows = c.rows;
             p.hidden = c.hidden;
-            p.stream_dtype = dtype;
+            p.residual_dtype = dtype;
             p.post_norm = post_norm;
             p.post_weight = gain == NormGain::none ? nullptr : in.post_w.data();
             p.pre_weight = gain == NormGain::none ? nullptr : in.pre_w.data();
@@ -570,7 +570,7 @@ std::string describe(const AttentionCase& c, uint64_t seed) {
   return os.str();
 }
 
-// Host data of one attention call (the cpu::AttentionParams pointers point here).
+// Host data of one attention call (the ops::AttentionParams pointers point here).
 struct AttentionData {
   int tokens = 0, max_pages = 0;
   int64_t q_stride = 0, max_kv_len = 0;
@@ -617,9 +617,8 @@ AttentionData make_attention_data(Gen& gen, const AttentionCase& c) {
   return d;
 }
 
-template <class Params>
-Params attention_params(const AttentionCase& c, const AttentionData& d) {
-  Params p;
+ops::AttentionParams attention_params(const AttentionCase& c, const AttentionData& d) {
+  ops::AttentionParams p;
   p.tokens = d.tokens;
   p.heads = c.heads;
   p.kv_heads = c.kv_heads;
@@ -628,6 +627,7 @@ Params attention_params(const AttentionCase& c, const AttentionData& d) {
   p.max_pages = d.max_pages;
   p.window = c.window;
   p.q_stride = d.q_stride;
+  p.max_kv_len = d.max_kv_len;
   return p;
 }
 
@@ -637,7 +637,7 @@ std::vector<bf16> run_attention_gpu(const AttentionCase& c, const AttentionData&
   DeviceBuffer<bf16> q(d.q, stream), cache(d.cache, stream);
   DeviceBuffer<int32_t> tables(d.block_tables, stream), token_request(d.token_request, stream);
   DeviceBuffer<int64_t> positions(d.positions, stream), kv_lens(d.kv_lens, stream);
-  auto p = attention_params<cuda::AttentionParams>(c, d);
+  auto p = attention_params(c, d);
   p.block_tables = tables.data();
   p.token_request = token_request.data();
   p.positions = positions.data();
@@ -668,7 +668,7 @@ TEST(CudaAttention, MatchesCpuWithinBudget) {
     SCOPED_TRACE(describe(c, seed));
     Gen gen(seed);
     const AttentionData d = make_attention_data(gen, c);
-    auto hp = attention_params<cpu::AttentionParams>(c, d);
+    auto hp = attention_params(c, d);
     hp.block_tables = d.block_tables.data();
     hp.token_request = d.token_request.data();
     hp.positions = d.positions.data();
@@ -754,7 +754,7 @@ TEST(CudaAttention, IndependentOfLaunchAndBatch) {
   }
 }
 
-// ---- draft-step kernels (cuda/draft/draft_kernels.h) -------------------------------------
+// ---- draft-step kernels (head norm, widening, query block) ---------------------------
 
 // cuda::head_rms_norm equals cpu::head_rms_norm (itself held to the naive formula in
 // tests/cpu/test_ops.cpp) bit for bit, NaN matching NaN: odd head sizes, padded token
@@ -797,7 +797,7 @@ TEST(CudaHeadRmsNorm, MatchesCpuBitForBit) {
         }
 }
 
-// cuda::widen_bf16: out[i] = f32(x[i]) exactly, i.e. the bf16 bits in the upper half
+// cuda::widen: out[i] = f32(x[i]) exactly, i.e. the bf16 bits in the upper half
 // (NaN payloads, signed zeros, infinities and subnormals kept), odd sizes.
 TEST(CudaWidenBf16, IsTheExactWidening) {
   SD_REQUIRE_GPU();
@@ -805,7 +805,7 @@ TEST(CudaWidenBf16, IsTheExactWidening) {
   uint64_t seed = 0x5D0F00;
   for (int64_t n : {1, 7, 255, 256, 257, 4099, 100003}) {
     ++seed;
-    SCOPED_TRACE("widen_bf16 n " + std::to_string(n));
+    SCOPED_TRACE("widen n " + std::to_string(n));
     Gen gen(seed);
     std::vector<bf16> x(static_cast<size_t>(n));
     for (auto& v : x) v = bf16{static_cast<uint16_t>(gen.integer(0, 0xffff))};  // every kind
@@ -817,93 +817,58 @@ TEST(CudaWidenBf16, IsTheExactWidening) {
     for (size_t i = 0; i < x.size(); ++i) expected[i] = static_cast<uint32_t>(x[i].bits) << 16;
     DeviceBuffer<bf16> dx(x, stream.get());
     DeviceBuffer<float> dout(x.size());
-    cuda::widen_bf16(dx.data(), n, dout.data(), stream.get());
+    cuda::widen(dx.data(), n, dout.data(), stream.get());
     const std::vector<float> out = dout.download(stream.get());
     std::vector<uint32_t> found(out.size());
     for (size_t i = 0; i < out.size(); ++i) found[i] = f32_bits(out[i]);
     EXPECT_TRUE(test::same_bits(found, expected));
   }
-  cuda::widen_bf16(nullptr, 0, nullptr, stream.get());  // n == 0: nothing to do
+  cuda::widen(nullptr, 0, nullptr, stream.get());  // n == 0: nothing to do
 }
 
-// cuda::prepare_query_block against its formula (draft_kernels.h): ids, positions,
-// slots, token_request, kv_lens and the safe anchor/position, with padding rows
-// (cache slot -1), odd page sizes and shuffled block tables.
-TEST(CudaPrepareQueryBlock, MatchesTheFormula) {
+// cuda::prepare_query_block equals cpu::prepare_query_block (itself held to the
+// formula in tests/cpu/test_step_ops.cpp) on every entry, with padding rows, odd page
+// sizes and shuffled block tables.
+TEST(CudaPrepareQueryBlock, MatchesCpu) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
+  cudaStream_t s = stream.get();
   uint64_t seed = 0x5D1000;
-  for (int rows : {1, 3, 8, 33})
-    for (int steps : {1, 4, 7})
-      for (int page : {1, 5, 16}) {
+  for (int rows : test::kQueryBlockRows)
+    for (int steps : test::kQueryBlockSteps)
+      for (int page : test::kQueryBlockPages) {
         ++seed;
         SCOPED_TRACE("prepare_query_block rows " + std::to_string(rows) + " steps " +
                      std::to_string(steps) + " page_size " + std::to_string(page));
         Gen gen(seed);
-        const int max_pages = static_cast<int>((200 + steps + page - 1) / page) + 1;
-        const int64_t mask = 151669;
-        std::vector<int64_t> anchor(rows), apos(rows), cslot(rows);
-        std::vector<int32_t> tables(static_cast<size_t>(rows) * max_pages);
-        std::vector<int32_t> pages(static_cast<size_t>(rows) * max_pages);
-        std::iota(pages.begin(), pages.end(), 0);
-        std::shuffle(pages.begin(), pages.end(), gen.engine());
-        for (int r = 0; r < rows; ++r) {
-          anchor[r] = gen.integer(0, 151935);
-          apos[r] = gen.integer(0, 200);
-          cslot[r] = r % 4 == 2 ? -1 : r;  // every fourth row from the third is padding
-          for (int p = 0; p < max_pages; ++p) tables[r * max_pages + p] = pages[r * max_pages + p];
-        }
-        const int T = rows * steps;
-        std::vector<int64_t> ids(T), positions(T), slots(T), kv_lens(rows), safe_anchor(rows),
-            safe_position(rows);
-        std::vector<int32_t> token_request(T);
-        for (int r = 0; r < rows; ++r) {
-          const bool pad = cslot[r] < 0;
-          const int64_t a = pad ? 0 : apos[r];
-          for (int j = 0; j < steps; ++j) {
-            const int t = r * steps + j;
-            ids[t] = j == 0 ? (pad ? 0 : anchor[r]) : mask;
-            positions[t] = a + j;
-            slots[t] =
-                pad ? -1 : int64_t{tables[r * max_pages + (a + j) / page]} * page + (a + j) % page;
-            token_request[t] = pad ? -1 : r;
-          }
-          kv_lens[r] = a + steps;
-          safe_anchor[r] = pad ? 0 : anchor[r];
-          safe_position[r] = a;
-        }
-        DeviceBuffer<int64_t> d_anchor(anchor, stream.get()), d_apos(apos, stream.get()),
-            d_cslot(cslot, stream.get());
-        DeviceBuffer<int32_t> d_tables(tables, stream.get());
-        DeviceBuffer<int64_t> d_ids(T), d_pos(T), d_slots(T), d_kv(rows), d_sa(rows), d_sp(rows);
-        DeviceBuffer<int32_t> d_req(T);
-        cuda::QueryBlockParams p;
-        p.rows = rows;
-        p.steps = steps;
-        p.page_size = page;
-        p.max_pages = max_pages;
-        p.mask_token = mask;
-        p.anchor_tokens = d_anchor.data();
-        p.anchor_positions = d_apos.data();
-        p.cache_slots = d_cslot.data();
-        p.block_tables = d_tables.data();
-        p.ids = d_ids.data();
-        p.positions = d_pos.data();
-        p.slots = d_slots.data();
-        p.token_request = d_req.data();
-        p.kv_lens = d_kv.data();
-        p.safe_anchor = d_sa.data();
-        p.safe_position = d_sp.data();
-        cuda::prepare_query_block(p, stream.get());
-        EXPECT_TRUE(test::same_bits(d_ids.download(stream.get()), ids, {steps})) << "ids";
-        EXPECT_TRUE(test::same_bits(d_pos.download(stream.get()), positions, {steps}))
-            << "positions";
-        EXPECT_TRUE(test::same_bits(d_slots.download(stream.get()), slots, {steps})) << "slots";
-        EXPECT_TRUE(test::same_bits(d_req.download(stream.get()), token_request, {steps}))
+        test::QueryBlockData want(gen, rows, steps, page);
+        test::QueryBlockData got = want;
+        cpu::prepare_query_block(want.params());
+        DeviceBuffer<int64_t> anchor(got.anchor_tokens, s), apos(got.anchor_positions, s),
+            cslot(got.cache_slots, s), ids(got.ids, s), pos(got.positions, s), slots(got.slots, s),
+            kv(got.kv_lens, s), sa(got.safe_anchor, s), sp(got.safe_position, s);
+        DeviceBuffer<int32_t> tables(got.block_tables, s), req(got.token_request, s);
+        ops::QueryBlockParams p = got.params();
+        p.anchor_tokens = anchor.data();
+        p.anchor_positions = apos.data();
+        p.cache_slots = cslot.data();
+        p.block_tables = tables.data();
+        p.ids = ids.data();
+        p.positions = pos.data();
+        p.slots = slots.data();
+        p.token_request = req.data();
+        p.kv_lens = kv.data();
+        p.safe_anchor = sa.data();
+        p.safe_position = sp.data();
+        cuda::prepare_query_block(p, s);
+        EXPECT_TRUE(test::same_bits(ids.download(s), want.ids, {steps})) << "ids";
+        EXPECT_TRUE(test::same_bits(pos.download(s), want.positions, {steps})) << "positions";
+        EXPECT_TRUE(test::same_bits(slots.download(s), want.slots, {steps})) << "slots";
+        EXPECT_TRUE(test::same_bits(req.download(s), want.token_request, {steps}))
             << "token_request";
-        EXPECT_TRUE(test::same_bits(d_kv.download(stream.get()), kv_lens)) << "kv_lens";
-        EXPECT_TRUE(test::same_bits(d_sa.download(stream.get()), safe_anchor)) << "safe_anchor";
-        EXPECT_TRUE(test::same_bits(d_sp.download(stream.get()), safe_position)) << "safe_position";
+        EXPECT_TRUE(test::same_bits(kv.download(s), want.kv_lens)) << "kv_lens";
+        EXPECT_TRUE(test::same_bits(sa.download(s), want.safe_anchor)) << "safe_anchor";
+        EXPECT_TRUE(test::same_bits(sp.download(s), want.safe_position)) << "safe_position";
       }
 }
 
@@ -922,7 +887,7 @@ TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
   EXPECT_THROW(cuda::rms_norm(none, 8, 1, 8, none, NormGain::none, NAN, none, 8, nullptr),
                InvalidArgument);
 
-  cuda::BoundaryParams bp;
+  ops::BoundaryParams bp;
   bp.rows = 1;
   bp.hidden = 8;
   bp.gain = NormGain::none;
@@ -945,7 +910,7 @@ TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
       cuda::o_norm_gate(none, 1, 2, 8, none, true, NormGain::weight, 1e-6f, none, 16, nullptr),
       InvalidArgument);
 
-  cuda::AttentionParams ap;
+  ops::AttentionParams ap;
   ap.tokens = 0;
   ap.heads = 6;
   ap.kv_heads = 4;  // not a divisor
@@ -958,7 +923,7 @@ TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
   ap.kv_heads = 3;
   EXPECT_NO_THROW(ap.check());
   ap.head_dim = cuda::kAttentionMaxHeadDim + 1;
-  EXPECT_THROW(ap.check(), InvalidArgument);
+  EXPECT_THROW(cuda::check_attention_limits(ap), InvalidArgument);  // a kernel limit
   ap.head_dim = 64;
   ap.max_kv_len = 65;  // past the block table
   EXPECT_THROW(ap.check(), InvalidArgument);

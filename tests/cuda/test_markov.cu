@@ -226,8 +226,8 @@ class Gen {
   std::mt19937_64 rng_;
 };
 
-cpu::LogitTransform transform_of(int kind) {
-  cpu::LogitTransform t;
+ops::LogitTransform transform_of(int kind) {
+  ops::LogitTransform t;
   if (kind == 0) return t;
   t.enabled = true;
   if (kind == 1 || kind == 3) t.multiplier = 0.7071f;
@@ -303,7 +303,7 @@ TEST(MarkovEager, StepLogitsMatchCpu) {
               bf16{specials[i]};
         if (n > 1) bias[n - 1] = bf16{0x7f7f};  // with base 0x7f7f below: inf
         if (n > 1) base[n - 1] = bf16{0x7f7f};
-        const cpu::LogitTransform t = transform_of(kind);
+        const ops::LogitTransform t = transform_of(kind);
         // Slots: row r -> cache slot rows - 1 - r, every third row padding.
         const int slots = rows + 2;
         std::vector<int64_t> cache_slots(rows);

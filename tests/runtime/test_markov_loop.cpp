@@ -20,7 +20,7 @@ struct LoopSetup {
   ModelConfig c;
   std::vector<bf16> w1, w2, base;
   DraftWeights w;
-  cpu::LogitTransform transform;
+  ops::LogitTransform transform;
   MarkovRows rows;
 };
 
@@ -57,7 +57,7 @@ LoopSetup make_setup(uint64_t seed, int R, int N, int V, int rank, bool cap) {
   }
   s.w.markov_w1 = s.w1.data();
   s.w.markov_w2 = s.w2.data();
-  s.transform = cpu::LogitTransform::from_config(s.c);
+  s.transform = ops::LogitTransform::from_config(s.c);
   s.rows.num_rows = R;
   for (int r = 0; r < R; ++r) {
     s.rows.anchor_tokens.push_back((r * 37 + 11) % V);

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "sparkdraft/draft.h"
+#include "sparkdraft/plan.h"
 
 namespace sparkdraft::cuda {
 
@@ -25,20 +26,6 @@ struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
   bool pdl = true;           // programmatic dependent launch in the fused loop
-};
-
-// Device pointers of one propose call (same meaning as ProposeBatch/ProposeOutputs).
-// The caller guarantees what validate_propose checks (ids, positions, slots in range).
-struct DeviceProposeBatch {
-  int num_rows = 0;
-  const int64_t* anchor_tokens = nullptr;
-  const int64_t* anchor_positions = nullptr;
-  const int64_t* seeds = nullptr;
-  const float* temperatures = nullptr;
-  const int64_t* cache_slots = nullptr;
-  const int32_t* block_tables = nullptr;  // [rows, max_pages_per_req]
-  int64_t* draft_tokens = nullptr;        // [rows, N]
-  bf16* draft_logits = nullptr;           // [cache_slots, N, V]
 };
 
 class CudaDraft final : public DraftBackend {
@@ -55,10 +42,12 @@ class CudaDraft final : public DraftBackend {
   StageTimings last_timings() const override;
   std::vector<bf16> kv_cache(int layer) const override;
 
-  // The device entry point (see the file comment).
-  void propose_device(const DeviceProposeBatch& batch, cudaStream_t stream);
-  // What runs fused and why not (one line per part).
-  std::string plan() const;
+  // The device entry point (see the file comment): the same batch and outputs as
+  // propose, every pointer a device pointer. The caller guarantees what
+  // validate_propose checks (ids, positions, slots in range).
+  void propose_device(const ProposeBatch& batch, const ProposeOutputs& out, cudaStream_t stream);
+  // What runs (computed once at construction; the runtime follows it).
+  const StepPlan& plan() const override;
   bool markov_fused() const;
 
  private:
@@ -66,9 +55,13 @@ class CudaDraft final : public DraftBackend {
   std::unique_ptr<Impl> impl_;
 };
 
-// What runs fused on the GPU for a config and why any part does not (one line
-// per part); host logic only, no GPU needed.
-std::string gpu_plan(const ModelConfig& config, const CudaDraftOptions& options, int max_rows);
+// The GPU plan for a config: what runs fused and why any part does not. With the
+// Markov loop's refusal given (what a built loop found, weights' alignment
+// included), or computed from the config alone (host logic, no GPU needed; what
+// `sparkdraft plan` prints).
+StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options,
+                   const std::string& markov_refusal);
+StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options, int max_rows);
 
 // Whether a CUDA device is usable in this process.
 bool cuda_available();

@@ -1,8 +1,10 @@
 // The eager CUDA kernels: one launcher per non-matmul op of cpu/ops.h, same names,
-// same arguments (device pointers instead of host ones) plus the caller's stream.
+// same arguments (device pointers instead of host ones, the same ops:: params) plus
+// the caller's stream. The contract of each op is in include/sparkdraft/ops/; this
+// header says how each launches.
 //
 // Each kernel reproduces its CPU op bit for bit (SPEC section 3): the same
-// rounding points (stated in cpu/ops.h), the canonical reduction order of
+// rounding points (stated in ops/<family>.h), the canonical reduction order of
 // core/reduce.h (one warp per normed row: lane l owns chunks l, l+32, ... of 8
 // elements, one fma per term, then the xor butterfly) and the math of
 // core/math.h. Only attention is held to the CPU within a bf16-ulp budget (its
@@ -24,6 +26,9 @@
 
 #include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/ops/attention.h"
+#include "sparkdraft/ops/boundary.h"
+#include "sparkdraft/ops/query_block.h"
 
 namespace sparkdraft::cuda {
 
@@ -37,26 +42,15 @@ void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* wei
               float eps, bf16* y, int64_t y_stride, cudaStream_t stream);
 
 // ---- residual boundary --------------------------------------------------------------
-// cpu::residual_boundary (same fields, device pointers): post-norm of the branch,
-// s' = alpha*s + beta*b (or s + b), stream kept fp32 or bf16, next = pre_norm(bf16(s')).
-// Rows of `hidden` contiguous values. One warp per row.
-struct BoundaryParams {
-  int rows = 0;
-  int hidden = 0;
-  StreamDType stream_dtype = StreamDType::bf16;
-  const bf16* post_weight = nullptr;
-  bool post_norm = false;
-  const float* alpha = nullptr;
-  const float* beta = nullptr;
-  const bf16* pre_weight = nullptr;
-  NormGain gain = NormGain::weight;
-  float eps = 1e-6f;
-  // Throws InvalidArgument naming the first bad field.
-  void check() const;
-};
-// `residual` is the stream: float* when stream_dtype is f32, else bf16*; updated in place.
-void residual_boundary(const BoundaryParams& p, const bf16* branch, void* residual, bf16* next,
+// ops::BoundaryParams with device pointers; `residual` is float* when residual_dtype is
+// f32, else bf16*; updated in place. One warp per row of `hidden` contiguous values.
+void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual, bf16* next,
                        cudaStream_t stream);
+
+// Per-head norm, in place (ops/norm.h head_rms_norm): one warp per head, the
+// arithmetic of rms_norm.
+void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                   const bf16* weight, NormGain gain, float eps, cudaStream_t stream);
 
 // ---- RoPE ---------------------------------------------------------------------------
 // cpu::rope with `table` the device copy of cpu::rope_table's host table (fp32,
@@ -75,6 +69,12 @@ void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
 // cpu::embed: out[r] = table[ids[r]]. One block per row.
 void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out,
            cudaStream_t stream);
+
+// cpu::widen: out[i] = f32(x[i]). One thread per element.
+void widen(const bf16* x, int64_t n, float* out, cudaStream_t stream);
+
+// cpu::prepare_query_block (ops/query_block.h) on device pointers. One thread per token.
+void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream);
 
 // cpu::silu_mul: y = bf16(silu(f32(g)) * f32(u)), gu [rows, 2I], y [rows, I].
 // One thread per output element.
@@ -97,32 +97,16 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
 inline constexpr int kAttentionSplit = 512;  // context positions per split block
 inline constexpr int kAttentionMaxHeadDim = 256;
 
-struct AttentionParams {
-  int tokens = 0;
-  int heads = 0;
-  int kv_heads = 0;
-  int head_dim = 0;  // 1 .. kAttentionMaxHeadDim
-  int page_size = 0;
-  int max_pages = 0;
-  int window = 0;  // 0 = full
-  int64_t q_stride = 0;
-  const int32_t* block_tables = nullptr;   // device [requests, max_pages]
-  const int32_t* token_request = nullptr;  // device [tokens], -1 = padding
-  const int64_t* positions = nullptr;      // device [tokens]
-  const int64_t* kv_lens = nullptr;        // device [requests]
-  // Host-side bound on every kv_lens[r] (<= max_pages * page_size): sizes the split
-  // grid and the workspace. Any bound gives the same bits.
-  int64_t max_kv_len = 0;
-  // Throws InvalidArgument naming the first bad field.
-  void check() const;
-};
+// Besides ops::AttentionParams::check(), the launcher refuses what the kernels cannot
+// do: head_dim > kAttentionMaxHeadDim, heads > 65535, more than 65535 splits.
+void check_attention_limits(const ops::AttentionParams& p);
 
 // Device workspace `attention` needs for these params (fp32 split partials).
-size_t attention_workspace_bytes(const AttentionParams& p);
+size_t attention_workspace_bytes(const ops::AttentionParams& p);
 
 // q: [tokens, q_stride] (head h at h*head_dim), cache: [slots, kv_heads, 2*head_dim],
 // out: [tokens, heads*head_dim] bf16.
-void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
+void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
                void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace sparkdraft::cuda

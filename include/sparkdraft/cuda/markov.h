@@ -5,7 +5,7 @@
 //   bias[v] = bf16(mma_chain(w2[v][0..K), e[0..K)))  (core/mma.h: the tensor-core chain)
 //   s       = bf16(f32(base[r][j][v]) + f32(bias[v]))
 //   l       = s, or with the transform bf16(t): t = f32(s) * multiplier,
-//             cap: t = tanh_f32(t * inv_cap) * cap                 (cpu::LogitTransform)
+//             cap: t = tanh_f32(t * inv_cap) * cap                 (ops::LogitTransform)
 //   cache[slot_r][j][v] = l          (slot -1: a padding row, nothing written)
 //   z       = noised_score(l, T_r, draft_step_seed(seed_r, a_r, j), v)  (core/sampling.h)
 //   token   = the lowest id whose z is NaN, else the lowest id of the maximum.
@@ -78,7 +78,7 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
 // cache_slots[r] >= 0 (cache may be null: no store). base row r starts at
 // base + r * base_stride.
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
-                        int vocab, const cpu::LogitTransform& transform, bf16* logits, bf16* cache,
+                        int vocab, const ops::LogitTransform& transform, bf16* logits, bf16* cache,
                         const int64_t* cache_slots, int64_t cache_slot_stride, cudaStream_t stream);
 
 // cpu::sample_row over rows: each block of kSampleBlockVocab entries writes its
@@ -100,7 +100,7 @@ struct MarkovHead {
   const bf16* w2 = nullptr;  // [vocab, rank] (TP 1; the vocab-parallel loop takes shards)
   int vocab = 0;             // V
   int rank = 0;              // K
-  cpu::LogitTransform transform;
+  ops::LogitTransform transform;
 };
 
 // One call over `rows` rows (device pointers).

@@ -46,7 +46,7 @@ struct GpuMatmul::Impl {
     y.download(hy, yn);
   }
 
-  void run_attention(const cpu::AttentionParams& p, const bf16* hq, const bf16* hcache,
+  void run_attention(const ops::AttentionParams& p, const bf16* hq, const bf16* hcache,
                      bf16* hout) {
     int requests = 0;
     for (int t = 0; t < p.tokens; ++t) requests = std::max(requests, p.token_request[t] + 1);
@@ -71,15 +71,7 @@ struct GpuMatmul::Impl {
     positions.upload(p.positions, p.tokens);
     fit(kv_lens, requests);
     kv_lens.upload(p.kv_lens, requests);
-    AttentionParams ap;
-    ap.tokens = p.tokens;
-    ap.heads = p.heads;
-    ap.kv_heads = p.kv_heads;
-    ap.head_dim = p.head_dim;
-    ap.page_size = p.page_size;
-    ap.max_pages = p.max_pages;
-    ap.window = p.window;
-    ap.q_stride = p.q_stride;
+    ops::AttentionParams ap = p;  // the same params on the device copies
     ap.block_tables = tables.data();
     ap.token_request = token_request.data();
     ap.positions = positions.data();
@@ -102,7 +94,7 @@ MatmulOps GpuMatmul::ops() {
   Impl* im = impl_.get();
   m.gemm = [im](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
                 int64_t ys) { im->run_gemm(x, xs, w, M, N, K, y, ys); };
-  m.attention = [im](const cpu::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out) {
+  m.attention = [im](const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out) {
     im->run_attention(p, q, cache, out);
   };
   return m;

@@ -1,15 +1,15 @@
-// The GPU draft backend (see sparkdraft/cuda/draft.h): the eager path of the
-// whole job, op for op the CPU backend's pipeline (src/runtime/cpu_draft.cpp) on
-// the same packed weights, then the Markov loop (fused or eager).
+// The GPU draft backend (see sparkdraft/cuda/draft.h): the step of runtime/step.h
+// over the eager CUDA kernels (the same calls the CPU backend makes, on the same
+// packed weights), then lm_head and the Markov loop, each part as the plan says.
+// This file holds only what is the GPU's: buffers, the op table, graphs, timing.
 #include "sparkdraft/cuda/draft.h"
 
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <sstream>
 
-#include "cuda/draft/draft_kernels.h"
 #include "runtime/packed_weights.h"
+#include "runtime/step.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/gemm.h"
@@ -41,7 +41,8 @@ struct DeviceLayer {
   DeviceBuffer<float> attn_alpha, attn_beta, mlp_alpha, mlp_beta;
 };
 
-// Timings of the host API: events around each stage.
+// Timings of the host API: events between the stages (0 start, 1 embedded,
+// 2 backbone done, 3 lm_head done, 4 Markov loop done).
 struct StageEvents {
   cudaEvent_t e[5] = {};
   StageEvents() {
@@ -52,6 +53,87 @@ struct StageEvents {
   }
 };
 
+// The GPU op table: the eager kernels of cuda/kernels.h and the pinned GEMMs on one
+// stream.
+class CudaOps final : public StepOps {
+ public:
+  CudaOps(cudaStream_t s, GemmRunner& gemm, void* attn_ws, size_t attn_ws_bytes, StageEvents* ev)
+      : s_(s), gemm_(gemm), ws_(attn_ws), ws_bytes_(attn_ws_bytes), ev_(ev) {}
+
+  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
+            int64_t ys) override {
+    gemm_.run(x, xs, w, M, N, K, y, ys, s_);
+  }
+  void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* weight, NormGain gain,
+                float eps, bf16* y, int64_t ys) override {
+    cuda::rms_norm(x, xs, rows, n, weight, gain, eps, y, ys, s_);
+  }
+  void head_rms_norm(bf16* x, int64_t ts, int tokens, int heads, int hd, const bf16* weight,
+                     NormGain gain, float eps) override {
+    cuda::head_rms_norm(x, ts, tokens, heads, hd, weight, gain, eps, s_);
+  }
+  void rope(bf16* x, int64_t xs, int tokens, int heads, int hd, const int64_t* positions,
+            const float* table, RopeStyle style) override {
+    cuda::rope(x, xs, tokens, heads, hd, positions, table, style, s_);
+  }
+  void kv_insert(const bf16* k, int64_t ks, const bf16* v, int64_t vs, int tokens, int kv_heads,
+                 int hd, const int64_t* slots, bf16* cache) override {
+    cuda::kv_insert(k, ks, v, vs, tokens, kv_heads, hd, slots, cache, s_);
+  }
+  void prepare_query_block(const ops::QueryBlockParams& p) override {
+    cuda::prepare_query_block(p, s_);
+  }
+  void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) override {
+    cuda::embed(ids, rows, table, hidden, out, s_);
+  }
+  void widen(const bf16* x, int64_t n, float* out) override { cuda::widen(x, n, out, s_); }
+  void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
+                 bf16* out) override {
+    cuda::attention(p, q, cache, out, ws_, ws_bytes_, s_);
+  }
+  void o_norm_gate(bf16* o, int tokens, int heads, int hd, const bf16* o_norm_weight, bool o_norm,
+                   NormGain gain, float eps, const bf16* g, int64_t g_stride) override {
+    cuda::o_norm_gate(o, tokens, heads, hd, o_norm_weight, o_norm, gain, eps, g, g_stride, s_);
+  }
+  void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
+                         bf16* next) override {
+    cuda::residual_boundary(p, branch, residual, next, s_);
+  }
+  void silu_mul(const bf16* gu, int rows, int inter, bf16* y) override {
+    cuda::silu_mul(gu, rows, inter, y, s_);
+  }
+  void mark(int stage) override {
+    if (ev_) SD_CUDA_CHECK(cudaEventRecord(ev_->e[stage], s_));
+  }
+
+ private:
+  cudaStream_t s_;
+  GemmRunner& gemm_;
+  void* ws_;
+  size_t ws_bytes_;
+  StageEvents* ev_;
+};
+
+// TEMPORARY until src/cuda/common/graph.h lands: capture fn(stream) into a graph.
+template <class Fn>
+cudaGraphExec_t capture_graph(cudaStream_t stream, Fn&& fn) {
+  cudaGraph_t graph = nullptr;
+  SD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    fn(stream);
+  } catch (...) {
+    graph = nullptr;
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  SD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  SD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  SD_CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
 }  // namespace
 
 struct CudaDraft::Impl {
@@ -59,22 +141,26 @@ struct CudaDraft::Impl {
   ModelConfig c;
   DraftOptions o;
   CudaDraftOptions co;
-  QkvLayout qkv;
+  DraftStep step;
+  StepPlan plan;
   cudaStream_t stream = nullptr;
   GemmRunner gemm;
   StageTimings timings;
 
-  // Weights.
+  // Weights (device copies; `sw` points into them).
   DeviceBuffer<bf16> embed, lm_head, fc, hidden_norm, final_norm, w1, w2, context_kv;
   std::vector<DeviceLayer> layers;
   DeviceBuffer<float> rope;
   std::vector<DeviceBuffer<bf16>> kv;  // per layer [pages*page_size, kvh, 2hd]
+  StepWeights sw;
 
-  // Per-call buffers, sized for max_reqs rows (T = max_reqs * N tokens).
+  // The step's scratch, sized for max_reqs rows (`block` points into it), and the
+  // lm_head output.
   DeviceBuffer<int64_t> ids, positions, slots, kv_lens, safe_anchor, safe_position;
   DeviceBuffer<int32_t> token_request;
   DeviceBuffer<bf16> x, h, qkv_out, attn_out, branch, gu, act, base;
-  DeviceBuffer<float> stream_f32;
+  DeviceBuffer<float> residual_f32;
+  BlockBuffers block;
   DeviceBuffer<unsigned char> attn_ws;
   size_t attn_ws_bytes = 0;
   // Host API staging (device copies of the host batch and outputs).
@@ -91,7 +177,7 @@ struct CudaDraft::Impl {
 
   Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts,
        const CudaDraftOptions& copts)
-      : ckpt(std::move(ck)), c(ckpt->config()), o(opts), co(copts), qkv(QkvLayout::of(c)) {
+      : ckpt(std::move(ck)), c(ckpt->config()), o(opts), co(copts), step(c, o) {
     c.validate();
     validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
     mma_self_test();         // refuses a device whose tensor cores the CPU twin does not reproduce
@@ -101,9 +187,25 @@ struct CudaDraft::Impl {
           "`sparkdraft check` and the loopback tests (multi-GPU TP is a later issue)");
     if (o.threads <= 0) o.threads = 1;
     SD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    upload_weights();
+    allocate_block(static_cast<int>(o.max_reqs) * c.block_size);
+    markov = std::make_unique<MarkovLoop>(markov_head(), o.max_reqs, c.block_size);
+    markov->workspace().set_pdl(co.pdl);
+    plan = make_plan(c, co, markov->refusal());
+    if (plan.runs("markov loop", "fused") != (co.fused_markov && markov->fused()))
+      throw std::logic_error("CudaDraft: the plan and the Markov loop disagree on fusion");
+    SD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  ~Impl() {
+    for (auto& [rows, g] : graphs) cudaGraphExecDestroy(g);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void upload_weights() {
     const DraftWeights& w = ckpt->weights();
     const size_t H = c.hidden_size, V = c.vocab_size, K = c.markov_rank, L = c.num_layers;
-    const size_t q = c.q_size(), kvs = c.kv_size(), I = c.intermediate_size, hd = c.head_dim;
+    const size_t q = c.q_size(), I = c.intermediate_size, hd = c.head_dim;
     const size_t in_width = static_cast<size_t>(c.taps()) * c.target_hidden_size;
     embed = upload(w.embed, V * H);
     lm_head = upload(w.lm_head, V * H);
@@ -112,33 +214,29 @@ struct CudaDraft::Impl {
     if (w.final_norm) final_norm = upload(w.final_norm, H);
     w1 = upload(w.markov_w1, V * K);
     w2 = upload(w.markov_w2, V * K);
-    {
-      PackedWeights packed = PackedWeights::pack(c, w);
-      context_kv = DeviceBuffer<bf16>(packed.context_kv);
-      for (size_t l = 0; l < L; ++l) {
-        const LayerWeights& lw = w.layers[l];
-        DeviceLayer d;
-        d.qkv = DeviceBuffer<bf16>(packed.qkv[l]);
-        d.gate_up = DeviceBuffer<bf16>(packed.gate_up[l]);
-        d.o_proj = upload(lw.o_proj, H * q);
-        d.down_proj = upload(lw.down_proj, H * I);
-        auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
-        auto optf = [&](const float* p, size_t n) {
-          return p ? upload(p, n) : DeviceBuffer<float>();
-        };
-        d.input_norm = opt(lw.input_norm, H);
-        d.post_attn_norm = opt(lw.post_attn_norm, H);
-        d.pre_ffn_norm = opt(lw.pre_ffn_norm, H);
-        d.post_ffn_norm = opt(lw.post_ffn_norm, H);
-        d.q_norm = opt(lw.q_norm, hd);
-        d.k_norm = opt(lw.k_norm, hd);
-        d.o_norm = opt(lw.o_norm, hd);
-        d.attn_alpha = optf(lw.attn_alpha, H);
-        d.attn_beta = optf(lw.attn_beta, H);
-        d.mlp_alpha = optf(lw.mlp_alpha, H);
-        d.mlp_beta = optf(lw.mlp_beta, H);
-        layers.push_back(std::move(d));
-      }
+    PackedWeights packed = PackedWeights::pack(c, w);
+    context_kv = DeviceBuffer<bf16>(packed.context_kv);
+    auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
+    auto optf = [&](const float* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<float>(); };
+    for (size_t l = 0; l < L; ++l) {
+      const LayerWeights& lw = w.layers[l];
+      DeviceLayer d;
+      d.qkv = DeviceBuffer<bf16>(packed.qkv[l]);
+      d.gate_up = DeviceBuffer<bf16>(packed.gate_up[l]);
+      d.o_proj = upload(lw.o_proj, H * q);
+      d.down_proj = upload(lw.down_proj, H * I);
+      d.input_norm = opt(lw.input_norm, H);
+      d.post_attn_norm = opt(lw.post_attn_norm, H);
+      d.pre_ffn_norm = opt(lw.pre_ffn_norm, H);
+      d.post_ffn_norm = opt(lw.post_ffn_norm, H);
+      d.q_norm = opt(lw.q_norm, hd);
+      d.k_norm = opt(lw.k_norm, hd);
+      d.o_norm = opt(lw.o_norm, hd);
+      d.attn_alpha = optf(lw.attn_alpha, H);
+      d.attn_beta = optf(lw.attn_beta, H);
+      d.mlp_alpha = optf(lw.mlp_alpha, H);
+      d.mlp_beta = optf(lw.mlp_beta, H);
+      layers.push_back(std::move(d));
     }
     std::vector<float> table(static_cast<size_t>(o.max_positions()) * hd);
     cpu::rope_table(c.rope_theta, c.head_dim, o.max_positions(), table.data());
@@ -148,93 +246,84 @@ struct CudaDraft::Impl {
       kv.emplace_back(slots_per_layer * c.num_kv_heads * 2 * hd);
       SD_CUDA_CHECK(cudaMemsetAsync(kv.back().data(), 0, kv.back().bytes(), stream));
     }
-    const size_t R = o.max_reqs, T = R * c.block_size;
-    ids = DeviceBuffer<int64_t>(T);
-    positions = DeviceBuffer<int64_t>(T);
-    slots = DeviceBuffer<int64_t>(T);
-    token_request = DeviceBuffer<int32_t>(T);
+    sw.embed = embed.data();
+    sw.fc = fc.data();
+    sw.hidden_norm = hidden_norm.data();
+    sw.final_norm = final_norm.data();
+    sw.context_kv = context_kv.data();
+    sw.rope = rope.data();
+    for (size_t l = 0; l < L; ++l) {
+      const DeviceLayer& d = layers[l];
+      StepLayer s;
+      s.qkv = d.qkv.data();
+      s.gate_up = d.gate_up.data();
+      s.o_proj = d.o_proj.data();
+      s.down_proj = d.down_proj.data();
+      s.input_norm = d.input_norm.data();
+      s.post_attn_norm = d.post_attn_norm.data();
+      s.pre_ffn_norm = d.pre_ffn_norm.data();
+      s.post_ffn_norm = d.post_ffn_norm.data();
+      s.q_norm = d.q_norm.data();
+      s.k_norm = d.k_norm.data();
+      s.o_norm = d.o_norm.data();
+      s.attn_alpha = d.attn_alpha.data();
+      s.attn_beta = d.attn_beta.data();
+      s.mlp_alpha = d.mlp_alpha.data();
+      s.mlp_beta = d.mlp_beta.data();
+      s.kv_cache = kv[l].data();
+      sw.layers.push_back(s);
+    }
+  }
+
+  void allocate_block(int T) {
+    const size_t R = o.max_reqs;
+    const BlockSizes n = step.block_sizes(T);
+    ids = DeviceBuffer<int64_t>(n.per_token);
+    positions = DeviceBuffer<int64_t>(n.per_token);
+    slots = DeviceBuffer<int64_t>(n.per_token);
+    token_request = DeviceBuffer<int32_t>(n.per_token);
     kv_lens = DeviceBuffer<int64_t>(R);
     safe_anchor = DeviceBuffer<int64_t>(R);
     safe_position = DeviceBuffer<int64_t>(R);
-    x = DeviceBuffer<bf16>(T * H);
-    h = DeviceBuffer<bf16>(T * H);
-    qkv_out = DeviceBuffer<bf16>(T * qkv.width);
-    attn_out = DeviceBuffer<bf16>(T * q);
-    branch = DeviceBuffer<bf16>(T * H);
-    gu = DeviceBuffer<bf16>(T * 2 * I);
-    act = DeviceBuffer<bf16>(T * I);
-    base = DeviceBuffer<bf16>(T * V);
-    if (c.stream_dtype == StreamDType::f32) stream_f32 = DeviceBuffer<float>(T * H);
+    x = DeviceBuffer<bf16>(n.x);
+    h = DeviceBuffer<bf16>(n.h);
+    qkv_out = DeviceBuffer<bf16>(n.qkv);
+    attn_out = DeviceBuffer<bf16>(n.attn);
+    branch = DeviceBuffer<bf16>(n.branch);
+    gu = DeviceBuffer<bf16>(n.gu);
+    act = DeviceBuffer<bf16>(n.act);
+    if (n.residual_f32) residual_f32 = DeviceBuffer<float>(n.residual_f32);
+    block =
+        BlockBuffers{ids.data(),     positions.data(),   slots.data(),         token_request.data(),
+                     kv_lens.data(), safe_anchor.data(), safe_position.data(), x.data(),
+                     h.data(),       qkv_out.data(),     attn_out.data(),      branch.data(),
+                     gu.data(),      act.data(),         residual_f32.data()};
+    base = DeviceBuffer<bf16>(static_cast<size_t>(T) * c.vocab_size);
     in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
-    attn_ws_bytes =
-        attention_workspace_bytes(attention_params(static_cast<int>(T), in_tables.data()));
-    attn_ws = DeviceBuffer<unsigned char>(attn_ws_bytes);
-    in_anchor = DeviceBuffer<int64_t>(R);
-    in_pos = DeviceBuffer<int64_t>(R);
-    in_seed = DeviceBuffer<int64_t>(R);
-    in_slot = DeviceBuffer<int64_t>(R);
-    in_temp = DeviceBuffer<float>(R);
-    out_tokens = DeviceBuffer<int64_t>(T);
-    cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * c.block_size * V);
-    SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
-
-    markov = std::make_unique<MarkovLoop>(markov_head(), o.max_reqs, c.block_size);
-    markov->workspace().set_pdl(co.pdl);
-    SD_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-
-  ~Impl() {
-    for (auto& [rows, g] : graphs) cudaGraphExecDestroy(g);
-    if (stream) cudaStreamDestroy(stream);
-  }
-
-  AttentionParams attention_params(int tokens, const int32_t* block_tables) const {
-    AttentionParams ap;
-    ap.tokens = tokens;
+    ops::AttentionParams ap;  // the workspace bound: every token at the longest context
+    ap.tokens = T;
     ap.heads = c.num_heads;
     ap.kv_heads = c.num_kv_heads;
     ap.head_dim = c.head_dim;
     ap.page_size = o.page_size;
     ap.max_pages = o.max_pages_per_req;
     ap.window = c.sliding_window;
-    ap.q_stride = qkv.width;
-    ap.block_tables = block_tables;
+    ap.q_stride = QkvLayout::of(c).width;
+    ap.block_tables = in_tables.data();
     ap.token_request = token_request.data();
     ap.positions = positions.data();
     ap.kv_lens = kv_lens.data();
     ap.max_kv_len = o.max_positions();
-    return ap;
-  }
-
-  // K-norm, V-norm, RoPE on K: shared by the context chain and the block.
-  void kv_heads(bf16* k, bf16* v, int64_t stride, int T, const DeviceLayer& d, const int64_t* pos,
-                cudaStream_t s) {
-    if (c.qk_norm)
-      head_rms_norm(k, stride, T, c.num_kv_heads, c.head_dim, d.k_norm.data(), c.norm_gain,
-                    c.rms_norm_eps, s);
-    if (c.v_norm)
-      head_rms_norm(v, stride, T, c.num_kv_heads, c.head_dim, nullptr, NormGain::none,
-                    c.rms_norm_eps, s);
-    cuda::rope(k, stride, T, c.num_kv_heads, c.head_dim, pos, rope.data(), c.rope_style, s);
-  }
-
-  void boundary(const bf16* br, void* strm, bf16* next, int T, const DeviceBuffer<bf16>& post,
-                const DeviceBuffer<float>& alpha, const DeviceBuffer<float>& beta,
-                const DeviceBuffer<bf16>& pre, cudaStream_t s) {
-    const bool sandwich = c.layer_style == LayerStyle::sandwich;
-    const bool np = c.residual_kind == ResidualKind::norm_preserving;
-    BoundaryParams p;
-    p.rows = T;
-    p.hidden = c.hidden_size;
-    p.stream_dtype = c.stream_dtype;
-    p.post_weight = sandwich ? post.data() : nullptr;
-    p.post_norm = sandwich;
-    p.alpha = np ? alpha.data() : nullptr;
-    p.beta = np ? beta.data() : nullptr;
-    p.pre_weight = pre.data();
-    p.gain = c.norm_gain;
-    p.eps = c.rms_norm_eps;
-    residual_boundary(p, br, strm, next, s);
+    attn_ws_bytes = attention_workspace_bytes(ap);
+    attn_ws = DeviceBuffer<unsigned char>(attn_ws_bytes);
+    in_anchor = DeviceBuffer<int64_t>(R);
+    in_pos = DeviceBuffer<int64_t>(R);
+    in_seed = DeviceBuffer<int64_t>(R);
+    in_slot = DeviceBuffer<int64_t>(R);
+    in_temp = DeviceBuffer<float>(R);
+    out_tokens = DeviceBuffer<int64_t>(static_cast<size_t>(T));
+    cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * c.block_size * c.vocab_size);
+    SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
   }
 
   void store_context(const ContextBatch& b) {
@@ -242,111 +331,41 @@ struct CudaDraft::Impl {
     const int T = b.num_tokens;
     if (T == 0) return;
     const auto t0 = std::chrono::steady_clock::now();
-    const int H = c.hidden_size, kvs = c.kv_size(), L = c.num_layers;
-    const int in_width = c.taps() * c.target_hidden_size;
-    const int width = c.context_layer_norm ? 2 * kvs : L * 2 * kvs;
-    auto grow = [](auto& buf, size_t n) {
-      if (buf.size() < n) buf = std::remove_reference_t<decltype(buf)>(n);
+    const size_t in_width = static_cast<size_t>(c.taps()) * c.target_hidden_size;
+    const ContextSizes n = step.context_sizes(T);
+    auto grow = [](auto& buf, size_t size) {
+      if (buf.size() < size) buf = std::remove_reference_t<decltype(buf)>(size);
     };
     grow(ctx_hidden, static_cast<size_t>(T) * in_width);
-    grow(ctx_h, static_cast<size_t>(T) * H);
-    grow(ctx_normed, static_cast<size_t>(T) * H);
-    if (c.context_layer_norm) grow(ctx_in, static_cast<size_t>(T) * H);
-    grow(ctx_kv, static_cast<size_t>(T) * width);
+    grow(ctx_h, n.h);
+    grow(ctx_normed, n.normed);
+    grow(ctx_in, n.layer_in);
+    grow(ctx_kv, n.kv);
     grow(ctx_pos, T);
     grow(ctx_slots, T);
     ctx_hidden.upload(b.hidden, static_cast<size_t>(T) * in_width, 0, stream);
     ctx_pos.upload(b.positions, T, 0, stream);
     ctx_slots.upload(b.slots, T, 0, stream);
-    gemm.run(ctx_hidden.data(), in_width, fc.data(), T, H, in_width, ctx_h.data(), H, stream);
-    rms_norm(ctx_h.data(), H, T, H, hidden_norm.data(), c.norm_gain, c.rms_norm_eps,
-             ctx_normed.data(), H, stream);
-    if (!c.context_layer_norm)
-      gemm.run(ctx_normed.data(), H, context_kv.data(), T, L * 2 * kvs, H, ctx_kv.data(), width,
-               stream);
-    for (int l = 0; l < L; ++l) {
-      bf16* k = ctx_kv.data() + (c.context_layer_norm ? 0 : static_cast<size_t>(l) * 2 * kvs);
-      if (c.context_layer_norm) {
-        rms_norm(ctx_normed.data(), H, T, H, layers[l].input_norm.data(), c.norm_gain,
-                 c.rms_norm_eps, ctx_in.data(), H, stream);
-        gemm.run(ctx_in.data(), H, context_kv.data() + static_cast<size_t>(l) * 2 * kvs * H, T,
-                 2 * kvs, H, ctx_kv.data(), width, stream);
-      }
-      kv_heads(k, k + kvs, width, T, layers[l], ctx_pos.data(), stream);
-      kv_insert(k, width, k + kvs, width, T, c.num_kv_heads, c.head_dim, ctx_slots.data(),
-                kv[l].data(), stream);
-    }
+    CudaOps ops(stream, gemm, attn_ws.data(), attn_ws_bytes, nullptr);
+    step.context_chain(
+        ops, sw, ContextBuffers{ctx_h.data(), ctx_normed.data(), ctx_in.data(), ctx_kv.data()}, T,
+        ctx_hidden.data(), ctx_pos.data(), ctx_slots.data());
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
     timings.context_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
   // The device call: every stage on `s`, optionally bracketed by events.
-  void run_device(const DeviceProposeBatch& b, cudaStream_t s, StageEvents* ev) {
-    const int R = b.num_rows, N = c.block_size, T = R * N, H = c.hidden_size, L = c.num_layers;
-    const int W = qkv.width, q = c.q_size(), I = c.intermediate_size, hd = c.head_dim;
+  void run_device(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s,
+                  StageEvents* ev) {
+    const int R = b.num_rows, N = c.block_size, T = R * N, H = c.hidden_size;
     if (R < 1 || R > o.max_reqs)
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
                             std::to_string(o.max_reqs) + "]");
-    auto mark = [&](int i) {
-      if (ev) SD_CUDA_CHECK(cudaEventRecord(ev->e[i], s));
-    };
-    mark(0);
-    QueryBlockParams qp;
-    qp.rows = R;
-    qp.steps = N;
-    qp.page_size = o.page_size;
-    qp.max_pages = o.max_pages_per_req;
-    qp.mask_token = c.mask_token_id;
-    qp.anchor_tokens = b.anchor_tokens;
-    qp.anchor_positions = b.anchor_positions;
-    qp.cache_slots = b.cache_slots;
-    qp.block_tables = b.block_tables;
-    qp.ids = ids.data();
-    qp.positions = positions.data();
-    qp.slots = slots.data();
-    qp.token_request = token_request.data();
-    qp.kv_lens = kv_lens.data();
-    qp.safe_anchor = safe_anchor.data();
-    qp.safe_position = safe_position.data();
-    prepare_query_block(qp, s);
-    cuda::embed(ids.data(), T, embed.data(), H, x.data(), s);
-    mark(1);
-
-    const bool f32 = c.stream_dtype == StreamDType::f32;
-    if (f32) widen_bf16(x.data(), static_cast<int64_t>(T) * H, stream_f32.data(), s);
-    void* strm = f32 ? static_cast<void*>(stream_f32.data()) : static_cast<void*>(x.data());
-    rms_norm(x.data(), H, T, H, layers[0].input_norm.data(), c.norm_gain, c.rms_norm_eps, h.data(),
-             H, s);
-    const AttentionParams ap = attention_params(T, b.block_tables);
-    const bool sandwich = c.layer_style == LayerStyle::sandwich;
-    for (int l = 0; l < L; ++l) {
-      DeviceLayer& d = layers[l];
-      gemm.run(h.data(), H, d.qkv.data(), T, W, H, qkv_out.data(), W, s);
-      bf16* qptr = qkv_out.data() + qkv.q;
-      bf16* kptr = qkv_out.data() + qkv.k;
-      if (c.qk_norm)
-        head_rms_norm(qptr, W, T, c.num_heads, hd, d.q_norm.data(), c.norm_gain, c.rms_norm_eps, s);
-      cuda::rope(qptr, W, T, c.num_heads, hd, positions.data(), rope.data(), c.rope_style, s);
-      kv_heads(kptr, qkv_out.data() + qkv.v, W, T, d, positions.data(), s);
-      kv_insert(kptr, W, qkv_out.data() + qkv.v, W, T, c.num_kv_heads, hd, slots.data(),
-                kv[l].data(), s);
-      attention(ap, qptr, kv[l].data(), attn_out.data(), attn_ws.data(), attn_ws_bytes, s);
-      if (c.o_norm || c.output_gate)
-        o_norm_gate(attn_out.data(), T, c.num_heads, hd, d.o_norm.data(), c.o_norm, c.norm_gain,
-                    c.rms_norm_eps, c.output_gate ? qkv_out.data() + qkv.g : nullptr, W, s);
-      gemm.run(attn_out.data(), q, d.o_proj.data(), T, H, q, branch.data(), H, s);
-      boundary(branch.data(), strm, h.data(), T, d.post_attn_norm, d.attn_alpha, d.attn_beta,
-               sandwich ? d.pre_ffn_norm : d.post_attn_norm, s);
-      gemm.run(h.data(), H, d.gate_up.data(), T, 2 * I, H, gu.data(), 2 * I, s);
-      silu_mul(gu.data(), T, I, act.data(), s);
-      gemm.run(act.data(), I, d.down_proj.data(), T, H, I, branch.data(), H, s);
-      boundary(branch.data(), strm, h.data(), T, d.post_ffn_norm, d.mlp_alpha, d.mlp_beta,
-               l + 1 < L ? layers[l + 1].input_norm : final_norm, s);
-    }
-    mark(2);
-    gemm.run(h.data(), H, lm_head.data(), T, c.vocab_size, H, base.data(), c.vocab_size, s);
-    mark(3);
+    CudaOps ops(s, gemm, attn_ws.data(), attn_ws_bytes, ev);
+    step.block(ops, sw, block, b);
+    ops.gemm(h.data(), H, lm_head.data(), T, c.vocab_size, H, base.data(), c.vocab_size);
+    ops.mark(3);
     MarkovBatch mb;
     mb.rows = R;
     mb.steps = N;
@@ -356,13 +375,13 @@ struct CudaDraft::Impl {
     mb.temperatures = b.temperatures;
     mb.cache_slots = b.cache_slots;
     mb.base_logits = base.data();
-    mb.draft_tokens = b.draft_tokens;
-    mb.cache = b.draft_logits;
-    if (co.fused_markov)
+    mb.draft_tokens = out.draft_tokens;
+    mb.cache = out.draft_logits;
+    if (plan.runs("markov loop", "fused"))
       markov->run(mb, s);
     else
       eager_markov_loop(markov_head(), mb, markov->workspace(), s);
-    mark(4);
+    ops.mark(4);
   }
 
   MarkovHead markov_head() const {
@@ -371,22 +390,8 @@ struct CudaDraft::Impl {
     head.w2 = w2.data();
     head.vocab = c.vocab_size;
     head.rank = c.markov_rank;
-    head.transform = cpu::LogitTransform::from_config(c);
+    head.transform = ops::LogitTransform::from_config(c);
     return head;
-  }
-
-  DeviceProposeBatch staged(int rows) {
-    DeviceProposeBatch d;
-    d.num_rows = rows;
-    d.anchor_tokens = in_anchor.data();
-    d.anchor_positions = in_pos.data();
-    d.seeds = in_seed.data();
-    d.temperatures = in_temp.data();
-    d.cache_slots = in_slot.data();
-    d.block_tables = in_tables.data();
-    d.draft_tokens = out_tokens.data();
-    d.draft_logits = cache.data();
-    return d;
   }
 
   void propose(const ProposeBatch& b, const ProposeOutputs& out) {
@@ -403,30 +408,25 @@ struct CudaDraft::Impl {
     in_tables.upload(b.block_tables, static_cast<size_t>(R) * o.max_pages_per_req, 0, stream);
     StageEvents ev;
     const double context_ms = timings.context_ms;
-    DeviceProposeBatch d = staged(R);
-    if (co.cuda_graph) {
+    ProposeBatch d;
+    d.num_rows = R;
+    d.anchor_tokens = in_anchor.data();
+    d.anchor_positions = in_pos.data();
+    d.seeds = in_seed.data();
+    d.temperatures = in_temp.data();
+    d.cache_slots = in_slot.data();
+    d.block_tables = in_tables.data();
+    const ProposeOutputs dout{out_tokens.data(), cache.data()};
+    if (plan.runs("cuda graph", "on")) {
       auto it = graphs.find(R);
       if (it == graphs.end()) {
         // Warm-up (pins GEMM algorithms, loads kernels), then capture.
-        run_device(d, stream, nullptr);
+        run_device(d, dout, stream, nullptr);
         SD_CUDA_CHECK(cudaStreamSynchronize(stream));
-        cudaGraph_t graph;
-        SD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        try {
-          run_device(d, stream, nullptr);
-        } catch (...) {
-          // End the capture and drop what it hands back (a partial graph, or null
-          // when the capture was invalidated); the first error is the one thrown.
-          graph = nullptr;
-          cudaStreamEndCapture(stream, &graph);
-          if (graph != nullptr) cudaGraphDestroy(graph);
-          throw;
-        }
-        SD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        cudaGraphExec_t exec;
-        SD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        SD_CUDA_CHECK(cudaGraphDestroy(graph));
-        it = graphs.emplace(R, exec).first;
+        it = graphs
+                 .emplace(R, capture_graph(
+                                 stream, [&](cudaStream_t s) { run_device(d, dout, s, nullptr); }))
+                 .first;
       }
       SD_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
       SD_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
@@ -438,7 +438,7 @@ struct CudaDraft::Impl {
       timings.context_ms = context_ms;
       timings.graph_ms = ms;  // one graph: only the whole step is timed
     } else {
-      run_device(d, stream, &ev);
+      run_device(d, dout, stream, &ev);
       SD_CUDA_CHECK(cudaStreamSynchronize(stream));
       float ms[4];
       for (int i = 0; i < 4; ++i) SD_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev.e[i], ev.e[i + 1]));
@@ -467,10 +467,10 @@ void CudaDraft::propose(const ProposeBatch& b, const ProposeOutputs& out) {
   impl_->propose(b, out);
 }
 StageTimings CudaDraft::last_timings() const { return impl_->timings; }
-void CudaDraft::propose_device(const DeviceProposeBatch& b, cudaStream_t s) {
-  impl_->run_device(b, s, nullptr);
+void CudaDraft::propose_device(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s) {
+  impl_->run_device(b, out, s, nullptr);
 }
-bool CudaDraft::markov_fused() const { return impl_->co.fused_markov && impl_->markov->fused(); }
+bool CudaDraft::markov_fused() const { return impl_->plan.runs("markov loop", "fused"); }
 
 std::vector<bf16> CudaDraft::kv_cache(int layer) const {
   const auto& buf = impl_->kv.at(layer);
@@ -479,31 +479,40 @@ std::vector<bf16> CudaDraft::kv_cache(int layer) const {
   return host;
 }
 
-std::string CudaDraft::plan() const { return gpu_plan(impl_->c, impl_->co, impl_->o.max_reqs); }
+const StepPlan& CudaDraft::plan() const { return impl_->plan; }
 
-std::string gpu_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_rows) {
-  std::ostringstream os;
-  os << "context chain: eager (fc GEMM, hidden_norm, "
-     << (c.context_layer_norm ? "per-layer input norm + K/V GEMM per layer"
-                              : "one stacked K/V GEMM")
-     << ", K-norm, RoPE, KV insert)\n";
-  os << "backbone: eager (one kernel or pinned cuBLASLt GEMM per op; the fused backbone kernels "
-        "are not built yet)\n";
-  os << "lm_head: pinned cuBLASLt GEMM\n";
+StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
+                   const std::string& markov_refusal) {
+  StepPlan plan;
+  plan.backend = "cuda";
+  plan.parts.push_back({"context chain", "eager",
+                        std::string("fc GEMM, hidden_norm, ") +
+                            (c.context_layer_norm ? "per-layer input norm + K/V GEMM per layer"
+                                                  : "one stacked K/V GEMM") +
+                            ", K-norm, RoPE, KV insert"});
+  plan.parts.push_back({"backbone", "eager",
+                        "one kernel or pinned cuBLASLt GEMM per op; the fused backbone kernels "
+                        "are not built yet"});
+  plan.parts.push_back({"lm_head", "cuBLASLt", "one pinned GEMM"});
+  if (!co.fused_markov)
+    plan.parts.push_back({"markov loop", "eager", "the fused loop is switched off"});
+  else if (markov_refusal.empty())
+    plan.parts.push_back({"markov loop", "fused",
+                          std::string("one kernel per step over the vocabulary") +
+                              (co.pdl ? ", programmatic dependent launch" : "")});
+  else
+    plan.parts.push_back({"markov loop", "eager", "the fused loop refuses: " + markov_refusal});
+  plan.parts.push_back({"cuda graph", co.cuda_graph ? "on" : "off",
+                        co.cuda_graph ? "the whole step, one graph per row count" : ""});
+  return plan;
+}
+
+StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_rows) {
   MarkovPlanInput in;
   in.vocab = c.vocab_size;
   in.rank = c.markov_rank;
   in.max_rows = max_rows;
-  const std::string why = fused_markov_refusal(in);
-  if (!co.fused_markov)
-    os << "markov loop: eager (the fused loop is switched off)\n";
-  else if (why.empty())
-    os << "markov loop: fused (one kernel per step over the vocabulary"
-       << (co.pdl ? ", programmatic dependent launch" : "") << ")\n";
-  else
-    os << "markov loop: eager, because " << why << "\n";
-  os << "cuda graph: " << (co.cuda_graph ? "the whole step, one graph per row count" : "off");
-  return os.str();
+  return make_plan(c, co, fused_markov_refusal(in));
 }
 
 }  // namespace sparkdraft::cuda

@@ -76,7 +76,7 @@ __global__ void bias_kernel(const bf16* e, int rows, const bf16* w2, int vocab, 
 }
 
 __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const bf16* bias,
-                                   int vocab, cpu::LogitTransform transform, bf16* logits,
+                                   int vocab, ops::LogitTransform transform, bf16* logits,
                                    bf16* cache, const int64_t* cache_slots,
                                    int64_t cache_slot_stride) {
   const int v = blockIdx.x * blockDim.x + threadIdx.x;
@@ -165,7 +165,7 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
 }
 
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
-                        int vocab, const cpu::LogitTransform& transform, bf16* logits, bf16* cache,
+                        int vocab, const ops::LogitTransform& transform, bf16* logits, bf16* cache,
                         const int64_t* cache_slots, int64_t cache_slot_stride,
                         cudaStream_t stream) {
   require(rows >= 0 && vocab >= 1, "markov_step_logits",

@@ -75,7 +75,7 @@ struct FusedStepParams {
   int* known;                    // [rows] this step's grid-wide lower bounds of the rows' best
                                  // z as order keys (-inf by the anchor kernel)
   const float* noise_bound;      // [kNoiseBuckets] noise_bound_table()
-  cpu::LogitTransform transform;
+  ops::LogitTransform transform;
   int rows, width, steps, step, id_offset;
   int stages, reverse;
   int vec_io;  // base and cache rows allow 16-byte accesses at 8-entry steps

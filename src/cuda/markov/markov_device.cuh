@@ -45,7 +45,7 @@ __device__ __forceinline__ MarkovCandidate warp_best(MarkovCandidate c) {
 
 // cpu::step_logits for one entry: s = bf16(base + bias); with the transform
 // t = f32(s) * multiplier, cap: t = tanh_f32(t * inv_cap) * cap; l = bf16(t).
-__device__ __forceinline__ bf16 step_logit(bf16 base, bf16 bias, const cpu::LogitTransform& t) {
+__device__ __forceinline__ bf16 step_logit(bf16 base, bf16 bias, const ops::LogitTransform& t) {
   const float s = round_bf16(__fadd_rn(to_f32(base), to_f32(bias)));
   if (!t.enabled) return to_bf16(s);
   float x = __fmul_rn(s, t.multiplier);

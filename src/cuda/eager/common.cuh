@@ -17,6 +17,7 @@
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/ops/require.h"
 
 namespace sparkdraft::cuda::detail {
 
@@ -68,16 +69,9 @@ inline void require(bool ok, const char* op, const std::string& what) {
   if (!ok) throw InvalidArgument(std::string("cuda::") + op + ": " + what);
 }
 
-inline void require_eps(float eps, const char* op) {
-  require(eps >= 0.0f && eps <= 3.0e38f, op,
-          "eps must be finite and >= 0, got " + std::to_string(eps));
-}
-
-inline void require_gain_weight(const bf16* weight, NormGain gain, const char* op,
-                                const char* field) {
-  require(gain == NormGain::none || weight != nullptr, op,
-          std::string(field) + " is null but the norm gain is " + to_string(gain));
-}
+// The norms' field checks, shared with the CPU ops (one message form).
+using ops::require_eps;
+using ops::require_gain_weight;
 
 // Blocks of `threads` covering `total` items (total > 0), within the grid's x limit.
 inline unsigned blocks_for(int64_t total, int threads, const char* op) {

@@ -9,7 +9,7 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 
-#include "cuda/kernels/common.cuh"
+#include "cuda/eager/common.cuh"
 
 namespace sparkdraft::cuda {
 namespace {

@@ -23,7 +23,7 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 
-#include "cuda/kernels/common.cuh"
+#include "cuda/eager/common.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -31,7 +31,7 @@ namespace {
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = kAttnWarps * detail::kWarpSize;
 
-// The device side of AttentionParams.
+// The device side of ops::AttentionParams.
 struct AttnArgs {
   int heads, kv_heads, head_dim, page_size, max_pages, window, splits;
   int64_t q_stride;
@@ -188,42 +188,25 @@ int64_t split_count(int64_t max_kv_len) {
 
 }  // namespace
 
-void AttentionParams::check() const {
+void check_attention_limits(const ops::AttentionParams& p) {
   using detail::require;
   const char* op = "attention";
-  require(tokens >= 0, op, "tokens must be >= 0, got " + std::to_string(tokens));
-  require(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, op,
-          "heads (" + std::to_string(heads) + ") must be a positive multiple of kv_heads (" +
-              std::to_string(kv_heads) + ")");
-  require(heads <= 65535, op, "heads must be <= 65535 (grid y), got " + std::to_string(heads));
-  require(head_dim >= 1 && head_dim <= kAttentionMaxHeadDim, op,
+  p.check();
+  require(p.heads <= 65535, op, "heads must be <= 65535 (grid y), got " + std::to_string(p.heads));
+  require(p.head_dim <= kAttentionMaxHeadDim, op,
           "head_dim must be in [1, " + std::to_string(kAttentionMaxHeadDim) + "], got " +
-              std::to_string(head_dim));
-  require(page_size >= 1, op, "page_size must be >= 1, got " + std::to_string(page_size));
-  require(max_pages >= 1, op, "max_pages must be >= 1, got " + std::to_string(max_pages));
-  require(window >= 0, op, "window must be >= 0, got " + std::to_string(window));
-  require(q_stride >= static_cast<int64_t>(heads) * head_dim, op,
-          "q_stride " + std::to_string(q_stride) + " < heads * head_dim " +
-              std::to_string(static_cast<int64_t>(heads) * head_dim));
-  const int64_t addressable = static_cast<int64_t>(max_pages) * page_size;
-  require(max_kv_len >= 1 && max_kv_len <= addressable, op,
-          "max_kv_len must be in [1, max_pages * page_size = " + std::to_string(addressable) +
-              "], got " + std::to_string(max_kv_len));
-  require(split_count(max_kv_len) <= 65535, op,
-          "max_kv_len " + std::to_string(max_kv_len) + " needs more than 65535 splits");
-  if (tokens > 0)
-    require(block_tables != nullptr && token_request != nullptr && positions != nullptr &&
-                kv_lens != nullptr,
-            op, "block_tables, token_request, positions and kv_lens must not be null");
+              std::to_string(p.head_dim));
+  require(split_count(p.max_kv_len) <= 65535, op,
+          "max_kv_len " + std::to_string(p.max_kv_len) + " needs more than 65535 splits");
 }
 
-size_t attention_workspace_bytes(const AttentionParams& p) {
-  p.check();
+size_t attention_workspace_bytes(const ops::AttentionParams& p) {
+  check_attention_limits(p);
   const int64_t units = static_cast<int64_t>(p.tokens) * p.heads * split_count(p.max_kv_len);
   return static_cast<size_t>(units) * (2 + static_cast<size_t>(p.head_dim)) * sizeof(float);
 }
 
-void attention(const AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
+void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using detail::require;
   const size_t needed = attention_workspace_bytes(p);  // checks p

@@ -1,15 +1,15 @@
-// Query-block bookkeeping, fp32 widening and the per-head norm of the GPU draft
-// step (see draft_kernels.h). The head norm rounds where cuda::rms_norm and
-// cpu::rms_norm do: only the output, once, to bf16.
-#include "cuda/draft/draft_kernels.h"
-
-#include "cuda/kernels/common.cuh"
+// The eager kernels of the query block (ops/query_block.h), the residual's fp32
+// widening (ops/embed.h) and the per-head norm (ops/norm.h). The head norm rounds
+// where cuda::rms_norm and cpu::rms_norm do: only the output, once, to bf16.
+#include "cuda/eager/common.cuh"
 #include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/kernels.h"
+#include "sparkdraft/ops/kv.h"
 
 namespace sparkdraft::cuda {
 namespace {
 
-__global__ void prepare_kernel(QueryBlockParams p) {
+__global__ void prepare_kernel(ops::QueryBlockParams p) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= p.rows * p.steps) return;
   const int r = t / p.steps, j = t % p.steps;
@@ -22,10 +22,7 @@ __global__ void prepare_kernel(QueryBlockParams p) {
   p.token_request[t] = pad ? -1 : r;
   p.slots[t] =
       pad ? -1
-          : static_cast<int64_t>(
-                p.block_tables[static_cast<int64_t>(r) * p.max_pages + pos / p.page_size]) *
-                    p.page_size +
-                pos % p.page_size;
+          : ops::kv_slot(p.block_tables + static_cast<int64_t>(r) * p.max_pages, p.page_size, pos);
   if (j == 0) {
     p.kv_lens[r] = a + p.steps;
     p.safe_anchor[r] = anchor;
@@ -55,17 +52,17 @@ __global__ void __launch_bounds__(detail::kRowThreads)
 
 }  // namespace
 
-void prepare_query_block(const QueryBlockParams& p, cudaStream_t stream) {
-  detail::require(p.rows >= 1 && p.steps >= 1 && p.page_size >= 1 && p.max_pages >= 1,
-                  "prepare_query_block", "rows, steps, page_size and max_pages must be >= 1");
+void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream) {
+  p.check();
   const int total = p.rows * p.steps;
   prepare_kernel<<<detail::blocks_for(total, 128, "prepare_query_block"), 128, 0, stream>>>(p);
   SD_CHECK_LAUNCH();
 }
 
-void widen_bf16(const bf16* x, int64_t n, float* out, cudaStream_t stream) {
+void widen(const bf16* x, int64_t n, float* out, cudaStream_t stream) {
+  detail::require(n >= 0, "widen", "needs n >= 0");
   if (n == 0) return;
-  widen_kernel<<<detail::blocks_for(n, 256, "widen_bf16"), 256, 0, stream>>>(x, n, out);
+  widen_kernel<<<detail::blocks_for(n, 256, "widen"), 256, 0, stream>>>(x, n, out);
   SD_CHECK_LAUNCH();
 }
 

@@ -15,7 +15,7 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 
-#include "cuda/kernels/common.cuh"
+#include "cuda/eager/common.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -27,7 +27,7 @@ __device__ __forceinline__ void store_stream(bf16* p, float v) { *p = to_bf16(v)
 
 template <class S>
 __global__ void __launch_bounds__(detail::kRowThreads)
-    residual_boundary_kernel(BoundaryParams p, const bf16* branch, S* residual, bf16* next) {
+    residual_boundary_kernel(ops::BoundaryParams p, const bf16* branch, S* residual, bf16* next) {
   const int lane = threadIdx.x % detail::kWarpSize;
   const int row = blockIdx.x * detail::kRowWarps + threadIdx.x / detail::kWarpSize;
   if (row >= p.rows) return;
@@ -63,25 +63,14 @@ __global__ void __launch_bounds__(detail::kRowThreads)
 
 }  // namespace
 
-void BoundaryParams::check() const {
-  using detail::require;
-  require(rows >= 0, "residual_boundary", "rows must be >= 0, got " + std::to_string(rows));
-  require(hidden >= 1, "residual_boundary", "hidden must be >= 1, got " + std::to_string(hidden));
-  require((alpha == nullptr) == (beta == nullptr), "residual_boundary",
-          "alpha and beta must be both set (norm-preserving) or both null (plain)");
-  if (post_norm) detail::require_gain_weight(post_weight, gain, "residual_boundary", "post_weight");
-  detail::require_gain_weight(pre_weight, gain, "residual_boundary", "pre_weight");
-  detail::require_eps(eps, "residual_boundary");
-}
-
-void residual_boundary(const BoundaryParams& p, const bf16* branch, void* residual, bf16* next,
+void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual, bf16* next,
                        cudaStream_t stream) {
   p.check();
   if (p.rows == 0) return;
   detail::require(branch != nullptr && residual != nullptr && next != nullptr, "residual_boundary",
                   "branch, residual and next must not be null");
   const unsigned blocks = detail::blocks_for(p.rows, detail::kRowWarps, "residual_boundary");
-  if (p.stream_dtype == StreamDType::f32)
+  if (p.residual_dtype == StreamDType::f32)
     residual_boundary_kernel<float><<<blocks, detail::kRowThreads, 0, stream>>>(
         p, branch, static_cast<float*>(residual), next);
   else

@@ -1,0 +1,35 @@
+// The contract of the Markov head and the sampler (SPEC sections 1.5, 3, 4). Per
+// request row r and step j = 0..N-1:
+//   prev    = the anchor (j = 0), else the token of step j-1
+//   e       = w1[prev]                                               bf16 [R]
+//   bias[v] = bf16( mma_chain(w2[v][0..R), e[0..R)) )
+//             (core/mma.h: the tensor-core chain over the Markov rank R in increasing
+//             k16 steps from +0; one rounding, to bf16, at the end)
+//   s       = bf16(f32(base[r][j][v]) + f32(bias[v]))                (step logits)
+//   l       = s, or with the transform bf16(t): t = f32(s) * multiplier,
+//             cap: t = tanh_f32(t * inv_cap) * cap
+//   cache[slot_r][j][v] = l          (slot -1: a padding row, nothing written)
+//   z       = T > 0 ? f32(l) / T + gumbel(u) : f32(l)     (core/sampling.h noised_score,
+//             u from Philox keyed by draft_step_seed(seed_r, a_r, j) and v)
+//   token   = the lowest id whose z is NaN, else the lowest id of the maximum.
+// The rule is associative and commutative: any split of the vocabulary (blocks,
+// shards) folds to the same token in any order of equal-rank candidates.
+#pragma once
+
+#include "sparkdraft/config.h"
+
+namespace sparkdraft::ops {
+
+// The output-logit transform, fixed at load: multiplier rounded to fp32,
+// inv_cap = fp32(1) / fp32(cap).
+struct LogitTransform {
+  bool enabled = false;
+  float multiplier = 1.0f;
+  bool has_cap = false;
+  float cap = 0.0f;
+  float inv_cap = 0.0f;
+  // ConfigError when the multiplier is not finite or the cap not finite and > 0.
+  static LogitTransform from_config(const ModelConfig& c);
+};
+
+}  // namespace sparkdraft::ops

@@ -1,0 +1,49 @@
+// The contract of the query block (SPEC section 1): the bookkeeping that turns a
+// propose batch into the backbone's tokens. Per row r and step j (t = r*N + j):
+//   ids[t]           = j == 0 ? anchor : mask_token
+//   positions[t]     = a + j
+//   slots[t]         = padding ? -1 : block_table[(a+j) / page] * page + (a+j) % page
+//   token_request[t] = padding ? -1 : r
+//   kv_lens[r]       = a + N
+//   safe_anchor[r], safe_position[r] = the anchor and a, what the Markov loop reads
+// A padding row (cache slot -1) runs as anchor 0 at position 0 (a = 0): it inserts no
+// K/V and attends to nothing; its tokens are don't-care. Exact integer bookkeeping:
+// cpu::prepare_query_block and cuda::prepare_query_block write the same values.
+#pragma once
+
+#include <cstdint>
+
+#include "sparkdraft/ops/require.h"
+
+namespace sparkdraft::ops {
+
+struct QueryBlockParams {
+  int rows = 0, steps = 0, page_size = 0, max_pages = 0;
+  int64_t mask_token = 0;
+  // Inputs [rows] (block_tables [rows, max_pages]).
+  const int64_t* anchor_tokens = nullptr;
+  const int64_t* anchor_positions = nullptr;
+  const int64_t* cache_slots = nullptr;
+  const int32_t* block_tables = nullptr;
+  // Outputs: [rows * steps] and [rows].
+  int64_t* ids = nullptr;
+  int64_t* positions = nullptr;
+  int64_t* slots = nullptr;
+  int32_t* token_request = nullptr;
+  int64_t* kv_lens = nullptr;
+  int64_t* safe_anchor = nullptr;
+  int64_t* safe_position = nullptr;
+
+  // The only validation of the fields (InvalidArgument naming the first bad one).
+  void check() const {
+    const char* op = "prepare_query_block";
+    require(rows >= 1 && steps >= 1 && page_size >= 1 && max_pages >= 1, op,
+            "rows, steps, page_size and max_pages must be >= 1");
+    require(anchor_tokens && anchor_positions && cache_slots && block_tables, op,
+            "the inputs must not be null");
+    require(ids && positions && slots && token_request && kv_lens && safe_anchor && safe_position,
+            op, "the outputs must not be null");
+  }
+};
+
+}  // namespace sparkdraft::ops

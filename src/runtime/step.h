@@ -1,0 +1,126 @@
+// The draft step, written once (SPEC section 1): the context chain, the query
+// block and the backbone, over a backend's op table. The CPU backend
+// (runtime/cpu_draft.cpp) runs every op eager on host buffers; the GPU backend
+// (cuda/draft/cuda_draft.cu) runs the same calls on device buffers on its stream,
+// each op's variant as the plan (runtime/plan.h) says. What follows the backbone
+// (lm_head and the Markov loop) is the backend's: vocab-parallel thread ranks on
+// the CPU, the fused or eager loop on the GPU.
+//
+// Read it top to bottom in step.cpp: one forward pass, one call per op.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/packed_weights.h"
+#include "sparkdraft/config.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/draft.h"
+#include "sparkdraft/ops/attention.h"
+#include "sparkdraft/ops/boundary.h"
+#include "sparkdraft/ops/query_block.h"
+
+namespace sparkdraft {
+
+// A backend's op table: every op of the step on the backend's memory (host
+// pointers on the CPU; device pointers queued on one stream on the GPU). The
+// contract of each op is in include/sparkdraft/ops/.
+class StepOps {
+ public:
+  virtual ~StepOps() = default;
+  virtual void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
+                    int64_t y_stride) = 0;
+  virtual void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight,
+                        NormGain gain, float eps, bf16* y, int64_t y_stride) = 0;
+  virtual void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
+                             const bf16* weight, NormGain gain, float eps) = 0;
+  virtual void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim,
+                    const int64_t* positions, const float* table, RopeStyle style) = 0;
+  virtual void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                         int tokens, int kv_heads, int head_dim, const int64_t* slots,
+                         bf16* cache) = 0;
+  virtual void prepare_query_block(const ops::QueryBlockParams& p) = 0;
+  virtual void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) = 0;
+  virtual void widen(const bf16* x, int64_t n, float* out) = 0;
+  virtual void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
+                         bf16* out) = 0;
+  virtual void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
+                           bool o_norm, NormGain gain, float eps, const bf16* g,
+                           int64_t g_stride) = 0;
+  virtual void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
+                                 bf16* next) = 0;
+  virtual void silu_mul(const bf16* gu, int rows, int inter, bf16* y) = 0;
+  // Stage marks for the timings: 0 before the query block, 1 after the embedding,
+  // 2 after the backbone (CPU clocks, GPU events; nothing by default).
+  virtual void mark(int /*stage*/) {}
+};
+
+// The weights as a backend holds them (host or device pointers; null = absent).
+struct StepLayer {
+  const bf16 *qkv = nullptr, *gate_up = nullptr, *o_proj = nullptr, *down_proj = nullptr;
+  const bf16 *input_norm = nullptr, *post_attn_norm = nullptr, *pre_ffn_norm = nullptr,
+             *post_ffn_norm = nullptr;
+  const bf16 *q_norm = nullptr, *k_norm = nullptr, *o_norm = nullptr;
+  const float *attn_alpha = nullptr, *attn_beta = nullptr, *mlp_alpha = nullptr,
+              *mlp_beta = nullptr;
+  bf16* kv_cache = nullptr;  // [pages * page_size, kv_heads, 2 * head_dim]
+};
+struct StepWeights {
+  const bf16 *embed = nullptr, *fc = nullptr, *hidden_norm = nullptr, *final_norm = nullptr;
+  const bf16* context_kv = nullptr;  // runtime/packed_weights.h
+  const float* rope = nullptr;       // ops/rope.h table [max_positions, head_dim]
+  std::vector<StepLayer> layers;
+};
+
+// Scratch of the context chain for T tokens (sizes in context_buffer_sizes).
+struct ContextBuffers {
+  bf16 *h = nullptr, *normed = nullptr, *layer_in = nullptr, *kv = nullptr;
+};
+// Scratch of the query block for T = rows * N tokens (sizes in block_buffer_sizes).
+struct BlockBuffers {
+  int64_t *ids = nullptr, *positions = nullptr, *slots = nullptr;
+  int32_t* token_request = nullptr;
+  int64_t *kv_lens = nullptr, *safe_anchor = nullptr, *safe_position = nullptr;  // [rows]
+  bf16 *x = nullptr, *h = nullptr, *qkv = nullptr, *attn = nullptr, *branch = nullptr,
+       *gu = nullptr, *act = nullptr;
+  float* residual_f32 = nullptr;  // only for an fp32 residual
+};
+
+// Element counts of each buffer for `tokens` tokens (a backend allocates them).
+struct ContextSizes {
+  size_t h, normed, layer_in, kv;
+};
+struct BlockSizes {
+  size_t per_token, per_row, x, h, qkv, attn, branch, gu, act, residual_f32;
+};
+
+class DraftStep {
+ public:
+  DraftStep(const ModelConfig& c, const DraftOptions& o);
+  ContextSizes context_sizes(int tokens) const;
+  BlockSizes block_sizes(int tokens) const;
+
+  // fc -> hidden_norm -> (each layer's input norm) -> K/V -> K-norm, V-norm -> RoPE ->
+  // insert, for T tokens: hidden [T, taps * H_t], positions and slots [T].
+  void context_chain(StepOps& ops, const StepWeights& w, const ContextBuffers& buf, int tokens,
+                     const bf16* hidden, const int64_t* positions, const int64_t* slots) const;
+
+  // The query block of `b` (anchor, N-1 mask tokens), the embedding and the backbone:
+  // leaves the final-normed hidden state of every token in buf.h [rows*N, H] and
+  // buf.safe_anchor / buf.safe_position for the Markov loop.
+  void block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
+             const ProposeBatch& b) const;
+
+ private:
+  void kv_heads(StepOps& ops, bf16* k, bf16* v, int64_t stride, int tokens, const StepLayer& l,
+                const int64_t* positions, const float* rope_table) const;
+  void boundary(StepOps& ops, const bf16* branch, void* residual, bf16* next, int tokens,
+                const bf16* post_weight, const float* alpha, const float* beta,
+                const bf16* pre_weight) const;
+
+  ModelConfig c_;
+  DraftOptions o_;
+  QkvLayout qkv_;
+};
+
+}  // namespace sparkdraft
