@@ -31,15 +31,9 @@ Command add_demo(CLI::App& app) {
                   "Checkpoint directory (config.json + safetensors); default: a tiny synthetic one "
                   "written to a temporary directory")
       ->check(non_empty(" (leave --checkpoint out for a tiny synthetic checkpoint)"));
-  sub->add_option("--requests", opts->requests, "Number of requests (rows)")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  sub->add_option("--rounds", opts->rounds, "Drafting rounds")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  sub->add_option("--seed", opts->seed, "Scenario seed (prompts, hidden states, sampling seeds)")
-      ->check(uint64_value())
-      ->capture_default_str();
+  add_bounded(sub, "--requests", opts->requests, "Number of requests (rows)", 1, 256);
+  add_bounded(sub, "--rounds", opts->rounds, "Drafting rounds", 1, 1000);
+  add_seed(sub, opts->seed, "Scenario seed (prompts, hidden states, sampling seeds)");
   sub->add_option("--tp", opts->tp, "Vocab-parallel ranks of the Markov loop (power of two)")
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
@@ -62,11 +56,7 @@ Command add_demo(CLI::App& app) {
         lo.threads = opts->threads;
         auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir, lo));
         const ModelConfig& c = ckpt->config();
-        ScenarioOptions s;
-        s.request_ids.clear();
-        for (int r = 0; r < opts->requests; ++r) s.request_ids.push_back(r);
-        s.rounds = opts->rounds;
-        s.seed = opts->seed;
+        const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
         DraftOptions o = scenario_draft_options(c, s);
         o.tp = opts->tp;
         o.threads = opts->threads;

@@ -76,26 +76,16 @@ Command add_check(CLI::App& app) {
       "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any "
       "difference, 4 without a GPU.");
   add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
-  sub->add_option("--requests", opts->requests, "Requests")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  sub->add_option("--rounds", opts->rounds, "Rounds")
-      ->check(CLI::Range(1, 100))
-      ->capture_default_str();
-  sub->add_option("--seed", opts->seed, "Scenario seed")
-      ->check(uint64_value())
-      ->capture_default_str();
+  add_bounded(sub, "--requests", opts->requests, "Requests", 1, 64);
+  add_bounded(sub, "--rounds", opts->rounds, "Rounds", 1, 100);
+  add_seed(sub, opts->seed, "Scenario seed");
   return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
             auto ckpt =
                 load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
-            ScenarioOptions s;
-            s.request_ids.clear();
-            for (int r = 0; r < opts->requests; ++r) s.request_ids.push_back(r);
-            s.rounds = opts->rounds;
-            s.seed = opts->seed;
+            const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
             const cuda::CheckReport report = cuda::check_draft(ckpt, s);
             std::fputs(report.text().c_str(), stdout);
             return report.ok() ? 0 : 1;
@@ -121,12 +111,8 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--backend", opts->backend, "cuda (the GPU plan, host logic only) or cpu")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
-  sub->add_option("--max-reqs", opts->max_reqs, "Rows per call")
-      ->check(CLI::Range(1, kMaxReqs))
-      ->capture_default_str();
-  sub->add_option("--tp", opts->tp, "Vocab-parallel ranks (cpu backend)")
-      ->check(CLI::Range(1, kMaxTp))
-      ->capture_default_str();
+  add_bounded(sub, "--max-reqs", opts->max_reqs, "Rows per call", 1, kMaxReqs);
+  add_bounded(sub, "--tp", opts->tp, "Vocab-parallel ranks (cpu backend)", 1, kMaxTp);
   return {
       sub, [opts]() -> int {
         TinyCheckpoint tiny;
@@ -162,21 +148,11 @@ Command add_bench(CLI::App& app) {
       "The Markov loop: eager (in a CUDA graph) vs fused (in a CUDA graph) vs the floor, the bytes "
       "the loop must move over the copy bandwidth measured in the same run. Checks fused == eager "
       "bit for bit before timing; median of repeats; prints a table and writes JSON.");
-  sub->add_option("--vocab", opts->vocab, "Vocabulary V")
-      ->check(CLI::Range(1, 1 << 24))
-      ->capture_default_str();
-  sub->add_option("--rank", opts->rank, "Markov rank")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  sub->add_option("--steps", opts->steps, "Draft tokens N")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  sub->add_option("--rows", opts->rows, "Row counts to run (several allowed)")
-      ->check(CLI::Range(1, kMaxReqs))
-      ->capture_default_str();
-  sub->add_option("--repeats", opts->repeats, "Timed repeats (median)")
-      ->check(CLI::Range(1, 100000))
-      ->capture_default_str();
+  add_bounded(sub, "--vocab", opts->vocab, "Vocabulary V", 1, 1 << 24);
+  add_bounded(sub, "--rank", opts->rank, "Markov rank", 1, 4096);
+  add_bounded(sub, "--steps", opts->steps, "Draft tokens N", 1, 64);
+  add_bounded(sub, "--rows", opts->rows, "Row counts to run (several allowed)", 1, kMaxReqs);
+  add_bounded(sub, "--repeats", opts->repeats, "Timed repeats (median)", 1, 100000);
   sub->add_option("--temperature", opts->temperature, "Temperature of every row")
       ->capture_default_str();
   sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");

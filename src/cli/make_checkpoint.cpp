@@ -57,9 +57,7 @@ Command add_make_checkpoint(CLI::App& app) {
                   "Layer style on that shape: qwen3 (DeepSpec pre-norm) or muse (sandwich, "
                   "norm-preserving fp32 residual, GPT-J RoPE, output gate, logit transform). "
                   "Default: the preset's own");
-  sub->add_option("--seed", opts->seed, "Seed of the weights")
-      ->check(uint64_value())
-      ->capture_default_str();
+  add_seed(sub, opts->seed, "Seed of the weights");
   sub->add_option("--out", opts->out,
                   "Output directory (created; refused if it already holds a checkpoint)")
       ->required()

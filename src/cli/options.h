@@ -1,6 +1,6 @@
-// Option validators shared by the subcommands: every value is checked when the
-// command line is parsed, so a bad one is a usage error (exit status 2) before
-// anything runs or prints.
+// Option validators and option helpers shared by the subcommands: every value is
+// checked when the command line is parsed, so a bad one is a usage error (exit
+// status 2) before anything runs or prints.
 #pragma once
 
 #include <charconv>
@@ -8,6 +8,8 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "sparkdraft/scenario.h"
 
 namespace sparkdraft::cli {
 
@@ -54,6 +56,28 @@ inline void add_allow_nonfinite(CLI::App* sub, bool& flag) {
   sub->add_flag("--allow-nonfinite-weights", flag,
                 "Load a checkpoint even when a tensor holds NaN or infinity (refused by default, "
                 "naming the tensor and the first bad index)");
+}
+
+// An option whose value must lie in [lo, hi]; --help shows its default.
+template <class T, class Bound>
+CLI::Option* add_bounded(CLI::App* sub, const std::string& name, T& value, const std::string& help,
+                         Bound lo, Bound hi) {
+  return sub->add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
+}
+
+// --seed: a uint64 (uint64_value); --help shows its default.
+inline CLI::Option* add_seed(CLI::App* sub, uint64_t& seed, const std::string& help) {
+  return sub->add_option("--seed", seed, help)->check(uint64_value())->capture_default_str();
+}
+
+// The scenario of --requests (request ids 0 .. requests - 1), --rounds and --seed.
+inline ScenarioOptions scenario_of(int requests, int rounds, uint64_t seed) {
+  ScenarioOptions s;
+  s.request_ids.clear();
+  for (int r = 0; r < requests; ++r) s.request_ids.push_back(r);
+  s.rounds = rounds;
+  s.seed = seed;
+  return s;
 }
 
 }  // namespace sparkdraft::cli

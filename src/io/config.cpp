@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <initializer_list>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -127,16 +126,62 @@ class Fields {
   std::string where_;
 };
 
+// The names of the enums in config.json, in the order a refusal lists them:
+// to_string and parse_enum read the same table.
 template <class E>
-E parse_enum(const Fields& f, const char* key, std::initializer_list<E> values) {
+struct EnumName {
+  E value;
+  const char* name;
+};
+constexpr EnumName<NormGain> kNormGainNames[] = {{NormGain::weight, "weight"},
+                                                 {NormGain::one_plus_weight, "one_plus_weight"},
+                                                 {NormGain::none, "none"}};
+constexpr EnumName<LayerStyle> kLayerStyleNames[] = {{LayerStyle::pre_norm, "pre_norm"},
+                                                     {LayerStyle::sandwich, "sandwich"}};
+constexpr EnumName<ResidualKind> kResidualKindNames[] = {
+    {ResidualKind::plain, "plain"}, {ResidualKind::norm_preserving, "norm_preserving"}};
+constexpr EnumName<StreamDType> kStreamDTypeNames[] = {{StreamDType::bf16, "bf16"},
+                                                       {StreamDType::f32, "f32"}};
+constexpr EnumName<RopeStyle> kRopeStyleNames[] = {{RopeStyle::neox, "neox"},
+                                                   {RopeStyle::gptj, "gptj"}};
+
+template <class E, size_t N>
+const char* name_in(const EnumName<E> (&names)[N], E value) {
+  for (const EnumName<E>& n : names)
+    if (n.value == value) return n.name;
+  return "?";
+}
+
+template <class E, size_t N>
+E parse_enum(const Fields& f, const char* key, const EnumName<E> (&names)[N]) {
   const std::string s = f.string(key);
   std::string accepted;
-  for (E e : values) {
-    if (s == to_string(e)) return e;
-    accepted += (accepted.empty() ? "\"" : ", \"") + std::string(to_string(e)) + "\"";
+  for (const EnumName<E>& n : names) {
+    if (s == n.name) return n.value;
+    accepted += (accepted.empty() ? "\"" : ", \"") + std::string(n.name) + "\"";
   }
   f.fail(std::string("field '") + key + "' must be one of " + accepted + " (got \"" + s + "\")");
 }
+
+// The int fields of our format that are read and written as they are, in the
+// order they are read, with the least value each accepts.
+struct IntField {
+  const char* name;
+  int ModelConfig::*member;
+  int64_t min;
+};
+constexpr IntField kIntFields[] = {
+    {"hidden_size", &ModelConfig::hidden_size, 1},
+    {"num_layers", &ModelConfig::num_layers, 1},
+    {"num_heads", &ModelConfig::num_heads, 1},
+    {"num_kv_heads", &ModelConfig::num_kv_heads, 1},
+    {"head_dim", &ModelConfig::head_dim, 1},
+    {"intermediate_size", &ModelConfig::intermediate_size, 1},
+    {"vocab_size", &ModelConfig::vocab_size, 1},
+    {"markov_rank", &ModelConfig::markov_rank, 0},
+    {"block_size", &ModelConfig::block_size, 1},
+    {"target_hidden_size", &ModelConfig::target_hidden_size, 1},
+};
 
 const std::set<std::string>& our_keys() {
   static const std::set<std::string> keys = {"format",
@@ -181,42 +226,11 @@ constexpr const char* kDeepSeekV4Fields[] = {
 
 }  // namespace
 
-const char* to_string(NormGain g) {
-  switch (g) {
-    case NormGain::weight: return "weight";
-    case NormGain::one_plus_weight: return "one_plus_weight";
-    case NormGain::none: return "none";
-  }
-  return "?";
-}
-const char* to_string(LayerStyle s) {
-  switch (s) {
-    case LayerStyle::pre_norm: return "pre_norm";
-    case LayerStyle::sandwich: return "sandwich";
-  }
-  return "?";
-}
-const char* to_string(ResidualKind k) {
-  switch (k) {
-    case ResidualKind::plain: return "plain";
-    case ResidualKind::norm_preserving: return "norm_preserving";
-  }
-  return "?";
-}
-const char* to_string(StreamDType d) {
-  switch (d) {
-    case StreamDType::bf16: return "bf16";
-    case StreamDType::f32: return "f32";
-  }
-  return "?";
-}
-const char* to_string(RopeStyle s) {
-  switch (s) {
-    case RopeStyle::neox: return "neox";
-    case RopeStyle::gptj: return "gptj";
-  }
-  return "?";
-}
+const char* to_string(NormGain g) { return name_in(kNormGainNames, g); }
+const char* to_string(LayerStyle s) { return name_in(kLayerStyleNames, s); }
+const char* to_string(ResidualKind k) { return name_in(kResidualKindNames, k); }
+const char* to_string(StreamDType d) { return name_in(kStreamDTypeNames, d); }
+const char* to_string(RopeStyle s) { return name_in(kRopeStyleNames, s); }
 
 void ModelConfig::validate() const {
   auto bad = [](const std::string& field, const std::string& why) {
@@ -285,16 +299,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["format"] = "sparkdraft";
   j["format_version"] = kFormatVersion;
   j["architecture"] = c.architecture;
-  j["hidden_size"] = c.hidden_size;
-  j["num_layers"] = c.num_layers;
-  j["num_heads"] = c.num_heads;
-  j["num_kv_heads"] = c.num_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["intermediate_size"] = c.intermediate_size;
-  j["vocab_size"] = c.vocab_size;
-  j["markov_rank"] = c.markov_rank;
-  j["block_size"] = c.block_size;
-  j["target_hidden_size"] = c.target_hidden_size;
+  for (const IntField& k : kIntFields) j[k.name] = c.*k.member;
   j["target_layer_ids"] = c.target_layer_ids;
   j["mask_token_id"] = c.mask_token_id;
   j["max_position_embeddings"] = c.max_position_embeddings;
@@ -334,28 +339,17 @@ ModelConfig config_from_json(const nlohmann::json& j) {
 
   ModelConfig c;
   c.architecture = f.string("architecture");
-  c.hidden_size = static_cast<int>(f.integer("hidden_size", 1));
-  c.num_layers = static_cast<int>(f.integer("num_layers", 1));
-  c.num_heads = static_cast<int>(f.integer("num_heads", 1));
-  c.num_kv_heads = static_cast<int>(f.integer("num_kv_heads", 1));
-  c.head_dim = static_cast<int>(f.integer("head_dim", 1));
-  c.intermediate_size = static_cast<int>(f.integer("intermediate_size", 1));
-  c.vocab_size = static_cast<int>(f.integer("vocab_size", 1));
-  c.markov_rank = static_cast<int>(f.integer("markov_rank", 0));
-  c.block_size = static_cast<int>(f.integer("block_size", 1));
-  c.target_hidden_size = static_cast<int>(f.integer("target_hidden_size", 1));
+  for (const IntField& k : kIntFields) c.*k.member = static_cast<int>(f.integer(k.name, k.min));
   c.target_layer_ids = f.int_list("target_layer_ids");
   c.mask_token_id = f.integer("mask_token_id", 0, std::numeric_limits<int64_t>::max());
   c.max_position_embeddings = static_cast<int>(f.integer("max_position_embeddings", 1));
-  c.norm_gain =
-      parse_enum(f, "norm_gain", {NormGain::weight, NormGain::one_plus_weight, NormGain::none});
+  c.norm_gain = parse_enum(f, "norm_gain", kNormGainNames);
   c.rms_norm_eps = f.number_f32("rms_norm_eps");
-  c.layer_style = parse_enum(f, "layer_style", {LayerStyle::pre_norm, LayerStyle::sandwich});
-  c.residual_kind =
-      parse_enum(f, "residual_kind", {ResidualKind::plain, ResidualKind::norm_preserving});
-  c.stream_dtype = parse_enum(f, "stream_dtype", {StreamDType::bf16, StreamDType::f32});
+  c.layer_style = parse_enum(f, "layer_style", kLayerStyleNames);
+  c.residual_kind = parse_enum(f, "residual_kind", kResidualKindNames);
+  c.stream_dtype = parse_enum(f, "stream_dtype", kStreamDTypeNames);
   c.context_layer_norm = f.boolean("context_layer_norm");
-  c.rope_style = parse_enum(f, "rope_style", {RopeStyle::neox, RopeStyle::gptj});
+  c.rope_style = parse_enum(f, "rope_style", kRopeStyleNames);
   c.rope_theta = f.number("rope_theta");
   c.qk_norm = f.boolean("qk_norm");
   c.v_norm = f.boolean("v_norm");

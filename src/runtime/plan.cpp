@@ -29,8 +29,8 @@ StepPlan cpu_plan(int tp) {
   plan.parts = {
       {"context chain", "eager", "the reference ops of cpu/ops.h"},
       {"backbone", "eager", "the reference ops; matrix products on the fp32 CPU loop"},
-      {"lm_head", "eager", tp > 1 ? "vocab-parallel over " + std::to_string(tp) + " thread ranks"
-                                  : "one rank"},
+      {"lm_head", "eager",
+       tp > 1 ? "vocab-parallel over " + std::to_string(tp) + " thread ranks" : "one rank"},
       {"markov loop", "eager",
        "bias as tensor-core chains on the CPU twin (core/mma.h)" +
            std::string(tp > 1 ? ", one packet all-gather per step over the thread ranks" : "")},

@@ -15,16 +15,18 @@ ContextSizes DraftStep::context_sizes(int tokens) const {
 BlockSizes DraftStep::block_sizes(int tokens) const {
   const size_t t = static_cast<size_t>(tokens), H = c_.hidden_size, I = c_.intermediate_size;
   const bool f32 = c_.stream_dtype == StreamDType::f32;
-  return {t,      t,     t * H, t * H, t * qkv_.width, t * c_.q_size(), t * H, t * 2 * I,
-          t * I,  f32 ? t * H : 0};
+  return {t,     t,         t * H, t * H,          t * qkv_.width, t * c_.q_size(),
+          t * H, t * 2 * I, t * I, f32 ? t * H : 0};
 }
 
 void DraftStep::kv_heads(StepOps& ops, bf16* k, bf16* v, int64_t stride, int tokens,
                          const StepLayer& l, const int64_t* positions,
                          const float* rope_table) const {
   const int kvh = c_.num_kv_heads, hd = c_.head_dim;
-  if (c_.qk_norm) ops.head_rms_norm(k, stride, tokens, kvh, hd, l.k_norm, c_.norm_gain, c_.rms_norm_eps);
-  if (c_.v_norm) ops.head_rms_norm(v, stride, tokens, kvh, hd, nullptr, NormGain::none, c_.rms_norm_eps);
+  if (c_.qk_norm)
+    ops.head_rms_norm(k, stride, tokens, kvh, hd, l.k_norm, c_.norm_gain, c_.rms_norm_eps);
+  if (c_.v_norm)
+    ops.head_rms_norm(v, stride, tokens, kvh, hd, nullptr, NormGain::none, c_.rms_norm_eps);
   ops.rope(k, stride, tokens, kvh, hd, positions, rope_table, c_.rope_style);
 }
 
@@ -38,7 +40,8 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
   ops.rms_norm(buf.h, H, T, H, w.hidden_norm, c_.norm_gain, c_.rms_norm_eps, buf.normed, H);
   // K/V of every layer: one stacked GEMM, or one per layer after its input norm.
   const int width = c_.context_layer_norm ? 2 * kv : L * 2 * kv;
-  if (!c_.context_layer_norm) ops.gemm(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width);
+  if (!c_.context_layer_norm)
+    ops.gemm(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width);
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
     bf16* k = buf.kv + (c_.context_layer_norm ? 0 : static_cast<size_t>(l) * 2 * kv);
@@ -146,7 +149,8 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     ops.silu_mul(buf.gu, T, I, buf.act);
     ops.gemm(buf.act, I, lw.down_proj, T, H, I, buf.branch, H);
     const bf16* next = l + 1 < L ? w.layers[static_cast<size_t>(l) + 1].input_norm : w.final_norm;
-    boundary(ops, buf.branch, residual, buf.h, T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta, next);
+    boundary(ops, buf.branch, residual, buf.h, T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta,
+             next);
   }
   ops.mark(2);
 }

@@ -120,54 +120,57 @@ TEST(MathExhaustive, LogAndLog1pCorrectlyRoundedOverTheSamplingDomain) {
   EXPECT_EQ(bad.count, 0) << bad.count << " results not correctly rounded:" << bad.report();
 }
 
-// Correct rounding beyond the sampling domain: seeded random bit patterns of
-// every exponent, and the double-double fallback on its own.
-TEST(MathLog, CorrectlyRoundedOnRandomInputs) {
-  const uint32_t seed = 20240611;
-  test::Gen32 gen(seed);  // names the seed in any failure
-  std::mt19937& rng = gen.engine();
+// Runs body(rng, check) on a Gen32 of `seed` (named in any failure); check(fn, x,
+// got, exact) records got unless it is exact correctly rounded. Expects no
+// mismatch and no reference too close to a midpoint to decide.
+template <class Body>
+void expect_correctly_rounded(uint32_t seed, Body body) {
+  test::Gen32 gen(seed);
   mismatch_log bad;
   int64_t ambiguous = 0;
-  for (int i = 0; i < 2000000; ++i) {
-    const float x = bits_f32(rng() & 0x7fffffffu);  // positive, every exponent
-    if (!std::isfinite(x) || x == 0.0f) continue;
-    check_cr("log_f32", x, log_f32(x), std::log(static_cast<long double>(x)), bad, ambiguous);
-    const float y = bits_f32(rng());  // both signs; log1p needs y > -1
-    if (!std::isfinite(y) || y <= -1.0f || y == 0.0f) continue;
-    check_cr("log1p_f32", y, log1p_f32(y), std::log1p(static_cast<long double>(y)), bad, ambiguous);
-  }
-  // Around 1 (log's cancellation zone) and around 0 for log1p, densely.
-  for (uint32_t k = 0; k < 400000; ++k) {
-    const float above = bits_f32(f32_bits(1.0f) + k), below = bits_f32(f32_bits(1.0f) - k);
-    check_cr("log_f32", above, log_f32(above), std::log(static_cast<long double>(above)), bad,
-             ambiguous);
-    check_cr("log_f32", below, log_f32(below), std::log(static_cast<long double>(below)), bad,
-             ambiguous);
-  }
+  body(gen.engine(), [&](const char* fn, float x, float got, long double exact) {
+    check_cr(fn, x, got, exact, bad, ambiguous);
+  });
   EXPECT_EQ(ambiguous, 0);
   EXPECT_EQ(bad.count, 0) << bad.report();
 }
 
+// Correct rounding beyond the sampling domain: seeded random bit patterns of
+// every exponent, and the double-double fallback on its own.
+TEST(MathLog, CorrectlyRoundedOnRandomInputs) {
+  expect_correctly_rounded(20240611, [](std::mt19937& rng, auto check) {
+    for (int i = 0; i < 2000000; ++i) {
+      const float x = bits_f32(rng() & 0x7fffffffu);  // positive, every exponent
+      if (!std::isfinite(x) || x == 0.0f) continue;
+      check("log_f32", x, log_f32(x), std::log(static_cast<long double>(x)));
+      const float y = bits_f32(rng());  // both signs; log1p needs y > -1
+      if (!std::isfinite(y) || y <= -1.0f || y == 0.0f) continue;
+      check("log1p_f32", y, log1p_f32(y), std::log1p(static_cast<long double>(y)));
+    }
+    // Around 1 (log's cancellation zone) and around 0 for log1p, densely.
+    for (uint32_t k = 0; k < 400000; ++k) {
+      const float above = bits_f32(f32_bits(1.0f) + k), below = bits_f32(f32_bits(1.0f) - k);
+      check("log_f32", above, log_f32(above), std::log(static_cast<long double>(above)));
+      check("log_f32", below, log_f32(below), std::log(static_cast<long double>(below)));
+    }
+  });
+}
+
 TEST(MathLog, DoubleDoubleFallbackIsCorrectlyRoundedOnItsOwn) {
-  const uint32_t seed = 77;
-  test::Gen32 gen(seed);  // names the seed in any failure
-  std::mt19937& rng = gen.engine();
-  mismatch_log bad;
-  int64_t ambiguous = 0;
-  for (int i = 0; i < 300000; ++i) {
-    const float x = bits_f32((rng() & 0x7fffffffu) % 0x7f800000u);
-    if (x == 0.0f) continue;
-    const float got = math_detail::round_dd_to_float(math_detail::log_dd(x, 0.0));
-    check_cr("log_dd", x, got, std::log(static_cast<long double>(x)), bad, ambiguous);
-    const float y = bits_f32(rng());
-    if (!std::isfinite(y) || y <= -1.0f) continue;
-    const math_detail::dd one_plus = math_detail::two_sum(1.0, y);
-    const float got1 =
-        math_detail::round_dd_to_float(math_detail::log_dd(one_plus.hi, one_plus.lo));
-    check_cr("log1p_dd", y, got1, std::log1p(static_cast<long double>(y)), bad, ambiguous);
-  }
-  EXPECT_EQ(ambiguous, 0);
-  EXPECT_EQ(bad.count, 0) << bad.report();
+  expect_correctly_rounded(77, [](std::mt19937& rng, auto check) {
+    for (int i = 0; i < 300000; ++i) {
+      const float x = bits_f32((rng() & 0x7fffffffu) % 0x7f800000u);
+      if (x == 0.0f) continue;
+      const float got = math_detail::round_dd_to_float(math_detail::log_dd(x, 0.0));
+      check("log_dd", x, got, std::log(static_cast<long double>(x)));
+      const float y = bits_f32(rng());
+      if (!std::isfinite(y) || y <= -1.0f) continue;
+      const math_detail::dd one_plus = math_detail::two_sum(1.0, y);
+      const float got1 =
+          math_detail::round_dd_to_float(math_detail::log_dd(one_plus.hi, one_plus.lo));
+      check("log1p_dd", y, got1, std::log1p(static_cast<long double>(y)));
+    }
+  });
 }
 
 TEST(MathDetail, RoundDoubleDoubleToFloatBreaksMidpointsWithTheLowPart) {

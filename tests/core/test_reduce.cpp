@@ -1,6 +1,6 @@
 // core/reduce.h: canonical_sum / canonical_dot against the order as its comment
-// states it, re-implemented here element by element (no shared helpers), with
-// the butterfly simulated as the warp's xor shuffle.
+// states it, re-implemented element by element in core/canonical_order.h (no
+// library helpers), with the butterfly simulated as the warp's xor shuffle.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,29 +11,12 @@
 #include <vector>
 
 #include "common/random.h"
+#include "core/canonical_order.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/reduce.h"
 
 namespace sparkdraft {
 namespace {
-
-// Element i goes to chunk i / 8 and lane (i / 8) % 32; each lane fmas its
-// elements in increasing i from +0; the 32 lane sums meet in an xor butterfly.
-float documented_order(const std::vector<float>& x, const std::vector<float>& y) {
-  float lane[32];
-  for (float& l : lane) l = 0.0f;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const size_t l = (i / 8) % 32;
-    lane[l] = std::fmaf(x[i], y[i], lane[l]);
-  }
-  for (int off = 16; off >= 1; off /= 2) {
-    float next[32];
-    for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ off];  // every lane, as shuffles do
-    for (int l = 0; l < 32; ++l) lane[l] = next[l];
-  }
-  for (int l = 1; l < 32; ++l) EXPECT_EQ(f32_bits(lane[l]), f32_bits(lane[0])) << "lane " << l;
-  return lane[0];
-}
 
 // Values of mixed magnitude and sign so that a different order gives other bits.
 std::vector<float> seeded_values(std::mt19937& rng, int n, bool bf16_grid) {
@@ -63,7 +46,7 @@ TEST(CanonicalReduce, MatchesTheDocumentedOrder) {
     for (int rep = 0; rep < 8; ++rep) {
       const bool grid = rep % 2 == 0;
       const std::vector<float> x = seeded_values(rng, n, grid), y = seeded_values(rng, n, grid);
-      const float expected = documented_order(x, y);
+      const float expected = test::canonical_order_dot(x, y);
       const float sum = canonical_sum(n, [&](int i, float& a, float& b) {
         a = x[i];
         b = y[i];

@@ -5,6 +5,7 @@
 // the found and the expected bits; the seed is in every failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -23,19 +24,16 @@ namespace {
 constexpr int kThreadCounts[] = {1, 2, 3};
 constexpr int kKs[] = {1, 7, 15, 16, 17, 33, 100, 256, 300, 512};
 
-std::vector<MmaGemmKernel> kernels() {
-  std::vector<MmaGemmKernel> k{MmaGemmKernel::automatic, MmaGemmKernel::reference};
-  if (mma_gemm_has_avx2()) k.push_back(MmaGemmKernel::avx2);
+// The kernels this CPU runs, with the name a failure prints.
+struct Kernel {
+  MmaGemmKernel id;
+  const char* name;
+};
+std::vector<Kernel> kernels() {
+  std::vector<Kernel> k{{MmaGemmKernel::automatic, "automatic"},
+                        {MmaGemmKernel::reference, "reference"}};
+  if (mma_gemm_has_avx2()) k.push_back({MmaGemmKernel::avx2, "avx2"});
   return k;
-}
-
-const char* kernel_name(MmaGemmKernel k) {
-  switch (k) {
-    case MmaGemmKernel::automatic: return "automatic";
-    case MmaGemmKernel::reference: return "reference";
-    case MmaGemmKernel::avx2: return "avx2";
-  }
-  return "?";
 }
 
 std::string hex32(uint32_t u) {
@@ -61,16 +59,16 @@ int check(const Mat& w, const Mat& x, int K, const std::string& what) {
     for (int n = 0; n < w.rows; ++n)
       want[m * out_stride + n] = f32_bits(mma_chain(w.row(n), x.row(m), K));
   int bad = 0;
-  for (MmaGemmKernel kernel : kernels())
+  for (const Kernel& kernel : kernels())
     for (int threads : kThreadCounts) {
       std::vector<float> out(want.size(), bits_f32(0xdeadbeefu));
-      mma_gemm_rows_with(kernel, w.v.data(), w.stride, w.rows, x.v.data(), x.stride, x.rows, K,
+      mma_gemm_rows_with(kernel.id, w.v.data(), w.stride, w.rows, x.v.data(), x.stride, x.rows, K,
                          out.data(), out_stride, threads);
       for (int m = 0; m < x.rows; ++m)
         for (int64_t n = 0; n < out_stride; ++n) {
           const uint32_t got = f32_bits(out[m * out_stride + n]), exp = want[m * out_stride + n];
           if (got != exp && ++bad <= 5)
-            ADD_FAILURE() << what << " K " << K << " kernel " << kernel_name(kernel) << " threads "
+            ADD_FAILURE() << what << " K " << K << " kernel " << kernel.name << " threads "
                           << threads << ": (m " << m << ", n " << n << ") found " << hex32(got)
                           << " expected " << hex32(exp);
         }
@@ -114,25 +112,22 @@ TEST(CpuMmaGemm, EveryProbeFamilyBitForBit) {
 // special, subnormal, overflowing and ordinary rows.
 TEST(CpuMmaGemm, MixedFamiliesInOneBlock) {
   test::Gen rng(20261202);
+  // A random row of a random family's w rows (16) or x rows (8), into dst.
+  auto family_row = [&rng](bool w_side, int K, bf16* dst) {
+    Mat fw, fx;
+    rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8, K,
+                     fw, fx);
+    const Mat& from = w_side ? fw : fx;
+    const int r = static_cast<int>(rng.integer(0, from.rows - 1));
+    std::copy(from.row(r), from.row(r) + K, dst);
+  };
   for (int K : kKs)
     for (int rep = 0; rep < 3; ++rep) {
       const int n_rows = 37, m_rows = 5;
       Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
       Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
-      for (int n = 0; n < n_rows; ++n) {
-        Mat fw, fx;
-        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8,
-                         K, fw, fx);
-        const int r = static_cast<int>(rng.integer(0, 15));
-        for (int k = 0; k < K; ++k) w.v[n * K + k] = fw.row(r)[k];
-      }
-      for (int m = 0; m < m_rows; ++m) {
-        Mat fw, fx;
-        rows_from_family(static_cast<MmaDist>(rng.integer(0, kMmaDistCount - 1)), rng.bits(), 16, 8,
-                         K, fw, fx);
-        const int r = static_cast<int>(rng.integer(0, 7));
-        for (int k = 0; k < K; ++k) x.v[m * K + k] = fx.row(r)[k];
-      }
+      for (int n = 0; n < n_rows; ++n) family_row(true, K, &w.v[n * K]);
+      for (int m = 0; m < m_rows; ++m) family_row(false, K, &x.v[m * K]);
       EXPECT_EQ(check(w, x, K, "mixed"), 0) << "K " << K;
     }
 }

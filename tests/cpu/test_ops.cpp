@@ -20,6 +20,7 @@
 
 #include "common/bits.h"
 #include "common/random.h"
+#include "core/canonical_order.h"
 #include "core/mma_model.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/math.h"
@@ -39,23 +40,14 @@ constexpr NormGain kGains[] = {NormGain::weight, NormGain::one_plus_weight, Norm
 
 // ---- naive references -------------------------------------------------------------
 
-// core/reduce.h order written out: 32 lane accumulators, element i in lane
-// (i / 8) % 32, one fmaf per term in increasing i, then the butterfly.
-float naive_canonical_dot(const std::vector<float>& a, const std::vector<float>& b) {
-  float lane[32];
-  for (float& l : lane) l = 0.0f;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const size_t l = (i / 8) % 32;
-    lane[l] = std::fmaf(a[i], b[i], lane[l]);
-  }
-  for (int off = 16; off >= 1; off /= 2)
-    for (int l = 0; l < off; ++l) lane[l] = lane[l] + lane[l + off];
-  return lane[0];
-}
+// core/reduce.h order written out (core/canonical_order.h: 32 literal lane
+// accumulators, element i in lane (i / 8) % 32, one fmaf per term in increasing
+// i, then the butterfly).
+using test::canonical_order_dot;
 
 // One RMSNorm row from the header formula.
 std::vector<bf16> naive_rms(const std::vector<float>& x, const bf16* w, NormGain gain, float eps) {
-  const float ss = naive_canonical_dot(x, x);
+  const float ss = canonical_order_dot(x, x);
   const float mean = ss / static_cast<float>(x.size());
   const float r = 1.0f / std::sqrt(mean + eps);
   std::vector<bf16> y(x.size());
@@ -237,7 +229,7 @@ TEST(CpuOpsRmsNorm, KnifeEdgeGainsPinTheOrderOfOperations) {
           std::vector<float> x = rng.floats(static_cast<size_t>(n), -3.0f, 3.0f);
           if (!f32_input)
             for (float& v : x) v = round_bf16(v);
-          const float r = 1.0f / std::sqrt(naive_canonical_dot(x, x) / static_cast<float>(n) + eps);
+          const float r = 1.0f / std::sqrt(canonical_order_dot(x, x) / static_cast<float>(n) + eps);
           const auto w = knife_edge_gains(x, r, gain, rng, edges);
           const auto want = naive_rms(x, w.data(), gain, eps);
           std::vector<bf16> y(static_cast<size_t>(n));

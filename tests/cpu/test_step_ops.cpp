@@ -40,7 +40,8 @@ TEST(CpuOpsQueryBlock, MatchesTheFormula) {
           for (int j = 0; j < steps; ++j) {
             const size_t t = static_cast<size_t>(r) * steps + j;
             const int64_t pos = a + j;
-            const int64_t page_id = d.block_tables[static_cast<size_t>(r) * d.max_pages + pos / page];
+            const int64_t page_id =
+                d.block_tables[static_cast<size_t>(r) * d.max_pages + pos / page];
             const std::string where = "row " + std::to_string(r) + " step " + std::to_string(j);
             EXPECT_EQ(d.ids[t], j == 0 ? anchor : d.mask_token) << where;
             EXPECT_EQ(d.positions[t], pos) << where;

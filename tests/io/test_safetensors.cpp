@@ -162,6 +162,13 @@ TEST(Safetensors, RefusesCorruptFiles) {
   test::TempDir dir;
   const std::string ok_entry = R"("w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})";
   const std::string data8(8, '\x01');
+  // A file of one tensor 'w' whose dtype, shape and data_offsets are these JSON texts.
+  auto w_file = [&data8](const std::string& dtype, const std::string& shape,
+                         const std::string& offsets) {
+    return raw_file(R"({"w": {"dtype": )" + dtype + R"(, "shape": )" + shape +
+                        R"(, "data_offsets": )" + offsets + "}}",
+                    data8);
+  };
   struct Case {
     const char* what;
     std::string bytes;
@@ -177,30 +184,16 @@ TEST(Safetensors, RefusesCorruptFiles) {
       {"bad json", raw_file("{\"w\": {\"dtype\": ", data8), {"not valid JSON"}},
       {"json not object", raw_file("[1, 2]", ""), {"not a JSON object"}},
       {"entry not object", raw_file(R"({"w": 3})", ""), {"'w'", "not an object"}},
-      {"unknown dtype",
-       raw_file(R"({"w": {"dtype": "F8_E4M3", "shape": [8], "data_offsets": [0, 8]}})", data8),
-       {"'w'", "F8_E4M3"}},
-      {"dtype not string",
-       raw_file(R"({"w": {"dtype": 4, "shape": [2], "data_offsets": [0, 8]}})", data8),
-       {"'w'", "dtype"}},
-      {"negative shape",
-       raw_file(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data8),
-       {"'w'", "shape"}},
-      {"shape not list",
-       raw_file(R"({"w": {"dtype": "F32", "shape": 2, "data_offsets": [0, 8]}})", data8),
-       {"'w'", "shape"}},
+      {"unknown dtype", w_file(R"("F8_E4M3")", "[8]", "[0, 8]"), {"'w'", "F8_E4M3"}},
+      {"dtype not string", w_file("4", "[2]", "[0, 8]"), {"'w'", "dtype"}},
+      {"negative shape", w_file(R"("F32")", "[-2]", "[0, 8]"), {"'w'", "shape"}},
+      {"shape not list", w_file(R"("F32")", "2", "[0, 8]"), {"'w'", "shape"}},
       {"no offsets",
        raw_file(R"({"w": {"dtype": "F32", "shape": [2]}})", data8),
        {"'w'", "data_offsets"}},
-      {"reversed offsets",
-       raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", data8),
-       {"'w'", "data_offsets"}},
-      {"size mismatch",
-       raw_file(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", data8),
-       {"'w'", "needs 12"}},
-      {"offsets out of range",
-       raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", data8),
-       {"'w'", "out of range"}},
+      {"reversed offsets", w_file(R"("F32")", "[2]", "[8, 0]"), {"'w'", "data_offsets"}},
+      {"size mismatch", w_file(R"("F32")", "[3]", "[0, 8]"), {"'w'", "needs 12"}},
+      {"offsets out of range", w_file(R"("F32")", "[2]", "[4, 12]"), {"'w'", "out of range"}},
       {"overlap",
        raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                     "v": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "sparkdraft/core/hd.h"
 
@@ -23,25 +24,31 @@ struct bf16 {
 };
 static_assert(sizeof(bf16) == 2);
 
-SD_HD uint32_t f32_bits(float x) {
+// The bits of x read as a To of the same size, every bit kept: the device's
+// reinterpret intrinsic for each of the four casts the core uses, memcpy on the host.
+template <class To, class From>
+SD_HD To bit_cast_hd(From x) {
+  static_assert(sizeof(To) == sizeof(From));
 #if SD_ON_DEVICE
-  return __float_as_uint(x);
+  if constexpr (std::is_same_v<To, uint32_t> && std::is_same_v<From, float>) {
+    return __float_as_uint(x);
+  } else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, uint32_t>) {
+    return __uint_as_float(x);
+  } else if constexpr (std::is_same_v<To, uint64_t> && std::is_same_v<From, double>) {
+    return static_cast<uint64_t>(__double_as_longlong(x));
+  } else {
+    static_assert(std::is_same_v<To, double> && std::is_same_v<From, uint64_t>);
+    return __longlong_as_double(static_cast<long long>(x));
+  }
 #else
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
+  To to;
+  std::memcpy(&to, &x, sizeof to);
+  return to;
 #endif
 }
 
-SD_HD float bits_f32(uint32_t u) {
-#if SD_ON_DEVICE
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-#endif
-}
+SD_HD uint32_t f32_bits(float x) { return bit_cast_hd<uint32_t>(x); }
+SD_HD float bits_f32(uint32_t u) { return bit_cast_hd<float>(u); }
 
 inline constexpr uint16_t kBf16CanonicalNan = 0x7fc0u;
 

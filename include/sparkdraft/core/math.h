@@ -104,24 +104,8 @@ SD_HD float to_float(double x) {
   return static_cast<float>(x);
 #endif
 }
-SD_HD uint64_t f64_bits(double x) {
-#if SD_ON_DEVICE
-  return static_cast<uint64_t>(__double_as_longlong(x));
-#else
-  uint64_t u;
-  std::memcpy(&u, &x, 8);
-  return u;
-#endif
-}
-SD_HD double bits_f64(uint64_t u) {
-#if SD_ON_DEVICE
-  return __longlong_as_double(static_cast<long long>(u));
-#else
-  double x;
-  std::memcpy(&x, &u, 8);
-  return x;
-#endif
-}
+SD_HD uint64_t f64_bits(double x) { return bit_cast_hd<uint64_t>(x); }
+SD_HD double bits_f64(uint64_t u) { return bit_cast_hd<double>(u); }
 SD_HD double dabs(double x) { return bits_f64(f64_bits(x) & 0x7fffffffffffffffull); }
 SD_HD bool is_nan(float x) { return (f32_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 // NaN in, NaN out with integer ops: GPU float arithmetic would return the
