@@ -75,6 +75,25 @@ void DraftStep::boundary(StepOps& ops, const bf16* branch, void* residual, bf16*
   ops.residual_boundary(p, branch, residual, next);
 }
 
+ops::AttentionParams DraftStep::attention_params(int tokens, const int32_t* block_tables,
+                                                 const BlockBuffers& buf) const {
+  ops::AttentionParams ap;
+  ap.tokens = tokens;
+  ap.heads = c_.num_heads;
+  ap.kv_heads = c_.num_kv_heads;
+  ap.head_dim = c_.head_dim;
+  ap.page_size = o_.page_size;
+  ap.max_pages = o_.max_pages_per_req;
+  ap.window = c_.sliding_window;
+  ap.q_stride = qkv_.width;
+  ap.block_tables = block_tables;
+  ap.token_request = buf.token_request;
+  ap.positions = buf.positions;
+  ap.kv_lens = buf.kv_lens;
+  ap.max_kv_len = o_.max_positions();
+  return ap;
+}
+
 void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
                       const ProposeBatch& b) const {
   const int R = b.num_rows, N = c_.block_size, T = R * N, H = c_.hidden_size;
@@ -110,34 +129,21 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
   void* residual = f32 ? static_cast<void*>(buf.residual_f32) : static_cast<void*>(buf.x);
   ops.rms_norm(buf.x, H, T, H, w.layers[0].input_norm, c_.norm_gain, c_.rms_norm_eps, buf.h, H);
 
-  ops::AttentionParams ap;
-  ap.tokens = T;
-  ap.heads = c_.num_heads;
-  ap.kv_heads = c_.num_kv_heads;
-  ap.head_dim = hd;
-  ap.page_size = o_.page_size;
-  ap.max_pages = o_.max_pages_per_req;
-  ap.window = c_.sliding_window;
-  ap.q_stride = W;
-  ap.block_tables = b.block_tables;
-  ap.token_request = buf.token_request;
-  ap.positions = buf.positions;
-  ap.kv_lens = buf.kv_lens;
-  ap.max_kv_len = o_.max_positions();
+  const ops::AttentionParams ap = attention_params(T, b.block_tables, buf);
 
   const bool sandwich = c_.layer_style == LayerStyle::sandwich;
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
     // Attention: QKV(+gate) GEMM, QK-norm, RoPE, KV insert, attention, o-norm/gate, o_proj.
     ops.gemm(buf.h, H, lw.qkv, T, W, H, buf.qkv, W);
-    bf16* qp_ = buf.qkv + qkv_.q;
+    bf16* qh = buf.qkv + qkv_.q;
     bf16* kp = buf.qkv + qkv_.k;
     if (c_.qk_norm)
-      ops.head_rms_norm(qp_, W, T, c_.num_heads, hd, lw.q_norm, c_.norm_gain, c_.rms_norm_eps);
-    ops.rope(qp_, W, T, c_.num_heads, hd, buf.positions, w.rope, c_.rope_style);
+      ops.head_rms_norm(qh, W, T, c_.num_heads, hd, lw.q_norm, c_.norm_gain, c_.rms_norm_eps);
+    ops.rope(qh, W, T, c_.num_heads, hd, buf.positions, w.rope, c_.rope_style);
     kv_heads(ops, kp, buf.qkv + qkv_.v, W, T, lw, buf.positions, w.rope);
     ops.kv_insert(kp, W, buf.qkv + qkv_.v, W, T, c_.num_kv_heads, hd, buf.slots, lw.kv_cache);
-    ops.attention(ap, qp_, lw.kv_cache, buf.attn);
+    ops.attention(ap, qh, lw.kv_cache, buf.attn);
     if (c_.o_norm || c_.output_gate)
       ops.o_norm_gate(buf.attn, T, c_.num_heads, hd, lw.o_norm, c_.o_norm, c_.norm_gain,
                       c_.rms_norm_eps, c_.output_gate ? buf.qkv + qkv_.g : nullptr, W);

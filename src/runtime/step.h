@@ -111,6 +111,11 @@ class DraftStep {
   void block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
              const ProposeBatch& b) const;
 
+  // The attention params of `tokens` block tokens (every kv length bounded by
+  // max_positions): what block() runs, and what sizes the GPU's workspace.
+  ops::AttentionParams attention_params(int tokens, const int32_t* block_tables,
+                                        const BlockBuffers& buf) const;
+
  private:
   void kv_heads(StepOps& ops, bf16* k, bf16* v, int64_t stride, int tokens, const StepLayer& l,
                 const int64_t* positions, const float* rope_table) const;

@@ -300,20 +300,8 @@ struct CudaDraft::Impl {
                      gu.data(),      act.data(),         residual_f32.data()};
     base = DeviceBuffer<bf16>(static_cast<size_t>(T) * c.vocab_size);
     in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
-    ops::AttentionParams ap;  // the workspace bound: every token at the longest context
-    ap.tokens = T;
-    ap.heads = c.num_heads;
-    ap.kv_heads = c.num_kv_heads;
-    ap.head_dim = c.head_dim;
-    ap.page_size = o.page_size;
-    ap.max_pages = o.max_pages_per_req;
-    ap.window = c.sliding_window;
-    ap.q_stride = QkvLayout::of(c).width;
-    ap.block_tables = in_tables.data();
-    ap.token_request = token_request.data();
-    ap.positions = positions.data();
-    ap.kv_lens = kv_lens.data();
-    ap.max_kv_len = o.max_positions();
+    // The workspace bound: every token at the longest context.
+    const ops::AttentionParams ap = step.attention_params(T, in_tables.data(), block);
     attn_ws_bytes = attention_workspace_bytes(ap);
     attn_ws = DeviceBuffer<unsigned char>(attn_ws_bytes);
     in_anchor = DeviceBuffer<int64_t>(R);
