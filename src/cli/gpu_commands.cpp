@@ -138,7 +138,7 @@ Command add_bench(CLI::App& app) {
   struct Opts {
     std::string json;
     std::vector<int> rows{1};
-    int vocab = 151936, rank = 256, steps = 7, repeats = 50;
+    int vocab = 151936, markov_rank = 256, steps = 7, repeats = 50;
     float temperature = 1.0f;
     bool transform = false, spec_suite = false;
   };
@@ -153,7 +153,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--vocab", opts->vocab, "Vocabulary V")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  sub->add_option("--rank", opts->rank, "Markov rank")
+  sub->add_option("--rank", opts->markov_rank, "Markov rank")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   sub->add_option("--steps", opts->steps, "Draft tokens N")
@@ -179,7 +179,7 @@ Command add_bench(CLI::App& app) {
             auto make = [&](int v, int k, int rows) {
               cuda::MarkovBenchOptions b;
               b.vocab = v;
-              b.rank = k;
+              b.markov_rank = k;
               b.steps = opts->steps;
               b.rows = rows;
               b.repeats = opts->repeats;
@@ -191,7 +191,8 @@ Command add_bench(CLI::App& app) {
               for (int rows : {1, 8, 32}) runs.push_back(make(151936, 256, rows));
               for (int rows : {1, 8, 32}) runs.push_back(make(202048, 512, rows));
             } else {
-              for (int rows : opts->rows) runs.push_back(make(opts->vocab, opts->rank, rows));
+              for (int rows : opts->rows)
+                runs.push_back(make(opts->vocab, opts->markov_rank, rows));
             }
             nlohmann::json all = nlohmann::json::array();
             std::vector<cuda::MarkovBenchResult> results;
@@ -204,7 +205,7 @@ Command add_bench(CLI::App& app) {
                         "rows", "eager us", "fused us", "floor us", "fused/floor", "eager/floor");
             for (const auto& r : results)
               std::printf("%-8d %-5d %-3d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f\n",
-                          r.options.vocab, r.options.rank, r.options.steps, r.options.rows,
+                          r.options.vocab, r.options.markov_rank, r.options.steps, r.options.rows,
                           r.eager_us, r.fused_us, r.floor_us, r.fused_ratio, r.eager_ratio);
             if (!opts->json.empty()) {
               std::ofstream f(opts->json);

@@ -370,7 +370,7 @@ struct CudaDraft::Impl {
     head.w1 = w1.data();
     head.w2 = w2.data();
     head.vocab = c.vocab_size;
-    head.rank = c.markov_rank;
+    head.markov_rank = c.markov_rank;
     head.transform = cpu::LogitTransform::from_config(c);
     return head;
   }
@@ -492,7 +492,7 @@ std::string gpu_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_r
   os << "lm_head: pinned cuBLASLt GEMM\n";
   MarkovPlanInput in;
   in.vocab = c.vocab_size;
-  in.rank = c.markov_rank;
+  in.markov_rank = c.markov_rank;
   in.max_rows = max_rows;
   const std::string why = fused_markov_refusal(in);
   if (!co.fused_markov)
