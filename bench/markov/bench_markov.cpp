@@ -134,9 +134,9 @@ void check_equal(const std::vector<int64_t>& tok_f, const std::vector<int64_t>& 
 }  // namespace
 
 MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
-  require(
-      o.vocab >= 1 && o.rank >= 1 && o.steps >= 1 && o.rows >= 1 && o.repeats >= 1 && o.warmup >= 0,
-      "bench_markov", "vocab, rank, steps, rows and repeats must be >= 1, warmup >= 0");
+  require(o.vocab >= 1 && o.markov_rank >= 1 && o.steps >= 1 && o.rows >= 1 && o.repeats >= 1 &&
+              o.warmup >= 0,
+          "bench_markov", "vocab, rank, steps, rows and repeats must be >= 1, warmup >= 0");
   require(o.temperature >= 0.0f && std::isfinite(o.temperature), "bench_markov",
           "temperature must be finite and >= 0");
   MarkovBenchResult r;
@@ -157,7 +157,7 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
 
   MarkovHead head;
   head.vocab = o.vocab;
-  head.rank = o.rank;
+  head.markov_rank = o.markov_rank;
   if (o.transform) {
     head.transform.enabled = true;
     head.transform.multiplier = 0.5f;
@@ -167,7 +167,7 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   }
   MarkovPlanInput plan;
   plan.vocab = o.vocab;
-  plan.rank = o.rank;
+  plan.markov_rank = o.markov_rank;
   plan.max_rows = o.rows;
   const std::string refusal = fused_markov_refusal(plan);
   if (!refusal.empty())
@@ -175,7 +175,7 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
 
   DeviceStream stream;
   const cudaStream_t s = stream.get();
-  const size_t v = o.vocab, k = o.rank, n = o.steps, rows = o.rows;
+  const size_t v = o.vocab, k = o.markov_rank, n = o.steps, rows = o.rows;
   DeviceBuffer<bf16> w1(v * k), w2(v * k), base(rows * n * v);
   fill_uniform_bf16(w1.data(), w1.size(), o.seed + 1, -0.5f, 0.5f, s);
   fill_uniform_bf16(w2.data(), w2.size(), o.seed + 2, -0.5f, 0.5f, s);
@@ -195,7 +195,7 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   head.w1 = w1.data();
   head.w2 = w2.data();
 
-  MarkovWorkspace ws(o.rows, o.steps, o.vocab, o.rank, 1);
+  MarkovWorkspace ws(o.rows, o.steps, o.vocab, o.markov_rank, 1);
   r.pdl = ws.pdl();
   const FusedStepLaunch launch = fused_step_launch(ws, o.rows, o.vocab);
   r.fused_grid = launch.grid;
@@ -254,7 +254,7 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   out << "markov bench on " << r.gpu << " (" << r.sm_count << " SMs, SM clock peak "
       << r.sm_clock_peak_mhz << " MHz, seen " << r.sm_clock_seen_mhz << " MHz, memory clock "
       << r.mem_clock_peak_mhz << " MHz)\n";
-  out << "  V " << o.vocab << ", rank " << o.rank << ", N " << o.steps << ", rows " << o.rows
+  out << "  V " << o.vocab << ", rank " << o.markov_rank << ", N " << o.steps << ", rows " << o.rows
       << ", T " << o.temperature << ", transform " << (o.transform ? "on" : "off") << ", median of "
       << o.repeats << "\n";
   out << "  copy bandwidth " << r.copy_bandwidth_gbs << " GB/s, floor " << r.bytes / 1e6
@@ -284,7 +284,7 @@ nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
       {"sm_clock_seen_mhz", r.sm_clock_seen_mhz},
       {"mem_clock_peak_mhz", r.mem_clock_peak_mhz},
       {"vocab", o.vocab},
-      {"rank", o.rank},
+      {"rank", o.markov_rank},
       {"steps", o.steps},
       {"rows", o.rows},
       {"temperature", o.temperature},

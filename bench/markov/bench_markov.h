@@ -21,7 +21,7 @@ namespace sparkdraft::cuda {
 
 struct MarkovBenchOptions {
   int vocab = 151936;
-  int rank = 256;
+  int markov_rank = 256;
   int steps = 7;
   int rows = 1;
   int repeats = 50;

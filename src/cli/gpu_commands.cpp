@@ -136,7 +136,7 @@ Command add_bench(CLI::App& app) {
   struct Opts {
     std::string json;
     std::vector<int> rows{1};
-    int vocab = 151936, rank = 256, steps = 7, repeats = 50;
+    int vocab = 151936, markov_rank = 256, steps = 7, repeats = 50;
     float temperature = 1.0f;
     bool transform = false, spec_suite = false;
   };
@@ -149,7 +149,7 @@ Command add_bench(CLI::App& app) {
       "the loop must move over the copy bandwidth measured in the same run. Checks fused == eager "
       "bit for bit before timing; median of repeats; prints a table and writes JSON.");
   add_bounded(sub, "--vocab", opts->vocab, "Vocabulary V", 1, 1 << 24);
-  add_bounded(sub, "--rank", opts->rank, "Markov rank", 1, 4096);
+  add_bounded(sub, "--rank", opts->markov_rank, "Markov rank", 1, 4096);
   add_bounded(sub, "--steps", opts->steps, "Draft tokens N", 1, 64);
   add_bounded(sub, "--rows", opts->rows, "Row counts to run (several allowed)", 1, kMaxReqs);
   add_bounded(sub, "--repeats", opts->repeats, "Timed repeats (median)", 1, 100000);
@@ -167,7 +167,7 @@ Command add_bench(CLI::App& app) {
             auto make = [&](int v, int k, int rows) {
               cuda::MarkovBenchOptions b;
               b.vocab = v;
-              b.rank = k;
+              b.markov_rank = k;
               b.steps = opts->steps;
               b.rows = rows;
               b.repeats = opts->repeats;
@@ -179,7 +179,8 @@ Command add_bench(CLI::App& app) {
               for (int rows : {1, 8, 32}) runs.push_back(make(151936, 256, rows));
               for (int rows : {1, 8, 32}) runs.push_back(make(202048, 512, rows));
             } else {
-              for (int rows : opts->rows) runs.push_back(make(opts->vocab, opts->rank, rows));
+              for (int rows : opts->rows)
+                runs.push_back(make(opts->vocab, opts->markov_rank, rows));
             }
             nlohmann::json all = nlohmann::json::array();
             std::vector<cuda::MarkovBenchResult> results;
@@ -192,7 +193,7 @@ Command add_bench(CLI::App& app) {
                         "rows", "eager us", "fused us", "floor us", "fused/floor", "eager/floor");
             for (const auto& r : results)
               std::printf("%-8d %-5d %-3d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f\n",
-                          r.options.vocab, r.options.rank, r.options.steps, r.options.rows,
+                          r.options.vocab, r.options.markov_rank, r.options.steps, r.options.rows,
                           r.eager_us, r.fused_us, r.floor_us, r.fused_ratio, r.eager_ratio);
             if (!opts->json.empty()) {
               std::ofstream f(opts->json);

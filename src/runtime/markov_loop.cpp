@@ -25,15 +25,15 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
                 const ProposeOutputs& out) {
   const ModelConfig& c = *in.config;
   const MarkovRows& rows = *in.rows;
-  const int R = rows.num_rows, N = c.block_size, rank = c.markov_rank;
-  const int tp = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+  const int R = rows.num_rows, N = c.block_size, markov_rank = c.markov_rank;
+  const int tp = comm ? comm->tp_size() : 1, me = comm ? comm->tp_rank() : 0;
   const int slice = c.vocab_size / tp;
   const int64_t offset = static_cast<int64_t>(me) * slice;
-  const bf16* w2 = in.weights->markov_w2 + offset * rank;
+  const bf16* w2 = in.weights->markov_w2 + offset * markov_rank;
   const bf16* w1 = in.weights->markov_w1;
 
   std::vector<int64_t> prev(rows.anchor_tokens);
-  std::vector<bf16> e(static_cast<size_t>(R) * rank), bias(static_cast<size_t>(R) * slice);
+  std::vector<bf16> e(static_cast<size_t>(R) * markov_rank), bias(static_cast<size_t>(R) * slice);
   std::vector<bf16> local(static_cast<size_t>(R) * N * slice);  // [R, N, slice]
   if (c.vocab_size >= INT32_MAX)
     throw ConfigError("the vocab-parallel Markov loop needs 32-bit vocab ids (vocab " +
@@ -41,8 +41,9 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
   std::vector<MarkovPacket> mine(R), all(static_cast<size_t>(R) * tp);
   for (int j = 0; j < N; ++j) {
     for (int r = 0; r < R; ++r)
-      std::memcpy(&e[static_cast<size_t>(r) * rank], w1 + prev[r] * rank, rank * sizeof(bf16));
-    cpu::markov_bias(e.data(), R, w2, slice, rank, bias.data(), in.threads);
+      std::memcpy(&e[static_cast<size_t>(r) * markov_rank], w1 + prev[r] * markov_rank,
+                  markov_rank * sizeof(bf16));
+    cpu::markov_bias(e.data(), R, w2, slice, markov_rank, bias.data(), in.threads);
     for (int r = 0; r < R; ++r) {
       bf16* l = &local[(static_cast<size_t>(r) * N + j) * slice];
       cpu::step_logits(base + (static_cast<size_t>(r) * N + j) * slice,
@@ -127,9 +128,9 @@ MarkovRows markov_rows(const ProposeBatch& b, int block_size) {
   return m;
 }
 
-void markov_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,
-                 const ProposeOutputs& out, double* lm_head_ms, double* loop_ms) {
-  const int tp = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+void run_markov_tp_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,
+                        const ProposeOutputs& out, double* lm_head_ms, double* loop_ms) {
+  const int tp = comm ? comm->tp_size() : 1, me = comm ? comm->tp_rank() : 0;
   auto t0 = Clock::now();
   std::vector<bf16> base = slice_base(in, tp, me, hidden);
   if (me == 0 && lm_head_ms) *lm_head_ms = ms_since(t0);
@@ -141,11 +142,11 @@ void markov_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,
 void run_vocab_parallel_markov(const MarkovInputs& in, int tp, const bf16* hidden,
                                const ProposeOutputs& out, double* lm_head_ms, double* loop_ms) {
   check_tp(*in.config, tp);
-  if (tp == 1) return markov_rank(in, nullptr, hidden, out, lm_head_ms, loop_ms);
+  if (tp == 1) return run_markov_tp_rank(in, nullptr, hidden, out, lm_head_ms, loop_ms);
   MarkovInputs per_rank = in;
   per_rank.threads = std::max(1, in.threads / tp);
   run_thread_group(tp, [&](Communicator& comm) {
-    markov_rank(per_rank, &comm, hidden, out, lm_head_ms, loop_ms);
+    run_markov_tp_rank(per_rank, &comm, hidden, out, lm_head_ms, loop_ms);
   });
 }
 
@@ -163,7 +164,7 @@ void markov_loop_from_base(const MarkovInputs& in, int tp, const bf16* base,
   };
   if (tp == 1) return loop_slice(in, nullptr, base, out);
   run_thread_group(tp, [&](Communicator& comm) {
-    std::vector<bf16> s = slice_of(comm.rank());
+    std::vector<bf16> s = slice_of(comm.tp_rank());
     loop_slice(in, &comm, s.data(), out);
   });
 }

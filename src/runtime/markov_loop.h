@@ -37,10 +37,10 @@ struct MarkovInputs {
 
 // One rank's part: base logits of its vocab slice from the final hidden states
 // [rows*N, H], then the N steps. `comm` may be null for a single rank.
-void markov_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,
-                 const ProposeOutputs& out, double* lm_head_ms, double* loop_ms);
+void run_markov_tp_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,
+                        const ProposeOutputs& out, double* lm_head_ms, double* loop_ms);
 
-// Runs markov_rank on `tp` thread ranks (inline for tp == 1).
+// Runs run_markov_tp_rank on `tp` thread ranks (inline for tp == 1).
 void run_vocab_parallel_markov(const MarkovInputs& in, int tp, const bf16* hidden,
                                const ProposeOutputs& out, double* lm_head_ms, double* loop_ms);
 

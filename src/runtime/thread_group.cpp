@@ -1,14 +1,19 @@
 // CPU thread-group communicator: ranks are threads of one process sharing a
-// rendezvous. Collectives follow a fixed rank order, so results never depend on
-// thread timing (the CPU stand-in for NCCL that CI proves TP logic with).
+// rendezvous, one local rank per communicator, host memory. Collectives follow a
+// fixed order (all_gather places rank k at block k; all_reduce_sum is the tree of
+// core/reduce.h), so results never depend on thread timing (the CPU stand-in for
+// NCCL that CI proves TP logic with).
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "sparkdraft/comm.h"
+#include "sparkdraft/core/reduce.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
@@ -64,48 +69,63 @@ class Rendezvous {
 
 class ThreadComm final : public Communicator {
  public:
-  ThreadComm(Rendezvous& rv, int rank, int size) : rv_(rv), rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  ThreadComm(Rendezvous& rv, int tp_rank, int tp_size)
+      : rv_(rv), local_{tp_rank}, tp_size_(tp_size) {}
+  int tp_size() const override { return tp_size_; }
+  const std::vector<int>& local_ranks() const override { return local_; }
+  CommMemory memory() const override { return CommMemory::host; }
 
-  void all_gather(const void* send, void* recv, size_t bytes) override {
-    rv_.exchange(rank_, send, [&](const std::vector<const void*>& all) {
+  using Communicator::all_gather;
+  using Communicator::all_reduce_sum;
+
+  void all_gather(const void* const* send, void* recv, size_t bytes, void* stream) override {
+    no_stream("all_gather", stream);
+    rv_.exchange(tp_rank(), send[0], [&](const std::vector<const void*>& all) {
       auto* out = static_cast<unsigned char*>(recv);
-      for (int r = 0; r < size_; ++r) std::memcpy(out + r * bytes, all[r], bytes);
+      for (int r = 0; r < tp_size_; ++r) std::memcpy(out + r * bytes, all[r], bytes);
     });
   }
 
-  void all_reduce_sum(float* data, size_t count) override {
-    std::vector<float> sum(count);
-    rv_.exchange(rank_, data, [&](const std::vector<const void*>& all) {
+  // Every rank computes the whole tree over all ranks' partials (the same bits
+  // on each), then overwrites its own buffer once every rank has read them.
+  void all_reduce_sum(float* const* data, size_t count, void* stream) override {
+    no_stream("all_reduce_sum", stream);
+    std::vector<float> sum(count), p(static_cast<size_t>(tp_size_));
+    rv_.exchange(tp_rank(), data[0], [&](const std::vector<const void*>& all) {
       for (size_t i = 0; i < count; ++i) {
-        float acc = static_cast<const float*>(all[0])[i];
-        for (int r = 1; r < size_; ++r) acc = acc + static_cast<const float*>(all[r])[i];
-        sum[i] = acc;
+        for (int r = 0; r < tp_size_; ++r) p[r] = static_cast<const float*>(all[r])[i];
+        sum[i] = canonical_tree_sum(p.data(), tp_size_);
       }
     });
-    std::memcpy(data, sum.data(), count * sizeof(float));
+    std::memcpy(data[0], sum.data(), count * sizeof(float));
   }
 
   void barrier() override { rv_.wait(); }
 
  private:
+  static void no_stream(const char* op, void* stream) {
+    if (stream != nullptr)
+      throw InvalidArgument(std::string("thread-group communicator ") + op +
+                            ": host collectives take no stream");
+  }
+
   Rendezvous& rv_;
-  int rank_, size_;
+  std::vector<int> local_;
+  int tp_size_;
 };
 
 }  // namespace
 
-void run_thread_group(int ranks, const std::function<void(Communicator&)>& fn) {
-  if (ranks < 1)
-    throw InvalidArgument("run_thread_group: ranks must be >= 1, got " + std::to_string(ranks));
-  Rendezvous rv(ranks);
-  std::vector<std::exception_ptr> errors(ranks);
+void run_thread_group(int tp_size, const std::function<void(Communicator&)>& fn) {
+  if (tp_size < 1)
+    throw InvalidArgument("run_thread_group: ranks must be >= 1, got " + std::to_string(tp_size));
+  Rendezvous rv(tp_size);
+  std::vector<std::exception_ptr> errors(tp_size);
   std::vector<std::thread> threads;
-  threads.reserve(ranks);
-  for (int r = 0; r < ranks; ++r) {
+  threads.reserve(tp_size);
+  for (int r = 0; r < tp_size; ++r) {
     threads.emplace_back([&, r] {
-      ThreadComm comm(rv, r, ranks);
+      ThreadComm comm(rv, r, tp_size);
       try {
         fn(comm);
       } catch (const GroupAborted&) {

@@ -35,6 +35,7 @@
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/loopback.h"
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/error.h"
 
@@ -105,7 +106,7 @@ TEST(MarkovNoiseBound, BoundsEveryDrawnUniformFromAboveAndBelow) {
 TEST(MarkovPlan, RefusesWithTheReason) {
   cuda::MarkovPlanInput ok;
   ok.vocab = 151936;
-  ok.rank = 256;
+  ok.markov_rank = 256;
   ok.max_rows = 32;
   EXPECT_EQ(cuda::fused_markov_refusal(ok), "");
   auto refusal = [&](auto edit) {
@@ -116,18 +117,19 @@ TEST(MarkovPlan, RefusesWithTheReason) {
   auto has = [](const std::string& s, const std::string& part) {
     return s.find(part) != std::string::npos;
   };
-  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 0; }), "no Markov head"));
-  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 48; }), "rank 48 is not a power of two"));
-  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 4; }), "rank 4"));
-  EXPECT_TRUE(
-      has(refusal([](auto& in) { in.rank = 8; }), "rank 8 is not a power of two in [16, 1024]"));
-  EXPECT_TRUE(has(refusal([](auto& in) { in.rank = 2048; }), "rank 2048"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.markov_rank = 0; }), "no Markov head"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.markov_rank = 48; }), "rank 48 is not a power of two"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.markov_rank = 4; }), "rank 4"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.markov_rank = 8; }),
+                  "rank 8 is not a power of two in [16, 1024]"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.markov_rank = 2048; }), "rank 2048"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.draft_vocab = 32000; }), "reduced draft vocabulary"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.cache_bf16_contiguous = false; }), "contiguous bf16"));
-  EXPECT_TRUE(has(refusal([](auto& in) { in.shards = 3; }), "shard count 3 is not a power of two"));
+  EXPECT_TRUE(
+      has(refusal([](auto& in) { in.tp_size = 3; }), "shard count 3 is not a power of two"));
   EXPECT_TRUE(has(refusal([](auto& in) {
                     in.vocab = 1001;
-                    in.shards = 2;
+                    in.tp_size = 2;
                   }),
                   "vocab 1001 is not divisible by the shard count 2"));
   alignas(16) static const char buffer[32] = {};
@@ -139,14 +141,14 @@ TEST(MarkovPlan, RefusesWithTheReason) {
             }),
             "");
   EXPECT_TRUE(has(refusal([](auto& in) {
-                    in.rank = 1024;
+                    in.markov_rank = 1024;
                     in.max_rows = 4096;
                   }),
                   "do not fit the fused step's shared memory"));
   EXPECT_EQ(refusal([](auto& in) {
               in.vocab = 202048;
-              in.rank = 512;
-              in.shards = 8;
+              in.markov_rank = 512;
+              in.tp_size = 8;
               in.max_rows = 64;
             }),
             "");
@@ -156,27 +158,27 @@ TEST(MarkovPlan, RefusesWithTheReason) {
 TEST(MarkovPlan, StepShapesFitAndKeepWarpsBusy) {
   using namespace cuda::markov_detail;
   const int max_smem = 227 * 1024, per_sm = 228 * 1024;
-  for (int rank = kMinRank; rank <= kMaxRank; rank *= 2) {
+  for (int markov_rank = kMinRank; markov_rank <= kMaxRank; markov_rank *= 2) {
     int last_fitting = 0;
     for (int rows = 1; rows <= 512; ++rows) {
-      SCOPED_TRACE("rank " + std::to_string(rank) + " rows " + std::to_string(rows));
-      const int tile_v = fused_tile_vocab(rank);
-      const int width = fused_epilogue_tiles(rows, rank) * tile_v;
+      SCOPED_TRACE("rank " + std::to_string(markov_rank) + " rows " + std::to_string(rows));
+      const int tile_v = fused_tile_vocab(markov_rank);
+      const int width = fused_epilogue_tiles(rows, markov_rank) * tile_v;
       const int epl = fused_entries_per_lane(rows);
       EXPECT_EQ(width / epl & (width / epl - 1), 0);  // a power of two of slots per row
       EXPECT_GE(rows * width, epl * kFusedThreads);   // a slot for every thread
-      EXPECT_LE(fused_epilogue_tiles(rows, rank), kMaxEpilogueTiles);
+      EXPECT_LE(fused_epilogue_tiles(rows, markov_rank), kMaxEpilogueTiles);
       EXPECT_EQ(tile_v % 16, 0);  // whole m16 tiles of the tensor-core chain
       cuda::FusedStepShape shape;
-      if (!cuda::fused_step_shape(rows, rank, max_smem, per_sm, &shape)) continue;
+      if (!cuda::fused_step_shape(rows, markov_rank, max_smem, per_sm, &shape)) continue;
       last_fitting = rows;
       EXPECT_LE(shape.smem_bytes, max_smem);
       EXPECT_LE(shape.blocks_per_sm * (shape.smem_bytes + 1024), per_sm);
       EXPECT_GE(shape.stages, 2);
       EXPECT_LE(shape.stages, kMaxStages);
-      EXPECT_EQ(shape.smem_bytes, fused_smem_layout(rows, rank, shape.stages).total);
+      EXPECT_EQ(shape.smem_bytes, fused_smem_layout(rows, markov_rank, shape.stages).total);
     }
-    EXPECT_GE(last_fitting, 64) << "rank " << rank << ": fewer than 64 rows fit";
+    EXPECT_GE(last_fitting, 64) << "rank " << markov_rank << ": fewer than 64 rows fit";
   }
   cuda::FusedStepShape shape;
   EXPECT_FALSE(cuda::fused_step_shape(1, 48, max_smem, per_sm, &shape));
@@ -186,17 +188,17 @@ TEST(MarkovPlan, StepShapesFitAndKeepWarpsBusy) {
 TEST(MarkovPlan, VocabParallelRefusalThrowsAtBuild) {
   cuda::MarkovHead head;
   head.vocab = 1000;
-  head.rank = 48;
-  cuda::LoopbackExchange exchange(2);
+  head.markov_rank = 48;
+  cuda::LoopbackComm comm(2);
   try {
-    cuda::VocabParallelMarkov loop(head, exchange, 4, 7);
+    cuda::VocabParallelMarkov loop(head, comm, 4, 7);
     FAIL() << "a rank-48 vocab-parallel draft was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 48 is not a power of two"), std::string::npos)
         << e.what();
   }
-  head.rank = 64;
-  cuda::LoopbackExchange three(3);
+  head.markov_rank = 64;
+  cuda::LoopbackComm three(3);
   EXPECT_THROW(cuda::VocabParallelMarkov(head, three, 4, 7), ConfigError);
 }
 
@@ -243,34 +245,35 @@ TEST(MarkovEager, BiasMatchesCpu) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
   int cases = 0;
-  for (const int rank : {7, 8, 20, 64, 256, 512, 1024}) {
+  for (const int markov_rank : {7, 8, 20, 64, 256, 512, 1024}) {
     for (const int vocab : {1, 33, 1000, 4099}) {
       for (const int rows : {1, 3, 8}) {
-        const uint64_t seed = 1000u * rank + 10u * vocab + rows;
-        SCOPED_TRACE("rank " + std::to_string(rank) + " vocab " + std::to_string(vocab) + " rows " +
-                     std::to_string(rows) + " seed " + std::to_string(seed));
+        const uint64_t seed = 1000u * markov_rank + 10u * vocab + rows;
+        SCOPED_TRACE("rank " + std::to_string(markov_rank) + " vocab " + std::to_string(vocab) +
+                     " rows " + std::to_string(rows) + " seed " + std::to_string(seed));
         Gen gen(seed);
-        std::vector<bf16> e = gen.bf16s(static_cast<size_t>(rows) * rank, -1.0f, 1.0f);
-        std::vector<bf16> w2 = gen.bf16s(static_cast<size_t>(vocab) * rank, -0.5f, 0.5f);
+        std::vector<bf16> e = gen.bf16s(static_cast<size_t>(rows) * markov_rank, -1.0f, 1.0f);
+        std::vector<bf16> w2 = gen.bf16s(static_cast<size_t>(vocab) * markov_rank, -0.5f, 0.5f);
         // Tiny products (subnormal partial sums) and exact cancellations.
-        if (rows > 1) e[static_cast<size_t>(rank)] = to_bf16(2e-39f);
+        if (rows > 1) e[static_cast<size_t>(markov_rank)] = to_bf16(2e-39f);
         w2[0] = to_bf16(-1e-20f);
         // Non-finite weights follow the tensor core's rules on both sides: +-inf in
         // w2 rows, NaN in another, +inf in the last row of e.
         if (vocab > 3) {
-          w2[static_cast<size_t>(rank)] = to_bf16(std::numeric_limits<float>::infinity());
-          w2[static_cast<size_t>(2 * rank + rank / 2)] =
+          w2[static_cast<size_t>(markov_rank)] = to_bf16(std::numeric_limits<float>::infinity());
+          w2[static_cast<size_t>(2 * markov_rank + markov_rank / 2)] =
               to_bf16(-std::numeric_limits<float>::infinity());
-          w2[static_cast<size_t>(3 * rank + rank - 1)] =
+          w2[static_cast<size_t>(3 * markov_rank + markov_rank - 1)] =
               to_bf16(std::numeric_limits<float>::quiet_NaN());
         }
         if (rows > 2)
-          e[static_cast<size_t>((rows - 1) * rank)] =
+          e[static_cast<size_t>((rows - 1) * markov_rank)] =
               to_bf16(std::numeric_limits<float>::infinity());
         std::vector<bf16> expected(static_cast<size_t>(rows) * vocab);
-        cpu::markov_bias(e.data(), rows, w2.data(), vocab, rank, expected.data(), 4);
+        cpu::markov_bias(e.data(), rows, w2.data(), vocab, markov_rank, expected.data(), 4);
         DeviceBuffer<bf16> d_e(e, stream.get()), d_w2(w2, stream.get()), d_bias(expected.size());
-        cuda::markov_bias(d_e.data(), rows, d_w2.data(), vocab, rank, d_bias.data(), stream.get());
+        cuda::markov_bias(d_e.data(), rows, d_w2.data(), vocab, markov_rank, d_bias.data(),
+                          stream.get());
         const std::vector<bf16> found = d_bias.download(stream.get());
         for (size_t i = 0; i < found.size(); ++i)
           ASSERT_EQ(found[i].bits, expected[i].bits)
@@ -409,7 +412,7 @@ TEST(MarkovEager, SamplerMatchesCpu) {
 
 struct LoopCase {
   int vocab = 1000;
-  int rank = 64;
+  int markov_rank = 64;
   int rows = 1;
   int steps = 7;
   int transform = 0;                           // transform_of kind
@@ -418,7 +421,7 @@ struct LoopCase {
   bool ties = false;                           // exact ties at the top for T = 0 rows, even steps
   bool padding = false;                        // every fourth row is a padding row (slot -1)
   bool bad_weights = false;                    // +inf, -inf and NaN in three w2 rows
-  int shards = 0;                              // also run the loopback vocab-parallel loop (0: no)
+  int tp_size = 0;                             // also run the loopback vocab-parallel loop (0: no)
   bool variants = false;  // also fused with PDL off and without the alternating walk
   uint64_t seed = 1;
 
@@ -426,12 +429,12 @@ struct LoopCase {
   float temp(int r) const { return temps[static_cast<size_t>(r) % temps.size()]; }
   std::string describe() const {
     std::ostringstream os;
-    os << "V " << vocab << " rank " << rank << " rows " << rows << " N " << steps << " transform "
-       << transform << " T {";
+    os << "V " << vocab << " rank " << markov_rank << " rows " << rows << " N " << steps
+       << " transform " << transform << " T {";
     for (size_t i = 0; i < temps.size(); ++i) os << (i ? "," : "") << temps[i];
     os << "}" << (nan ? " nan" : "") << (ties ? " ties" : "") << (padding ? " padding" : "")
        << (bad_weights ? " bad-weights" : "");
-    if (shards) os << " shards " << shards;
+    if (tp_size) os << " shards " << tp_size;
     os << " seed " << seed;
     return os.str();
   }
@@ -462,7 +465,7 @@ void set_bf16(bf16* dst, bf16 value, cudaStream_t s) {
 
 LoopInputs make_inputs(const LoopCase& c, cudaStream_t s) {
   LoopInputs in;
-  const size_t v = c.vocab, k = c.rank, rows = c.rows, n = c.steps;
+  const size_t v = c.vocab, k = c.markov_rank, rows = c.rows, n = c.steps;
   in.w1 = DeviceBuffer<bf16>(v * k);
   in.w2 = DeviceBuffer<bf16>(v * k);
   in.base = DeviceBuffer<bf16>(rows * n * v);
@@ -499,8 +502,9 @@ LoopInputs make_inputs(const LoopCase& c, cudaStream_t s) {
   if (c.ties) {
     const std::vector<int64_t> ids = tie_ids(c.vocab);
     for (size_t i = 1; i < ids.size(); ++i)
-      SD_CUDA_CHECK(cudaMemcpyAsync(in.w2.data() + ids[i] * c.rank, in.w2.data() + ids[0] * c.rank,
-                                    k * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+      SD_CUDA_CHECK(cudaMemcpyAsync(in.w2.data() + ids[i] * c.markov_rank,
+                                    in.w2.data() + ids[0] * c.markov_rank, k * sizeof(bf16),
+                                    cudaMemcpyDeviceToDevice, s));
     for (int r = 0; r < c.rows; ++r)
       for (int j = 0; j < c.steps; j += 2)
         if (c.temp(r) == 0.0f)
@@ -517,7 +521,7 @@ LoopInputs make_inputs(const LoopCase& c, cudaStream_t s) {
   in.head.w1 = in.w1.data();
   in.head.w2 = in.w2.data();
   in.head.vocab = c.vocab;
-  in.head.rank = c.rank;
+  in.head.markov_rank = c.markov_rank;
   in.head.transform = transform_of(c.transform);
   return in;
 }
@@ -533,7 +537,7 @@ struct RunOptions {
   LoopKind kind = LoopKind::fused;
   bool pdl = true;
   bool alternate = true;
-  int shards = 1;
+  int tp_size = 1;
 };
 
 cuda::MarkovBatch batch_of(const LoopCase& c, LoopInputs& in, int64_t* tokens, bf16* cache) {
@@ -558,28 +562,28 @@ LoopOutputs run_loop(const LoopCase& c, LoopInputs& in, const RunOptions& o, cud
   tokens.zero(s);
   const cuda::MarkovBatch batch = batch_of(c, in, tokens.data(), cache.data());
   if (o.kind == LoopKind::sharded) {
-    const int width = c.vocab / o.shards;
+    const int width = c.vocab / o.tp_size;
     // Each shard's base logits [rows, N, V/S] and its slice of w2.
     std::vector<DeviceBuffer<bf16>> bases;
-    bases.reserve(static_cast<size_t>(o.shards));
-    std::vector<cuda::MarkovShard> shards(static_cast<size_t>(o.shards));
-    for (int sh = 0; sh < o.shards; ++sh) {
+    bases.reserve(static_cast<size_t>(o.tp_size));
+    std::vector<cuda::MarkovShard> shards(static_cast<size_t>(o.tp_size));
+    for (int sh = 0; sh < o.tp_size; ++sh) {
       bases.emplace_back(static_cast<size_t>(c.rows) * c.steps * width);
       SD_CUDA_CHECK(cudaMemcpy2DAsync(bases.back().data(), width * sizeof(bf16),
                                       in.base.data() + static_cast<int64_t>(sh) * width,
                                       c.vocab * sizeof(bf16), width * sizeof(bf16),
                                       static_cast<size_t>(c.rows) * c.steps,
                                       cudaMemcpyDeviceToDevice, s));
-      shards[sh] = cuda::MarkovShard{in.w2.data() + static_cast<int64_t>(sh) * width * c.rank,
-                                     bases.back().data()};
+      shards[sh] = cuda::MarkovShard{
+          in.w2.data() + static_cast<int64_t>(sh) * width * c.markov_rank, bases.back().data()};
     }
-    cuda::LoopbackExchange exchange(o.shards);
-    cuda::VocabParallelMarkov loop(in.head, exchange, c.rows, c.steps);
+    cuda::LoopbackComm comm(o.tp_size);
+    cuda::VocabParallelMarkov loop(in.head, comm, c.rows, c.steps);
     loop.workspace().set_pdl(o.pdl);
     loop.workspace().set_alternate_direction(o.alternate);
     loop.run(batch, shards, s);
   } else {
-    cuda::MarkovWorkspace ws(c.rows, c.steps, c.vocab, c.rank, 1);
+    cuda::MarkovWorkspace ws(c.rows, c.steps, c.vocab, c.markov_rank, 1);
     ws.set_pdl(o.pdl);
     ws.set_alternate_direction(o.alternate);
     if (o.kind == LoopKind::eager)
@@ -657,15 +661,15 @@ void check_case(const LoopCase& c, cudaStream_t s) {
     const LoopOutputs again = run_loop(c, in, RunOptions{LoopKind::fused}, s);
     EXPECT_TRUE(same_outputs(c, again, fused, false)) << "fused run to run";
   }
-  if (c.shards > 1) {
+  if (c.tp_size > 1) {
     const LoopOutputs sharded =
-        run_loop(c, in, RunOptions{LoopKind::sharded, true, true, c.shards}, s);
+        run_loop(c, in, RunOptions{LoopKind::sharded, true, true, c.tp_size}, s);
     EXPECT_TRUE(same_outputs(c, sharded, eager, false))
-        << "vocab-parallel loopback, " << c.shards << " shards, vs eager";
+        << "vocab-parallel loopback, " << c.tp_size << " shards, vs eager";
     const LoopOutputs sharded_plain =
-        run_loop(c, in, RunOptions{LoopKind::sharded, false, false, c.shards}, s);
+        run_loop(c, in, RunOptions{LoopKind::sharded, false, false, c.tp_size}, s);
     EXPECT_TRUE(same_outputs(c, sharded_plain, eager, false))
-        << "vocab-parallel loopback, " << c.shards << " shards, no PDL, forward walk, vs eager";
+        << "vocab-parallel loopback, " << c.tp_size << " shards, no PDL, forward walk, vs eager";
   }
 }
 
@@ -675,37 +679,37 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
   cudaStream_t s = stream.get();
-  for (int shards : {2, 4, 8}) {
+  for (int tp_size : {2, 4, 8}) {
     LoopCase c;
     c.vocab = 1000;
-    c.rank = 64;
+    c.markov_rank = 64;
     c.rows = 2;
     c.steps = 1;
     c.temps = {0.0f, 1.0f};
-    c.seed = 4242 + shards;
-    SCOPED_TRACE(c.describe() + " shards " + std::to_string(shards));
+    c.seed = 4242 + tp_size;
+    SCOPED_TRACE(c.describe() + " shards " + std::to_string(tp_size));
     LoopInputs in = make_inputs(c, s);
-    const int width = c.vocab / shards;
+    const int width = c.vocab / tp_size;
     std::vector<DeviceBuffer<bf16>> bases;
-    bases.reserve(static_cast<size_t>(shards));
-    std::vector<cuda::MarkovShard> local(static_cast<size_t>(shards));
-    for (int sh = 0; sh < shards; ++sh) {
+    bases.reserve(static_cast<size_t>(tp_size));
+    std::vector<cuda::MarkovShard> local(static_cast<size_t>(tp_size));
+    for (int sh = 0; sh < tp_size; ++sh) {
       bases.emplace_back(static_cast<size_t>(c.rows) * width);
       SD_CUDA_CHECK(cudaMemcpy2DAsync(bases.back().data(), width * sizeof(bf16),
                                       in.base.data() + static_cast<int64_t>(sh) * width,
                                       c.vocab * sizeof(bf16), width * sizeof(bf16), c.rows,
                                       cudaMemcpyDeviceToDevice, s));
-      local[sh] = cuda::MarkovShard{in.w2.data() + static_cast<int64_t>(sh) * width * c.rank,
+      local[sh] = cuda::MarkovShard{in.w2.data() + static_cast<int64_t>(sh) * width * c.markov_rank,
                                     bases.back().data()};
     }
     DeviceBuffer<int64_t> tokens(static_cast<size_t>(c.rows));
     DeviceBuffer<bf16> cache(static_cast<size_t>(c.cache_slots()) * c.vocab);
     const cuda::MarkovBatch batch = batch_of(c, in, tokens.data(), cache.data());
-    cuda::LoopbackExchange exchange(shards);
-    cuda::VocabParallelMarkov loop(in.head, exchange, c.rows, c.steps);
+    cuda::LoopbackComm comm(tp_size);
+    cuda::VocabParallelMarkov loop(in.head, comm, c.rows, c.steps);
     loop.run(batch, local, s);
     SD_CUDA_CHECK(cudaStreamSynchronize(s));
-    std::vector<cuda::MarkovPacket> packets(static_cast<size_t>(shards) * c.rows);
+    std::vector<cuda::MarkovPacket> packets(static_cast<size_t>(tp_size) * c.rows);
     loop.workspace().packets_recv.download(packets.data(), packets.size(), 0, s);
     // CPU: the step logits of each row over the full vocabulary, then per slice.
     const std::vector<bf16> w1 = in.w1.download(s), w2 = in.w2.download(s),
@@ -716,11 +720,12 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
     in.seeds.download(seeds.data(), c.rows, 0, s);
     for (int r = 0; r < c.rows; ++r) {
       std::vector<bf16> bias(c.vocab), l(c.vocab);
-      cpu::markov_bias(w1.data() + anchors[r] * c.rank, 1, w2.data(), c.vocab, c.rank, bias.data());
+      cpu::markov_bias(w1.data() + anchors[r] * c.markov_rank, 1, w2.data(), c.vocab, c.markov_rank,
+                       bias.data());
       cpu::step_logits(base.data() + static_cast<size_t>(r) * c.vocab, bias.data(), c.vocab,
                        in.head.transform, l.data());
       const uint32_t gs = draft_step_seed(seeds[r], positions[r], 0);
-      for (int sh = 0; sh < shards; ++sh) {
+      for (int sh = 0; sh < tp_size; ++sh) {
         const cpu::RowBest best = cpu::sample_row(l.data() + sh * width, width,
                                                   static_cast<int64_t>(sh) * width, c.temp(r), gs);
         const cuda::MarkovPacket& pk = packets[static_cast<size_t>(sh) * c.rows + r];
@@ -732,13 +737,13 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
     const std::vector<int64_t> h_tokens = tokens.download(s);
     for (int r = 0; r < c.rows; ++r) {
       cuda::MarkovPacket win = packets[r];
-      for (int sh = 1; sh < shards; ++sh) {
+      for (int sh = 1; sh < tp_size; ++sh) {
         const cuda::MarkovPacket& pk = packets[static_cast<size_t>(sh) * c.rows + r];
         const float pv = pk.nan ? NAN : pk.value, wv = win.nan ? NAN : win.value;
         if (better(pv, pk.id, wv, win.id)) win = pk;
       }
       std::ostringstream all;
-      for (int sh = 0; sh < shards; ++sh) {
+      for (int sh = 0; sh < tp_size; ++sh) {
         const cuda::MarkovPacket& pk = packets[static_cast<size_t>(sh) * c.rows + r];
         all << " [" << sh << ": " << pk.value << " id " << pk.id << " nan " << pk.nan << "]";
       }
@@ -750,12 +755,12 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
     m.rows = 4;
     m.steps = 6;
     m.temps = {0.0f, 0.7f, 1.0f};
-    m.shards = shards;
+    m.tp_size = tp_size;
     LoopInputs min = make_inputs(m, s);
     const LoopOutputs eager = run_loop(m, min, RunOptions{LoopKind::eager}, s);
     for (bool pdl : {false, true}) {
       const LoopOutputs sharded =
-          run_loop(m, min, RunOptions{LoopKind::sharded, pdl, false, shards}, s);
+          run_loop(m, min, RunOptions{LoopKind::sharded, pdl, false, tp_size}, s);
       EXPECT_TRUE(same_outputs(m, sharded, eager, false)) << "multi-step, pdl " << pdl;
     }
   }
@@ -766,18 +771,18 @@ TEST(MarkovFused, MatchesEagerSmallVocabEveryBucket) {
   DeviceStream stream;
   int n = 0;
   const int shard_cycle[] = {2, 4, 8};
-  for (const int rank : {64, 256, 512}) {
+  for (const int markov_rank : {64, 256, 512}) {
     for (const int rows : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 32, 33, 48, 64}) {
       LoopCase c;
       c.vocab = 1000;
-      c.rank = rank;
+      c.markov_rank = markov_rank;
       c.rows = rows;
-      c.steps = 1 + (rows + rank / 64) % 16;
+      c.steps = 1 + (rows + markov_rank / 64) % 16;
       c.transform = rows % 4;
       c.nan = rows % 2 == 1;
       c.ties = rows % 3 != 1;
       c.padding = rows >= 3;
-      c.shards = n % 3 == 0 ? shard_cycle[(n / 3) % 3] : 0;
+      c.tp_size = n % 3 == 0 ? shard_cycle[(n / 3) % 3] : 0;
       c.variants = n % 5 == 0;
       c.bad_weights = n % 7 == 3;
       c.seed = 100 + n;
@@ -787,17 +792,17 @@ TEST(MarkovFused, MatchesEagerSmallVocabEveryBucket) {
     }
   }
   // The other ranks the fused loop runs.
-  for (const int rank : {16, 32, 128, 1024}) {
+  for (const int markov_rank : {16, 32, 128, 1024}) {
     for (const int rows : {1, 5, 40}) {
       LoopCase c;
       c.vocab = 1000;
-      c.rank = rank;
+      c.markov_rank = markov_rank;
       c.rows = rows;
       c.steps = rows == 40 ? 2 : 4;
       c.nan = true;
       c.ties = true;
       c.padding = true;
-      c.shards = rows == 5 ? 4 : 0;
+      c.tp_size = rows == 5 ? 4 : 0;
       c.seed = 500 + n;
       std::printf("[markov] %s\n", c.describe().c_str());
       check_case(c, stream.get());
@@ -811,7 +816,7 @@ TEST(MarkovFused, MatchesEagerLargeVocab) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
   struct Shape {
-    int vocab, rank, rows, steps, transform, shards;
+    int vocab, markov_rank, rows, steps, transform, tp_size;
   };
   // A sample of the large combinations (not the cross product).
   const Shape shapes[] = {
@@ -825,11 +830,11 @@ TEST(MarkovFused, MatchesEagerLargeVocab) {
   for (const Shape& sh : shapes) {
     LoopCase c;
     c.vocab = sh.vocab;
-    c.rank = sh.rank;
+    c.markov_rank = sh.markov_rank;
     c.rows = sh.rows;
     c.steps = sh.steps;
     c.transform = sh.transform;
-    c.shards = sh.shards;
+    c.tp_size = sh.tp_size;
     c.nan = sh.rows > 1;
     c.ties = true;
     c.padding = sh.rows >= 4;
@@ -850,7 +855,7 @@ TEST(MarkovFused, GraphReplayMatchesEager) {
   const cudaStream_t s = stream.get();
   LoopCase c;
   c.vocab = 32000;
-  c.rank = 256;
+  c.markov_rank = 256;
   c.rows = 5;
   c.steps = 7;
   c.padding = true;
@@ -861,7 +866,7 @@ TEST(MarkovFused, GraphReplayMatchesEager) {
   DeviceBuffer<int64_t> tok_f(static_cast<size_t>(c.rows) * c.steps), tok_e(tok_f.size());
   DeviceBuffer<bf16> cache_f(std::vector<bf16>(cache_len, bf16{kUntouched}), s);
   DeviceBuffer<bf16> cache_e(std::vector<bf16>(cache_len, bf16{kUntouched}), s);
-  cuda::MarkovWorkspace ws(c.rows, c.steps, c.vocab, c.rank, 1);
+  cuda::MarkovWorkspace ws(c.rows, c.steps, c.vocab, c.markov_rank, 1);
   const cuda::MarkovBatch fb = batch_of(c, in, tok_f.data(), cache_f.data());
   const cuda::MarkovBatch eb = batch_of(c, in, tok_e.data(), cache_e.data());
   cuda::fused_markov_loop(in.head, fb, ws, s);  // warm up every kernel before capture
@@ -893,7 +898,7 @@ TEST(MarkovFused, LoopFallsBackToEager) {
   DeviceStream stream;
   LoopCase c;
   c.vocab = 1000;
-  c.rank = 48;
+  c.markov_rank = 48;
   c.rows = 3;
   c.steps = 4;
   c.seed = 77;
@@ -911,7 +916,7 @@ TEST(MarkovFused, LoopFallsBackToEager) {
   EXPECT_TRUE(same_outputs(c, found, eager, false));
   EXPECT_THROW(run_loop(c, in, RunOptions{LoopKind::fused}, stream.get()), InvalidArgument);
 
-  c.rank = 64;
+  c.markov_rank = 64;
   LoopInputs in64 = make_inputs(c, stream.get());
   cuda::MarkovLoop fused_loop(in64.head, c.rows, c.steps);
   EXPECT_TRUE(fused_loop.fused()) << fused_loop.refusal();
@@ -925,7 +930,7 @@ LoopOutputs cpu_loop(const LoopCase& c, const LoopInputs& in, cudaStream_t s) {
   const std::vector<int64_t> anchors = in.anchors.download(s), positions = in.positions.download(s),
                              seeds = in.seeds.download(s);
   const std::vector<float> temps = in.temps.download(s);
-  const int64_t v = c.vocab, k = c.rank, n = c.steps;
+  const int64_t v = c.vocab, k = c.markov_rank, n = c.steps;
   LoopOutputs out{
       std::vector<int64_t>(static_cast<size_t>(c.rows * n)),
       std::vector<bf16>(static_cast<size_t>(c.cache_slots() * n * v), bf16{kUntouched})};
@@ -936,7 +941,7 @@ LoopOutputs cpu_loop(const LoopCase& c, const LoopInputs& in, cudaStream_t s) {
       const int64_t prev = j == 0 ? anchors[r] : out.tokens[static_cast<size_t>(r * n + j - 1)];
       std::copy_n(w1.data() + prev * k, k, e.data() + r * k);
     }
-    cpu::markov_bias(e.data(), c.rows, w2.data(), c.vocab, c.rank, bias.data(), 8);
+    cpu::markov_bias(e.data(), c.rows, w2.data(), c.vocab, c.markov_rank, bias.data(), 8);
     for (int r = 0; r < c.rows; ++r) {
       cpu::step_logits(base.data() + (r * n + j) * v, bias.data() + r * v, c.vocab,
                        in.head.transform, l.data());
@@ -954,7 +959,7 @@ TEST(MarkovFused, MatchesCpuLoop) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
   struct Shape {
-    int vocab, rank, rows, steps, transform;
+    int vocab, markov_rank, rows, steps, transform;
   };
   const Shape shapes[] = {
       {1000, 64, 5, 6, 2},
@@ -966,7 +971,7 @@ TEST(MarkovFused, MatchesCpuLoop) {
   for (const Shape& sh : shapes) {
     LoopCase c;
     c.vocab = sh.vocab;
-    c.rank = sh.rank;
+    c.markov_rank = sh.markov_rank;
     c.rows = sh.rows;
     c.steps = sh.steps;
     c.transform = sh.transform;

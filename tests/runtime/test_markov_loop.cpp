@@ -24,17 +24,17 @@ struct LoopSetup {
   MarkovRows rows;
 };
 
-LoopSetup make_setup(uint64_t seed, int R, int N, int V, int rank, bool cap) {
+LoopSetup make_setup(uint64_t seed, int R, int N, int V, int markov_rank, bool cap) {
   LoopSetup s;
   s.c.vocab_size = V;
-  s.c.markov_rank = rank;
+  s.c.markov_rank = markov_rank;
   s.c.block_size = N;
   if (cap) {
     s.c.logit_multiplier = 0.75f;
     s.c.logit_soft_cap = 20.0f;
   }
-  s.w1 = test::Gen(seed).normal_bf16s(static_cast<size_t>(V) * rank, 0.3f);
-  s.w2 = test::Gen(seed + 1).normal_bf16s(static_cast<size_t>(V) * rank, 0.3f);
+  s.w1 = test::Gen(seed).normal_bf16s(static_cast<size_t>(V) * markov_rank, 0.3f);
+  s.w2 = test::Gen(seed + 1).normal_bf16s(static_cast<size_t>(V) * markov_rank, 0.3f);
   s.base = test::Gen(seed + 2).normal_bf16s(static_cast<size_t>(R) * N * V, 2.0f);
   // Row 1: a NaN base logit at a late id of step 0 and several at step 2.
   // Row 2: exact ties: two ids with identical base logits and identical w2 rows.
@@ -52,8 +52,8 @@ LoopSetup make_setup(uint64_t seed, int R, int N, int V, int rank, bool cap) {
       for (int v = 0; v < V; ++v) row[v] = to_bf16(-30.0f);
       row[V / 2 + 3] = row[V / 3] = to_bf16(40.0f);
     }
-    std::memcpy(&s.w2[static_cast<size_t>(V / 2 + 3) * rank],
-                &s.w2[static_cast<size_t>(V / 3) * rank], rank * sizeof(bf16));
+    std::memcpy(&s.w2[static_cast<size_t>(V / 2 + 3) * markov_rank],
+                &s.w2[static_cast<size_t>(V / 3) * markov_rank], markov_rank * sizeof(bf16));
   }
   s.w.markov_w1 = s.w1.data();
   s.w.markov_w2 = s.w2.data();
@@ -107,7 +107,7 @@ void naive_loop(const LoopSetup& s, std::vector<int64_t>& tokens, std::vector<bf
 
 TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
   struct Case {
-    int R, N, V, rank;
+    int R, N, V, markov_rank;
     bool cap;
   };
   for (const Case k : {Case{1, 7, 1000, 64, false}, Case{5, 5, 1000, 64, true},
@@ -115,8 +115,8 @@ TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
     const uint64_t seed = 1234 + k.R * 7 + k.N;
     SCOPED_TRACE("seed " + std::to_string(seed) + " R " + std::to_string(k.R) + " N " +
                  std::to_string(k.N) + " V " + std::to_string(k.V) + " rank " +
-                 std::to_string(k.rank));
-    LoopSetup s = make_setup(seed, k.R, k.N, k.V, k.rank, k.cap);
+                 std::to_string(k.markov_rank));
+    LoopSetup s = make_setup(seed, k.R, k.N, k.V, k.markov_rank, k.cap);
     const size_t cache_size = static_cast<size_t>(k.R) * k.N * k.V;
     std::vector<int64_t> naive_tokens(static_cast<size_t>(k.R) * k.N);
     std::vector<bf16> naive_cache(cache_size, to_bf16(-7.0f));

@@ -1,50 +1,170 @@
-// The CPU thread-group communicator: collectives in rank order, errors surface.
+// The CPU thread-group communicator behind the one interface (comm.h): collectives
+// in rank order, the all-reduce in the fixed tree of SPEC section 6, errors surface.
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "common/bits.h"
+#include "common/random.h"
 #include "sparkdraft/comm.h"
+#include "sparkdraft/core/bf16.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
 namespace {
 
+// An array of typed buffers must not fall into the one-buffer overload.
+template <class P>
+concept GathersFrom = requires(Communicator& c, P p) {
+  c.all_gather(p, nullptr, size_t{4}, nullptr);
+};
+static_assert(GathersFrom<const float*>);
+static_assert(GathersFrom<const void* const*>);
+static_assert(!GathersFrom<float**>);
+static_assert(!GathersFrom<const float* const*>);
+
+TEST(ThreadGroup, IsOneHostRankPerThread) {
+  for (int n : {1, 2, 3, 4, 8}) {
+    std::vector<int> rank_of(n, -1), size_of(n, -1), locals(n, -1);
+    std::vector<CommMemory> memory(n, CommMemory::device);
+    run_thread_group(n, [&](Communicator& comm) {
+      const int r = comm.tp_rank();
+      rank_of[r] = r;
+      size_of[r] = comm.tp_size();
+      locals[r] = static_cast<int>(comm.local_ranks().size());
+      memory[r] = comm.memory();
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(rank_of[r], r) << "n " << n;
+      EXPECT_EQ(size_of[r], n) << "n " << n << " rank " << r;
+      EXPECT_EQ(locals[r], 1) << "n " << n << " rank " << r;
+      EXPECT_EQ(memory[r], CommMemory::host) << "n " << n << " rank " << r;
+    }
+  }
+}
+
 TEST(ThreadGroup, AllGatherPlacesEachRankInOrder) {
   for (int n : {1, 2, 3, 4, 8}) {
-    std::vector<std::vector<int>> got(n);
+    std::vector<std::vector<int>> got(n), got_array(n);
     run_thread_group(n, [&](Communicator& comm) {
-      int mine[2] = {comm.rank() * 10, comm.rank() * 10 + 1};
-      std::vector<int> all(2 * comm.size());
+      const int r = comm.tp_rank();
+      int mine[2] = {r * 10, r * 10 + 1};
+      std::vector<int> all(2 * comm.tp_size());
       for (int rep = 0; rep < 3; ++rep) comm.all_gather(mine, all.data(), sizeof(mine));
-      got[comm.rank()] = all;
+      got[r] = all;
+      // The array form with this rank's one buffer.
+      const void* send[1] = {mine};
+      std::vector<int> all2(2 * comm.tp_size(), -1);
+      comm.all_gather(send, all2.data(), sizeof(mine), nullptr);
+      got_array[r] = all2;
     });
     for (int r = 0; r < n; ++r)
       for (int k = 0; k < n; ++k) {
         EXPECT_EQ(got[r][2 * k], k * 10) << "n " << n << " rank " << r;
         EXPECT_EQ(got[r][2 * k + 1], k * 10 + 1) << "n " << n << " rank " << r;
+        EXPECT_EQ(got_array[r], got[r]) << "n " << n << " rank " << r;
       }
   }
 }
 
-TEST(ThreadGroup, AllReduceSumsInRankOrder) {
-  // 1e8 + 1 - 1e8 in rank order is 0 in fp32; any other order of these three
-  // values may give 1 or 0 differently, so the fixed order is observable.
-  const float vals[3] = {1e8f, 1.0f, -1e8f};
-  std::vector<float> out(3);
-  run_thread_group(3, [&](Communicator& comm) {
-    float x = vals[comm.rank()];
-    comm.all_reduce_sum(&x, 1);
-    out[comm.rank()] = x;
-  });
-  const float expected = (vals[0] + vals[1]) + vals[2];
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(out[r], expected) << "rank " << r;
+// SPEC section 6 writes the tree out; so does this test, for every TP size.
+float documented_tree(const std::vector<float>& p) {
+  switch (p.size()) {
+    case 1: return p[0];
+    case 2: return p[0] + p[1];
+    case 3: return (p[0] + p[1]) + p[2];
+    case 4: return (p[0] + p[1]) + (p[2] + p[3]);
+    case 8: return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+  }
+  ADD_FAILURE() << "no documented tree for " << p.size() << " ranks";
+  return 0.0f;
+}
+
+TEST(ThreadGroup, AllReduceIsTheFixedTreeOverRanks) {
+  // 1e8 + 1 == 1e8 in fp32 (the ulp at 1e8 is 8), so the tree
+  // (1e8 + 1) + (-1e8 + 1) = 0 and rank order ((1e8 + 1) - 1e8) + 1 = 1 differ.
+  {
+    const float vals[4] = {1e8f, 1.0f, -1e8f, 1.0f};
+    std::vector<float> out(4, -1.0f);
+    run_thread_group(4, [&](Communicator& comm) {
+      float x = vals[comm.tp_rank()];
+      comm.all_reduce_sum(&x, 1);
+      out[comm.tp_rank()] = x;
+    });
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(f32_bits(out[r]), f32_bits(0.0f)) << "rank " << r;
+    ASSERT_EQ(((vals[0] + vals[1]) + vals[2]) + vals[3], 1.0f) << "the guard of this test";
+  }
+  // Seeded partials of mixed magnitude; every rank must get the tree's bits, and
+  // the inputs are such that rank order or reversed order would be caught.
+  for (int n : {1, 2, 3, 4, 8}) {
+    const uint64_t seed = 700 + n;
+    test::Gen gen(seed);
+    const size_t count = 257;
+    std::vector<std::vector<float>> partials(n, std::vector<float>(count));
+    for (auto& p : partials)
+      for (float& x : p)
+        x = std::ldexp(gen.uniform(-1.0f, 1.0f), static_cast<int>(gen.integer(-14, 14)));
+    partials[0][3] = std::numeric_limits<float>::infinity();  // inf and NaN pass through the tree
+    if (n > 1) partials[1][3] = -std::numeric_limits<float>::infinity();
+    partials[n - 1][5] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> expected(count);
+    int rank_order_differs = 0, reversed_differs = 0;
+    for (size_t i = 0; i < count; ++i) {
+      std::vector<float> p(n);
+      for (int r = 0; r < n; ++r) p[r] = partials[r][i];
+      expected[i] = documented_tree(p);
+      float ltr = p[0], rev = p[n - 1];
+      for (int k = 1; k < n; ++k) ltr = ltr + p[k];
+      for (int k = n - 2; k >= 0; --k) rev = rev + p[k];
+      if (f32_bits(ltr) != f32_bits(expected[i]) && !std::isnan(expected[i])) ++rank_order_differs;
+      if (f32_bits(rev) != f32_bits(expected[i]) && !std::isnan(expected[i])) ++reversed_differs;
+    }
+    if (n >= 4) {
+      ASSERT_GT(rank_order_differs, 10) << "n " << n << ": the inputs do not pin the order";
+      ASSERT_GT(reversed_differs, 10) << "n " << n << ": the inputs do not pin the order";
+    }
+    std::vector<std::vector<float>> got = partials;
+    run_thread_group(n, [&](Communicator& comm) {
+      for (int rep = 0; rep < 2; ++rep) {
+        std::vector<float> mine = partials[comm.tp_rank()];
+        float* data[1] = {mine.data()};
+        if (rep == 0)
+          comm.all_reduce_sum(data, count, nullptr);
+        else
+          comm.all_reduce_sum(mine.data(), count);
+        got[comm.tp_rank()] = mine;
+      }
+    });
+    for (int r = 0; r < n; ++r)
+      EXPECT_TRUE(test::same_bits(got[r], expected, {0, true}))
+          << "seed " << seed << " tp_size " << n << " rank " << r;
+  }
+}
+
+TEST(ThreadGroup, HostCollectivesRefuseAStream) {
+  int stream_stand_in = 0;
+  EXPECT_THROW(run_thread_group(2,
+                                [&](Communicator& comm) {
+                                  float x = 1.0f;
+                                  comm.all_reduce_sum(&x, 1, &stream_stand_in);
+                                }),
+               InvalidArgument);
+  EXPECT_THROW(run_thread_group(1,
+                                [&](Communicator& comm) {
+                                  int x = 1, y = 0;
+                                  comm.all_gather(&x, &y, sizeof x, &stream_stand_in);
+                                }),
+               InvalidArgument);
 }
 
 TEST(ThreadGroup, AnErrorOnOneRankIsRethrownAndNobodyHangs) {
   EXPECT_THROW(run_thread_group(4,
                                 [&](Communicator& comm) {
-                                  if (comm.rank() == 2) throw InvalidArgument("rank 2 failed");
+                                  if (comm.tp_rank() == 2) throw InvalidArgument("rank 2 failed");
                                   comm.barrier();
                                   comm.barrier();
                                 }),

@@ -74,6 +74,19 @@ SD_HD float canonical_dot(int n, LoadA a, LoadB b) {
   });
 }
 
+// The fixed tree of SPEC section 6 over n >= 1 fp32 partials p[0..n) (the TP
+// all-reduce over ranks, the canonical K slices): adjacent pairs, level by level,
+//   n = 2: p0+p1;  n = 4: (p0+p1)+(p2+p3);  n = 8: ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7));
+// at a level with an odd count the last term rises to the next level unchanged
+// (n = 3: (p0+p1)+p2). Overwrites p; returns the sum.
+SD_HD float canonical_tree_sum(float* p, int n) {
+  for (int width = n; width > 1; width = (width + 1) / 2) {
+    for (int i = 0; 2 * i + 1 < width; ++i) p[i] = p[2 * i] + p[2 * i + 1];
+    if (width % 2 == 1) p[width / 2] = p[width - 1];
+  }
+  return p[0];
+}
+
 #if defined(__CUDACC__)
 // Device: combine the 32 lane partials of a full warp (every lane gets the result).
 __device__ __forceinline__ float warp_canonical_combine(float lane_partial) {

@@ -21,12 +21,13 @@
 //     tensor cores, logits, cache, noise brackets and a per-block best per row
 //     (src/cuda/markov/fused.cu); the last block of each row (an arrival counter)
 //     writes the token and the next step's embedding. Programmatic dependent launch.
-//   * vocab-parallel: S shards each own V/S consecutive ids of w2 and the base
-//     logits; per step each shard runs the fused step over its slice and leaves a
-//     per-row packet, the packets are all-gathered and a pick kernel applies the
-//     rule in shard order; after the loop the cache slices are all-gathered.
-//     The two collectives go through MarkovExchange (a loopback on one GPU here,
-//     NCCL later).
+//   * vocab-parallel: S = tp_size ranks each hold a shard of V/S consecutive ids
+//     of w2 and the base logits; per step each rank runs the fused step over its
+//     shard and leaves a per-row packet, the packets are all-gathered and a pick
+//     kernel applies the rule in rank order; after the loop the cache shards are
+//     all-gathered.
+//     The two collectives go through the one Communicator (comm.h: the loopback
+//     of cuda/loopback.h on one GPU here, NCCL later).
 // The sampling rule is associative and commutative, so block size, grid and vocab
 // split never change a token.
 //
@@ -45,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "sparkdraft/comm.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/packet.h"
 #include "sparkdraft/cpu/ops.h"
@@ -63,14 +65,14 @@ static_assert(sizeof(MarkovCandidate) == 8);
 using sparkdraft::MarkovPacket;
 
 // ---- eager kernels (one op each, cpu/ops.h one to one) -----------------------------
-// e[r] = w1[tokens[r * token_stride]]: exact bf16 copies of rank-wide rows.
-void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const bf16* w1, int rank,
-                  bf16* e, cudaStream_t stream);
+// e[r] = w1[tokens[r * token_stride]]: exact bf16 copies of markov_rank-wide rows.
+void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const bf16* w1,
+                  int markov_rank, bf16* e, cudaStream_t stream);
 
 // cpu::markov_bias: bias[r][v] = bf16(mma_chain(w2[v], e[r])); one warp per 16
-// vocab entries x 8 rows, mma.sync straight from global memory. e [rows, rank],
-// w2 [vocab, rank], bias [rows, vocab].
-void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
+// vocab entries x 8 rows, mma.sync straight from global memory. e [rows, markov_rank],
+// w2 [vocab, markov_rank], bias [rows, vocab].
+void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int markov_rank, bf16* bias,
                  cudaStream_t stream);
 
 // cpu::step_logits over rows: l = transform(bf16(base + bias)) into logits
@@ -96,10 +98,10 @@ void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
 // ---- the loop's inputs -------------------------------------------------------------
 // Fixed at load (device pointers).
 struct MarkovHead {
-  const bf16* w1 = nullptr;  // [vocab, rank]
-  const bf16* w2 = nullptr;  // [vocab, rank] (TP 1; the vocab-parallel loop takes shards)
+  const bf16* w1 = nullptr;  // [vocab, markov_rank]
+  const bf16* w2 = nullptr;  // [vocab, markov_rank] (TP 1; the vocab-parallel loop takes shards)
   int vocab = 0;             // V
-  int rank = 0;              // K
+  int markov_rank = 0;       // K
   ops::LogitTransform transform;
 };
 
@@ -117,9 +119,10 @@ struct MarkovBatch {
   bf16* cache = nullptr;                      // [cache slots, steps, vocab]
 };
 
-// One shard of the vocab-parallel loop: ids [shard * V/S, (shard + 1) * V/S).
+// One TP rank's shard of the vocab-parallel loop: ids [tp_rank * V/S, (tp_rank + 1) * V/S)
+// at S = tp_size.
 struct MarkovShard {
-  const bf16* w2 = nullptr;           // [V/S, rank]
+  const bf16* w2 = nullptr;           // [V/S, markov_rank]
   const bf16* base_logits = nullptr;  // [rows, steps, V/S]
 };
 
@@ -128,12 +131,12 @@ struct MarkovShard {
 struct MarkovPlanInput {
   int vocab = 0;                      // V: width of the draft-logits cache
   int draft_vocab = 0;                // the draft head's vocabulary; 0 = V
-  int rank = 0;                       // K; 0 = the draft has no Markov head
-  int shards = 1;                     // vocab-parallel ranks
+  int markov_rank = 0;                // K; 0 = the draft has no Markov head
+  int tp_size = 1;                    // vocab-parallel ranks
   int max_rows = 1;                   // rows per call
   bool cache_bf16_contiguous = true;  // the cache is one contiguous bf16 [slots, N, V]
   const void* w1 = nullptr;           // when given, checked for 16-byte alignment
-  const void* w2 = nullptr;           // (per shard: each shard's slice)
+  const void* w2 = nullptr;           // (per TP rank: its shard)
 };
 
 // Why the fused loop cannot run this draft, or "" when it can.
@@ -152,13 +155,13 @@ struct FusedStepShape {
   int smem_bytes = 0;     // dynamic shared memory per block
   int tile_vocab = 0;     // vocab entries per tile (256 / threads per entry)
 };
-// Returns false when no shape fits (rows * rank too large for shared memory).
+// Returns false when no shape fits (rows * markov_rank too large for shared memory).
 // max_smem_block: opt-in dynamic shared memory per block; smem_per_sm: per SM.
-bool fused_step_shape(int rows, int rank, int max_smem_block, int smem_per_sm,
+bool fused_step_shape(int rows, int markov_rank, int max_smem_block, int smem_per_sm,
                       FusedStepShape* shape);
 
 class MarkovWorkspace;
-// The fused step's launch over `width` vocab entries (one shard): the shape of
+// The fused step's launch over `width` vocab entries (one TP rank's shard): the shape of
 // fused_step_shape for the workspace's device, and the grid (one wave: blocks
 // per SM, lowered to what the registers allow, times the SMs, at most one block
 // per tile). Throws InvalidArgument when no shape fits.
@@ -171,24 +174,25 @@ FusedStepLaunch fused_step_launch(const MarkovWorkspace& ws, int rows, int width
 
 // ---- workspace and loops ---------------------------------------------------------------
 // Device buffers of one loop sized for max_rows rows and `steps` steps, allocated
-// once (before any graph capture). At TP 1 (shards == 1) it holds the eager and
-// the fused loop's buffers; with shards > 1 the fused and vocab-parallel ones.
+// once (before any graph capture). At TP 1 (tp_size == 1) it holds the eager and
+// the fused loop's buffers; with tp_size > 1 the fused and vocab-parallel ones
+// (for every TP rank: the loopback runs them all in one workspace).
 class MarkovWorkspace {
  public:
-  MarkovWorkspace(int max_rows, int steps, int vocab, int rank, int shards);
+  MarkovWorkspace(int max_rows, int steps, int vocab, int markov_rank, int tp_size);
 
   int max_rows() const { return max_rows_; }
   int steps() const { return steps_; }
   int vocab() const { return vocab_; }
-  int rank() const { return rank_; }
-  int shards() const { return shards_; }
-  int shard_width() const { return vocab_ / shards_; }
+  int markov_rank() const { return markov_rank_; }
+  int tp_size() const { return tp_size_; }
+  int shard_width() const { return vocab_ / tp_size_; }
   int sm_count() const { return sm_count_; }
   int max_smem() const { return max_smem_; }
   int smem_per_sm() const { return smem_per_sm_; }
   // 256-thread fused step blocks per SM the registers allow.
   int fused_reg_blocks() const { return reg_blocks_; }
-  // Largest fused grid for one shard.
+  // Largest fused grid for one TP rank's shard.
   int max_grid() const { return max_grid_; }
   // Programmatic dependent launch of the fused steps (on by default).
   bool pdl() const { return pdl_; }
@@ -198,27 +202,27 @@ class MarkovWorkspace {
   bool alternate_direction() const { return alternate_; }
   void set_alternate_direction(bool on) { alternate_ = on; }
 
-  // Eager buffers (shards == 1).
-  DeviceBuffer<bf16> e;                           // [max_rows, rank]
+  // Eager buffers (tp_size == 1).
+  DeviceBuffer<bf16> e;                           // [max_rows, markov_rank]
   DeviceBuffer<bf16> bias;                        // [max_rows, vocab]
   DeviceBuffer<bf16> logits;                      // [max_rows, vocab]
   DeviceBuffer<MarkovCandidate> sample_partials;  // [max_rows, markov_sample_blocks(vocab)]
   DeviceBuffer<MarkovCandidate> sample_best;      // [max_rows]
   // Fused buffers.
-  DeviceBuffer<bf16> embeds;                  // [steps + 1, max_rows, rank]: row j is step j's e
-  DeviceBuffer<uint32_t> arrivals;            // [shards, steps, max_rows]
-  DeviceBuffer<int32_t> known;                // [shards, steps, max_rows] a lower bound of each
-                                              // row's best score (order key), shared by the blocks
-  DeviceBuffer<unsigned long long> row_best;  // [shards, steps, max_rows] packed best so far
+  DeviceBuffer<bf16> embeds;        // [steps + 1, max_rows, markov_rank]: row j is step j's e
+  DeviceBuffer<uint32_t> arrivals;  // [tp_size, steps, max_rows]
+  DeviceBuffer<int32_t> known;      // [tp_size, steps, max_rows] a lower bound of each
+                                    // row's best score (order key), shared by the blocks
+  DeviceBuffer<unsigned long long> row_best;  // [tp_size, steps, max_rows] packed best so far
   DeviceBuffer<float> noise_bound;            // per-bucket upper bounds of the Gumbel noise
-  // Vocab-parallel buffers (shards > 1).
-  DeviceBuffer<MarkovPacket> packets_send;  // [shards, max_rows] (local shards' sends)
-  DeviceBuffer<MarkovPacket> packets_recv;  // [shards, max_rows]
-  DeviceBuffer<bf16> shard_cache;           // [shards, max_rows, steps, V/S]
-  DeviceBuffer<bf16> gathered_cache;        // [shards, max_rows, steps, V/S]
+  // Vocab-parallel buffers (tp_size > 1).
+  DeviceBuffer<MarkovPacket> packets_send;  // [tp_size, max_rows] (local ranks' sends)
+  DeviceBuffer<MarkovPacket> packets_recv;  // [tp_size, max_rows]
+  DeviceBuffer<bf16> shard_cache;           // [tp_size, max_rows, steps, V/S]
+  DeviceBuffer<bf16> gathered_cache;        // [tp_size, max_rows, steps, V/S]
 
  private:
-  int max_rows_, steps_, vocab_, rank_, shards_;
+  int max_rows_, steps_, vocab_, markov_rank_, tp_size_;
   int sm_count_ = 0, max_smem_ = 0, smem_per_sm_ = 0, max_grid_ = 0;
   int reg_blocks_ = 0;
   bool pdl_ = true, alternate_ = true;
@@ -251,50 +255,25 @@ class MarkovLoop {
   MarkovWorkspace ws_;
 };
 
-// The collectives of the vocab-parallel loop: a packet all-gather every step and
-// one cache all-gather after the loop. Implementations: LoopbackExchange (all
-// shards in this process, one GPU), NCCL (one shard per rank) later.
-class MarkovExchange {
- public:
-  virtual ~MarkovExchange() = default;
-  virtual int shards() const = 0;
-  // The shards this process runs, increasing (loopback: 0..S-1; NCCL: its rank).
-  virtual std::vector<int> local_shards() const = 0;
-  // recv holds shards() blocks of `bytes`, block s from shard s; send[i] is the
-  // buffer of local_shards()[i]. Queued on `stream`.
-  virtual void all_gather(const void* const* send, void* recv, size_t bytes,
-                          cudaStream_t stream) = 0;
-};
-
-// All shards on one GPU: the all-gather is one device copy per shard.
-class LoopbackExchange final : public MarkovExchange {
- public:
-  explicit LoopbackExchange(int shards);
-  int shards() const override { return shards_; }
-  std::vector<int> local_shards() const override;
-  void all_gather(const void* const* send, void* recv, size_t bytes, cudaStream_t stream) override;
-
- private:
-  int shards_;
-};
-
-// The vocab-parallel loop (fused only: there is no eager sharded loop). Tokens and
-// cache are bit for bit those of TP 1.
+// The vocab-parallel loop (fused only: there is no eager sharded loop) over the
+// ranks of a device communicator: per step one packet all-gather, after the loop
+// one cache all-gather (comm.h, queued on the loop's stream). Tokens and cache are
+// bit for bit those of TP 1.
 class VocabParallelMarkov {
  public:
-  // head.w2 is not read (the shards hold w2); `exchange` must outlive the loop.
-  // Throws ConfigError with the fused plan's reason when the fused loop cannot
-  // run this draft.
-  VocabParallelMarkov(const MarkovHead& head, MarkovExchange& exchange, int max_rows, int steps,
+  // head.w2 is not read (the shards hold w2); `comm` must outlive the loop and
+  // have device memory (InvalidArgument otherwise). Throws ConfigError with the
+  // fused plan's reason when the fused loop cannot run this draft.
+  VocabParallelMarkov(const MarkovHead& head, Communicator& comm, int max_rows, int steps,
                       bool cache_bf16_contiguous = true, int draft_vocab = 0);
   MarkovWorkspace& workspace() { return ws_; }
-  // `local` holds one MarkovShard per exchange.local_shards() entry, in that
-  // order; batch.base_logits is not read.
+  // `local` holds one MarkovShard per comm.local_ranks() entry, in that order;
+  // batch.base_logits is not read.
   void run(const MarkovBatch& batch, std::span<const MarkovShard> local, cudaStream_t stream);
 
  private:
   MarkovHead head_;
-  MarkovExchange& exchange_;
+  Communicator& comm_;
   MarkovWorkspace ws_;
 };
 

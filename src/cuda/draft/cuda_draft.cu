@@ -377,7 +377,7 @@ struct CudaDraft::Impl {
     head.w1 = w1.data();
     head.w2 = w2.data();
     head.vocab = c.vocab_size;
-    head.rank = c.markov_rank;
+    head.markov_rank = c.markov_rank;
     head.transform = ops::LogitTransform::from_config(c);
     return head;
   }
@@ -498,7 +498,7 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
 StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_rows) {
   MarkovPlanInput in;
   in.vocab = c.vocab_size;
-  in.rank = c.markov_rank;
+  in.markov_rank = c.markov_rank;
   in.max_rows = max_rows;
   return make_plan(c, co, fused_markov_refusal(in));
 }

@@ -214,12 +214,12 @@ void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
 void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
                        cudaStream_t stream) {
   require(
-      ws.shards() == 1, "eager_markov_loop",
-      "the eager loop runs TP 1 only (workspace has " + std::to_string(ws.shards()) + " shards)");
-  require(head.vocab == ws.vocab() && head.rank == ws.rank(), "eager_markov_loop",
-          "head (vocab " + std::to_string(head.vocab) + ", rank " + std::to_string(head.rank) +
-              ") does not match the workspace (vocab " + std::to_string(ws.vocab()) + ", rank " +
-              std::to_string(ws.rank()) + ")");
+      ws.tp_size() == 1, "eager_markov_loop",
+      "the eager loop runs TP 1 only (workspace has " + std::to_string(ws.tp_size()) + " shards)");
+  require(head.vocab == ws.vocab() && head.markov_rank == ws.markov_rank(), "eager_markov_loop",
+          "head (vocab " + std::to_string(head.vocab) + ", rank " +
+              std::to_string(head.markov_rank) + ") does not match the workspace (vocab " +
+              std::to_string(ws.vocab()) + ", rank " + std::to_string(ws.markov_rank()) + ")");
   require(
       batch.rows >= 0 && batch.rows <= ws.max_rows(), "eager_markov_loop",
       "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) + "]");
@@ -236,11 +236,13 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
   const int64_t n = batch.steps, v = head.vocab;
   for (int j = 0; j < batch.steps; ++j) {
     if (j == 0)
-      markov_embed(batch.anchor_tokens, 1, batch.rows, head.w1, head.rank, ws.e.data(), stream);
-    else
-      markov_embed(batch.draft_tokens + (j - 1), n, batch.rows, head.w1, head.rank, ws.e.data(),
+      markov_embed(batch.anchor_tokens, 1, batch.rows, head.w1, head.markov_rank, ws.e.data(),
                    stream);
-    markov_bias(ws.e.data(), batch.rows, head.w2, head.vocab, head.rank, ws.bias.data(), stream);
+    else
+      markov_embed(batch.draft_tokens + (j - 1), n, batch.rows, head.w1, head.markov_rank,
+                   ws.e.data(), stream);
+    markov_bias(ws.e.data(), batch.rows, head.w2, head.vocab, head.markov_rank, ws.bias.data(),
+                stream);
     markov_step_logits(batch.base_logits + j * v, n * v, ws.bias.data(), batch.rows, head.vocab,
                        head.transform, ws.logits.data(), batch.cache + j * v, batch.cache_slots,
                        n * v, stream);

@@ -638,7 +638,7 @@ struct StepLaunch {
 
 StepLaunch plan_step(const MarkovWorkspace& ws, int rows, int width) {
   const FusedStepLaunch l = fused_step_launch(ws, rows, width);
-  return StepLaunch{step_kernel(ws.rank(), fused_entries_per_lane(rows)), dim3(l.grid),
+  return StepLaunch{step_kernel(ws.markov_rank(), fused_entries_per_lane(rows)), dim3(l.grid),
                     l.shape.smem_bytes, l.shape.stages, ws.pdl()};
 }
 
@@ -681,10 +681,10 @@ FusedStepParams common_params(const MarkovHead& head, const MarkovBatch& batch, 
 
 void check_batch(const char* op, const MarkovHead& head, const MarkovBatch& batch,
                  const MarkovWorkspace& ws) {
-  require(head.vocab == ws.vocab() && head.rank == ws.rank(), op,
-          "head (vocab " + std::to_string(head.vocab) + ", rank " + std::to_string(head.rank) +
-              ") does not match the workspace (vocab " + std::to_string(ws.vocab()) + ", rank " +
-              std::to_string(ws.rank()) + ")");
+  require(head.vocab == ws.vocab() && head.markov_rank == ws.markov_rank(), op,
+          "head (vocab " + std::to_string(head.vocab) + ", rank " +
+              std::to_string(head.markov_rank) + ") does not match the workspace (vocab " +
+              std::to_string(ws.vocab()) + ", rank " + std::to_string(ws.markov_rank()) + ")");
   require(
       batch.rows >= 0 && batch.rows <= ws.max_rows(), op,
       "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) + "]");
@@ -702,7 +702,7 @@ void check_batch(const char* op, const MarkovHead& head, const MarkovBatch& batc
 void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
                    cudaStream_t stream) {
   anchor_kernel<<<batch.rows, 128, 0, stream>>>(
-      batch.anchor_tokens, head.w1, head.rank, ws.embeds.data(), ws.arrivals.data(),
+      batch.anchor_tokens, head.w1, head.markov_rank, ws.embeds.data(), ws.arrivals.data(),
       ws.known.data(), ws.row_best.data(), static_cast<int>(ws.arrivals.size()));
   SD_CHECK_LAUNCH();
 }
@@ -729,14 +729,14 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
                        cudaStream_t stream) {
   MarkovPlanInput plan;
   plan.vocab = head.vocab;
-  plan.rank = head.rank;
+  plan.markov_rank = head.markov_rank;
   plan.max_rows = ws.max_rows();
   plan.w1 = head.w1;
   plan.w2 = head.w2;
   const std::string refusal = fused_refusal(plan, ws.max_smem(), ws.smem_per_sm());
   require(refusal.empty(), "fused_markov_loop", "the fused loop does not run here: " + refusal);
-  require(ws.shards() == 1, "fused_markov_loop",
-          "the workspace has " + std::to_string(ws.shards()) + " shards; use VocabParallelMarkov");
+  require(ws.tp_size() == 1, "fused_markov_loop",
+          "the workspace has " + std::to_string(ws.tp_size()) + " shards; use VocabParallelMarkov");
   check_batch("fused_markov_loop", head, batch, ws);
   require(head.w2 != nullptr && batch.base_logits != nullptr, "fused_markov_loop",
           "head.w2 and base_logits must not be null");
@@ -744,7 +744,7 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
 
   const StepLaunch l = plan_step(ws, batch.rows, head.vocab);
   const int64_t n = batch.steps, v = head.vocab,
-                row_k = static_cast<int64_t>(batch.rows) * head.rank;
+                row_k = static_cast<int64_t>(batch.rows) * head.markov_rank;
   launch_anchor(head, batch, ws, stream);
   for (int j = 0; j < batch.steps; ++j) {
     FusedStepParams p = common_params(head, batch, ws, l);
@@ -772,7 +772,7 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
 
 void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovShard> local,
                               cudaStream_t stream) {
-  const std::vector<int> shards = exchange_.local_shards();
+  const std::vector<int> shards = comm_.local_ranks();
   require(local.size() == shards.size(), "VocabParallelMarkov::run",
           "got " + std::to_string(local.size()) + " shards for " + std::to_string(shards.size()) +
               " local shards");
@@ -785,8 +785,8 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
   }
   if (batch.rows == 0) return;
 
-  const int s_count = ws_.shards(), width = ws_.shard_width(), rows = batch.rows;
-  const int64_t n = batch.steps, row_k = static_cast<int64_t>(rows) * head_.rank;
+  const int s_count = ws_.tp_size(), width = ws_.shard_width(), rows = batch.rows;
+  const int64_t n = batch.steps, row_k = static_cast<int64_t>(rows) * head_.markov_rank;
   const int64_t shard_cache_len = static_cast<int64_t>(ws_.max_rows()) * ws_.steps() * width;
   const StepLaunch l = plan_step(ws_, rows, width);
   std::vector<const void*> sends(local.size());
@@ -818,18 +818,17 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
       launch_step(l, p, stream);
       sends[i] = p.packets;
     }
-    exchange_.all_gather(sends.data(), ws_.packets_recv.data(), rows * sizeof(MarkovPacket),
-                         stream);
+    comm_.all_gather(sends.data(), ws_.packets_recv.data(), rows * sizeof(MarkovPacket), stream);
     pick_kernel<<<rows, kWarp, 0, stream>>>(ws_.packets_recv.data(), s_count, rows, head_.w1,
-                                            head_.rank, batch.draft_tokens + j, batch.steps,
+                                            head_.markov_rank, batch.draft_tokens + j, batch.steps,
                                             ws_.embeds.data() + (j + 1) * row_k);
     SD_CHECK_LAUNCH();
   }
   // The cache slices: [rows][steps][width] of every shard -> the full cache.
   for (size_t i = 0; i < local.size(); ++i)
     sends[i] = ws_.shard_cache.data() + shards[i] * shard_cache_len;
-  exchange_.all_gather(sends.data(), ws_.gathered_cache.data(),
-                       static_cast<size_t>(rows) * batch.steps * width * sizeof(bf16), stream);
+  comm_.all_gather(sends.data(), ws_.gathered_cache.data(),
+                   static_cast<size_t>(rows) * batch.steps * width * sizeof(bf16), stream);
   const dim3 grid(rows * batch.steps, s_count);
   if (width % 8 == 0 && head_.vocab % 8 == 0 && reinterpret_cast<uintptr_t>(batch.cache) % 16 == 0)
     cache_fill_kernel<8><<<grid, 256, 0, stream>>>(ws_.gathered_cache.data(), batch.cache_slots,

@@ -1,7 +1,7 @@
 // Host side of the GPU Markov loop: the fused plan (why the fused loop cannot run
 // a draft), the launcher-owned block table, the log-once helper, the workspace
-// (every buffer allocated up front, before any graph capture), the loop objects
-// and the loopback exchange.
+// (every buffer allocated up front, before any graph capture) and the loop
+// objects.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -75,17 +75,18 @@ static_assert(kStepTable[0].blocks_per_sm <= kMaxBlocksPerSm &&
 
 using namespace markov_detail;
 
-bool fused_step_shape(int rows, int rank, int max_smem_block, int smem_per_sm,
+bool fused_step_shape(int rows, int markov_rank, int max_smem_block, int smem_per_sm,
                       FusedStepShape* shape) {
-  if (rows < 1 || rank < kMinRank || rank > kMaxRank || !power_of_two(rank)) return false;
+  if (rows < 1 || markov_rank < kMinRank || markov_rank > kMaxRank || !power_of_two(markov_rank))
+    return false;
   const StepTableEntry* entry = &kStepTable[0];
   while (rows > entry->max_rows) ++entry;
   for (int bps = entry->blocks_per_sm; bps >= 1; --bps) {
     const int budget = std::min(max_smem_block, smem_per_sm / bps - 1024);
     for (int stages = entry->stages; stages >= 2; --stages) {
-      const FusedSmemLayout lay = fused_smem_layout(rows, rank, stages);
+      const FusedSmemLayout lay = fused_smem_layout(rows, markov_rank, stages);
       if (lay.total > budget) continue;
-      *shape = FusedStepShape{bps, stages, lay.total, fused_tile_vocab(rank)};
+      *shape = FusedStepShape{bps, stages, lay.total, fused_tile_vocab(markov_rank)};
       return true;
     }
   }
@@ -94,9 +95,9 @@ bool fused_step_shape(int rows, int rank, int max_smem_block, int smem_per_sm,
 
 FusedStepLaunch fused_step_launch(const MarkovWorkspace& ws, int rows, int width) {
   FusedStepLaunch l;
-  require(fused_step_shape(rows, ws.rank(), ws.max_smem(), ws.smem_per_sm(), &l.shape),
+  require(fused_step_shape(rows, ws.markov_rank(), ws.max_smem(), ws.smem_per_sm(), &l.shape),
           "fused_step_launch",
-          std::to_string(rows) + " rows of rank " + std::to_string(ws.rank()) +
+          std::to_string(rows) + " rows of rank " + std::to_string(ws.markov_rank()) +
               " do not fit the fused step's shared memory");
   l.blocks_per_sm = std::max(1, std::min(l.shape.blocks_per_sm, ws.fused_reg_blocks()));
   const int tiles = (width + l.shape.tile_vocab - 1) / l.shape.tile_vocab;
@@ -107,10 +108,10 @@ FusedStepLaunch fused_step_launch(const MarkovWorkspace& ws, int rows, int width
 namespace markov_detail {
 
 std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int smem_per_sm) {
-  const std::string k = std::to_string(in.rank), v = std::to_string(in.vocab),
-                    s = std::to_string(in.shards);
-  if (in.rank == 0) return "the draft has no Markov head (markov_rank 0)";
-  if (!power_of_two(in.rank) || in.rank < kMinRank || in.rank > kMaxRank)
+  const std::string k = std::to_string(in.markov_rank), v = std::to_string(in.vocab),
+                    s = std::to_string(in.tp_size);
+  if (in.markov_rank == 0) return "the draft has no Markov head (markov_rank 0)";
+  if (!power_of_two(in.markov_rank) || in.markov_rank < kMinRank || in.markov_rank > kMaxRank)
     return "Markov rank " + k + " is not a power of two in [16, 1024]";
   if (in.vocab < 1 || in.vocab >= INT32_MAX)
     return "vocab " + v + " is not in [1, 2^31 - 1) (32-bit ids)";
@@ -119,13 +120,13 @@ std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int sme
            " ids, a d2t map)";
   if (!in.cache_bf16_contiguous)
     return "the draft-logits cache is not one contiguous bf16 [slots, N, V] buffer";
-  if (!power_of_two(in.shards)) return "shard count " + s + " is not a power of two";
-  if (in.vocab % in.shards != 0) return "vocab " + v + " is not divisible by the shard count " + s;
+  if (!power_of_two(in.tp_size)) return "shard count " + s + " is not a power of two";
+  if (in.vocab % in.tp_size != 0) return "vocab " + v + " is not divisible by the shard count " + s;
   if (in.w1 != nullptr && !aligned16(in.w1)) return "Markov w1 is not 16-byte aligned";
   if (in.w2 != nullptr && !aligned16(in.w2)) return "Markov w2 is not 16-byte aligned";
   if (in.max_rows < 1) return "max_rows " + std::to_string(in.max_rows) + " is not >= 1";
   FusedStepShape shape;
-  if (!fused_step_shape(in.max_rows, in.rank, max_smem_block, smem_per_sm, &shape))
+  if (!fused_step_shape(in.max_rows, in.markov_rank, max_smem_block, smem_per_sm, &shape))
     return std::to_string(in.max_rows) + " rows of rank " + k +
            " do not fit the fused step's shared memory (" + std::to_string(max_smem_block) +
            " bytes per block)";
@@ -141,14 +142,19 @@ std::string fused_markov_refusal(const MarkovPlanInput& in) {
 
 bool markov_log_once(const std::string& message) { return log_once(LogLevel::info, message); }
 
-MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, int shards)
-    : max_rows_(max_rows), steps_(steps), vocab_(vocab), rank_(rank), shards_(shards) {
-  require(max_rows >= 1 && steps >= 1 && vocab >= 1 && rank >= 1 && shards >= 1, "MarkovWorkspace",
+MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int markov_rank, int tp_size)
+    : max_rows_(max_rows),
+      steps_(steps),
+      vocab_(vocab),
+      markov_rank_(markov_rank),
+      tp_size_(tp_size) {
+  require(max_rows >= 1 && steps >= 1 && vocab >= 1 && markov_rank >= 1 && tp_size >= 1,
+          "MarkovWorkspace",
           "max_rows, steps, vocab, rank and shards must be >= 1, got " + std::to_string(max_rows) +
               ", " + std::to_string(steps) + ", " + std::to_string(vocab) + ", " +
-              std::to_string(rank) + ", " + std::to_string(shards));
-  require(vocab % shards == 0, "MarkovWorkspace",
-          "vocab " + std::to_string(vocab) + " is not divisible by " + std::to_string(shards) +
+              std::to_string(markov_rank) + ", " + std::to_string(tp_size));
+  require(vocab % tp_size == 0, "MarkovWorkspace",
+          "vocab " + std::to_string(vocab) + " is not divisible by " + std::to_string(tp_size) +
               " shards");
   mma_self_test();  // refuses a device whose tensor cores the CPU twin does not reproduce
   const DeviceLimits lim = device_limits();
@@ -156,49 +162,49 @@ MarkovWorkspace::MarkovWorkspace(int max_rows, int steps, int vocab, int rank, i
   max_smem_ = lim.max_smem_block;
   smem_per_sm_ = lim.smem_per_sm;
   max_grid_ = kMaxBlocksPerSm * sm_count_;
-  if (power_of_two(rank) && rank >= kMinRank && rank <= kMaxRank)
-    reg_blocks_ = prepare_fused_kernels(rank, max_smem_);
+  if (power_of_two(markov_rank) && markov_rank >= kMinRank && markov_rank <= kMaxRank)
+    reg_blocks_ = prepare_fused_kernels(markov_rank, max_smem_);
 
   const size_t rows = static_cast<size_t>(max_rows), n = static_cast<size_t>(steps);
-  if (shards == 1) {
-    e = DeviceBuffer<bf16>(rows * rank);
+  if (tp_size == 1) {
+    e = DeviceBuffer<bf16>(rows * markov_rank);
     bias = DeviceBuffer<bf16>(rows * vocab);
     logits = DeviceBuffer<bf16>(rows * vocab);
     sample_partials = DeviceBuffer<MarkovCandidate>(rows * markov_sample_blocks(vocab));
     sample_best = DeviceBuffer<MarkovCandidate>(rows);
   } else {
-    const size_t cache_len = static_cast<size_t>(shards) * rows * n * (vocab / shards);
-    packets_send = DeviceBuffer<MarkovPacket>(static_cast<size_t>(shards) * rows);
-    packets_recv = DeviceBuffer<MarkovPacket>(static_cast<size_t>(shards) * rows);
+    const size_t cache_len = static_cast<size_t>(tp_size) * rows * n * (vocab / tp_size);
+    packets_send = DeviceBuffer<MarkovPacket>(static_cast<size_t>(tp_size) * rows);
+    packets_recv = DeviceBuffer<MarkovPacket>(static_cast<size_t>(tp_size) * rows);
     shard_cache = DeviceBuffer<bf16>(cache_len);
     gathered_cache = DeviceBuffer<bf16>(cache_len);
   }
-  embeds = DeviceBuffer<bf16>((n + 1) * rows * rank);
-  arrivals = DeviceBuffer<uint32_t>(static_cast<size_t>(shards) * n * rows);
-  known = DeviceBuffer<int32_t>(static_cast<size_t>(shards) * n * rows);
-  row_best = DeviceBuffer<unsigned long long>(static_cast<size_t>(shards) * n * rows);
+  embeds = DeviceBuffer<bf16>((n + 1) * rows * markov_rank);
+  arrivals = DeviceBuffer<uint32_t>(static_cast<size_t>(tp_size) * n * rows);
+  known = DeviceBuffer<int32_t>(static_cast<size_t>(tp_size) * n * rows);
+  row_best = DeviceBuffer<unsigned long long>(static_cast<size_t>(tp_size) * n * rows);
   noise_bound = DeviceBuffer<float>(noise_bound_table());
 }
 
 namespace {
 
-// The rank of a draft that has a Markov head (checked before any allocation).
-int checked_rank(const MarkovHead& head) {
-  if (head.rank <= 0)
+// The markov_rank of a draft that has a Markov head (checked before any allocation).
+int checked_markov_rank(const MarkovHead& head) {
+  if (head.markov_rank <= 0)
     throw ConfigError("cuda::MarkovLoop: the draft has no Markov head (markov_rank " +
-                      std::to_string(head.rank) + ")");
-  return head.rank;
+                      std::to_string(head.markov_rank) + ")");
+  return head.markov_rank;
 }
 
 }  // namespace
 
 MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cache_bf16_contiguous,
                        int draft_vocab)
-    : head_(head), ws_(max_rows, steps, head.vocab, checked_rank(head), 1) {
+    : head_(head), ws_(max_rows, steps, head.vocab, checked_markov_rank(head), 1) {
   MarkovPlanInput in;
   in.vocab = head.vocab;
   in.draft_vocab = draft_vocab;
-  in.rank = head.rank;
+  in.markov_rank = head.markov_rank;
   in.max_rows = max_rows;
   in.cache_bf16_contiguous = cache_bf16_contiguous;
   in.w1 = head.w1;
@@ -217,13 +223,16 @@ void MarkovLoop::run(const MarkovBatch& batch, cudaStream_t stream) {
 namespace {
 
 // The constructor's check, before any allocation.
-int checked_shards(const MarkovHead& head, const MarkovExchange& exchange, int max_rows,
-                   bool cache_bf16_contiguous, int draft_vocab) {
+int checked_tp_size(const MarkovHead& head, const Communicator& comm, int max_rows,
+                    bool cache_bf16_contiguous, int draft_vocab) {
+  require(comm.memory() == CommMemory::device, "cuda::VocabParallelMarkov",
+          "the communicator's buffers are in host memory; the GPU loop needs a device "
+          "communicator (cuda::LoopbackComm, NCCL)");
   MarkovPlanInput in;
   in.vocab = head.vocab;
   in.draft_vocab = draft_vocab;
-  in.rank = head.rank;
-  in.shards = exchange.shards();
+  in.markov_rank = head.markov_rank;
+  in.tp_size = comm.tp_size();
   in.max_rows = max_rows;
   in.cache_bf16_contiguous = cache_bf16_contiguous;
   in.w1 = head.w1;
@@ -233,34 +242,16 @@ int checked_shards(const MarkovHead& head, const MarkovExchange& exchange, int m
         "cuda::VocabParallelMarkov: the vocab-parallel Markov loop runs fused only, and the "
         "fused loop cannot run this draft: " +
         refusal);
-  return in.shards;
+  return in.tp_size;
 }
 
 }  // namespace
 
-VocabParallelMarkov::VocabParallelMarkov(const MarkovHead& head, MarkovExchange& exchange,
-                                         int max_rows, int steps, bool cache_bf16_contiguous,
-                                         int draft_vocab)
+VocabParallelMarkov::VocabParallelMarkov(const MarkovHead& head, Communicator& comm, int max_rows,
+                                         int steps, bool cache_bf16_contiguous, int draft_vocab)
     : head_(head),
-      exchange_(exchange),
-      ws_(max_rows, steps, head.vocab, head.rank,
-          checked_shards(head, exchange, max_rows, cache_bf16_contiguous, draft_vocab)) {}
-
-LoopbackExchange::LoopbackExchange(int shards) : shards_(shards) {
-  require(shards >= 1, "LoopbackExchange", "shards must be >= 1, got " + std::to_string(shards));
-}
-
-std::vector<int> LoopbackExchange::local_shards() const {
-  std::vector<int> all(static_cast<size_t>(shards_));
-  for (int s = 0; s < shards_; ++s) all[static_cast<size_t>(s)] = s;
-  return all;
-}
-
-void LoopbackExchange::all_gather(const void* const* send, void* recv, size_t bytes,
-                                  cudaStream_t stream) {
-  for (int s = 0; s < shards_; ++s)
-    SD_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(s) * bytes,
-                                  send[s], bytes, cudaMemcpyDeviceToDevice, stream));
-}
+      comm_(comm),
+      ws_(max_rows, steps, head.vocab, head.markov_rank,
+          checked_tp_size(head, comm, max_rows, cache_bf16_contiguous, draft_vocab)) {}
 
 }  // namespace sparkdraft::cuda
