@@ -141,7 +141,9 @@ struct SurvivorQueue {
   int count;        // warp-uniform
 };
 
-__device__ __forceinline__ void flush(SurvivorQueue& q, const FusedSmem& s, int lane) {
+// (`lane` by reference, like the lambda this was, keeps the compiler's operand order
+// and with it the kernel's registers.)
+__device__ __forceinline__ void flush(SurvivorQueue& q, const FusedSmem& s, const int& lane) {
   __syncwarp();
   MarkovCandidate c = no_candidate();
   int row = -1;
@@ -169,9 +171,12 @@ __device__ __forceinline__ void flush(SurvivorQueue& q, const FusedSmem& s, int 
 
 // This lane's survivors (the bits of `surv`, entries v0 + i of row `row`) to the
 // queue slots pos, pos + 1, ..; with kClip only those that fall in [0, kQueue).
+// (p.id_offset read here and row, v0 by reference, as in the loops this replaces:
+// the compiler then associates the id sum as before and the registers stay the same.)
 template <int kEpl, bool kClip>
-__device__ __forceinline__ void enqueue_survivors(Survivor* queue, unsigned surv, int pos, int row,
-                                                  int v0, int id_offset, const float (&lv)[kEpl],
+__device__ __forceinline__ void enqueue_survivors(const FusedStepParams& p, Survivor* queue,
+                                                  unsigned surv, int pos, const int& row,
+                                                  const int& v0, const float (&lv)[kEpl],
                                                   const float (&u)[kEpl]) {
   for (unsigned m = surv; m != 0u; m &= m - 1u, ++pos) {
     const int i = __ffs(m) - 1;
@@ -181,7 +186,7 @@ __device__ __forceinline__ void enqueue_survivors(Survivor* queue, unsigned surv
 #pragma unroll
     for (int j = 0; j < kEpl; ++j)
       if (j == i) li = lv[j], ui = u[j];
-    queue[pos] = Survivor{row, v0 + i + id_offset, li, ui};
+    queue[pos] = Survivor{row, v0 + i + p.id_offset, li, ui};
   }
 }
 

@@ -205,15 +205,14 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
             // More than a queue in one pass: score this pass's survivors in rounds.
             int done = 0;
             while (done < total) {
-              enqueue_survivors<kEpl, true>(queue.slots, surv, incl - cnt - done, rr, v0,
-                                            p.id_offset, lv, u);
+              enqueue_survivors<kEpl, true>(p, queue.slots, surv, incl - cnt - done, rr, v0, lv, u);
               queue.count = total - done < kQueue ? total - done : kQueue;
               flush(queue, s, lane);
               done += kQueue;
             }
           } else {
-            enqueue_survivors<kEpl, false>(queue.slots, surv, queue.count + incl - cnt, rr, v0,
-                                           p.id_offset, lv, u);
+            enqueue_survivors<kEpl, false>(p, queue.slots, surv, queue.count + incl - cnt, rr, v0,
+                                           lv, u);
             queue.count += total;
           }
         }
