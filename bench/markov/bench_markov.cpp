@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda/common/graph.h"
 #include "cuda/markov/markov_internal.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
@@ -33,35 +34,6 @@ double median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-
-// An instantiated graph of whatever `body` queues on `stream`.
-class CapturedGraph {
- public:
-  CapturedGraph(cudaStream_t stream, const std::function<void()>& body) {
-    SD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      body();
-    } catch (...) {
-      cudaGraph_t aborted = nullptr;
-      cudaStreamEndCapture(stream, &aborted);
-      if (aborted != nullptr) cudaGraphDestroy(aborted);
-      throw;
-    }
-    SD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
-    SD_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
-  }
-  ~CapturedGraph() {
-    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-    if (graph_ != nullptr) cudaGraphDestroy(graph_);
-  }
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
-  void launch(cudaStream_t stream) const { SD_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
-
- private:
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-};
 
 class EventPair {
  public:
@@ -224,12 +196,14 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   stream.synchronize();
   check_equal(tok_f.download(s), tok_e.download(s), cache_f.download(s), cache_e.download(s), o);
 
-  const CapturedGraph eager_graph(s, [&] { eager_markov_loop(head, eager_batch, ws, s); });
-  const CapturedGraph fused_graph(s, [&] { fused_markov_loop(head, fused_batch, ws, s); });
+  const GraphExec eager_graph(
+      s, [&](cudaStream_t st) { eager_markov_loop(head, eager_batch, ws, st); });
+  const GraphExec fused_graph(
+      s, [&](cudaStream_t st) { fused_markov_loop(head, fused_batch, ws, st); });
   // Each timed repeat starts with a cold L2, as after the draft's backbone.
   DeviceBuffer<unsigned char> flush(static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
   EventPair ev;
-  auto time_graph = [&](const CapturedGraph& g) {
+  auto time_graph = [&](const GraphExec& g) {
     for (int i = 0; i < o.warmup; ++i) g.launch(s);
     std::vector<double> us;
     for (int i = 0; i < o.repeats; ++i) {

@@ -14,6 +14,7 @@
 
 #include "common/bits.h"
 #include "common/random.h"
+#include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
@@ -205,21 +206,16 @@ TEST(CudaGemm, GraphCapturedCallEqualsEagerCall) {
     const std::vector<bf16> eager = y.download(stream.get());
     y.upload(d.y0, stream.get());
 
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    SD_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K, y.data(), d.y_stride, stream.get());
-    SD_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-    SD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const cuda::GraphExec graph(stream.get(), [&](cudaStream_t st) {
+      runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K, y.data(), d.y_stride, st);
+    });
     for (int launch = 0; launch < 2; ++launch) {
-      SD_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+      graph.launch(stream.get());
       const std::vector<bf16> replay = y.download(stream.get());
       EXPECT_TRUE(test::same_bits(replay, eager, {d.y_stride}))
           << "graph launch " << launch << " vs eager";
       y.upload(d.y0, stream.get());
     }
-    SD_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    SD_CUDA_CHECK(cudaGraphDestroy(graph));
   }
 }
 
@@ -230,13 +226,16 @@ TEST(CudaGemm, UnwarmedShapeIsRefusedDuringCapture) {
   const Shape s{4, 48, 64, 0, 0};
   const GemmData d = make_data(s, 0x5D1300);
   DeviceBuffer<bf16> x(d.x, stream.get()), w(d.w, stream.get()), y(d.y0, stream.get());
-  SD_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  EXPECT_THROW(
-      runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K, y.data(), d.y_stride, stream.get()),
-      InvalidArgument);
-  cudaGraph_t graph = nullptr;
-  SD_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  if (graph != nullptr) SD_CUDA_CHECK(cudaGraphDestroy(graph));
+  // capture_graph ends the capture and drops the partial graph before rethrowing.
+  EXPECT_THROW(cuda::capture_graph(stream.get(),
+                                   [&](cudaStream_t st) {
+                                     runner.run(x.data(), d.x_stride, w.data(), s.M, s.N, s.K,
+                                                y.data(), d.y_stride, st);
+                                   }),
+               InvalidArgument);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  SD_CUDA_CHECK(cudaStreamIsCapturing(stream.get(), &status));
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
   EXPECT_EQ(runner.pinned_shapes(), 0u);
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
 #include "cuda/markov/markov_internal.h"
 #include "markov/bench_markov.h"
@@ -872,24 +873,19 @@ TEST(MarkovFused, GraphReplayMatchesEager) {
   cuda::fused_markov_loop(in.head, fb, ws, s);  // warm up every kernel before capture
   cuda::eager_markov_loop(in.head, eb, ws, s);
   SD_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  SD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  cuda::fused_markov_loop(in.head, fb, ws, s);
-  cuda::eager_markov_loop(in.head, eb, ws, s);
-  SD_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  SD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const cuda::GraphExec graph(s, [&](cudaStream_t st) {
+    cuda::fused_markov_loop(in.head, fb, ws, st);
+    cuda::eager_markov_loop(in.head, eb, ws, st);
+  });
   for (int replay = 0; replay < 3; ++replay) {
     SCOPED_TRACE("replay " + std::to_string(replay));
     cuda::fill_uniform_bf16(in.base.data(), in.base.size(), 7000 + replay, -8.0f, 8.0f, s);
-    SD_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    graph.launch(s);
     SD_CUDA_CHECK(cudaStreamSynchronize(s));
     const LoopOutputs f{tok_f.download(s), cache_f.download(s)};
     const LoopOutputs e{tok_e.download(s), cache_e.download(s)};
     EXPECT_TRUE(same_outputs(c, f, e, false));
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // A draft the fused plan refuses runs eager through MarkovLoop (and says why).

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "cuda/common/graph.h"
 #include "runtime/packed_weights.h"
 #include "runtime/step.h"
 #include "sparkdraft/cuda/buffer.h"
@@ -114,26 +115,6 @@ class CudaOps final : public StepOps {
   StageEvents* ev_;
 };
 
-// TEMPORARY until src/cuda/common/graph.h lands: capture fn(stream) into a graph.
-template <class Fn>
-cudaGraphExec_t capture_graph(cudaStream_t stream, Fn&& fn) {
-  cudaGraph_t graph = nullptr;
-  SD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    fn(stream);
-  } catch (...) {
-    graph = nullptr;
-    cudaStreamEndCapture(stream, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    throw;
-  }
-  SD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  SD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  SD_CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
-}
-
 }  // namespace
 
 struct CudaDraft::Impl {
@@ -173,7 +154,7 @@ struct CudaDraft::Impl {
   DeviceBuffer<int64_t> ctx_pos, ctx_slots;
 
   std::unique_ptr<MarkovLoop> markov;
-  std::map<int, cudaGraphExec_t> graphs;  // by row count
+  std::map<int, GraphExec> graphs;  // by row count
 
   Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts,
        const CudaDraftOptions& copts)
@@ -198,7 +179,7 @@ struct CudaDraft::Impl {
   }
 
   ~Impl() {
-    for (auto& [rows, g] : graphs) cudaGraphExecDestroy(g);
+    graphs.clear();
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -411,13 +392,11 @@ struct CudaDraft::Impl {
         // Warm-up (pins GEMM algorithms, loads kernels), then capture.
         run_device(d, dout, stream, nullptr);
         SD_CUDA_CHECK(cudaStreamSynchronize(stream));
-        it = graphs
-                 .emplace(R, capture_graph(
-                                 stream, [&](cudaStream_t s) { run_device(d, dout, s, nullptr); }))
-                 .first;
+        auto body = [&](cudaStream_t s) { run_device(d, dout, s, nullptr); };
+        it = graphs.emplace(R, GraphExec(stream, body)).first;
       }
       SD_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
-      SD_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+      it->second.launch(stream);
       SD_CUDA_CHECK(cudaEventRecord(ev.e[4], stream));
       SD_CUDA_CHECK(cudaStreamSynchronize(stream));
       float ms = 0;

@@ -1,8 +1,7 @@
 // Device pieces shared by the eager and the fused Markov kernels, so that both
 // compute every value with the same code: the step logit (rounding points of
 // cpu::step_logits), the candidate rule (core/sampling.h `better` on (score, id)),
-// its warp reduction, and the PTX of the fused path (cp.async, programmatic
-// dependent launch).
+// and its warp reduction. (The PTX of the fused path is in cuda/common/ptx.cuh.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,7 +17,6 @@
 
 namespace sparkdraft::cuda::markov_detail {
 
-inline constexpr int kWarp = 32;
 inline constexpr int kThreads = 256;  // every Markov kernel block but the per-row ones
 inline constexpr int kWarps = kThreads / kWarp;
 
@@ -57,41 +55,6 @@ __device__ __forceinline__ bf16 step_logit(bf16 base, bf16 bias, const ops::Logi
 __device__ __forceinline__ MarkovCandidate score(bf16 l, float temperature, uint32_t step_seed,
                                                  int32_t v) {
   return MarkovCandidate{noised_score(to_f32(l), temperature, step_seed, v), v};
-}
-
-// ---- PTX of the fused path ---------------------------------------------------------
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most `pending` (0..2: rings of up to kMaxStages = 4 stages)
-// committed groups of this thread are in flight.
-__device__ __forceinline__ void cp_async_wait(int pending) {
-  if (pending <= 0)
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  else if (pending == 1)
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else
-    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
 }
 
 }  // namespace sparkdraft::cuda::markov_detail

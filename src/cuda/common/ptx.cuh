@@ -1,0 +1,84 @@
+// The PTX every hand-written kernel shares (the tensor-core instruction and its
+// ldmatrix loads live next door in common/mma.cuh): asynchronous global -> shared
+// copies and their groups, programmatic dependent launch, cache-hinted and volatile
+// accesses, and the order key that lets atomicMax on int fold floats.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace sparkdraft::cuda {
+
+// ---- programmatic dependent launch (sm_90; no-ops below) ----------------------------
+// Waits until the grids this one depends on have finished (their memory is visible).
+// Everything before it may touch only data that no earlier kernel of the stream writes.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the dependent grid (launched with programmatic stream serialization) start.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// ---- cp.async -------------------------------------------------------------------------
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most `pending` (0..2: rings of up to 4 stages) committed groups
+// of this thread are in flight.
+__device__ __forceinline__ void cp_async_wait(int pending) {
+  if (pending <= 0)
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  else if (pending == 1)
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  else
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+}
+
+// ---- cache-hinted and volatile accesses -----------------------------------------------
+// Streaming (evict-first) load and store: data touched once, so that L2 keeps what
+// the next kernel reads again.
+template <typename T>
+__device__ __forceinline__ T ld_streaming(const T* p) {
+  return __ldcs(p);
+}
+template <typename T>
+__device__ __forceinline__ void st_streaming(T* p, T v) {
+  __stcs(p, v);
+}
+
+// A load that is not cached in registers: sees other blocks' (and this block's
+// other threads') atomics.
+__device__ __forceinline__ int ld_volatile(const int* p) {
+  return *reinterpret_cast<const volatile int*>(p);
+}
+__device__ __forceinline__ unsigned long long ld_volatile(const unsigned long long* p) {
+  return *reinterpret_cast<const volatile unsigned long long*>(p);
+}
+
+// ---- atomics --------------------------------------------------------------------------
+// fp32 -> int32 whose signed order is the order of the (non-NaN) floats, and back
+// (the map is its own inverse): float maxima go through atomicMax on int.
+__device__ __forceinline__ int order_key(float x) {
+  const int b = __float_as_int(x);
+  return b >= 0 ? b : b ^ 0x7fffffff;
+}
+__device__ __forceinline__ float key_value(int k) {
+  return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff);
+}
+
+}  // namespace sparkdraft::cuda

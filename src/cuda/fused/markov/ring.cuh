@@ -1,0 +1,89 @@
+// The load ring (mainloop) of the fused step: block b walks a contiguous run of
+// vocab tiles (fused_tile_vocab(K) entries, all K columns of w2), streamed into a
+// shared-memory ring of p.stages stages with 16-byte cp.async, so w2 is read once
+// per step for all rows. The ring stores each row's 16-byte chunks XOR-swizzled by
+// the row (fused_ring_chunk: conflict-free ldmatrix in compute.cuh). Odd steps
+// (p.reverse) walk the tiles backwards, so the first tiles a block reads are the
+// ones it read last (in L2).
+//
+// Per iteration `it`: ring_wait (this thread's copies of tile `it` landed, then
+// everyone's, and stage it - 1 is free again), then ring_issue(it + stages - 1).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/fused/markov/params.h"
+#include "cuda/fused/markov/tile.h"
+#include "sparkdraft/core/bf16.h"
+
+namespace sparkdraft::cuda::markov_detail {
+
+// This block's run of vocab tiles: [begin, end), `count` of them.
+struct TileWalk {
+  int begin, end, count;
+};
+
+template <int K>
+__device__ __forceinline__ TileWalk tile_walk(const FusedStepParams& p) {
+  constexpr int kTileV = fused_tile_vocab(K);
+  const int total_tiles = (p.width + kTileV - 1) / kTileV;
+  const int t_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total_tiles / gridDim.x);
+  const int t_end =
+      static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total_tiles / gridDim.x);
+  return TileWalk{t_begin, t_end, t_end - t_begin};
+}
+
+// The tile of iteration `it`.
+__device__ __forceinline__ int tile_at(const FusedStepParams& p, const TileWalk& w, int it) {
+  return p.reverse ? w.end - 1 - it : w.begin + it;
+}
+
+// Stage of iteration `it` in the ring.
+template <int K>
+__device__ __forceinline__ const bf16* ring_stage(const FusedStepParams& p, const bf16* ring,
+                                                  int it) {
+  constexpr int kTileElems = fused_tile_vocab(K) * K;
+  return ring + (it % p.stages) * kTileElems;
+}
+
+// Queues tile `it` into its ring stage (chunk c of row v at fused_ring_chunk(v, c));
+// always commits (maybe an empty group) so every thread counts the same groups.
+template <int K>
+__device__ __forceinline__ void ring_issue(const FusedStepParams& p, const TileWalk& w, bf16* ring,
+                                           int it, int tid) {
+  constexpr int kTileV = fused_tile_vocab(K);
+  constexpr int kChunks = K / 8;
+  constexpr int kTileElems = kTileV * K;
+  if (it < w.count) {
+    const int t = tile_at(p, w, it);
+    bf16* dst = ring + (it % p.stages) * kTileElems;
+    const bf16* src = p.w2 + static_cast<int64_t>(t) * kTileElems;
+    for (int x = tid; x < kTileElems / 8; x += kFusedThreads) {
+      const int v = x / kChunks, c = x % kChunks;
+      const bool ok = t * kTileV + v < p.width;
+      cp_async_16(dst + v * K + fused_ring_chunk<K>(v, c) * 8, ok ? src + x * 8 : p.w2,
+                  ok ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+}
+
+// The ring's first stages - 1 tiles (only static data: may run before
+// grid_dependency_wait, overlapping the previous kernel).
+template <int K>
+__device__ __forceinline__ void ring_prologue(const FusedStepParams& p, const TileWalk& w,
+                                              bf16* ring, int tid) {
+  for (int s = 0; s < p.stages - 1; ++s) ring_issue<K>(p, w, ring, s, tid);
+}
+
+// This thread's copies of the oldest pending tile landed, then everyone's; the stage
+// read in the previous iteration is free again.
+__device__ __forceinline__ void ring_wait(const FusedStepParams& p) {
+  cp_async_wait(p.stages - 2);
+  __syncthreads();
+}
+
+}  // namespace sparkdraft::cuda::markov_detail
