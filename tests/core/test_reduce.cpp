@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/random.h"
+#include "common/tree.h"
 #include "core/canonical_order.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/reduce.h"
@@ -84,23 +85,6 @@ TEST(CanonicalReduce, LanePartialsAndCombineAreTheSplitOfTheSum) {
   EXPECT_EQ(f32_bits(canonical_combine(p)), f32_bits(canonical_sum(n, term)));
 }
 
-// The tree of SPEC section 6 written out by hand for every n it names, and the
-// odd counts the helper also takes (an odd last term rises unchanged).
-float documented_tree(const std::vector<float>& p) {
-  switch (p.size()) {
-    case 1: return p[0];
-    case 2: return p[0] + p[1];
-    case 3: return (p[0] + p[1]) + p[2];
-    case 4: return (p[0] + p[1]) + (p[2] + p[3]);
-    case 5: return ((p[0] + p[1]) + (p[2] + p[3])) + p[4];
-    case 6: return ((p[0] + p[1]) + (p[2] + p[3])) + (p[4] + p[5]);
-    case 7: return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + p[6]);
-    case 8: return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-  }
-  ADD_FAILURE() << "no documented tree for n " << p.size();
-  return 0.0f;
-}
-
 TEST(CanonicalReduce, TreeSumIsTheFixedTreeOfSection6) {
   test::Gen32 gen(2026);
   std::mt19937& rng = gen.engine();
@@ -110,7 +94,7 @@ TEST(CanonicalReduce, TreeSumIsTheFixedTreeOfSection6) {
       const std::vector<float> p = seeded_values(rng, n, rep % 2 == 0);
       std::vector<float> scratch = p;
       const float found = canonical_tree_sum(scratch.data(), n);
-      const float expected = documented_tree(p);
+      const float expected = test::documented_tree(p);
       ASSERT_EQ(f32_bits(found), f32_bits(expected))
           << "n " << n << " rep " << rep << ": found " << found << ", expected " << expected;
       float ltr = p[0], rev = p[n - 1];

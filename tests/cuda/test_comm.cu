@@ -12,6 +12,7 @@
 
 #include "common/bits.h"
 #include "common/random.h"
+#include "common/tree.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/comm.h"
 #include "sparkdraft/core/bf16.h"
@@ -87,18 +88,6 @@ TEST(LoopbackComm, AllGatherPlacesEachRankInOrder) {
   }
 }
 
-// SPEC section 6's tree, written out for every TP size it allows.
-float documented_tree(const std::vector<float>& p) {
-  switch (p.size()) {
-    case 1: return p[0];
-    case 2: return p[0] + p[1];
-    case 4: return (p[0] + p[1]) + (p[2] + p[3]);
-    case 8: return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-  }
-  ADD_FAILURE() << "no documented tree for " << p.size() << " ranks";
-  return 0.0f;
-}
-
 TEST(LoopbackComm, AllReduceIsTheFixedTreeOverRanks) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
@@ -107,10 +96,7 @@ TEST(LoopbackComm, AllReduceIsTheFixedTreeOverRanks) {
       const uint64_t seed = 900 + n;
       test::Gen gen(seed);
       const size_t count = 70001;
-      std::vector<std::vector<float>> partials(n, std::vector<float>(count));
-      for (auto& p : partials)
-        for (float& x : p)
-          x = std::ldexp(gen.uniform(-1.0f, 1.0f), static_cast<int>(gen.integer(-14, 14)));
+      std::vector<std::vector<float>> partials = test::tree_partials(gen, n, count);
       partials[0][3] = std::numeric_limits<float>::infinity();
       partials[n - 1][5] = std::numeric_limits<float>::quiet_NaN();
       partials[0][7] = 1e8f;  // order pinned by hand: tree 0, rank order 1 (n = 4)
@@ -124,7 +110,7 @@ TEST(LoopbackComm, AllReduceIsTheFixedTreeOverRanks) {
       for (size_t i = 0; i < count; ++i) {
         std::vector<float> p(n);
         for (int r = 0; r < n; ++r) p[r] = partials[r][i];
-        expected[i] = documented_tree(p);
+        expected[i] = test::documented_tree(p);
         float ltr = p[0];
         for (int k = 1; k < n; ++k) ltr = ltr + p[k];
         if (f32_bits(ltr) != f32_bits(expected[i]) && !std::isnan(expected[i]))

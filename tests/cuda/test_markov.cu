@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bits.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
 #include "cuda/markov/markov_internal.h"
@@ -48,25 +49,7 @@ using cuda::DeviceStream;
 
 constexpr uint16_t kUntouched = 0xABAB;  // cache prefill: slots nobody writes keep it
 
-std::string hex16(uint16_t bits) {
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "0x%04x", bits);
-  return buf;
-}
-
-std::string hex32(uint32_t bits) {
-  char buf[12];
-  std::snprintf(buf, sizeof(buf), "0x%08x", bits);
-  return buf;
-}
-
-bool same_bf16(bf16 a, bf16 b, bool nan_equal) {
-  return a.bits == b.bits || (nan_equal && bf16_is_nan(a) && bf16_is_nan(b));
-}
-
-bool same_f32(float a, float b, bool nan_equal) {
-  return f32_bits(a) == f32_bits(b) || (nan_equal && std::isnan(a) && std::isnan(b));
-}
+std::string hex32(uint32_t bits) { return test::hex_bits(bits, 4); }
 
 // ---- the noise bound and the plan (no GPU needed) -------------------------------------
 
@@ -275,11 +258,7 @@ TEST(MarkovEager, BiasMatchesCpu) {
         DeviceBuffer<bf16> d_e(e, stream.get()), d_w2(w2, stream.get()), d_bias(expected.size());
         cuda::markov_bias(d_e.data(), rows, d_w2.data(), vocab, markov_rank, d_bias.data(),
                           stream.get());
-        const std::vector<bf16> found = d_bias.download(stream.get());
-        for (size_t i = 0; i < found.size(); ++i)
-          ASSERT_EQ(found[i].bits, expected[i].bits)
-              << "bias[row " << i / vocab << "][" << i % vocab << "]: found "
-              << hex16(found[i].bits) << ", expected " << hex16(expected[i].bits);
+        ASSERT_TRUE(test::same_bits(d_bias.download(stream.get()), expected, {vocab})) << "bias";
         ++cases;
       }
     }
@@ -328,17 +307,14 @@ TEST(MarkovEager, StepLogitsMatchCpu) {
         DeviceBuffer<int64_t> d_slots(cache_slots, stream.get());
         cuda::markov_step_logits(d_base.data(), vocab, d_bias.data(), rows, vocab, t, d_l.data(),
                                  d_cache.data(), d_slots.data(), vocab, stream.get());
-        const std::vector<bf16> found = d_l.download(stream.get());
-        const std::vector<bf16> found_cache = d_cache.download(stream.get());
-        for (size_t i = 0; i < n; ++i)
-          ASSERT_TRUE(same_bf16(found[i], expected[i], true))
-              << "logits[row " << i / vocab << "][" << i % vocab << "]: found "
-              << hex16(found[i].bits) << ", expected " << hex16(expected[i].bits) << " (base "
-              << hex16(base[i].bits) << ", bias " << hex16(bias[i].bits) << ")";
-        for (size_t i = 0; i < found_cache.size(); ++i)
-          ASSERT_TRUE(same_bf16(found_cache[i], expected_cache[i], true))
-              << "cache[slot " << i / vocab << "][" << i % vocab << "]: found "
-              << hex16(found_cache[i].bits) << ", expected " << hex16(expected_cache[i].bits);
+        test::BitsOptions logits_opts{vocab, true};
+        logits_opts.note = [&](size_t i) {
+          return "base " + test::hex_bits(base[i].bits, 2) + ", bias " +
+                 test::hex_bits(bias[i].bits, 2);
+        };
+        ASSERT_TRUE(test::same_bits(d_l.download(stream.get()), expected, logits_opts)) << "logits";
+        ASSERT_TRUE(test::same_bits(d_cache.download(stream.get()), expected_cache, {vocab, true}))
+            << "cache [slot][vocab]";
         ++cases;
       }
     }
@@ -396,9 +372,8 @@ TEST(MarkovEager, SamplerMatchesCpu) {
               cpu::sample_row(l.data() + static_cast<size_t>(r) * vocab, vocab, offset, t[r], gs);
           ASSERT_EQ(found[r].id, want.id) << "row " << r << " T " << t[r] << ": token";
           ASSERT_EQ(found_tokens[r], want.id) << "row " << r << ": tokens[]";
-          ASSERT_TRUE(same_f32(found[r].value, want.value, true))
-              << "row " << r << " T " << t[r] << ": score found " << hex32(f32_bits(found[r].value))
-              << ", expected " << hex32(f32_bits(want.value));
+          ASSERT_TRUE(test::same_bits(&found[r].value, &want.value, 1, {0, true}))
+              << "row " << r << " T " << t[r] << ": score";
           if (r == 1) EXPECT_EQ(want.id, offset + vocab / 2) << "lowest NaN id";
           if (r == 2 && vocab > 2) EXPECT_EQ(want.id, offset + vocab / 3) << "lowest id of a tie";
         }
@@ -596,22 +571,17 @@ LoopOutputs run_loop(const LoopCase& c, LoopInputs& in, const RunOptions& o, cud
   return LoopOutputs{tokens.download(s), cache.download(s)};
 }
 
-// Names the first difference: row/step of a token, slot/step/index of the cache.
+// Names the differences: row/step of a token, slot/step/index of the cache.
 ::testing::AssertionResult same_outputs(const LoopCase& c, const LoopOutputs& found,
                                         const LoopOutputs& expected, bool nan_equal) {
-  for (size_t i = 0; i < expected.tokens.size(); ++i)
-    if (found.tokens[i] != expected.tokens[i])
-      return ::testing::AssertionFailure()
-             << "token of row " << i / c.steps << " step " << i % c.steps << ": found "
-             << found.tokens[i] << ", expected " << expected.tokens[i];
-  const size_t plane = static_cast<size_t>(c.steps) * c.vocab;
-  for (size_t i = 0; i < expected.cache.size(); ++i)
-    if (!same_bf16(found.cache[i], expected.cache[i], nan_equal))
-      return ::testing::AssertionFailure()
-             << "cache[slot " << i / plane << "][step " << i / c.vocab % c.steps << "]["
-             << i % c.vocab << "]: found " << hex16(found.cache[i].bits) << ", expected "
-             << hex16(expected.cache[i].bits);
-  return ::testing::AssertionSuccess();
+  ::testing::AssertionResult tokens = test::same_bits(found.tokens, expected.tokens, {c.steps});
+  if (!tokens) return tokens << " (tokens: row = request row, col = step)";
+  test::BitsOptions o{c.vocab, nan_equal};
+  o.note = [&](size_t i) {
+    return "= cache[slot " + std::to_string(i / c.vocab / c.steps) + "][step " +
+           std::to_string(i / c.vocab % c.steps) + "][" + std::to_string(i % c.vocab) + "]";
+  };
+  return test::same_bits(found.cache, expected.cache, o);
 }
 
 // The contract's picks the sweep forces (lowest NaN id; lowest id of a tie), and

@@ -10,6 +10,7 @@
 
 #include "common/bits.h"
 #include "common/random.h"
+#include "common/tree.h"
 #include "sparkdraft/comm.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/error.h"
@@ -71,19 +72,6 @@ TEST(ThreadGroup, AllGatherPlacesEachRankInOrder) {
   }
 }
 
-// SPEC section 6 writes the tree out; so does this test, for every TP size.
-float documented_tree(const std::vector<float>& p) {
-  switch (p.size()) {
-    case 1: return p[0];
-    case 2: return p[0] + p[1];
-    case 3: return (p[0] + p[1]) + p[2];
-    case 4: return (p[0] + p[1]) + (p[2] + p[3]);
-    case 8: return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-  }
-  ADD_FAILURE() << "no documented tree for " << p.size() << " ranks";
-  return 0.0f;
-}
-
 TEST(ThreadGroup, AllReduceIsTheFixedTreeOverRanks) {
   // 1e8 + 1 == 1e8 in fp32 (the ulp at 1e8 is 8), so the tree
   // (1e8 + 1) + (-1e8 + 1) = 0 and rank order ((1e8 + 1) - 1e8) + 1 = 1 differ.
@@ -104,10 +92,7 @@ TEST(ThreadGroup, AllReduceIsTheFixedTreeOverRanks) {
     const uint64_t seed = 700 + n;
     test::Gen gen(seed);
     const size_t count = 257;
-    std::vector<std::vector<float>> partials(n, std::vector<float>(count));
-    for (auto& p : partials)
-      for (float& x : p)
-        x = std::ldexp(gen.uniform(-1.0f, 1.0f), static_cast<int>(gen.integer(-14, 14)));
+    std::vector<std::vector<float>> partials = test::tree_partials(gen, n, count);
     partials[0][3] = std::numeric_limits<float>::infinity();  // inf and NaN pass through the tree
     if (n > 1) partials[1][3] = -std::numeric_limits<float>::infinity();
     partials[n - 1][5] = std::numeric_limits<float>::quiet_NaN();
@@ -116,7 +101,7 @@ TEST(ThreadGroup, AllReduceIsTheFixedTreeOverRanks) {
     for (size_t i = 0; i < count; ++i) {
       std::vector<float> p(n);
       for (int r = 0; r < n; ++r) p[r] = partials[r][i];
-      expected[i] = documented_tree(p);
+      expected[i] = test::documented_tree(p);
       float ltr = p[0], rev = p[n - 1];
       for (int k = 1; k < n; ++k) ltr = ltr + p[k];
       for (int k = n - 2; k >= 0; --k) rev = rev + p[k];
