@@ -7,9 +7,10 @@
 //   * the DraftBackend interface on host buffers (CLI, tests): validates, uploads,
 //     runs the device call (replaying a CUDA graph per row count when enabled),
 //     downloads the tokens and the cache rows of the slots it used;
-//   * `propose_device` on device pointers and the caller's stream, for a serving
-//     engine: no host synchronization, no allocation (every buffer is sized for
-//     max_reqs at construction), so it can be captured in the engine's own graph.
+//   * `store_context_device` and `propose_device` on device pointers and the
+//     caller's stream, for a serving engine: no host synchronization, no allocation
+//     (every buffer is sized for max_reqs and max_context_tokens at construction),
+//     so both can be captured in the engine's own graph.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +27,11 @@ struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
   bool pdl = true;           // programmatic dependent launch in the fused loop
+  // Most tokens one store_context_device call takes: its scratch is allocated at
+  // construction (the host store_context has no such bound).
+  int max_context_tokens = 1024;
 };
+inline constexpr int kMaxContextTokens = 1 << 20;
 
 class CudaDraft final : public DraftBackend {
  public:
@@ -42,6 +47,13 @@ class CudaDraft final : public DraftBackend {
   StageTimings last_timings() const override;
   std::vector<bf16> kv_cache(int layer) const override;
 
+  // The device entry point of the context chain: the batch of store_context with
+  // device pointers, queued on the caller's stream; no allocation, no host
+  // synchronization, so an engine can capture it in its own graph. num_tokens is at
+  // most CudaDraftOptions::max_context_tokens (InvalidArgument otherwise); the caller
+  // guarantees what validate_context checks (positions in range, slots in range and
+  // distinct).
+  void store_context_device(const ContextBatch& batch, cudaStream_t stream);
   // The device entry point (see the file comment): the same batch and outputs as
   // propose, every pointer a device pointer. The caller guarantees what
   // validate_propose checks (ids, positions, slots in range).

@@ -149,9 +149,11 @@ struct CudaDraft::Impl {
   DeviceBuffer<float> in_temp;
   DeviceBuffer<int32_t> in_tables;
   DeviceBuffer<bf16> cache;  // [cache_slots, N, V]
-  // Context chain buffers (grown on demand, outside any graph).
+  // Context chain: the host API's staging and scratch (grown on demand, outside any
+  // graph) and the device API's scratch (max_context_tokens, allocated up front).
   DeviceBuffer<bf16> ctx_hidden, ctx_h, ctx_normed, ctx_in, ctx_kv;
   DeviceBuffer<int64_t> ctx_pos, ctx_slots;
+  DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;
 
   std::unique_ptr<MarkovLoop> markov;
   std::map<int, GraphExec> graphs;  // by row count
@@ -167,9 +169,18 @@ struct CudaDraft::Impl {
           "the CUDA backend drafts at tp 1; the vocab-parallel GPU Markov loop runs through "
           "`sparkdraft check` and the loopback tests (multi-GPU TP is a later issue)");
     if (o.threads <= 0) o.threads = 1;
+    if (co.max_context_tokens < 1 || co.max_context_tokens > kMaxContextTokens)
+      throw InvalidArgument("CudaDraftOptions: max_context_tokens must be in [1, " +
+                            std::to_string(kMaxContextTokens) + "], got " +
+                            std::to_string(co.max_context_tokens));
     SD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     upload_weights();
     allocate_block(static_cast<int>(o.max_reqs) * c.block_size);
+    const ContextSizes cn = step.context_sizes(co.max_context_tokens);
+    dev_ctx_h = DeviceBuffer<bf16>(cn.h);
+    dev_ctx_normed = DeviceBuffer<bf16>(cn.normed);
+    dev_ctx_in = DeviceBuffer<bf16>(cn.layer_in);
+    dev_ctx_kv = DeviceBuffer<bf16>(cn.kv);
     markov = std::make_unique<MarkovLoop>(markov_head(), o.max_reqs, c.block_size);
     markov->workspace().set_pdl(co.pdl);
     plan = make_plan(c, co, markov->refusal());
@@ -315,13 +326,32 @@ struct CudaDraft::Impl {
     ctx_hidden.upload(b.hidden, static_cast<size_t>(T) * in_width, 0, stream);
     ctx_pos.upload(b.positions, T, 0, stream);
     ctx_slots.upload(b.slots, T, 0, stream);
-    CudaOps ops(stream, gemm, attn_ws.data(), attn_ws_bytes, nullptr);
-    step.context_chain(
-        ops, sw, ContextBuffers{ctx_h.data(), ctx_normed.data(), ctx_in.data(), ctx_kv.data()}, T,
-        ctx_hidden.data(), ctx_pos.data(), ctx_slots.data());
+    run_context(ContextBatch{T, ctx_hidden.data(), ctx_pos.data(), ctx_slots.data()},
+                ContextBuffers{ctx_h.data(), ctx_normed.data(), ctx_in.data(), ctx_kv.data()},
+                stream);
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
     timings.context_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // The context chain of a batch of device pointers on `s`, into `scratch`.
+  void run_context(const ContextBatch& d, const ContextBuffers& scratch, cudaStream_t s) {
+    CudaOps ops(s, gemm, attn_ws.data(), attn_ws_bytes, nullptr);
+    step.context_chain(ops, sw, scratch, d.num_tokens, d.hidden, d.positions, d.slots);
+  }
+
+  void store_context_device(const ContextBatch& b, cudaStream_t s) {
+    if (b.num_tokens < 0 || b.num_tokens > co.max_context_tokens)
+      throw InvalidArgument(
+          "store_context_device: num_tokens " + std::to_string(b.num_tokens) +
+          " is outside [0, max_context_tokens = " + std::to_string(co.max_context_tokens) + "]");
+    if (b.num_tokens == 0) return;
+    if (!b.hidden || !b.positions || !b.slots)
+      throw InvalidArgument("store_context_device: hidden, positions and slots must be given");
+    run_context(b,
+                ContextBuffers{dev_ctx_h.data(), dev_ctx_normed.data(), dev_ctx_in.data(),
+                               dev_ctx_kv.data()},
+                s);
   }
 
   // The device call: every stage on `s`, optionally bracketed by events.
@@ -430,6 +460,9 @@ std::string CudaDraft::name() const { return "cuda"; }
 const ModelConfig& CudaDraft::config() const { return impl_->c; }
 const DraftOptions& CudaDraft::options() const { return impl_->o; }
 void CudaDraft::store_context(const ContextBatch& b) { impl_->store_context(b); }
+void CudaDraft::store_context_device(const ContextBatch& b, cudaStream_t s) {
+  impl_->store_context_device(b, s);
+}
 void CudaDraft::propose(const ProposeBatch& b, const ProposeOutputs& out) {
   impl_->propose(b, out);
 }
