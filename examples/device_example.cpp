@@ -96,10 +96,9 @@ int main(int argc, char** argv) {
                              to_device(cache_slots),
                              to_device(tables)};
     const size_t n_tokens = static_cast<size_t>(R) * c.block_size;
-    const ProposeOutputs out{
-        to_device(std::vector<int64_t>(n_tokens)),
-        to_device(std::vector<bf16>(static_cast<size_t>(o.cache_slots) * c.block_size *
-                                    c.vocab_size))};
+    const ProposeOutputs out{to_device(std::vector<int64_t>(n_tokens)),
+                             to_device(std::vector<bf16>(static_cast<size_t>(o.cache_slots) *
+                                                         c.block_size * c.vocab_size))};
 
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -123,7 +122,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < R; ++r) {
       std::printf("request %d draft:", r);
       for (int j = 0; j < c.block_size; ++j)
-        std::printf(" %lld", static_cast<long long>(tokens[static_cast<size_t>(r) * c.block_size + j]));
+        std::printf(" %lld",
+                    static_cast<long long>(tokens[static_cast<size_t>(r) * c.block_size + j]));
       std::printf("\n");
     }
     cudaGraphExecDestroy(exec);
