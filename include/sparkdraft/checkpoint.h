@@ -74,7 +74,27 @@ struct LoadOptions {
   // index. Set this to load such a checkpoint anyway (e.g. to study it).
   bool allow_nonfinite = false;
   int threads = 0;  // threads of that scan (0 = hardware concurrency)
+  // Leave the scan to the backend built on this checkpoint: the CPU backend scans
+  // the host tensors when it is built, the CUDA backend scans its device copies
+  // right after the upload (milliseconds on the GPU instead of a pass over the
+  // host memory). Same refusal, same message. A checkpoint loaded this way and used
+  // without a backend is not scanned (nonfinite_scan_pending() says so).
+  bool defer_nonfinite_scan = false;
 };
+
+// One resolved tensor of a loaded checkpoint (the data stays in the file mapping).
+struct LoadedTensor {
+  std::string name;  // as the draft names it (without a "model." prefix)
+  std::string file;  // the safetensors file that holds it
+  DType dtype = DType::bf16;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  int64_t numel() const;
+};
+
+// The refusal of a tensor whose element `index` is NaN or infinite: names the
+// tensor, its file, the value kind, the index and its coordinates.
+std::string nonfinite_message(const LoadedTensor& t, int64_t index);
 
 // A checkpoint refused because a tensor holds NaN or infinity.
 class NonFiniteWeights : public CheckpointError {
@@ -94,9 +114,19 @@ class Checkpoint {
   const DraftWeights& weights() const { return weights_; }
   const std::string& dir() const { return dir_; }
   size_t total_bytes() const;  // bytes of the resolved tensors
+  // Every tensor the draft uses, in expected_tensors() order.
+  const std::vector<LoadedTensor>& tensors() const { return tensors_; }
+  // Loaded with defer_nonfinite_scan and without allow_nonfinite: a backend must
+  // scan (scan_nonfinite_on_host, or the CUDA backend's device scan).
+  bool nonfinite_scan_pending() const { return scan_pending_; }
+  // The load-time scan on host threads (0 = hardware concurrency); throws
+  // NonFiniteWeights for the first tensor (in tensors() order) holding NaN or inf.
+  void scan_nonfinite_on_host(int threads) const;
 
  private:
   std::string dir_;
+  std::vector<LoadedTensor> tensors_;
+  bool scan_pending_ = false;
   ModelConfig config_;
   DraftWeights weights_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;

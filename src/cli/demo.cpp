@@ -54,6 +54,7 @@ Command add_demo(CLI::App& app) {
         LoadOptions lo;
         lo.allow_nonfinite = opts->allow_nonfinite;
         lo.threads = opts->threads;
+        lo.defer_nonfinite_scan = true;  // the backend scans (the GPU on the device, after upload)
         auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir, lo));
         const ModelConfig& c = ckpt->config();
         const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);

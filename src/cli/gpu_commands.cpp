@@ -29,9 +29,11 @@ namespace {
 [[maybe_unused]] std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir,
                                                                      const std::string& style,
                                                                      bool allow_nonfinite,
-                                                                     TinyCheckpoint& tiny) {
+                                                                     TinyCheckpoint& tiny,
+                                                                     bool defer_scan = false) {
   LoadOptions lo;
   lo.allow_nonfinite = allow_nonfinite;
+  lo.defer_nonfinite_scan = defer_scan;  // the backends built on it scan (the GPU on the device)
   return std::make_shared<const Checkpoint>(
       Checkpoint::load(dir.empty() ? tiny.make(style) : dir, lo));
 }
@@ -84,7 +86,7 @@ Command add_check(CLI::App& app) {
             require_gpu("check");
             TinyCheckpoint tiny;
             auto ckpt =
-                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny, true);
             const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
             const cuda::CheckReport report = cuda::check_draft(ckpt, s);
             std::fputs(report.text().c_str(), stdout);

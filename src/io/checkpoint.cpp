@@ -132,7 +132,7 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
 
 // Whether the value at index i of a bf16 / f32 tensor is NaN or infinite
 // (exponent bits all ones), and which of the two.
-bool nonfinite_at(const TensorInfo& t, int64_t i, const char** what) {
+bool nonfinite_at(const LoadedTensor& t, int64_t i, const char** what) {
   uint32_t exp_mask, mant_mask, bits;
   if (t.dtype == DType::bf16) {
     uint16_t b;
@@ -162,7 +162,7 @@ bool any_nonfinite(const uint8_t* data, int64_t begin, int64_t end, U exp_mask) 
 // First index of a non-finite value of a bf16 or f32 tensor, or -1. Blocks of
 // the tensor are scanned on `threads` threads; each range stops at its first
 // bad block, and the lowest bad index over all ranges is the answer.
-int64_t first_nonfinite(const TensorInfo& t, int threads) {
+int64_t first_nonfinite(const LoadedTensor& t, int threads) {
   if (t.dtype != DType::bf16 && t.dtype != DType::f32) return -1;
   const int64_t n = t.numel();
   constexpr int64_t kBlock = int64_t{1} << 16;
@@ -299,20 +299,16 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
       throw CheckpointError(where + ": data is not aligned to its " +
                             std::to_string(dtype_size(t.dtype)) +
                             "-byte dtype (the file's tensors are not laid out in alignment order)");
-    if (!options.allow_nonfinite) {
-      const int64_t bad =
-          first_nonfinite(t, options.threads > 0 ? options.threads : default_threads());
-      if (bad >= 0) {
-        const char* what = "non-finite";
-        nonfinite_at(t, bad, &what);
-        throw NonFiniteWeights(where + ": non-finite value (" + what + ") at index " +
-                               std::to_string(bad) + " " + coordinates(bad, t.shape) + " of " +
-                               t.shape_string() +
-                               "; refusing the checkpoint (LoadOptions::allow_nonfinite, or "
-                               "--allow-nonfinite-weights on the CLI, loads it anyway)");
-      }
-    }
+    ck.tensors_.push_back(
+        LoadedTensor{spec.name, it->second.file->path(), t.dtype, t.shape, t.data});
     data[spec.name] = t.data;
+  }
+
+  if (!options.allow_nonfinite) {
+    if (options.defer_nonfinite_scan)
+      ck.scan_pending_ = true;
+    else
+      ck.scan_nonfinite_on_host(options.threads);
   }
 
   auto bf = [&](const std::string& name) -> const bf16* {
@@ -356,6 +352,28 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
     l.mlp_beta = f32(p + "mlp_residual.beta");
   }
   return ck;
+}
+
+int64_t LoadedTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string nonfinite_message(const LoadedTensor& t, int64_t index) {
+  const char* what = "non-finite";
+  nonfinite_at(t, index, &what);
+  return "tensor '" + t.name + "' in " + t.file + ": non-finite value (" + what + ") at index " +
+         std::to_string(index) + " " + coordinates(index, t.shape) + " of " + shape_text(t.shape) +
+         "; refusing the checkpoint (LoadOptions::allow_nonfinite, or --allow-nonfinite-weights on "
+         "the CLI, loads it anyway)";
+}
+
+void Checkpoint::scan_nonfinite_on_host(int threads) const {
+  for (const LoadedTensor& t : tensors_) {
+    const int64_t bad = first_nonfinite(t, threads > 0 ? threads : default_threads());
+    if (bad >= 0) throw NonFiniteWeights(nonfinite_message(t, bad));
+  }
 }
 
 size_t Checkpoint::total_bytes() const {

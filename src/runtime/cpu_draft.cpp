@@ -97,6 +97,7 @@ class CpuDraft final : public DraftBackend {
     c_.validate();
     validate_options(c_, o_);
     if (o_.threads <= 0) o_.threads = std::max(1u, std::thread::hardware_concurrency());
+    if (ckpt_->nonfinite_scan_pending()) ckpt_->scan_nonfinite_on_host(o_.threads);
     if (c_.markov_rank <= 0)
       throw ConfigError("the CPU backend needs a Markov head (markov_rank > 0)");
     packed_ = PackedWeights::pack(c_, w_);

@@ -22,26 +22,50 @@ QkvLayout QkvLayout::of(const ModelConfig& c) {
   return l;
 }
 
+std::vector<PackPiece> qkv_pieces(const ModelConfig& c, const LayerWeights& lw) {
+  const size_t H = c.hidden_size, q = c.q_size(), kv = c.kv_size();
+  std::vector<PackPiece> p{{lw.q_proj, q * H}};
+  if (c.output_gate) p.push_back({lw.g_proj, q * H});
+  p.push_back({lw.k_proj, kv * H});
+  p.push_back({lw.v_proj, kv * H});
+  return p;
+}
+
+std::vector<PackPiece> gate_up_pieces(const ModelConfig& c, const LayerWeights& lw) {
+  const size_t HI = static_cast<size_t>(c.hidden_size) * c.intermediate_size;
+  return {{lw.gate_proj, HI}, {lw.up_proj, HI}};
+}
+
+std::vector<PackPiece> context_kv_pieces(const ModelConfig& c, const DraftWeights& w) {
+  const size_t kvH = static_cast<size_t>(c.kv_size()) * c.hidden_size;
+  std::vector<PackPiece> p;
+  for (int l = 0; l < c.num_layers; ++l) {
+    p.push_back({w.layers[l].k_proj, kvH});
+    p.push_back({w.layers[l].v_proj, kvH});
+  }
+  return p;
+}
+
+namespace {
+
+std::vector<bf16> concat(const std::vector<PackPiece>& pieces) {
+  size_t n = 0;
+  for (const PackPiece& piece : pieces) n += piece.count;
+  std::vector<bf16> out;
+  out.reserve(n);
+  for (const PackPiece& piece : pieces) append(out, piece.src, piece.count);
+  return out;
+}
+
+}  // namespace
+
 PackedWeights PackedWeights::pack(const ModelConfig& c, const DraftWeights& w) {
   PackedWeights p;
-  const size_t H = c.hidden_size, q = c.q_size(), kv = c.kv_size(), I = c.intermediate_size;
   for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = w.layers[l];
-    std::vector<bf16> qkv;
-    qkv.reserve(QkvLayout::of(c).width * H);
-    append(qkv, lw.q_proj, q * H);
-    if (c.output_gate) append(qkv, lw.g_proj, q * H);
-    append(qkv, lw.k_proj, kv * H);
-    append(qkv, lw.v_proj, kv * H);
-    p.qkv.push_back(std::move(qkv));
-    std::vector<bf16> gu;
-    gu.reserve(2 * I * H);
-    append(gu, lw.gate_proj, I * H);
-    append(gu, lw.up_proj, I * H);
-    p.gate_up.push_back(std::move(gu));
-    append(p.context_kv, lw.k_proj, kv * H);
-    append(p.context_kv, lw.v_proj, kv * H);
+    p.qkv.push_back(concat(qkv_pieces(c, w.layers[l])));
+    p.gate_up.push_back(concat(gate_up_pieces(c, w.layers[l])));
   }
+  p.context_kv = concat(context_kv_pieces(c, w));
   return p;
 }
 

@@ -23,6 +23,16 @@ struct QkvLayout {
   static QkvLayout of(const ModelConfig& c);
 };
 
+// A packed matrix is its source tensors' rows one after another: these pieces, in
+// order. The host packing and the CUDA backend's device placement both follow them.
+struct PackPiece {
+  const bf16* src;
+  size_t count;  // elements
+};
+std::vector<PackPiece> qkv_pieces(const ModelConfig& c, const LayerWeights& lw);
+std::vector<PackPiece> gate_up_pieces(const ModelConfig& c, const LayerWeights& lw);
+std::vector<PackPiece> context_kv_pieces(const ModelConfig& c, const DraftWeights& w);
+
 struct PackedWeights {
   std::vector<std::vector<bf16>> qkv;      // [L][width * H]
   std::vector<std::vector<bf16>> gate_up;  // [L][2I * H]

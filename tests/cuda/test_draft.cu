@@ -10,6 +10,8 @@
 // checkpoints are written to SPARKDRAFT_PRESET_DIR, default the temp directory).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
+#include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check_draft.h"
@@ -200,6 +203,64 @@ TEST(CudaDraft, DeviceApiInOneGraphEqualsHostApi) {
     EXPECT_THROW(dev.store_context_device(
                      {co.max_context_tokens + 1, d_hidden.data(), d_pos.data(), d_slots.data()}, s),
                  InvalidArgument);
+  }
+}
+
+// The deferred NaN/inf scan on the device copies (LoadOptions::defer_nonfinite_scan):
+// the CUDA backend refuses exactly as the host scan at load does (same exception,
+// same message: tensor, file, kind, index, coordinates), for a plain matrix, a piece
+// of a packed matrix (k_proj: in QKV and in the stacked context K/V), the last element
+// of the Markov w2 and an fp32 tensor; a clean checkpoint builds.
+TEST(CudaDraft, DeferredNonFiniteScanOnTheDeviceRefusesLikeTheHost) {
+  SD_REQUIRE_GPU();
+  struct Poke {
+    std::string style, tensor;
+    int64_t index;
+    bool f32;
+    uint32_t bits;
+  };
+  const Poke pokes[] = {
+      {"qwen3", "lm_head.weight", 7 * 64 + 3, false, 0x7fc0},
+      {"qwen3", "layers.1.self_attn.k_proj.weight", 100, false, 0x7f80},
+      {"qwen3", "markov_head.markov_w2.weight", 999 * 64 + 63, false, 0xff80},
+      {"muse", "layers.0.attn_residual.alpha", 17, true, 0x7f800001u},
+  };
+  for (const Poke& p : pokes) {
+    SCOPED_TRACE(p.style + " " + p.tensor);
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("sparkdraft-gpu-nonfinite-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    write_synthetic_checkpoint(preset_config("tiny", p.style), dir.string(), SyntheticOptions{});
+    LoadOptions deferred;
+    deferred.defer_nonfinite_scan = true;
+    {
+      auto clean = std::make_shared<const Checkpoint>(Checkpoint::load(dir.string(), deferred));
+      EXPECT_NO_THROW(cuda::CudaDraft(clean, DraftOptions{})) << "clean checkpoint";
+    }
+    const std::string st = (dir / "model.safetensors").string();
+    if (p.f32) {
+      test::poke_tensor(st, p.tensor, p.index, &p.bits, 4);
+    } else {
+      const uint16_t b = static_cast<uint16_t>(p.bits);
+      test::poke_tensor(st, p.tensor, p.index, &b, 2);
+    }
+    std::string host_msg, device_msg;
+    try {
+      Checkpoint::load(dir.string());
+    } catch (const NonFiniteWeights& e) {
+      host_msg = e.what();
+    }
+    auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.string(), deferred));
+    ASSERT_TRUE(ckpt->nonfinite_scan_pending());
+    try {
+      cuda::CudaDraft draft(ckpt, DraftOptions{});
+    } catch (const NonFiniteWeights& e) {
+      device_msg = e.what();
+    }
+    EXPECT_FALSE(host_msg.empty()) << "the host scan should refuse";
+    EXPECT_EQ(device_msg, host_msg);
+    EXPECT_NE(device_msg.find("index " + std::to_string(p.index)), std::string::npos) << device_msg;
+    std::filesystem::remove_all(dir);
   }
 }
 

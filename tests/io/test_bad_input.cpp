@@ -18,6 +18,7 @@
 #include "common/files.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
+#include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/safetensors.h"
 
@@ -155,6 +156,7 @@ TEST(BadInput, NonFiniteWeightsAreRefusedWithTensorAndIndex) {
       {"markov_head.markov_w2.weight", 999 * 64 + 63, false, 0xff80, "-inf"},  // the last element
       {"layers.1.mlp.down_proj.weight", 1234, false, 0xffc1, "NaN"},           // [64, 160]
       {"layers.0.attn_residual.alpha", 17, true, 0x7f800001u, "NaN"},          // muse: fp32 tensor
+      {"layers.1.self_attn.k_proj.weight", 100, false, 0x7f80, "+inf"},        // a packed piece
   };
   for (const Poke& p : pokes) {
     SCOPED_TRACE(p.tensor);
@@ -174,9 +176,18 @@ TEST(BadInput, NonFiniteWeightsAreRefusedWithTensorAndIndex) {
       expect_mentions(msg, {"'" + p.tensor + "'", st, p.what, "index " + std::to_string(p.index),
                             "--allow-nonfinite-weights"});
     }
+    // Deferred to the backend: the CPU backend refuses with the same message.
+    LoadOptions lo;
+    const std::string msg = error_of<NonFiniteWeights>([&] { Checkpoint::load(dir.path(), lo); });
+    lo.defer_nonfinite_scan = true;
+    auto deferred = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path(), lo));
+    EXPECT_TRUE(deferred->nonfinite_scan_pending());
+    EXPECT_EQ(error_of<NonFiniteWeights>([&] { make_cpu_backend(deferred, DraftOptions{}); }), msg);
     LoadOptions allow;
     allow.allow_nonfinite = true;
     EXPECT_NO_THROW(Checkpoint::load(dir.path(), allow));
+    allow.defer_nonfinite_scan = true;
+    EXPECT_FALSE(Checkpoint::load(dir.path(), allow).nonfinite_scan_pending());
   }
 }
 

@@ -86,6 +86,13 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
                  bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride,
                  cudaStream_t stream);
 
+// ---- weights --------------------------------------------------------------------------
+// The lowest index i < n whose element (bf16, or fp32 when `f32`) is NaN or infinite,
+// folded into *first by atomicMin (the caller sets *first to ULLONG_MAX first; it
+// stays so when every element is finite). Grid-stride loop, any n.
+void first_nonfinite(const void* data, int64_t n, bool f32, unsigned long long* first,
+                     cudaStream_t stream);
+
 // ---- attention over the paged cache -----------------------------------------------------
 // cpu::attention, computed as: the context [lo, kv_len) of each query is cut at the
 // fixed absolute positions k * kAttentionSplit; one block per (token, head, split)

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 
 #include "cuda/common/graph.h"
 #include "runtime/packed_weights.h"
@@ -27,13 +28,6 @@ bool cuda_available() {
 }
 
 namespace {
-
-template <class T>
-DeviceBuffer<T> upload(const T* host, size_t n) {
-  DeviceBuffer<T> b(n);
-  if (n) b.upload(host, n);
-  return b;
-}
 
 struct DeviceLayer {
   DeviceBuffer<bf16> qkv, gate_up, o_proj, down_proj;
@@ -175,6 +169,7 @@ struct CudaDraft::Impl {
                             std::to_string(co.max_context_tokens));
     SD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     upload_weights();
+    if (ckpt->nonfinite_scan_pending()) scan_nonfinite_on_device();
     allocate_block(static_cast<int>(o.max_reqs) * c.block_size);
     const ContextSizes cn = step.context_sizes(co.max_context_tokens);
     dev_ctx_h = DeviceBuffer<bf16>(cn.h);
@@ -194,6 +189,52 @@ struct CudaDraft::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
+  // Where each checkpoint tensor's bytes landed on the device (for the deferred
+  // NaN/inf scan): host data pointer -> device copy.
+  std::unordered_map<const void*, const void*> on_device;
+
+  template <class T>
+  DeviceBuffer<T> upload(const T* host, size_t n) {
+    DeviceBuffer<T> b(n);
+    if (n) b.upload(host, n);
+    if (host) on_device.emplace(host, b.data());
+    return b;
+  }
+
+  // A packed matrix placed on the device piece by piece (runtime/packed_weights.h).
+  DeviceBuffer<bf16> upload_pieces(const std::vector<PackPiece>& pieces) {
+    size_t n = 0;
+    for (const PackPiece& piece : pieces) n += piece.count;
+    DeviceBuffer<bf16> b(n);
+    size_t at = 0;
+    for (const PackPiece& piece : pieces) {
+      b.upload(piece.src, piece.count, at);
+      on_device.emplace(piece.src, b.data() + at);
+      at += piece.count;
+    }
+    return b;
+  }
+
+  // The deferred scan of Checkpoint (LoadOptions::defer_nonfinite_scan) on the
+  // device copies: one launch per tensor, one synchronization, the same refusal
+  // and message as the host scan (the first bad tensor in tensors() order).
+  void scan_nonfinite_on_device() {
+    const std::vector<LoadedTensor>& tensors = ckpt->tensors();
+    DeviceBuffer<unsigned long long> first(tensors.size());
+    SD_CUDA_CHECK(cudaMemsetAsync(first.data(), 0xff, first.bytes(), stream));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const LoadedTensor& t = tensors[i];
+      auto it = on_device.find(t.data);
+      if (it == on_device.end())
+        throw std::logic_error("CudaDraft: tensor '" + t.name + "' has no device copy to scan");
+      first_nonfinite(it->second, t.numel(), t.dtype == DType::f32, first.data() + i, stream);
+    }
+    const std::vector<unsigned long long> found = first.download(stream);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (found[i] != ~0ull)
+        throw NonFiniteWeights(nonfinite_message(tensors[i], static_cast<int64_t>(found[i])));
+  }
+
   void upload_weights() {
     const DraftWeights& w = ckpt->weights();
     const size_t H = c.hidden_size, V = c.vocab_size, K = c.markov_rank, L = c.num_layers;
@@ -206,15 +247,14 @@ struct CudaDraft::Impl {
     if (w.final_norm) final_norm = upload(w.final_norm, H);
     w1 = upload(w.markov_w1, V * K);
     w2 = upload(w.markov_w2, V * K);
-    PackedWeights packed = PackedWeights::pack(c, w);
-    context_kv = DeviceBuffer<bf16>(packed.context_kv);
+    context_kv = upload_pieces(context_kv_pieces(c, w));
     auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
     auto optf = [&](const float* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<float>(); };
     for (size_t l = 0; l < L; ++l) {
       const LayerWeights& lw = w.layers[l];
       DeviceLayer d;
-      d.qkv = DeviceBuffer<bf16>(packed.qkv[l]);
-      d.gate_up = DeviceBuffer<bf16>(packed.gate_up[l]);
+      d.qkv = upload_pieces(qkv_pieces(c, lw));
+      d.gate_up = upload_pieces(gate_up_pieces(c, lw));
       d.o_proj = upload(lw.o_proj, H * q);
       d.down_proj = upload(lw.down_proj, H * I);
       d.input_norm = opt(lw.input_norm, H);
