@@ -12,8 +12,7 @@ template <class U>
 __global__ void first_nonfinite_kernel(const U* x, int64_t n, U exp_mask,
                                        unsigned long long* first) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride)
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     if ((x[i] & exp_mask) == exp_mask) {
       atomicMin(first, static_cast<unsigned long long>(i));
       return;  // this thread's later indices are larger
@@ -29,10 +28,11 @@ void first_nonfinite(const void* data, int64_t n, bool f32, unsigned long long* 
   detail::require(data != nullptr && first != nullptr, "first_nonfinite",
                   "data and first must not be null");
   const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 4096));
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 4096));
   if (f32)
-    first_nonfinite_kernel<uint32_t><<<blocks, threads, 0, stream>>>(
-        static_cast<const uint32_t*>(data), n, 0x7f800000u, first);
+    first_nonfinite_kernel<uint32_t>
+        <<<blocks, threads, 0, stream>>>(static_cast<const uint32_t*>(data), n, 0x7f800000u, first);
   else
     first_nonfinite_kernel<uint16_t><<<blocks, threads, 0, stream>>>(
         static_cast<const uint16_t*>(data), n, static_cast<uint16_t>(0x7f80u), first);
