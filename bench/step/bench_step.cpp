@@ -239,7 +239,7 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
       {"rows", o.rows},
       {"tp", 1},
       {"vocab", r.vocab},
-      {"rank", r.markov_rank},
+      {"markov_rank", r.markov_rank},
       {"steps", r.steps},
       {"temperature", 1.0},
       {"repeats", o.repeats},
