@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <functional>
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -28,57 +26,6 @@ namespace sparkdraft::cuda {
 namespace {
 
 using markov_detail::require;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-class EventPair {
- public:
-  EventPair() {
-    SD_CUDA_CHECK(cudaEventCreate(&start_));
-    SD_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  // Microseconds of what `body` queues on `stream`.
-  double time_us(cudaStream_t stream, const std::function<void()>& body) {
-    SD_CUDA_CHECK(cudaEventRecord(start_, stream));
-    body();
-    SD_CUDA_CHECK(cudaEventRecord(stop_, stream));
-    SD_CUDA_CHECK(cudaEventSynchronize(stop_));
-    float ms = 0;
-    SD_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-    return 1000.0 * ms;
-  }
-
- private:
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-};
-
-// Median device-to-device copy bandwidth, counting the bytes read and written.
-double copy_bandwidth_gbs(cudaStream_t stream) {
-  size_t free_bytes = 0, total = 0;
-  SD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-  const size_t bytes = std::min<size_t>(size_t{512} << 20, free_bytes / 4) / 256 * 256;
-  DeviceBuffer<unsigned char> a(bytes), b(bytes);
-  a.zero(stream);
-  EventPair ev;
-  std::vector<double> us;
-  for (int i = 0; i < 12; ++i) {
-    const double t = ev.time_us(stream, [&] {
-      SD_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream));
-    });
-    if (i >= 2) us.push_back(t);
-  }
-  return 2.0 * static_cast<double>(bytes) / (median(us) * 1e-6) / 1e9;
-}
 
 void check_equal(const std::vector<int64_t>& tok_f, const std::vector<int64_t>& tok_e,
                  const std::vector<bf16>& cache_f, const std::vector<bf16>& cache_e,
@@ -113,19 +60,7 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
           "temperature must be finite and >= 0");
   MarkovBenchResult r;
   r.options = o;
-  int device = 0;
-  SD_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  SD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  r.gpu = prop.name;
-  r.sm_count = prop.multiProcessorCount;
-  int khz = 0;
-  SD_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
-  r.sm_clock_peak_mhz = khz / 1000;
-  SD_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
-  r.mem_clock_peak_mhz = khz / 1000;
-  int l2_bytes = 0;
-  SD_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  r.gpu = query_gpu();
 
   MarkovHead head;
   head.vocab = o.vocab;
@@ -201,62 +136,38 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   const GraphExec fused_graph(
       s, [&](cudaStream_t st) { fused_markov_loop(head, fused_batch, ws, st); });
   // Each timed repeat starts with a cold L2, as after the draft's backbone.
-  DeviceBuffer<unsigned char> flush(static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
-  EventPair ev;
-  auto time_graph = [&](const GraphExec& g) {
-    for (int i = 0; i < o.warmup; ++i) g.launch(s);
-    std::vector<double> us;
-    for (int i = 0; i < o.repeats; ++i) {
-      flush.zero(s);
-      us.push_back(ev.time_us(s, [&] { g.launch(s); }));
-    }
-    return median(us);
-  };
-  r.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);
-  r.fused_us = time_graph(fused_graph);
-  r.eager_us = time_graph(eager_graph);
-  r.copy_bandwidth_gbs = copy_bandwidth_gbs(s);
+  GraphTimer timer(s, r.gpu);
+  r.gpu.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);
+  FloorTiming& t = r.timing;
+  t.fused_us = timer.median_us(fused_graph, o.warmup, o.repeats);
+  t.eager_us = timer.median_us(eager_graph, o.warmup, o.repeats);
 
   // Per step: w2 once, the step's base logits, the cache rows, the w1 rows read.
   const double step_bytes = 2.0 * (static_cast<double>(v) * k + 2.0 * rows * v + rows * k);
-  r.bytes = step_bytes * static_cast<double>(n);
-  r.floor_us = r.bytes / (r.copy_bandwidth_gbs * 1e9) * 1e6;
-  r.fused_ratio = r.fused_us / r.floor_us;
-  r.eager_ratio = r.eager_us / r.floor_us;
+  t.set_floor(step_bytes * static_cast<double>(n), copy_bandwidth_gbs(s));
 
   out << std::fixed << std::setprecision(1);
-  out << "markov bench on " << r.gpu << " (" << r.sm_count << " SMs, SM clock peak "
-      << r.sm_clock_peak_mhz << " MHz, seen " << r.sm_clock_seen_mhz << " MHz, memory clock "
-      << r.mem_clock_peak_mhz << " MHz)\n";
+  out << "markov bench on " << gpu_line(r.gpu) << "\n";
   out << "  V " << o.vocab << ", rank " << o.markov_rank << ", N " << o.steps << ", rows " << o.rows
       << ", T " << o.temperature << ", transform " << (o.transform ? "on" : "off") << ", median of "
       << o.repeats << "\n";
-  out << "  copy bandwidth " << r.copy_bandwidth_gbs << " GB/s, floor " << r.bytes / 1e6
-      << " MB -> " << r.floor_us << " us\n";
+  out << "  copy bandwidth " << t.copy_bandwidth_gbs << " GB/s, floor " << t.bytes / 1e6
+      << " MB -> " << t.floor_us << " us\n";
   out << std::setprecision(2);
-  out << "  fused " << r.fused_us << " us (" << r.fused_ratio << "x floor; grid " << r.fused_grid
+  out << "  fused " << t.fused_us << " us (" << t.fused_ratio << "x floor; grid " << r.fused_grid
       << ", " << r.fused_blocks_per_sm << " blocks/SM, " << r.fused_stages << " stages, "
       << r.fused_smem << " B smem, PDL " << (r.pdl ? "on" : "off") << ")\n";
-  out << "  eager " << r.eager_us << " us (" << r.eager_ratio << "x floor)\n";
+  out << "  eager " << t.eager_us << " us (" << t.eager_ratio << "x floor)\n";
   out << std::defaultfloat;
 
-  if (!o.json_path.empty()) {
-    std::ofstream f(o.json_path);
-    if (!f) throw Error("bench_markov: cannot write " + o.json_path);
-    f << markov_bench_json(r).dump(2) << "\n";
-  }
+  if (!o.json_path.empty()) write_json_file(o.json_path, markov_bench_json(r));
   return r;
 }
 
 nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
   const MarkovBenchOptions& o = r.options;
-  return nlohmann::json{
+  nlohmann::json j{
       {"bench", "markov_loop"},
-      {"gpu", r.gpu},
-      {"sm_count", r.sm_count},
-      {"sm_clock_peak_mhz", r.sm_clock_peak_mhz},
-      {"sm_clock_seen_mhz", r.sm_clock_seen_mhz},
-      {"mem_clock_peak_mhz", r.mem_clock_peak_mhz},
       {"vocab", o.vocab},
       {"rank", o.markov_rank},
       {"steps", o.steps},
@@ -265,13 +176,6 @@ nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
       {"transform", o.transform},
       {"repeats", o.repeats},
       {"seed", o.seed},
-      {"copy_bandwidth_gbs", r.copy_bandwidth_gbs},
-      {"bytes", r.bytes},
-      {"floor_us", r.floor_us},
-      {"fused_us", r.fused_us},
-      {"eager_us", r.eager_us},
-      {"fused_ratio", r.fused_ratio},
-      {"eager_ratio", r.eager_ratio},
       {"fused_launch",
        {{"grid", r.fused_grid},
         {"blocks_per_sm", r.fused_blocks_per_sm},
@@ -279,6 +183,9 @@ nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
         {"smem_bytes", r.fused_smem},
         {"pdl", r.pdl}}},
   };
+  add_gpu_json(j, r.gpu);
+  add_timing_json(j, r.timing);
+  return j;
 }
 
 }  // namespace sparkdraft::cuda

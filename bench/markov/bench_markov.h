@@ -6,16 +6,13 @@
 // bandwidth.
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "sparkdraft/core/bf16.h"
+#include "common/harness.h"
 
 namespace sparkdraft::cuda {
 
@@ -34,18 +31,8 @@ struct MarkovBenchOptions {
 
 struct MarkovBenchResult {
   MarkovBenchOptions options;
-  std::string gpu;
-  int sm_count = 0;
-  int sm_clock_peak_mhz = 0;      // cudaDevAttrClockRate
-  int mem_clock_peak_mhz = 0;     // cudaDevAttrMemoryClockRate
-  int sm_clock_seen_mhz = 0;      // clock64 over globaltimer during a spin before timing
-  double copy_bandwidth_gbs = 0;  // (read + write) bytes / s of a device-to-device copy
-  double bytes = 0;               // what the loop must move: w2 per step, base, cache, w1 rows
-  double floor_us = 0;
-  double eager_us = 0;
-  double fused_us = 0;
-  double fused_ratio = 0;  // fused / floor
-  double eager_ratio = 0;  // eager / floor
+  GpuInfo gpu;
+  FloorTiming timing;  // bytes: w2 per step, base, cache, w1 rows
   int fused_grid = 0, fused_blocks_per_sm = 0, fused_stages = 0, fused_smem = 0;
   bool pdl = true;
 };
@@ -56,15 +43,5 @@ struct MarkovBenchResult {
 MarkovBenchResult bench_markov(const MarkovBenchOptions& options, std::ostream& out);
 
 nlohmann::json markov_bench_json(const MarkovBenchResult& r);
-
-// Seeded device fills (also used by tests/cuda/test_markov.cu): element i gets
-// lo + (hi - lo) * u_i, u_i = (philox_randint(seed, i) >> 8) * 2^-24, rounded to
-// bf16 (ids: lo + randint % span).
-void fill_uniform_bf16(bf16* dst, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
-void fill_uniform_ids(int64_t* dst, size_t n, uint64_t seed, int64_t lo, int64_t span,
-                      cudaStream_t stream);
-
-// The SM clock seen by a kernel spinning for about `spin_ns` (MHz).
-int measure_sm_clock_mhz(int64_t spin_ns);
 
 }  // namespace sparkdraft::cuda

@@ -1,13 +1,18 @@
 // `sparkdraft check`, `sparkdraft plan` and `sparkdraft bench`: the GPU side of
 // the tool. In a build without the CUDA backend they exist and say so.
+#include <unistd.h>
+
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/exit_status.h"
 #include "cli/options.h"
+#include "cli/progress.h"
 #include "cli/tiny_checkpoint.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
@@ -16,10 +21,12 @@
 #include "sparkdraft/scenario.h"
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
+#include "common/harness.h"
 #include "markov/bench_markov.h"
 #include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/cuda/markov.h"
+#include "step/bench_step.h"
 #endif
 
 namespace sparkdraft::cli {
@@ -57,6 +64,14 @@ void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string&
 void require_gpu(const char* what) {
   if (!cuda::cuda_available())
     throw Unavailable(std::string(what) + " needs a CUDA GPU, and none is usable here");
+}
+
+// The end of a bench command: its results as a JSON array when --json was given.
+int write_bench_json(const std::string& path, const nlohmann::json& all) {
+  if (path.empty()) return 0;
+  cuda::write_json_file(path, all);
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
 }
 #endif
 
@@ -134,7 +149,9 @@ Command add_plan(CLI::App& app) {
       }};
 }
 
-Command add_bench(CLI::App& app) {
+namespace {
+
+Command add_bench_markov(CLI::App* bench) {
   struct Opts {
     std::string json;
     std::vector<int> rows{1};
@@ -143,8 +160,6 @@ Command add_bench(CLI::App& app) {
     bool transform = false, spec_suite = false;
   };
   auto opts = std::make_shared<Opts>();
-  CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks (SPEC section 7)");
-  bench->require_subcommand(1);
   CLI::App* sub = bench->add_subcommand(
       "markov",
       "The Markov loop: eager (in a CUDA graph) vs fused (in a CUDA graph) vs the floor, the bytes "
@@ -196,19 +211,162 @@ Command add_bench(CLI::App& app) {
             for (const auto& r : results)
               std::printf("%-8d %-5d %-3d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f\n",
                           r.options.vocab, r.options.markov_rank, r.options.steps, r.options.rows,
-                          r.eager_us, r.fused_us, r.floor_us, r.fused_ratio, r.eager_ratio);
-            if (!opts->json.empty()) {
-              std::ofstream f(opts->json);
-              if (!f) throw IoError("cannot write " + opts->json);
-              f << all.dump(2) << "\n";
-              std::printf("wrote %s\n", opts->json.c_str());
-            }
-            return 0;
+                          r.timing.eager_us, r.timing.fused_us, r.timing.floor_us,
+                          r.timing.fused_ratio, r.timing.eager_ratio);
+            return write_bench_json(opts->json, all);
 #else
             (void)opts;
             no_cuda("bench markov");
 #endif
           }};
+}
+
+// The synthetic checkpoint of `preset` in `root` (default the temp directory), as
+// sparkdraft-bench-<preset>: reused when it is there; else written (with progress)
+// to a scratch directory beside it and renamed into place once complete, so an
+// interrupted write is never taken for a checkpoint.
+[[maybe_unused]] std::string preset_checkpoint(const std::string& preset, const std::string& root) {
+  namespace fs = std::filesystem;
+  const fs::path base = root.empty() ? fs::temp_directory_path() : fs::path(root);
+  const fs::path dir = base / ("sparkdraft-bench-" + preset);
+  if (fs::exists(dir / "config.json")) {
+    std::printf("bench step: using the %s checkpoint in %s\n", preset.c_str(), dir.c_str());
+    return dir.string();
+  }
+  fs::create_directories(base);
+  const fs::path partial = dir.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(partial);
+  std::printf("bench step: writing the %s checkpoint to %s\n", preset.c_str(), dir.c_str());
+  std::fflush(stdout);
+  SyntheticOptions so;
+  so.seed = 1;
+  so.progress = write_progress("bench step: " + preset);
+  write_synthetic_checkpoint(preset_config(preset), partial.string(), so);
+  fs::rename(partial, dir);
+  return dir.string();
+}
+
+Command add_bench_step(CLI::App* bench) {
+  struct Opts {
+    std::string preset = "tiny", checkpoint, preset_dir, json;
+    std::vector<int> rows{1, 8, 32};
+    int ctx = 4096, repeats = 20;
+    uint64_t seed = 20240601;
+    bool spec_suite = false, allow_nonfinite = false;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* sub = bench->add_subcommand(
+      "step",
+      "The whole draft step on the GPU (SPEC section 7): propose (query-block backbone, lm_head, "
+      "Markov loop) for R requests after ctx context positions were stored, one CUDA graph per "
+      "backend, timed for the eager backend (eager Markov loop) and the fused backend (fused "
+      "Markov loop) against the floor: the bytes the step must move at least (every layer weight "
+      "and norm once, lm_head once, the KV cache attention reads, w2 once per draft step, the "
+      "base logits written and read, the draft-logits cache written; printed part by part) over "
+      "the device copy bandwidth measured in the same run. Before timing, checks that both "
+      "backends' draft tokens and draft-logits cache are bit for bit equal (exit 1 on a "
+      "difference, nothing timed). Median of repeats with cudaEvents, L2 flushed before each. "
+      "Prints the GPU, the clocks seen and a table; writes JSON.");
+  sub->add_option("--preset", opts->preset,
+                  "Synthetic checkpoint shape: tiny (seconds), qwen3-8b (the published Qwen3-8B "
+                  "draft, writes 4.7 GB once) or muse (the open Muse Spark draft shape, 13.9 GB)")
+      ->check(CLI::IsMember(preset_names()))
+      ->capture_default_str();
+  CLI::Option* checkpoint = sub->add_option("--checkpoint", opts->checkpoint,
+                                            "Benchmark this checkpoint instead of a preset")
+                                ->check(non_empty(" (leave --checkpoint out to use --preset)"));
+  sub->add_option("--preset-dir", opts->preset_dir,
+                  "Where the presets' checkpoints are written as sparkdraft-bench-<preset> and "
+                  "reused by later runs; default: the temp directory")
+      ->check(non_empty(" (leave --preset-dir out for the temp directory)"));
+  CLI::Option* ctx = add_bounded(
+      sub, "--ctx", opts->ctx, "Context positions per request, stored before the step", 1, 1 << 20);
+  CLI::Option* rows =
+      add_bounded(sub, "--rows", opts->rows,
+                  "Requests drafted by one step (several allowed: one run each)", 1, kMaxReqs);
+  add_bounded(sub, "--repeats", opts->repeats, "Timed graph launches (the median is reported)", 1,
+              100000);
+  add_seed(sub, opts->seed, "Seed of the synthetic hidden states, anchors and sampling seeds");
+  sub->add_flag("--spec", opts->spec_suite,
+                "Run the SPEC section 7 set: the qwen3-8b and muse presets at ctx 4096, rows 1, 8 "
+                "and 32")
+      ->excludes(checkpoint)
+      ->excludes("--preset")
+      ->excludes(ctx)
+      ->excludes(rows);
+  checkpoint->excludes("--preset");
+  sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
+  add_allow_nonfinite(sub, opts->allow_nonfinite);
+  return {sub, [opts]() -> int {
+#if defined(SPARKDRAFT_HAVE_CUDA)
+            require_gpu("bench step");
+            struct Target {
+              std::string preset, dir;
+            };
+            std::vector<Target> targets;
+            if (!opts->checkpoint.empty())
+              targets.push_back({"", opts->checkpoint});
+            else
+              for (const std::string& p : opts->spec_suite
+                                              ? std::vector<std::string>{"qwen3-8b", "muse"}
+                                              : std::vector<std::string>{opts->preset})
+                targets.push_back({p, ""});
+            const std::vector<int> row_counts =
+                opts->spec_suite ? std::vector<int>{1, 8, 32} : opts->rows;
+            nlohmann::json all = nlohmann::json::array();
+            std::vector<cuda::StepBenchResult> results;
+            for (Target& t : targets) {
+              if (t.dir.empty()) t.dir = preset_checkpoint(t.preset, opts->preset_dir);
+              LoadOptions lo;
+              lo.allow_nonfinite = opts->allow_nonfinite;
+              lo.defer_nonfinite_scan = true;  // each backend scans its device copies
+              auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(t.dir, lo));
+              for (int r : row_counts) {
+                cuda::StepBenchOptions b;
+                b.preset = t.preset;
+                b.checkpoint = t.dir;
+                b.ctx = opts->spec_suite ? 4096 : opts->ctx;
+                b.rows = r;
+                b.repeats = opts->repeats;
+                b.seed = opts->seed;
+                const cuda::StepBenchResult res = cuda::bench_step(ckpt, b, std::cout);
+                if (!res.ok()) {
+                  std::fflush(stdout);
+                  std::fprintf(stderr, "sparkdraft: bench step: nothing timed: %s (seed %llu)\n",
+                               res.difference.c_str(), static_cast<unsigned long long>(b.seed));
+                  return kExitDifference;
+                }
+                all.push_back(cuda::step_bench_json(res));
+                results.push_back(res);
+              }
+            }
+            const cuda::GpuInfo& gpu = results.front().gpu;
+            std::printf("\n%s, memory clock %d MHz\n", gpu.name.c_str(), gpu.mem_clock_peak_mhz);
+            std::printf("%-10s %-6s %-5s %11s %11s %10s %11s %11s %9s %7s\n", "preset", "ctx",
+                        "rows", "eager us", "fused us", "floor us", "fused/floor", "eager/floor",
+                        "copy GB/s", "SM MHz");
+            for (const auto& r : results)
+              std::printf("%-10s %-6d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f %9.0f %7d\n",
+                          r.options.preset.empty() ? "(ckpt)" : r.options.preset.c_str(),
+                          r.options.ctx, r.options.rows, r.timing.eager_us, r.timing.fused_us,
+                          r.timing.floor_us, r.timing.fused_ratio, r.timing.eager_ratio,
+                          r.timing.copy_bandwidth_gbs, r.gpu.sm_clock_seen_mhz);
+            return write_bench_json(opts->json, all);
+#else
+            (void)opts;
+            no_cuda("bench step");
+#endif
+          }};
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks (SPEC section 7)");
+  bench->require_subcommand(1);
+  const Command markov = add_bench_markov(bench);
+  const Command step = add_bench_step(bench);
+  return {bench, [markov, step] { return markov.sub->parsed() ? markov.run() : step.run(); }};
 }
 
 }  // namespace sparkdraft::cli

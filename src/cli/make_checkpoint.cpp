@@ -1,13 +1,12 @@
 // `sparkdraft make-checkpoint`: writes a synthetic checkpoint of a named shape
 // (seeded, non-zero weights with the published tensor names) with progress.
-#include <unistd.h>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/progress.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
 
@@ -68,23 +67,7 @@ Command add_make_checkpoint(CLI::App& app) {
             refuse_existing_output(opts->out, opts->force);
             SyntheticOptions so;
             so.seed = opts->seed;
-            const auto t0 = std::chrono::steady_clock::now();
-            // Progress for large checkpoints only: one updating line on a terminal,
-            // a line per 10% in a log.
-            const bool tty = isatty(fileno(stderr));
-            int last_pct = -1;
-            so.progress = [&](size_t done, size_t total) {
-              if (total < (size_t{256} << 20)) return;
-              int pct = static_cast<int>(100.0 * done / total);
-              if (!tty) pct -= pct % 10;
-              if (pct == last_pct) return;
-              last_pct = pct;
-              const double s =
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-              std::fprintf(stderr, "%smake-checkpoint: %3d%%  %.2f / %.2f GB  %.1f s%s",
-                           tty ? "\r" : "", pct, done / 1e9, total / 1e9, s,
-                           tty && done != total ? "" : "\n");
-            };
+            so.progress = write_progress("make-checkpoint");
             write_synthetic_checkpoint(config, opts->out, so);
             std::printf("wrote %s checkpoint (%s style) to %s\n", opts->preset.c_str(),
                         to_string(config.layer_style), opts->out.c_str());

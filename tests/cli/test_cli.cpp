@@ -29,13 +29,18 @@ Result run(const std::string& args) {
 }
 
 TEST(Cli, EverySubcommandHasHelp) {
-  for (const char* sub : {"", "demo", "make-checkpoint", "check", "plan", "bench markov"}) {
+  for (const char* sub :
+       {"", "demo", "make-checkpoint", "check", "plan", "bench markov", "bench step"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.rc, 0) << sub << ": " << r.out;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << ": " << r.out;
   }
   EXPECT_NE(run("make-checkpoint --help").out.find("--preset"), std::string::npos);
   EXPECT_NE(run("demo --help").out.find("--requests"), std::string::npos);
+  const std::string step = run("bench step --help").out;
+  for (const char* needle : {"--preset", "--checkpoint", "--preset-dir", "--ctx", "--rows",
+                             "--repeats", "--json", "--spec", "floor", "bit for bit"})
+    EXPECT_NE(step.find(needle), std::string::npos) << needle << " missing from:\n" << step;
 }
 
 TEST(Cli, MakeCheckpointThenDemoDraftsThreeRequestsOverThreeRounds) {

@@ -88,6 +88,15 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput,
                  {"'nope'"});
   EXPECT_FALSE(fs::exists("/tmp/sparkdraft-never"));
+  expect_refused("bench step --rows 0", kExitUsage, {"--rows", "0"});
+  expect_refused("bench step --rows 1 70000", kExitUsage, {"--rows", "70000"});
+  expect_refused("bench step --ctx 0", kExitUsage, {"--ctx", "0"});
+  expect_refused("bench step --repeats 0", kExitUsage, {"--repeats", "0"});
+  expect_refused("bench step --preset nope", kExitUsage, {"--preset", "nope"});
+  expect_refused("bench step --checkpoint ''", kExitUsage, {"--checkpoint", "must not be empty"});
+  expect_refused("bench step --checkpoint /x --preset tiny", kExitUsage, {"--checkpoint"});
+  expect_refused("bench step --spec --rows 8", kExitUsage, {"--spec", "--rows"});
+  expect_refused("bench", kExitUsage, {"subcommand"});
 }
 
 TEST(ExitStatus, TheLargestSeedIsAccepted) {
@@ -134,6 +143,7 @@ TEST(ExitStatus, MissingGpuOrCudaBackendIsFour) {
     test::expect_mentions(r.err, {"check needs"});
     expect_refused("demo --backend cuda", kExitUnavailable, {"--backend cuda"});
     expect_refused("bench markov --rows 1", kExitUnavailable, {"bench markov needs"});
+    expect_refused("bench step --rows 1 --ctx 8", kExitUnavailable, {"bench step needs"});
   } else {
     // A CUDA build on a machine with a GPU: check runs, and finds no difference.
     EXPECT_EQ(r.rc, kExitOk) << r.err << r.out;

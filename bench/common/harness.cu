@@ -1,14 +1,14 @@
-// Device helpers of the Markov benchmark and its tests: seeded fills (Philox of
-// core/philox.h keyed by the seed, counter = element index, so any size is built
-// on the GPU in one pass) and an SM clock probe.
+// Device helpers of the benchmarks and their tests (common/harness.h): seeded fills
+// (Philox of core/philox.h keyed by the seed, counter = element index, so any size
+// is built on the GPU in one pass) and an SM clock probe.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "cuda/markov/markov_internal.h"
-#include "markov/bench_markov.h"
+#include "common/harness.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/cuda/check.h"
+#include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -57,7 +57,7 @@ void fill_uniform_bf16(bf16* dst, size_t n, uint64_t seed, float lo, float hi,
 
 void fill_uniform_ids(int64_t* dst, size_t n, uint64_t seed, int64_t lo, int64_t span,
                       cudaStream_t stream) {
-  markov_detail::require(span >= 1, "fill_uniform_ids", "span must be >= 1");
+  if (span < 1) throw InvalidArgument("fill_uniform_ids: span must be >= 1");
   if (n == 0) return;
   fill_ids_kernel<<<fill_blocks(n), 256, 0, stream>>>(dst, n, seed, lo, span);
   SD_CHECK_LAUNCH();

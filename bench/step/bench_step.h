@@ -1,0 +1,65 @@
+// The draft step benchmark (SPEC section 7, `sparkdraft bench step`), as a library
+// function the CLI and the tests call. For one row count R on one checkpoint:
+//   * two GPU backends, "eager" (CudaDraftOptions::fused_markov = false) and
+//     "fused" (the defaults), sized for R requests of `ctx` context positions plus
+//     the N-token block (page size 16, request r owns pages r * pages_per_req + p);
+//   * the same context stored in both through store_context_device: seeded
+//     synthetic target hidden states built on the GPU, positions 0 .. ctx-1, in
+//     chunks of at most max_context_tokens tokens;
+//   * the step: propose_device for R rows (anchors at position ctx, seeded anchor
+//     tokens and seeds, temperature 1, cache slot r for row r), one warm-up call,
+//     then captured in one CUDA graph per backend;
+//   * the check before any timing: the two backends' draft tokens and draft-logits
+//     cache bit for bit equal, after the warm-up call and after one graph launch
+//     (which must also repeat the warm-up's bits); a difference is reported in
+//     StepBenchResult::difference and nothing is timed;
+//   * the timing: median of `repeats` graph launches (cudaEvents, L2 flushed before
+//     each), and the floor: step_floor_bytes over the copy bandwidth measured in
+//     the same run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/harness.h"
+#include "sparkdraft/checkpoint.h"
+#include "step/step_floor.h"
+
+namespace sparkdraft::cuda {
+
+struct StepBenchOptions {
+  std::string preset;      // the preset's name, printed and recorded ("" with a checkpoint)
+  std::string checkpoint;  // the checkpoint directory, recorded
+  int ctx = 4096;          // context positions per request before the step
+  int rows = 1;            // requests drafted by the step (R)
+  int repeats = 20;
+  int warmup = 3;
+  int max_context_tokens = 1024;  // tokens per store_context_device call
+  uint64_t seed = 20240601;
+};
+
+struct StepBenchResult {
+  StepBenchOptions options;
+  GpuInfo gpu;
+  int vocab = 0, markov_rank = 0, steps = 0;  // V, markov_rank, N of the checkpoint
+  bool markov_fused = false;                  // the fused backend's plan runs the fused Markov loop
+  std::string difference;  // where eager and fused differ; empty when bit for bit equal
+  bool ok() const { return difference.empty(); }
+  bench::StepFloorBytes floor;
+  FloorTiming timing;  // bytes = floor.total()
+};
+
+// Runs one row count on the current device and prints a short report to `out`.
+// When the backends differ, returns at once with `difference` set (nothing timed).
+// Throws InvalidArgument on options out of range.
+StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBenchOptions& options,
+                           std::ostream& out);
+
+// One record of the JSON array `bench step --json` writes ("bench": "draft_step").
+nlohmann::json step_bench_json(const StepBenchResult& r);
+
+}  // namespace sparkdraft::cuda

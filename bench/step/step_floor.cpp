@@ -1,0 +1,38 @@
+// The floor bytes of the draft step (step_floor.h).
+#include "step/step_floor.h"
+
+namespace sparkdraft::bench {
+
+StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx) {
+  constexpr double kBf16 = 2, kF32 = 4;
+  const double H = c.hidden_size, L = c.num_layers, hd = c.head_dim, I = c.intermediate_size,
+               V = c.vocab_size, N = c.block_size, R = rows;
+  const double q = static_cast<double>(c.num_heads) * hd,
+               kv = static_cast<double>(c.num_kv_heads) * hd;
+  const bool gains = c.norm_gain != NormGain::none;
+
+  double qkv_rows = q + 2 * kv + (c.output_gate ? q : 0);
+  double layer = kBf16 * (qkv_rows * H  // QKV (+ g)
+                          + H * q       // o_proj
+                          + 2 * I * H   // gate_up
+                          + H * I);     // down
+  if (gains) {
+    double norms = 2 * H;                                       // input, post-attention
+    if (c.layer_style == LayerStyle::sandwich) norms += 2 * H;  // pre/post-feedforward
+    if (c.qk_norm) norms += 2 * hd;
+    if (c.o_norm) norms += hd;
+    layer += kBf16 * norms;
+  }
+  if (c.residual_kind == ResidualKind::norm_preserving) layer += kF32 * 4 * H;  // alpha, beta x2
+
+  StepFloorBytes b;
+  b.layer_weights = L * layer + (gains ? kBf16 * H : 0);  // + the final norm
+  b.lm_head = kBf16 * V * H;
+  b.kv_cache = kBf16 * R * (static_cast<double>(ctx) + N) * L * c.num_kv_heads * 2 * hd;
+  b.markov_w2 = kBf16 * V * c.markov_rank * N;
+  b.base_logits = 2 * kBf16 * R * N * V;  // written, then read
+  b.draft_logits = kBf16 * R * N * V;
+  return b;
+}
+
+}  // namespace sparkdraft::bench

@@ -1,0 +1,57 @@
+// The floor of the draft step (bench/step/step_floor.h, SPEC section 7): part by
+// part equal to the independent form of tests/common/floor.h (the weights summed
+// from the checkpoint's own tensor list) for every preset and both styles and
+// several row counts and contexts, and to the bytes worked out by hand for the
+// published Qwen3-8B draft shape at ctx 4096 (the SPEC's draft step rows).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/floor.h"
+#include "sparkdraft/checkpoint.h"
+#include "step/step_floor.h"
+
+namespace sparkdraft {
+namespace {
+
+TEST(StepFloor, EveryPartEqualsTheTensorListForm) {
+  for (const std::string& preset : preset_names())
+    for (const char* style : {"qwen3", "muse"})
+      for (int rows : {1, 3, 32})
+        for (int ctx : {1, 40, 4096}) {
+          SCOPED_TRACE(preset + "/" + style + " rows " + std::to_string(rows) + " ctx " +
+                       std::to_string(ctx));
+          const ModelConfig c = preset_config(preset, style);
+          const bench::StepFloorBytes got = bench::step_floor_bytes(c, rows, ctx);
+          const test::FloorParts want = test::floor_of(c, rows, ctx);
+          EXPECT_EQ(got.layer_weights, want.layer_weights);
+          EXPECT_EQ(got.lm_head, want.lm_head);
+          EXPECT_EQ(got.kv_cache, want.kv_cache);
+          EXPECT_EQ(got.markov_w2, want.markov_w2);
+          EXPECT_EQ(got.base_logits, want.base_logits);
+          EXPECT_EQ(got.draft_logits, want.draft_logits);
+          EXPECT_EQ(got.total(), want.total());
+        }
+}
+
+// H 4096, L 5, 32/8 heads of 128, I 12288, V 151936, markov_rank 256, N 7, QK-norm:
+//   per layer 2 B x ((4096 + 2 x 1024) x 4096 + 4096 x 4096 + 2 x 12288 x 4096
+//   + 4096 x 12288 + 2 x 4096 + 2 x 128) = 385 892 864, x 5 + the final norm 8192;
+//   lm_head 2 x 151936 x 4096; KV 2 x rows x 4103 x 5 x 8 x 2 x 128;
+//   w2 2 x 151936 x 256 x 7; logits 2 x rows x 7 x 151936 (base twice, draft once).
+TEST(StepFloor, Qwen3_8bAtContext4096ByHand) {
+  const ModelConfig c = preset_config("qwen3-8b");
+  const bench::StepFloorBytes one = bench::step_floor_bytes(c, 1, 4096);
+  EXPECT_EQ(one.layer_weights, 1929472512.0);
+  EXPECT_EQ(one.lm_head, 1244659712.0);
+  EXPECT_EQ(one.kv_cache, 84029440.0);
+  EXPECT_EQ(one.markov_w2, 544538624.0);
+  EXPECT_EQ(one.base_logits, 4254208.0);
+  EXPECT_EQ(one.draft_logits, 2127104.0);
+  EXPECT_EQ(one.total(), 3809081600.0);
+  EXPECT_EQ(bench::step_floor_bytes(c, 8, 4096).total(), 4441956864.0);
+  EXPECT_EQ(bench::step_floor_bytes(c, 32, 4096).total(), 6611814912.0);
+}
+
+}  // namespace
+}  // namespace sparkdraft
