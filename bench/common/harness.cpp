@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -64,10 +65,11 @@ GpuInfo query_gpu() {
 
 void add_gpu_json(nlohmann::json& j, const GpuInfo& gpu) {
   j["gpu"] = gpu.name;
-  j["sm_count"] = gpu.sm_count;
-  j["sm_clock_peak_mhz"] = gpu.sm_clock_peak_mhz;
-  j["sm_clock_seen_mhz"] = gpu.sm_clock_seen_mhz;
-  j["mem_clock_peak_mhz"] = gpu.mem_clock_peak_mhz;
+  for (const auto& [key, value] : {std::pair<const char*, int>{"sm_count", gpu.sm_count},
+                                   {"sm_clock_peak_mhz", gpu.sm_clock_peak_mhz},
+                                   {"sm_clock_seen_mhz", gpu.sm_clock_seen_mhz},
+                                   {"mem_clock_peak_mhz", gpu.mem_clock_peak_mhz}})
+    j[key] = value;
 }
 
 std::string gpu_line(const GpuInfo& gpu) {
@@ -132,13 +134,15 @@ void FloorTiming::set_floor(double floor_bytes, double bandwidth_gbs) {
 }
 
 void add_timing_json(nlohmann::json& j, const FloorTiming& t) {
-  j["copy_bandwidth_gbs"] = t.copy_bandwidth_gbs;
-  j["bytes"] = t.bytes;
-  j["floor_us"] = t.floor_us;
-  j["eager_us"] = t.eager_us;
-  j["fused_us"] = t.fused_us;
-  j["fused_ratio"] = t.fused_ratio;
-  j["eager_ratio"] = t.eager_ratio;
+  for (const auto& [key, value] :
+       {std::pair<const char*, double>{"copy_bandwidth_gbs", t.copy_bandwidth_gbs},
+        {"bytes", t.bytes},
+        {"floor_us", t.floor_us},
+        {"eager_us", t.eager_us},
+        {"fused_us", t.fused_us},
+        {"fused_ratio", t.fused_ratio},
+        {"eager_ratio", t.eager_ratio}})
+    j[key] = value;
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& j) {

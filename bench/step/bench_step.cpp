@@ -216,10 +216,10 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
       << (r.markov_fused ? "fused" : "eager (the fused loop refused this checkpoint)") << "\n";
   out << "  check: fused == eager bit for bit (draft tokens and draft-logits cache; warm-up call "
          "and graph launch)\n";
-  out << "  floor bytes (MB): layer weights " << f.layer_weights / 1e6 << ", lm_head "
-      << f.lm_head / 1e6 << ", KV cache " << f.kv_cache / 1e6 << ", w2 x N " << f.markov_w2 / 1e6
-      << ", base logits (write + read) " << f.base_logits / 1e6 << ", draft logits "
-      << f.draft_logits / 1e6 << "; total " << t.bytes / 1e6 << "\n";
+  out << "  floor bytes (MB):";
+  for (size_t i = 0; i < f.parts.size(); ++i)
+    out << (i ? ", " : " ") << f.parts[i].label << " " << f.parts[i].bytes / 1e6;
+  out << "; total " << t.bytes / 1e6 << "\n";
   out << "  copy bandwidth " << t.copy_bandwidth_gbs << " GB/s -> floor " << t.floor_us << " us\n";
   out << std::setprecision(2);
   out << "  fused " << t.fused_us << " us (" << t.fused_ratio << "x floor)\n";
@@ -246,14 +246,8 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
       {"seed", o.seed},
       {"markov_fused", r.markov_fused},
       {"check", r.ok() ? "fused == eager bit for bit" : r.difference},
-      {"bytes_parts",
-       {{"layer_weights", f.layer_weights},
-        {"lm_head", f.lm_head},
-        {"kv_cache", f.kv_cache},
-        {"markov_w2", f.markov_w2},
-        {"base_logits", f.base_logits},
-        {"draft_logits", f.draft_logits}}},
   };
+  for (const bench::FloorPart& p : f.parts) j["bytes_parts"][p.name] = p.bytes;
   add_gpu_json(j, r.gpu);
   add_timing_json(j, r.timing);
   return j;

@@ -1,6 +1,9 @@
 // The floor bytes of the draft step (step_floor.h).
 #include "step/step_floor.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace sparkdraft::bench {
 
 StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx) {
@@ -26,13 +29,28 @@ StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx) {
   if (c.residual_kind == ResidualKind::norm_preserving) layer += kF32 * 4 * H;  // alpha, beta x2
 
   StepFloorBytes b;
-  b.layer_weights = L * layer + (gains ? kBf16 * H : 0);  // + the final norm
-  b.lm_head = kBf16 * V * H;
-  b.kv_cache = kBf16 * R * (static_cast<double>(ctx) + N) * L * c.num_kv_heads * 2 * hd;
-  b.markov_w2 = kBf16 * V * c.markov_rank * N;
-  b.base_logits = 2 * kBf16 * R * N * V;  // written, then read
-  b.draft_logits = kBf16 * R * N * V;
+  b.parts = {
+      {"layer_weights", "layer weights", L * layer + (gains ? kBf16 * H : 0)},  // + final norm
+      {"lm_head", "lm_head", kBf16 * V * H},
+      {"kv_cache", "KV cache",
+       kBf16 * R * (static_cast<double>(ctx) + N) * L * c.num_kv_heads * 2 * hd},
+      {"markov_w2", "w2 x N", kBf16 * V * c.markov_rank * N},
+      {"base_logits", "base logits (write + read)", 2 * kBf16 * R * N * V},  // written, then read
+      {"draft_logits", "draft logits", kBf16 * R * N * V},
+  };
   return b;
+}
+
+double StepFloorBytes::total() const {
+  double sum = 0;
+  for (const FloorPart& p : parts) sum += p.bytes;
+  return sum;
+}
+
+double StepFloorBytes::at(std::string_view name) const {
+  for (const FloorPart& p : parts)
+    if (name == p.name) return p.bytes;
+  throw std::out_of_range("no floor part " + std::string(name));
 }
 
 }  // namespace sparkdraft::bench

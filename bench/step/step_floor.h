@@ -19,20 +19,26 @@
 // activations between ops, the tokens.
 #pragma once
 
+#include <string_view>
+#include <vector>
+
 #include "sparkdraft/config.h"
 
 namespace sparkdraft::bench {
 
+// One part of the floor: its JSON name, its printed label, its bytes.
+struct FloorPart {
+  const char* name;
+  const char* label;
+  double bytes;
+};
+
+// The parts above, in that order.
 struct StepFloorBytes {
-  double layer_weights = 0;
-  double lm_head = 0;
-  double kv_cache = 0;
-  double markov_w2 = 0;
-  double base_logits = 0;
-  double draft_logits = 0;
-  double total() const {
-    return layer_weights + lm_head + kv_cache + markov_w2 + base_logits + draft_logits;
-  }
+  std::vector<FloorPart> parts;
+  double total() const;
+  // The bytes of the part called `name` (std::out_of_range when there is none).
+  double at(std::string_view name) const;
 };
 
 // The floor bytes of one draft step over `rows` requests of `ctx` context positions.

@@ -102,23 +102,22 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
   ops.mark(0);
 
   // The query block: anchor then N-1 mask tokens at positions a .. a+N-1.
-  ops::QueryBlockParams qp;
-  qp.rows = R;
-  qp.steps = N;
-  qp.page_size = o_.page_size;
-  qp.max_pages = o_.max_pages_per_req;
-  qp.mask_token = c_.mask_token_id;
-  qp.anchor_tokens = b.anchor_tokens;
-  qp.anchor_positions = b.anchor_positions;
-  qp.cache_slots = b.cache_slots;
-  qp.block_tables = b.block_tables;
-  qp.ids = buf.ids;
-  qp.positions = buf.positions;
-  qp.slots = buf.slots;
-  qp.token_request = buf.token_request;
-  qp.kv_lens = buf.kv_lens;
-  qp.safe_anchor = buf.safe_anchor;
-  qp.safe_position = buf.safe_position;
+  const ops::QueryBlockParams qp{.rows = R,
+                                 .steps = N,
+                                 .page_size = o_.page_size,
+                                 .max_pages = o_.max_pages_per_req,
+                                 .mask_token = c_.mask_token_id,
+                                 .anchor_tokens = b.anchor_tokens,
+                                 .anchor_positions = b.anchor_positions,
+                                 .cache_slots = b.cache_slots,
+                                 .block_tables = b.block_tables,
+                                 .ids = buf.ids,
+                                 .positions = buf.positions,
+                                 .slots = buf.slots,
+                                 .token_request = buf.token_request,
+                                 .kv_lens = buf.kv_lens,
+                                 .safe_anchor = buf.safe_anchor,
+                                 .safe_position = buf.safe_position};
   ops.prepare_query_block(qp);
   ops.embed(buf.ids, T, w.embed, H, buf.x);
   ops.mark(1);

@@ -5,34 +5,36 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "sparkdraft/checkpoint.h"
 
 namespace sparkdraft::test {
 
-struct FloorParts {
-  double layer_weights = 0, lm_head = 0, kv_cache = 0, markov_w2 = 0, base_logits = 0,
-         draft_logits = 0;
-  double total() const {
-    return layer_weights + lm_head + kv_cache + markov_w2 + base_logits + draft_logits;
-  }
-};
+// Bytes by part name (the names of bench::StepFloorBytes).
+using FloorParts = std::map<std::string, double>;
+
+inline double total(const FloorParts& f) {
+  double sum = 0;
+  for (const auto& [name, bytes] : f) sum += bytes;
+  return sum;
+}
 
 inline FloorParts floor_of(const ModelConfig& c, int rows, int ctx) {
-  FloorParts f;
+  FloorParts f{{"layer_weights", 0.0}};
   for (const TensorSpec& t : expected_tensors(c)) {
     double bytes = static_cast<double>(dtype_size(t.dtype));
     for (int64_t d : t.shape) bytes *= static_cast<double>(d);
-    if (t.name.rfind("layers.", 0) == 0 || t.name == "norm.weight") f.layer_weights += bytes;
-    if (t.name == "lm_head.weight") f.lm_head = bytes;
-    if (t.name == "markov_head.markov_w2.weight") f.markov_w2 = bytes * c.block_size;
+    if (t.name.rfind("layers.", 0) == 0 || t.name == "norm.weight") f["layer_weights"] += bytes;
+    if (t.name == "lm_head.weight") f["lm_head"] = bytes;
+    if (t.name == "markov_head.markov_w2.weight") f["markov_w2"] = bytes * c.block_size;
   }
   const double per_position = 2.0 * c.num_layers * c.num_kv_heads * 2 * c.head_dim;
-  f.kv_cache = per_position * rows * (ctx + c.block_size);
+  f["kv_cache"] = per_position * rows * (ctx + c.block_size);
   const double logits = 2.0 * rows * c.block_size * c.vocab_size;
-  f.base_logits = 2 * logits;  // lm_head writes them, the Markov loop reads them
-  f.draft_logits = logits;
+  f["base_logits"] = 2 * logits;  // lm_head writes them, the Markov loop reads them
+  f["draft_logits"] = logits;
   return f;
 }
 

@@ -447,14 +447,13 @@ struct CudaDraft::Impl {
     in_tables.upload(b.block_tables, static_cast<size_t>(R) * o.max_pages_per_req, 0, stream);
     StageEvents ev;
     const double context_ms = timings.context_ms;
-    ProposeBatch d;
-    d.num_rows = R;
-    d.anchor_tokens = in_anchor.data();
-    d.anchor_positions = in_pos.data();
-    d.seeds = in_seed.data();
-    d.temperatures = in_temp.data();
-    d.cache_slots = in_slot.data();
-    d.block_tables = in_tables.data();
+    const ProposeBatch d{R,
+                         in_anchor.data(),
+                         in_pos.data(),
+                         in_seed.data(),
+                         in_temp.data(),
+                         in_slot.data(),
+                         in_tables.data()};  // the device copies
     const ProposeOutputs dout{out_tokens.data(), cache.data()};
     if (plan.runs("cuda graph", "on")) {
       auto it = graphs.find(R);
