@@ -15,7 +15,7 @@ ContextSizes DraftStep::context_sizes(int tokens) const {
 BlockSizes DraftStep::block_sizes(int tokens) const {
   const size_t t = static_cast<size_t>(tokens), H = c_.hidden_size, I = c_.intermediate_size;
   const bool f32 = c_.stream_dtype == StreamDType::f32;
-  return {t,     t,         t * H, t * H,          t * qkv_.width, t * c_.q_size(),
+  return {t,     t * H,     t * H, t * qkv_.width, t * c_.q_size(),
           t * H, t * 2 * I, t * I, f32 ? t * H : 0};
 }
 

@@ -91,7 +91,7 @@ struct ContextSizes {
   size_t h, normed, layer_in, kv;
 };
 struct BlockSizes {
-  size_t per_token, per_row, x, h, qkv, attn, branch, gu, act, residual_f32;
+  size_t per_token, x, h, qkv, attn, branch, gu, act, residual_f32;
 };
 
 class DraftStep {
