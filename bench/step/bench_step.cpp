@@ -113,6 +113,7 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
   d.tp = 1;
   CudaDraftOptions eager_options, fused_options;
   eager_options.fused_markov = false;
+  eager_options.fused_backbone = false;
   eager_options.max_context_tokens = fused_options.max_context_tokens = o.max_context_tokens;
   out << "bench step: " << label << ", ctx " << ctx << ", rows " << rows
       << ": building the eager and the fused backend, storing the context" << std::endl;

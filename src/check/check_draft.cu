@@ -200,6 +200,7 @@ CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOp
   CudaDraftOptions eager_opts;
   eager_opts.fused_markov = false;
   eager_opts.cuda_graph = false;
+  eager_opts.fused_backbone = false;
   Side eager_side, fused_side;
   {
     CudaDraft eager(ckpt, o, eager_opts);

@@ -78,6 +78,8 @@ class CpuOps final : public StepOps {
   void silu_mul(const bf16* gu, int rows, int inter, bf16* y) override {
     cpu::silu_mul(gu, rows, inter, y, th_);
   }
+  void qkv_front(const ops::QkvFrontParams& p) override { eager_qkv_front(*this, p); }
+  void embed_norm(const ops::EmbedNormParams& p) override { eager_embed_norm(*this, p); }
   void mark(int stage) override { marks[stage] = Clock::now(); }
 
  private:

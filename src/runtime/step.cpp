@@ -1,6 +1,8 @@
 // The draft step written once (see step.h): one call per op, top to bottom.
 #include "runtime/step.h"
 
+#include <algorithm>
+
 namespace sparkdraft {
 
 DraftStep::DraftStep(const ModelConfig& c, const DraftOptions& o)
@@ -19,15 +21,54 @@ BlockSizes DraftStep::block_sizes(int tokens) const {
           t * H, t * 2 * I, t * I, f32 ? t * H : 0};
 }
 
-void DraftStep::kv_heads(StepOps& ops, bf16* k, bf16* v, int64_t stride, int tokens,
-                         const StepLayer& l, const int64_t* positions,
-                         const float* rope_table) const {
-  const int kvh = c_.num_kv_heads, hd = c_.head_dim;
-  if (c_.qk_norm)
-    ops.head_rms_norm(k, stride, tokens, kvh, hd, l.k_norm, c_.norm_gain, c_.rms_norm_eps);
-  if (c_.v_norm)
-    ops.head_rms_norm(v, stride, tokens, kvh, hd, nullptr, NormGain::none, c_.rms_norm_eps);
-  ops.rope(k, stride, tokens, kvh, hd, positions, rope_table, c_.rope_style);
+void eager_qkv_front(StepOps& ops, const ops::QkvFrontParams& p) {
+  p.check();
+  const int T = p.tokens, hd = p.head_dim, kvh = p.kv_heads;
+  const int64_t ts = p.token_stride;
+  if (p.heads > 0) {
+    if (p.qk_norm) ops.head_rms_norm(p.q, ts, T, p.heads, hd, p.q_norm, p.gain, p.eps);
+    ops.rope(p.q, ts, T, p.heads, hd, p.positions, p.rope_table, p.rope_style);
+  }
+  for (int l = 0; l < p.layers; ++l) {
+    const ops::FrontLayer& f = p.layer[l];
+    if (p.qk_norm) ops.head_rms_norm(f.k, ts, T, kvh, hd, f.k_norm, p.gain, p.eps);
+    if (p.v_norm) ops.head_rms_norm(f.v, ts, T, kvh, hd, nullptr, NormGain::none, p.eps);
+    ops.rope(f.k, ts, T, kvh, hd, p.positions, p.rope_table, p.rope_style);
+    ops.kv_insert(f.k, ts, f.v, ts, T, kvh, hd, p.slots, f.cache);
+  }
+}
+
+void eager_embed_norm(StepOps& ops, const ops::EmbedNormParams& p) {
+  p.check();
+  const int T = p.rows, H = p.hidden;
+  ops.embed(p.ids, T, p.table, H, p.x);
+  if (p.residual_f32) ops.widen(p.x, static_cast<int64_t>(T) * H, p.residual_f32);
+  ops.rms_norm(p.x, H, T, H, p.weight, p.gain, p.eps, p.y, H);
+}
+
+ops::QkvFrontParams DraftStep::front_params(const StepWeights& w, int first, int layers, bf16* k,
+                                            int64_t layer_step, int64_t stride, int tokens,
+                                            const int64_t* positions, const int64_t* slots) const {
+  ops::QkvFrontParams p;
+  p.tokens = tokens;
+  p.kv_heads = c_.num_kv_heads;
+  p.head_dim = c_.head_dim;
+  p.token_stride = stride;
+  p.layers = layers;
+  for (int i = 0; i < layers; ++i) {
+    const StepLayer& lw = w.layers[static_cast<size_t>(first + i)];
+    bf16* ki = k + static_cast<int64_t>(i) * layer_step;
+    p.layer[i] = {ki, ki + c_.kv_size(), lw.k_norm, lw.kv_cache};
+  }
+  p.qk_norm = c_.qk_norm;
+  p.v_norm = c_.v_norm;
+  p.gain = c_.norm_gain;
+  p.eps = c_.rms_norm_eps;
+  p.positions = positions;
+  p.rope_table = w.rope;
+  p.rope_style = c_.rope_style;
+  p.slots = slots;
+  return p;
 }
 
 void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextBuffers& buf,
@@ -38,21 +79,24 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
   const int in_width = c_.taps() * c_.target_hidden_size;
   ops.gemm(hidden, in_width, w.fc, T, H, in_width, buf.h, H);
   ops.rms_norm(buf.h, H, T, H, w.hidden_norm, c_.norm_gain, c_.rms_norm_eps, buf.normed, H);
-  // K/V of every layer: one stacked GEMM, or one per layer after its input norm.
+  // K/V of every layer: one stacked GEMM and one front for all of them, or per layer
+  // its input norm, its K/V GEMM and its front.
   const int width = c_.context_layer_norm ? 2 * kv : L * 2 * kv;
-  if (!c_.context_layer_norm)
+  if (!c_.context_layer_norm) {
     ops.gemm(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width);
+    for (int l = 0; l < L; l += ops::kMaxFrontLayers)
+      ops.qkv_front(front_params(w, l, std::min(ops::kMaxFrontLayers, L - l),
+                                 buf.kv + static_cast<size_t>(l) * 2 * kv, 2 * kv, width, T,
+                                 positions, slots));
+    return;
+  }
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
-    bf16* k = buf.kv + (c_.context_layer_norm ? 0 : static_cast<size_t>(l) * 2 * kv);
-    if (c_.context_layer_norm) {
-      ops.rms_norm(buf.normed, H, T, H, lw.input_norm, c_.norm_gain, c_.rms_norm_eps, buf.layer_in,
-                   H);
-      ops.gemm(buf.layer_in, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, T, 2 * kv, H,
-               buf.kv, width);
-    }
-    kv_heads(ops, k, k + kv, width, T, lw, positions, w.rope);
-    ops.kv_insert(k, width, k + kv, width, T, c_.num_kv_heads, c_.head_dim, slots, lw.kv_cache);
+    ops.rms_norm(buf.normed, H, T, H, lw.input_norm, c_.norm_gain, c_.rms_norm_eps, buf.layer_in,
+                 H);
+    ops.gemm(buf.layer_in, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, T, 2 * kv, H,
+             buf.kv, width);
+    ops.qkv_front(front_params(w, l, 1, buf.kv, 0, width, T, positions, slots));
   }
 }
 
@@ -119,14 +163,22 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
                                  .safe_anchor = buf.safe_anchor,
                                  .safe_position = buf.safe_position};
   ops.prepare_query_block(qp);
-  ops.embed(buf.ids, T, w.embed, H, buf.x);
-  ops.mark(1);
-
-  // The residual starts as the embedding (exact in fp32).
+  // The embedding, the residual's start (exact in fp32) and layer 0's input norm.
   const bool f32 = c_.stream_dtype == StreamDType::f32;
-  if (f32) ops.widen(buf.x, static_cast<int64_t>(T) * H, buf.residual_f32);
+  ops::EmbedNormParams ep;
+  ep.rows = T;
+  ep.hidden = H;
+  ep.ids = buf.ids;
+  ep.table = w.embed;
+  ep.x = buf.x;
+  ep.residual_f32 = f32 ? buf.residual_f32 : nullptr;
+  ep.weight = w.layers[0].input_norm;
+  ep.gain = c_.norm_gain;
+  ep.eps = c_.rms_norm_eps;
+  ep.y = buf.h;
+  ops.embed_norm(ep);
+  ops.mark(1);
   void* residual = f32 ? static_cast<void*>(buf.residual_f32) : static_cast<void*>(buf.x);
-  ops.rms_norm(buf.x, H, T, H, w.layers[0].input_norm, c_.norm_gain, c_.rms_norm_eps, buf.h, H);
 
   const ops::AttentionParams ap = attention_params(T, b.block_tables, buf);
 
@@ -136,12 +188,12 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     // Attention: QKV(+gate) GEMM, QK-norm, RoPE, KV insert, attention, o-norm/gate, o_proj.
     ops.gemm(buf.h, H, lw.qkv, T, W, H, buf.qkv, W);
     bf16* qh = buf.qkv + qkv_.q;
-    bf16* kp = buf.qkv + qkv_.k;
-    if (c_.qk_norm)
-      ops.head_rms_norm(qh, W, T, c_.num_heads, hd, lw.q_norm, c_.norm_gain, c_.rms_norm_eps);
-    ops.rope(qh, W, T, c_.num_heads, hd, buf.positions, w.rope, c_.rope_style);
-    kv_heads(ops, kp, buf.qkv + qkv_.v, W, T, lw, buf.positions, w.rope);
-    ops.kv_insert(kp, W, buf.qkv + qkv_.v, W, T, c_.num_kv_heads, hd, buf.slots, lw.kv_cache);
+    ops::QkvFrontParams fp =
+        front_params(w, l, 1, buf.qkv + qkv_.k, 0, W, T, buf.positions, buf.slots);
+    fp.heads = c_.num_heads;
+    fp.q = qh;
+    fp.q_norm = lw.q_norm;
+    ops.qkv_front(fp);
     ops.attention(ap, qh, lw.kv_cache, buf.attn);
     if (c_.o_norm || c_.output_gate)
       ops.o_norm_gate(buf.attn, T, c_.num_heads, hd, lw.o_norm, c_.o_norm, c_.norm_gain,

@@ -18,6 +18,7 @@
 #include "sparkdraft/draft.h"
 #include "sparkdraft/ops/attention.h"
 #include "sparkdraft/ops/boundary.h"
+#include "sparkdraft/ops/front.h"
 #include "sparkdraft/ops/query_block.h"
 
 namespace sparkdraft {
@@ -50,10 +51,18 @@ class StepOps {
   virtual void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
                                  bf16* next) = 0;
   virtual void silu_mul(const bf16* gu, int rows, int inter, bf16* y) = 0;
-  // Stage marks for the timings: 0 before the query block, 1 after the embedding,
+  // The fronts of ops/front.h: a backend runs a fused kernel or eager_qkv_front /
+  // eager_embed_norm (the composition that defines them).
+  virtual void qkv_front(const ops::QkvFrontParams& p) = 0;
+  virtual void embed_norm(const ops::EmbedNormParams& p) = 0;
+  // Stage marks for the timings: 0 before the query block, 1 after embed_norm,
   // 2 after the backbone (CPU clocks, GPU events; nothing by default).
   virtual void mark(int /*stage*/) {}
 };
+
+// The compositions of ops/front.h over a backend's ops, in the contract's order.
+void eager_qkv_front(StepOps& ops, const ops::QkvFrontParams& p);
+void eager_embed_norm(StepOps& ops, const ops::EmbedNormParams& p);
 
 // The weights as a backend holds them (host or device pointers; null = absent).
 struct StepLayer {
@@ -117,8 +126,11 @@ class DraftStep {
                                         const BlockBuffers& buf) const;
 
  private:
-  void kv_heads(StepOps& ops, bf16* k, bf16* v, int64_t stride, int tokens, const StepLayer& l,
-                const int64_t* positions, const float* rope_table) const;
+  // qkv_front params of `layers` layers from `first`: layer i's K at k + i * layer_step,
+  // its V kv_size() later, rows of `stride`; no q (set q, heads and q_norm after).
+  ops::QkvFrontParams front_params(const StepWeights& w, int first, int layers, bf16* k,
+                                   int64_t layer_step, int64_t stride, int tokens,
+                                   const int64_t* positions, const int64_t* slots) const;
   void boundary(StepOps& ops, const bf16* branch, void* residual, bf16* next, int tokens,
                 const bf16* post_weight, const float* alpha, const float* beta,
                 const bf16* pre_weight) const;

@@ -27,6 +27,9 @@ struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
   bool pdl = true;           // programmatic dependent launch in the fused loop
+  // The fused backbone kernels (cuda/backbone.h: embed norm, QKV front, context
+  // front) where the plan accepts them; false: their eager ops (the GPU reference).
+  bool fused_backbone = true;
   // Most tokens one store_context_device call takes: its scratch is allocated at
   // construction (the host store_context has no such bound).
   int max_context_tokens = 1024;

@@ -12,6 +12,7 @@
 #include "cuda/common/graph.h"
 #include "runtime/packed_weights.h"
 #include "runtime/step.h"
+#include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/gemm.h"
@@ -97,9 +98,26 @@ class CudaOps final : public StepOps {
   void silu_mul(const bf16* gu, int rows, int inter, bf16* y) override {
     cuda::silu_mul(gu, rows, inter, y, s_);
   }
+  void qkv_front(const ops::QkvFrontParams& p) override {
+    if (p.heads > 0 ? fusion.qkv_front : fusion.context_front)
+      cuda::qkv_front(p, s_);
+    else
+      eager_qkv_front(*this, p);
+  }
+  void embed_norm(const ops::EmbedNormParams& p) override {
+    if (fusion.embed_norm)
+      cuda::embed_norm(p, s_);
+    else
+      eager_embed_norm(*this, p);
+  }
   void mark(int stage) override {
     if (ev_) SD_CUDA_CHECK(cudaEventRecord(ev_->e[stage], s_));
   }
+
+  // Which fronts run fused: the plan's "embed norm", "qkv front" and "context front".
+  struct Fusion {
+    bool embed_norm = false, qkv_front = false, context_front = false;
+  } fusion;
 
  private:
   cudaStream_t s_;
@@ -150,6 +168,7 @@ struct CudaDraft::Impl {
   DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;
 
   std::unique_ptr<MarkovLoop> markov;
+  CudaOps::Fusion fusion;           // from the plan
   std::map<int, GraphExec> graphs;  // by row count
 
   Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts,
@@ -181,6 +200,8 @@ struct CudaDraft::Impl {
     plan = make_plan(c, co, markov->refusal());
     if (plan.runs("markov loop", "fused") != (co.fused_markov && markov->fused()))
       throw std::logic_error("CudaDraft: the plan and the Markov loop disagree on fusion");
+    fusion = {plan.runs("embed norm", "fused"), plan.runs("qkv front", "fused"),
+              plan.runs("context front", "fused")};
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
@@ -377,6 +398,7 @@ struct CudaDraft::Impl {
   // The context chain of a batch of device pointers on `s`, into `scratch`.
   void run_context(const ContextBatch& d, const ContextBuffers& scratch, cudaStream_t s) {
     CudaOps ops(s, gemm, attn_ws.data(), attn_ws_bytes, nullptr);
+    ops.fusion = fusion;
     step.context_chain(ops, sw, scratch, d.num_tokens, d.hidden, d.positions, d.slots);
   }
 
@@ -402,6 +424,7 @@ struct CudaDraft::Impl {
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
                             std::to_string(o.max_reqs) + "]");
     CudaOps ops(s, gemm, attn_ws.data(), attn_ws_bytes, ev);
+    ops.fusion = fusion;
     step.block(ops, sw, block, b);
     ops.gemm(h.data(), H, lm_head.data(), T, c.vocab_size, H, base.data(), c.vocab_size);
     ops.mark(3);
@@ -528,10 +551,39 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
                         std::string("fc GEMM, hidden_norm, ") +
                             (c.context_layer_norm ? "per-layer input norm + K/V GEMM per layer"
                                                   : "one stacked K/V GEMM") +
-                            ", K-norm, RoPE, KV insert"});
-  plan.parts.push_back({"backbone", "eager",
-                        "one kernel or pinned cuBLASLt GEMM per op; the fused backbone kernels "
-                        "are not built yet"});
+                            ", then the context front"});
+  plan.parts.push_back(
+      {"backbone", "eager", "one kernel or pinned cuBLASLt GEMM per op, the fronts below aside"});
+  // The fused backbone's parts (cuda/backbone.h), each with the reason it does not run.
+  const auto front_part = [&](const char* part, const std::string& refusal,
+                              const std::string& fused, const std::string& eager) -> PlanPart {
+    if (!co.fused_backbone) return {part, "eager", eager + " (the fused backbone is switched off)"};
+    if (!refusal.empty())
+      return {part, "eager", eager + " (the fused kernel refuses: " + refusal + ")"};
+    return {part, "fused", fused};
+  };
+  const bool f32 = c.stream_dtype == StreamDType::f32;
+  plan.parts.push_back(front_part("embed norm", embed_norm_refusal(c.hidden_size),
+                                  std::string("one kernel: embedding, ") +
+                                      (f32 ? "fp32 widening of the residual, " : "") +
+                                      "layer 0's input norm",
+                                  std::string("embed, ") + (f32 ? "widen, " : "") + "rms_norm"));
+  const auto heads_ops = [&](const char* norm) {
+    return std::string(c.qk_norm ? norm : "") + (c.v_norm ? "V-norm, " : "") +
+           to_string(c.rope_style) + " RoPE, KV insert";
+  };
+  const std::string front_refusal = qkv_front_refusal(c.head_dim);
+  plan.parts.push_back(front_part(
+      "qkv front", front_refusal,
+      "one kernel per layer after the QKV GEMM: " + heads_ops("QK-norm, ") +
+          "; the gate stays for o-norm/gate",
+      "per layer after the QKV GEMM: " + heads_ops("QK-norm, ") + " as separate kernels"));
+  plan.parts.push_back(front_part(
+      "context front", front_refusal,
+      c.context_layer_norm
+          ? "per layer (input norm, K/V GEMM, then) one kernel: " + heads_ops("K-norm, ")
+          : "one kernel after the stacked K/V GEMM for every layer's " + heads_ops("K-norm, "),
+      "per layer: " + heads_ops("K-norm, ") + " as separate kernels"));
   plan.parts.push_back({"lm_head", "cuBLASLt", "one pinned GEMM"});
   if (!co.fused_markov)
     plan.parts.push_back({"markov loop", "eager", "the fused loop is switched off"});
