@@ -1,6 +1,7 @@
 // The floor bytes of the draft step (step_floor.h).
 #include "step/step_floor.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -23,17 +24,25 @@ StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx) {
     double norms = 2 * H;                                       // input, post-attention
     if (c.layer_style == LayerStyle::sandwich) norms += 2 * H;  // pre/post-feedforward
     if (c.qk_norm) norms += 2 * hd;
-    if (c.o_norm) norms += hd;
+    if (c.o_norm && c.o_norm_weight) norms += hd;
     layer += kBf16 * norms;
   }
   if (c.residual_kind == ResidualKind::norm_preserving) layer += kF32 * 4 * H;  // alpha, beta x2
+
+  // Positions each layer reads: the union of the block's queries' ranges (positions
+  // ctx .. ctx+N-1, kv_len ctx+N): [lo of the first query, ctx + N).
+  double positions = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    const double lo = a.window > 0 ? std::max(0.0, static_cast<double>(ctx) - a.window + 1) : 0.0;
+    positions += static_cast<double>(ctx) + N - lo;
+  }
 
   StepFloorBytes b;
   b.parts = {
       {"layer_weights", "layer weights", L * layer + (gains ? kBf16 * H : 0)},  // + final norm
       {"lm_head", "lm_head", kBf16 * V * H},
-      {"kv_cache", "KV cache",
-       kBf16 * R * (static_cast<double>(ctx) + N) * L * c.num_kv_heads * 2 * hd},
+      {"kv_cache", "KV cache", kBf16 * R * positions * c.num_kv_heads * 2 * hd},
       {"markov_w2", "w2 x N", kBf16 * V * c.markov_rank * N},
       {"base_logits", "base logits (write + read)", 2 * kBf16 * R * N * V},  // written, then read
       {"draft_logits", "draft logits", kBf16 * R * N * V},

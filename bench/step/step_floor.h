@@ -10,8 +10,10 @@
 //                  pre/post-feedforward, q/k norm, o-norm) and the fp32 residual
 //                  coefficients of the norm-preserving residual; plus the final norm
 //   lm_head        V x H bf16
-//   kv_cache       the KV cache attention reads: rows x (ctx + N) positions x L x
-//                  kv_heads x 2 x head_dim bf16 (the block's own N positions included)
+//   kv_cache       the KV cache attention reads: rows x kv_heads x 2 x head_dim bf16
+//                  per position read, summed over the layers; a layer reads the
+//                  union of its queries' ranges, [0, ctx + N) (the block's own N
+//                  positions included), or with a window w [max(0, ctx - w + 1), ctx + N)
 //   markov_w2      w2 (V x markov_rank bf16) read once per step, N steps
 //   base_logits    rows x N x V bf16 written by lm_head and read by the Markov loop
 //   draft_logits   the draft-logits cache rows x N x V bf16 written

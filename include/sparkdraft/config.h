@@ -7,7 +7,8 @@
 //
 // Our JSON: one flat object, every field of ModelConfig under its own name,
 // enums as strings ("pre_norm", "sandwich", "one_plus_weight", "f32", "gptj"),
-// the optional transform fields as a number or null, plus "format":
+// the optional transform fields as a number or null, "layer_attention" as one
+// {"window": int, "causal": bool} object per layer, plus "format":
 // "sparkdraft" and "format_version": 1 (how load_config_file tells it from an
 // HF config.json). Unknown or missing keys are refused. Every config that is
 // not pure Qwen3 style (any Muse-style option) is written in this form; the HF
@@ -20,8 +21,11 @@
 // rms_norm_eps 1e-6, max_position_embeddings 32768, markov_head_type
 // "vanilla", sample_from_anchor true, target_hidden_size = hidden_size); the
 // rope theta, block_size, target_layer_ids, mask_token_id and markov_rank are
-// required. layer_types must be all "full_attention" or all
-// "sliding_attention" (then `sliding_window` is required).
+// required. layer_types (absent: every layer full_attention) lists
+// "full_attention" or "sliding_attention" per layer, mixed allowed; sliding layers
+// take `sliding_window` (then required), full ones no window. Causality per layer
+// as vLLM resolves it: `is_causal` if set, else `dflash_config.causal` if set, else
+// causal exactly for the sliding_attention layers.
 // markov_rank 0 means no Markov head: no markov tensors are expected and the
 // step logits would be the base logits (a backend without that path refuses it).
 #pragma once
@@ -45,6 +49,14 @@ enum class ResidualKind { plain, norm_preserving };
 enum class StreamDType { bf16, f32 };
 // neox: rotate halves (x[i], x[i + d/2]); gptj: rotate interleaved pairs (x[2i], x[2i+1]).
 enum class RopeStyle { neox, gptj };
+
+// One layer's attention (ops/attention.h): window 0 = full; causal: a query at
+// position pos reads positions < pos + 1 only.
+struct LayerAttention {
+  int window = 0;
+  bool causal = false;
+  bool operator==(const LayerAttention&) const = default;
+};
 
 struct ModelConfig {
   std::string architecture = "sparkdraft";  // informational
@@ -77,7 +89,12 @@ struct ModelConfig {
   bool v_norm = false;       // per-head RMSNorm on V without a weight
   bool output_gate = false;  // o = o * sigmoid(g), g from g_proj
   bool o_norm = false;       // per-head RMSNorm on the attention output (before the gate)
-  int sliding_window = 0;    // 0 = full attention
+  // The o-norm's gain: true = norm_gain with the layer's self_attn.o_norm.weight;
+  // false = no weight (x * r, NormGain::none; the open Muse Spark draft).
+  bool o_norm_weight = true;
+  // Attention of each layer: empty = every layer full and non-causal, else one entry
+  // per layer.
+  std::vector<LayerAttention> layer_attention;
   // Output-logit transform of the step logits (SPEC section 3).
   std::optional<float> logit_multiplier;
   std::optional<float> logit_soft_cap;
@@ -87,6 +104,11 @@ struct ModelConfig {
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
+  LayerAttention attention_of(int layer) const {
+    return layer_attention.empty() ? LayerAttention{} : layer_attention[static_cast<size_t>(layer)];
+  }
+  // The gain the o-norm applies (NormGain::none without a weight).
+  NormGain o_norm_gain() const { return o_norm_weight ? norm_gain : NormGain::none; }
   bool has_logit_transform() const {
     return logit_multiplier.has_value() || logit_soft_cap.has_value();
   }

@@ -16,10 +16,7 @@ namespace sparkdraft::cuda {
 struct GpuMatmul::Impl {
   GemmRunner gemm;
   std::unordered_map<const void*, DeviceBuffer<bf16>> weights;
-  DeviceBuffer<bf16> x, y, q, cache, out;
-  DeviceBuffer<int32_t> tables, token_request;
-  DeviceBuffer<int64_t> positions, kv_lens;
-  DeviceBuffer<unsigned char> ws;
+  DeviceBuffer<bf16> x, y;
 
   template <class T>
   static void fit(DeviceBuffer<T>& b, size_t n) {
@@ -45,45 +42,6 @@ struct GpuMatmul::Impl {
     gemm.run(x.data(), xs, it->second.data(), M, N, K, y.data(), ys, nullptr);
     y.download(hy, yn);
   }
-
-  void run_attention(const ops::AttentionParams& p, const bf16* hq, const bf16* hcache,
-                     bf16* hout) {
-    int requests = 0;
-    for (int t = 0; t < p.tokens; ++t) requests = std::max(requests, p.token_request[t] + 1);
-    requests = std::max(requests, 1);
-    int64_t max_kv = 0;
-    for (int r = 0; r < requests; ++r) max_kv = std::max(max_kv, p.kv_lens[r]);
-    // The cache extent: every page any block table entry names.
-    int64_t slots = 0;
-    for (int i = 0; i < requests * p.max_pages; ++i)
-      slots = std::max<int64_t>(slots, (static_cast<int64_t>(p.block_tables[i]) + 1) * p.page_size);
-    const size_t per_slot = static_cast<size_t>(p.kv_heads) * 2 * p.head_dim;
-    const size_t qn = static_cast<size_t>(p.tokens - 1) * p.q_stride + p.heads * p.head_dim;
-    fit(q, qn);
-    q.upload(hq, qn);
-    fit(cache, slots * per_slot);
-    cache.upload(hcache, slots * per_slot);
-    fit(tables, static_cast<size_t>(requests) * p.max_pages);
-    tables.upload(p.block_tables, static_cast<size_t>(requests) * p.max_pages);
-    fit(token_request, p.tokens);
-    token_request.upload(p.token_request, p.tokens);
-    fit(positions, p.tokens);
-    positions.upload(p.positions, p.tokens);
-    fit(kv_lens, requests);
-    kv_lens.upload(p.kv_lens, requests);
-    ops::AttentionParams ap = p;  // the same params on the device copies
-    ap.block_tables = tables.data();
-    ap.token_request = token_request.data();
-    ap.positions = positions.data();
-    ap.kv_lens = kv_lens.data();
-    ap.max_kv_len = std::max<int64_t>(max_kv, 1);
-    const size_t wsb = attention_workspace_bytes(ap);
-    fit(ws, wsb);
-    const size_t on = static_cast<size_t>(p.tokens) * p.heads * p.head_dim;
-    fit(out, on);
-    attention(ap, q.data(), cache.data(), out.data(), ws.data(), wsb, nullptr);
-    out.download(hout, on);
-  }
 };
 
 GpuMatmul::GpuMatmul() : impl_(std::make_unique<Impl>()) {}
@@ -94,9 +52,6 @@ MatmulOps GpuMatmul::ops() {
   Impl* im = impl_.get();
   m.gemm = [im](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
                 int64_t ys) { im->run_gemm(x, xs, w, M, N, K, y, ys); };
-  m.attention = [im](const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out) {
-    im->run_attention(p, q, cache, out);
-  };
   return m;
 }
 

@@ -6,8 +6,9 @@
 // gets the same arithmetic whatever thread runs it, so results never depend
 // on the thread count.
 //
-// Two ops are matrix products held to a bf16-ulp budget against the GPU, not
-// to its bits; each has one fixed order written down here:
+// gemm is a matrix product held to a bf16-ulp budget against the GPU, not to
+// its bits; its one fixed order is written down here (attention, on the
+// tensor-core twin, is in cpu/attention.cpp):
 //   * gemm: 8 fp32 lane accumulators per output, lane l summing the terms
 //     k = l, l+8, l+16, ... in increasing k as acc = acc + x*w (the product
 //     rounded to fp32, then the add), each starting at +0; then the butterfly
@@ -16,8 +17,6 @@
 //     nothing reassociated), a 3x3 tile of outputs stays in registers, and
 //     each weight row is converted to fp32 once for all rows of x. About 1 s
 //     for a Qwen3-8B lm_head (M 56, N 151936, K 4096) on 2 Zen 3 cores.
-//   * attention: q . k_j as one fp32 accumulator in increasing dimension,
-//     acc = acc + q_i*k_i; then the header's softmax, sums in increasing position.
 #include "sparkdraft/cpu/ops.h"
 
 #include <algorithm>
@@ -438,81 +437,6 @@ void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, b
     for (int k = 0; k < K; ++k) xf[static_cast<size_t>(m * kp + k)] = to_f32(x[m * x_stride + k]);
   parallel_for(N, threads, [&](int64_t begin, int64_t end) {
     gemm_range(xf.data(), kp, w, M, K, begin, end, y, y_stride);
-  });
-}
-
-// ---- attention ----------------------------------------------------------------------
-void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
-               int threads) {
-  const char* op = "attention";
-  p.check();
-  const int64_t capacity = static_cast<int64_t>(p.max_pages) * p.page_size;
-  for (int t = 0; t < p.tokens; ++t) {
-    const int32_t r = p.token_request[t];
-    const std::string who = "token " + std::to_string(t);
-    require(r >= -1, op, who + " has request " + std::to_string(r));
-    if (r < 0) continue;
-    const int64_t kv_len = p.kv_lens[r], pos = p.positions[t];
-    require(kv_len >= 1 && kv_len <= capacity, op,
-            who + ": kv_len " + std::to_string(kv_len) + " is outside [1, " +
-                std::to_string(capacity) + "]");
-    require(pos >= 0, op, who + " has negative position " + std::to_string(pos));
-    const int64_t lo = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
-    require(lo < kv_len, op,
-            who + ": window start " + std::to_string(lo) + " is not below kv_len " +
-                std::to_string(kv_len));
-    const int32_t* table = p.block_tables + static_cast<int64_t>(r) * p.max_pages;
-    for (int64_t page = lo / p.page_size; page * p.page_size < kv_len; ++page)
-      require(table[page] >= 0, op,
-              "request " + std::to_string(r) + " has block table entry " +
-                  std::to_string(table[page]) + " at page " + std::to_string(page));
-  }
-  const int hd = p.head_dim;
-  const int group = p.heads / p.kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t width = static_cast<int64_t>(p.heads) * hd;
-  parallel_for(static_cast<int64_t>(p.tokens) * p.heads, threads, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(static_cast<size_t>(hd)), acc(static_cast<size_t>(hd)), s;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / p.heads;
-      const int h = static_cast<int>(item % p.heads);
-      bf16* o = out + t * width + static_cast<int64_t>(h) * hd;
-      const int32_t r = p.token_request[t];
-      if (r < 0) {
-        std::fill(o, o + hd, bf16{0});
-        continue;
-      }
-      const int64_t kv_len = p.kv_lens[r];
-      const int64_t lo = p.window > 0 ? std::max<int64_t>(0, p.positions[t] - p.window + 1) : 0;
-      const int32_t* table = p.block_tables + static_cast<int64_t>(r) * p.max_pages;
-      const int kvh = h / group;
-      const bf16* qh = q + t * p.q_stride + static_cast<int64_t>(h) * hd;
-      for (int i = 0; i < hd; ++i) qf[static_cast<size_t>(i)] = to_f32(qh[i]);
-      auto head_of = [&](int64_t j) {
-        return cache + (ops::kv_slot(table, p.page_size, j) * p.kv_heads + kvh) * 2 *
-                           static_cast<int64_t>(hd);
-      };
-      s.resize(static_cast<size_t>(kv_len - lo));
-      for (int64_t j = lo; j < kv_len; ++j) {
-        const bf16* k = head_of(j);
-        float dot = 0.0f;
-        for (int i = 0; i < hd; ++i) dot = dot + qf[static_cast<size_t>(i)] * to_f32(k[i]);
-        s[static_cast<size_t>(j - lo)] = dot * scale;
-      }
-      float m = s[0];
-      for (const float v : s)
-        if (v > m) m = v;
-      float sum = 0.0f;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = lo; j < kv_len; ++j) {
-        const float pj = exp_f32(s[static_cast<size_t>(j - lo)] - m);
-        sum = sum + pj;
-        const bf16* v = head_of(j) + hd;
-        for (int i = 0; i < hd; ++i)
-          acc[static_cast<size_t>(i)] = acc[static_cast<size_t>(i)] + pj * to_f32(v[i]);
-      }
-      for (int i = 0; i < hd; ++i) o[i] = to_bf16(acc[static_cast<size_t>(i)] / sum);
-    }
   });
 }
 

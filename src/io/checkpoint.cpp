@@ -225,7 +225,7 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
       add(p + "self_attn.q_norm.weight", {hd});
       add(p + "self_attn.k_norm.weight", {hd});
     }
-    if (c.o_norm && norms) add(p + "self_attn.o_norm.weight", {hd});
+    if (c.o_norm && c.o_norm_weight && norms) add(p + "self_attn.o_norm.weight", {hd});
     if (norms) add(p + "post_attention_layernorm.weight", {H});
     if (c.layer_style == LayerStyle::sandwich && norms) {
       add(p + "pre_feedforward_layernorm.weight", {H});

@@ -7,11 +7,13 @@
 // the fill-in layout, tied or biased projections, RoPE scaling).
 #include "sparkdraft/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -212,7 +214,8 @@ const std::set<std::string>& our_keys() {
                                              "v_norm",
                                              "output_gate",
                                              "o_norm",
-                                             "sliding_window",
+                                             "o_norm_weight",
+                                             "layer_attention",
                                              "logit_multiplier",
                                              "logit_soft_cap",
                                              "sample_from_anchor"};
@@ -275,9 +278,14 @@ void ModelConfig::validate() const {
     bad("rms_norm_eps", "must be finite and > 0 (got " + fmt_double(rms_norm_eps) + ")");
   if (!(std::isfinite(rope_theta) && rope_theta > 0))
     bad("rope_theta", "must be finite and > 0 (got " + fmt_double(rope_theta) + ")");
-  if (sliding_window < 0)
-    bad("sliding_window",
-        "must be >= 0, 0 = full attention (got " + std::to_string(sliding_window) + ")");
+  if (!layer_attention.empty() && static_cast<int>(layer_attention.size()) != num_layers)
+    bad("layer_attention", "must list one entry per layer (" + std::to_string(num_layers) +
+                               "), got " + std::to_string(layer_attention.size()));
+  for (size_t l = 0; l < layer_attention.size(); ++l)
+    if (layer_attention[l].window < 0)
+      bad("layer_attention", "window of layer " + std::to_string(l) +
+                                 " must be >= 0, 0 = full attention (got " +
+                                 std::to_string(layer_attention[l].window) + ")");
   if (logit_multiplier && !(std::isfinite(*logit_multiplier) && *logit_multiplier != 0.0f))
     bad("logit_multiplier",
         "must be finite and non-zero (got " + fmt_double(*logit_multiplier) + ")");
@@ -315,7 +323,12 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["v_norm"] = c.v_norm;
   j["output_gate"] = c.output_gate;
   j["o_norm"] = c.o_norm;
-  j["sliding_window"] = c.sliding_window;
+  j["o_norm_weight"] = c.o_norm_weight;
+  j["layer_attention"] = json::array();
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    j["layer_attention"].push_back({{"window", a.window}, {"causal", a.causal}});
+  }
   j["logit_multiplier"] =
       c.logit_multiplier ? json(float_to_json_number(*c.logit_multiplier)) : json(nullptr);
   j["logit_soft_cap"] =
@@ -355,7 +368,26 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   c.v_norm = f.boolean("v_norm");
   c.output_gate = f.boolean("output_gate");
   c.o_norm = f.boolean("o_norm");
-  c.sliding_window = static_cast<int>(f.integer("sliding_window", 0));
+  c.o_norm_weight = f.boolean("o_norm_weight");
+  {
+    const json& la = f.at("layer_attention");
+    if (!la.is_array())
+      f.fail("field 'layer_attention' must be a list of {\"window\", \"causal\"} objects (got " +
+             la.dump() + ")");
+    for (size_t l = 0; l < la.size(); ++l) {
+      if (!la[l].is_object())
+        f.fail("field 'layer_attention' entry " + std::to_string(l) + " must be an object (got " +
+               la[l].dump() + ")");
+      Fields e(la[l], "config: layer_attention[" + std::to_string(l) + "]");
+      for (const auto& item : la[l].items())
+        if (item.key() != "window" && item.key() != "causal")
+          e.fail("unknown field '" + item.key() + "'");
+      LayerAttention a;
+      a.window = static_cast<int>(e.integer("window", 0));
+      a.causal = e.boolean("causal");
+      c.layer_attention.push_back(a);
+    }
+  }
   if (f.has("logit_multiplier")) c.logit_multiplier = f.number_f32("logit_multiplier");
   if (f.has("logit_soft_cap")) c.logit_soft_cap = f.number_f32("logit_soft_cap");
   c.sample_from_anchor = f.boolean("sample_from_anchor");
@@ -493,31 +525,45 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
                                   ? static_cast<int>(f.integer("max_position_embeddings", 1))
                                   : 32768;
 
-  // Attention kind per layer: all full, or all sliding with one window.
+  // Attention per layer: layer_types (full or sliding, mixed allowed), the window of
+  // the sliding ones, causality as vLLM resolves it (is_causal, else
+  // dflash_config.causal, else causal exactly for sliding_attention layers).
+  std::vector<bool> sliding(static_cast<size_t>(c.num_layers), false);
   if (f.has("layer_types")) {
     const json& lt = f.at("layer_types");
     if (!lt.is_array() || static_cast<int>(lt.size()) != c.num_layers)
       f.fail("field 'layer_types' must list one entry per layer (" + std::to_string(c.num_layers) +
              "), got " + lt.dump());
-    std::set<std::string> kinds;
-    for (const json& e : lt) {
-      if (!e.is_string())
+    for (size_t l = 0; l < lt.size(); ++l) {
+      if (!lt[l].is_string())
         f.fail("field 'layer_types' must be a list of strings (got " + lt.dump() + ")");
-      const std::string kind = e.get<std::string>();
+      const std::string kind = lt[l].get<std::string>();
       if (kind != "full_attention" && kind != "sliding_attention")
         f.fail("layer type '" + kind +
                "' is not supported (only 'full_attention' and 'sliding_attention')");
-      kinds.insert(kind);
-    }
-    if (kinds.size() > 1)
-      f.fail("mixed layer_types (full and sliding attention in one draft) are not supported");
-    if (kinds.count("sliding_attention")) {
-      c.sliding_window = static_cast<int>(f.integer("sliding_window", 1));
+      sliding[l] = kind == "sliding_attention";
     }
   } else if (f.has("use_sliding_window") && f.boolean("use_sliding_window")) {
     f.fail(
         "use_sliding_window = true without layer_types is not supported (give layer_types per "
         "layer)");
+  }
+  const bool any_sliding = std::find(sliding.begin(), sliding.end(), true) != sliding.end();
+  const int window = any_sliding ? static_cast<int>(f.integer("sliding_window", 1)) : 0;
+  std::optional<bool> causal_override;
+  if (f.has("is_causal")) {
+    causal_override = f.boolean("is_causal");
+  } else if (f.has("dflash_config")) {
+    const json& dc = f.at("dflash_config");
+    if (!dc.is_object()) f.fail("field 'dflash_config' must be an object (got " + dc.dump() + ")");
+    Fields d(dc, "config.json: dflash_config");
+    if (d.has("causal")) causal_override = d.boolean("causal");
+  }
+  for (int l = 0; l < c.num_layers; ++l) {
+    LayerAttention a;
+    a.window = sliding[static_cast<size_t>(l)] ? window : 0;
+    a.causal = causal_override.value_or(sliding[static_cast<size_t>(l)]);
+    c.layer_attention.push_back(a);
   }
 
   // DSpark fields.
@@ -548,6 +594,7 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   c.v_norm = false;
   c.output_gate = false;
   c.o_norm = false;
+  c.o_norm_weight = true;
   c.sample_from_anchor = true;
   try {
     c.validate();
@@ -607,6 +654,23 @@ bool hf_expressible(const ModelConfig& c, std::string* why) {
   if (c.v_norm) return no("v_norm");
   if (c.output_gate) return no("output_gate");
   if (c.o_norm) return no("o_norm");
+  // layer_types carries one sliding_window; causality that the default rule
+  // (causal = sliding) does not give must be one value for every layer (is_causal).
+  int window = 0;
+  bool default_causality = true, first = true, uniform = true, causal0 = false;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    if (a.window > 0 && window > 0 && a.window != window)
+      return no("sliding layers with different windows (" + std::to_string(window) + ", " +
+                std::to_string(a.window) + ")");
+    if (a.window > 0) window = a.window;
+    default_causality = default_causality && a.causal == (a.window > 0);
+    if (first) causal0 = a.causal;
+    uniform = uniform && a.causal == causal0;
+    first = false;
+  }
+  if (!default_causality && !uniform)
+    return no("per-layer causality that is neither the sliding-layer default nor one value");
   if (c.has_logit_transform()) return no("an output-logit transform");
   if (!c.sample_from_anchor) return no("the fill-in layout");
   return true;
@@ -640,10 +704,17 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   j["markov_rank"] = c.markov_rank;
   j["markov_head_type"] = "vanilla";
   j["enable_confidence_head"] = false;
-  j["layer_types"] =
-      std::vector<std::string>(static_cast<size_t>(c.num_layers),
-                               c.sliding_window > 0 ? "sliding_attention" : "full_attention");
-  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  j["layer_types"] = json::array();
+  int window = 0;
+  bool default_causality = true;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    j["layer_types"].push_back(a.window > 0 ? "sliding_attention" : "full_attention");
+    if (a.window > 0) window = a.window;
+    default_causality = default_causality && a.causal == (a.window > 0);
+  }
+  if (window > 0) j["sliding_window"] = window;
+  if (!default_causality) j["is_causal"] = c.attention_of(0).causal;
   if (c.target_hidden_size != c.hidden_size) j["target_hidden_size"] = c.target_hidden_size;
   if (c.rope_style == RopeStyle::gptj) j["is_neox_style"] = false;
   return j;

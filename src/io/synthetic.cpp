@@ -151,7 +151,8 @@ void apply_style(ModelConfig& c, const std::string& style) {
     c.v_norm = false;
     c.output_gate = false;
     c.o_norm = false;
-    c.sliding_window = 0;
+    c.o_norm_weight = true;
+    c.layer_attention.clear();  // every layer full, non-causal
     c.logit_multiplier.reset();
     c.logit_soft_cap.reset();
   } else if (style == "muse") {
@@ -167,8 +168,11 @@ void apply_style(ModelConfig& c, const std::string& style) {
     c.qk_norm = true;
     c.v_norm = false;
     c.output_gate = true;
+    // The open Muse Spark draft: an o-norm without a weight (MuseSpark1xAttention's
+    // rms_norm_gated(o, g, weight None)) and causal sliding-window layers (2048).
     c.o_norm = true;
-    c.sliding_window = 0;
+    c.o_norm_weight = false;
+    c.layer_attention.assign(static_cast<size_t>(c.num_layers), LayerAttention{2048, true});
     // 0.7 is not a short binary fraction, so the multiply really rounds in
     // fp32 (a power of two would make that step exact and untested).
     c.logit_multiplier = 0.7f;

@@ -65,7 +65,7 @@ class CpuOps final : public StepOps {
   void widen(const bf16* x, int64_t n, float* out) override { cpu::widen(x, n, out); }
   void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
                  bf16* out) override {
-    mm_.attention(p, q, cache, out);
+    cpu::attention(p, q, cache, out, th_);
   }
   void o_norm_gate(bf16* o, int tokens, int heads, int hd, const bf16* o_norm_weight, bool o_norm,
                    NormGain gain, float eps, const bf16* g, int64_t g_stride) override {
@@ -124,10 +124,7 @@ class CpuDraft final : public DraftBackend {
     const int th = o_.threads;
     mm_.gemm = [th](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
                     int64_t ys) { cpu::gemm(x, xs, w, M, N, K, y, ys, th); };
-    mm_.attention = [th](const ops::AttentionParams& p, const bf16* q, const bf16* cache,
-                         bf16* out) { cpu::attention(p, q, cache, out, th); };
     if (matmul && matmul->gemm) mm_.gemm = matmul->gemm;
-    if (matmul && matmul->attention) mm_.attention = matmul->attention;
     sw_.embed = w_.embed;
     sw_.fc = w_.fc;
     sw_.hidden_norm = w_.hidden_norm;

@@ -119,16 +119,19 @@ void DraftStep::boundary(StepOps& ops, const bf16* branch, void* residual, bf16*
   ops.residual_boundary(p, branch, residual, next);
 }
 
-ops::AttentionParams DraftStep::attention_params(int tokens, const int32_t* block_tables,
+ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int32_t* block_tables,
                                                  const BlockBuffers& buf) const {
+  const LayerAttention la = c_.attention_of(layer);
   ops::AttentionParams ap;
-  ap.tokens = tokens;
+  ap.tokens = rows * c_.block_size;
+  ap.requests = rows;
   ap.heads = c_.num_heads;
   ap.kv_heads = c_.num_kv_heads;
   ap.head_dim = c_.head_dim;
   ap.page_size = o_.page_size;
   ap.max_pages = o_.max_pages_per_req;
-  ap.window = c_.sliding_window;
+  ap.window = la.window;
+  ap.causal = la.causal;
   ap.q_stride = qkv_.width;
   ap.block_tables = block_tables;
   ap.token_request = buf.token_request;
@@ -180,8 +183,6 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
   ops.mark(1);
   void* residual = f32 ? static_cast<void*>(buf.residual_f32) : static_cast<void*>(buf.x);
 
-  const ops::AttentionParams ap = attention_params(T, b.block_tables, buf);
-
   const bool sandwich = c_.layer_style == LayerStyle::sandwich;
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
@@ -194,9 +195,9 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     fp.q = qh;
     fp.q_norm = lw.q_norm;
     ops.qkv_front(fp);
-    ops.attention(ap, qh, lw.kv_cache, buf.attn);
+    ops.attention(attention_params(R, l, b.block_tables, buf), qh, lw.kv_cache, buf.attn);
     if (c_.o_norm || c_.output_gate)
-      ops.o_norm_gate(buf.attn, T, c_.num_heads, hd, lw.o_norm, c_.o_norm, c_.norm_gain,
+      ops.o_norm_gate(buf.attn, T, c_.num_heads, hd, lw.o_norm, c_.o_norm, c_.o_norm_gain(),
                       c_.rms_norm_eps, c_.output_gate ? buf.qkv + qkv_.g : nullptr, W);
     ops.gemm(buf.attn, q, lw.o_proj, T, H, q, buf.branch, H);
     boundary(ops, buf.branch, residual, buf.h, T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,

@@ -120,9 +120,10 @@ class DraftStep {
   void block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
              const ProposeBatch& b) const;
 
-  // The attention params of `tokens` block tokens (every kv length bounded by
-  // max_positions): what block() runs, and what sizes the GPU's workspace.
-  ops::AttentionParams attention_params(int tokens, const int32_t* block_tables,
+  // The attention params of layer `layer` for `rows` requests of N block tokens
+  // (every kv length bounded by max_positions): what block() runs, and what sizes
+  // the GPU's workspace.
+  ops::AttentionParams attention_params(int rows, int layer, const int32_t* block_tables,
                                         const BlockBuffers& buf) const;
 
  private:

@@ -50,5 +50,28 @@ TEST(StepFloor, Qwen3_8bAtContext4096ByHand) {
   EXPECT_EQ(bench::step_floor_bytes(c, 32, 4096).total(), 6611814912.0);
 }
 
+// The open Muse Spark draft shape: H 8192, L 5, 128/16 heads of 64, causal windows
+// of 2048. At ctx 4096 (kv_len 4103) each layer reads [2049, 4103): 2054 positions,
+// so KV is 2 B x rows x 2054 x 5 x 16 x 2 x 64 (about half of the full context).
+TEST(StepFloor, MuseWindowCountsOnlyThePositionsRead) {
+  const ModelConfig c = preset_config("muse");
+  EXPECT_EQ(bench::step_floor_bytes(c, 1, 4096).at("kv_cache"), 2.0 * 2054 * 5 * 16 * 2 * 64);
+  EXPECT_EQ(bench::step_floor_bytes(c, 8, 4096).at("kv_cache"), 8 * 2.0 * 2054 * 5 * 16 * 2 * 64);
+  // Below the window every position is read.
+  EXPECT_EQ(bench::step_floor_bytes(c, 1, 1000).at("kv_cache"), 2.0 * 1007 * 5 * 16 * 2 * 64);
+}
+
+// Mixed layers: full layers read the whole context, sliding ones their window.
+TEST(StepFloor, MixedLayersCountEachLayersWindow) {
+  ModelConfig c = preset_config("tiny", "qwen3");
+  c.layer_attention = {{0, false}, {5, true}};
+  const int N = c.block_size;
+  const double per = 2.0 * c.num_kv_heads * 2 * c.head_dim;
+  // ctx 40: layer 0 reads 40 + N, layer 1 [36, 40 + N).
+  EXPECT_EQ(bench::step_floor_bytes(c, 3, 40).at("kv_cache"), 3 * per * ((40 + N) + (4 + N)));
+  const test::FloorParts want = test::floor_of(c, 3, 40);
+  EXPECT_EQ(bench::step_floor_bytes(c, 3, 40).at("kv_cache"), want.at("kv_cache"));
+}
+
 }  // namespace
 }  // namespace sparkdraft

@@ -30,8 +30,24 @@ inline FloorParts floor_of(const ModelConfig& c, int rows, int ctx) {
     if (t.name == "lm_head.weight") f["lm_head"] = bytes;
     if (t.name == "markov_head.markov_w2.weight") f["markov_w2"] = bytes * c.block_size;
   }
-  const double per_position = 2.0 * c.num_layers * c.num_kv_heads * 2 * c.head_dim;
-  f["kv_cache"] = per_position * rows * (ctx + c.block_size);
+  // Positions read per layer: every position some block query (at ctx + j, kv_len
+  // ctx + N) reads, counted one by one.
+  const int64_t kv_len = static_cast<int64_t>(ctx) + c.block_size;
+  double positions = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    for (int64_t p = 0; p < kv_len; ++p) {
+      bool read = false;
+      for (int j = 0; j < c.block_size && !read; ++j) {
+        const int64_t pos = ctx + j;
+        const int64_t hi = a.causal ? pos + 1 : kv_len;
+        read = p < hi && (a.window == 0 || p > pos - a.window);
+      }
+      positions += read ? 1 : 0;
+    }
+  }
+  const double per_position = 2.0 * c.num_kv_heads * 2 * c.head_dim;
+  f["kv_cache"] = per_position * rows * positions;
   const double logits = 2.0 * rows * c.block_size * c.vocab_size;
   f["base_logits"] = 2 * logits;  // lm_head writes them, the Markov loop reads them
   f["draft_logits"] = logits;

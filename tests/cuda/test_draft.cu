@@ -1,6 +1,6 @@
 // The whole draft job on the GPU (issue 3): for each preset and both layer
-// styles, the CPU backend run on the GPU's matrix products (GEMMs and attention:
-// the only ops allowed to differ) equals the GPU eager path bit for bit, and the
+// styles, the CPU backend run on the GPU's GEMMs (the only ops allowed to
+// differ; attention runs on the CPU twin) equals the GPU eager path bit for bit, and the
 // GPU eager path equals the fused path (fused Markov loop + CUDA graph), on
 // tokens, the draft-logits cache and every KV cache, over several rounds.
 // Also: a request drafts the same alone and inside a batch of 5 with padding rows.

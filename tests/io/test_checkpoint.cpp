@@ -92,7 +92,7 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
   const ModelConfig q = preset_config("tiny", "qwen3");
   const ModelConfig m = preset_config("tiny", "muse");
   EXPECT_EQ(expected_tensors(q).size(), 7u + 2 * 11);
-  EXPECT_EQ(expected_tensors(m).size(), 7u + 2 * 19);
+  EXPECT_EQ(expected_tensors(m).size(), 7u + 2 * 18);  // the o-norm has no weight
   const auto specs = expected_tensors(q);
   auto find = [&](const std::vector<TensorSpec>& v, const std::string& name) -> const TensorSpec* {
     for (const auto& s : v)
@@ -109,7 +109,12 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
   const auto mspecs = expected_tensors(m);
   ASSERT_NE(find(mspecs, "layers.1.mlp_residual.beta"), nullptr);
   EXPECT_EQ(find(mspecs, "layers.1.mlp_residual.beta")->dtype, DType::f32);
-  EXPECT_EQ(find(mspecs, "layers.0.self_attn.o_norm.weight")->shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(find(mspecs, "layers.0.self_attn.o_norm.weight"), nullptr);
+  ModelConfig weighted = m;
+  weighted.o_norm_weight = true;
+  ASSERT_NE(find(expected_tensors(weighted), "layers.0.self_attn.o_norm.weight"), nullptr);
+  EXPECT_EQ(find(expected_tensors(weighted), "layers.0.self_attn.o_norm.weight")->shape,
+            (std::vector<int64_t>{16}));
   EXPECT_NE(find(mspecs, "layers.0.pre_feedforward_layernorm.weight"), nullptr);
   ModelConfig none = q;
   none.norm_gain = NormGain::none;
@@ -141,6 +146,11 @@ TEST(Checkpoint, Presets) {
   EXPECT_EQ(muse.norm_gain, NormGain::one_plus_weight);
   EXPECT_EQ(muse.rope_style, RopeStyle::gptj);
   EXPECT_TRUE(muse.output_gate && muse.o_norm && muse.qk_norm && muse.context_layer_norm);
+  EXPECT_FALSE(muse.o_norm_weight);  // the open Muse Spark draft's o-norm has no weight
+  EXPECT_EQ(muse.o_norm_gain(), NormGain::none);
+  for (int l = 0; l < muse.num_layers; ++l)
+    EXPECT_EQ(muse.attention_of(l), (LayerAttention{2048, true})) << "layer " << l;
+  EXPECT_TRUE(q8.layer_attention.empty());
   EXPECT_FALSE(muse.v_norm);
   ASSERT_TRUE(muse.logit_multiplier && muse.logit_soft_cap);
   EXPECT_EQ(*muse.logit_multiplier, 0.7f);
@@ -259,8 +269,9 @@ TEST(Checkpoint, SyntheticMuseStyleLoadsWithOurConfig) {
   EXPECT_EQ(config_to_json(ck.config()), config_to_json(c));
   for (const LayerWeights& l : ck.weights().layers) {
     for (const bf16* p : {l.input_norm, l.post_attn_norm, l.pre_ffn_norm, l.post_ffn_norm, l.g_proj,
-                          l.o_norm, l.q_norm, l.k_norm})
+                          l.q_norm, l.k_norm})
       EXPECT_NE(p, nullptr);
+    EXPECT_EQ(l.o_norm, nullptr);  // weightless o-norm: nothing stored, nothing loaded
     for (const float* p : {l.attn_alpha, l.attn_beta, l.mlp_alpha, l.mlp_beta}) {
       ASSERT_NE(p, nullptr);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignof(float), 0u);
@@ -350,6 +361,25 @@ TEST(Checkpoint, RefusesAMissingTensor) {
   write_checkpoint(dir.path(), c, specs);
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
                   {"missing tensor 'layers.1.self_attn.k_proj.weight' in " + dir.path()});
+}
+
+// The open Muse Spark draft's o-norm has no weight: its checkpoint stores no
+// self_attn.o_norm.weight and loads (o_norm_weight false); the same files with a
+// config that asks for a weighted o-norm are refused naming the tensor.
+TEST(Checkpoint, WeightlessONormLoadsAndAWeightedOneNeedsItsTensor) {
+  test::TempDir dir;
+  const ModelConfig c = preset_config("tiny", "muse");
+  ASSERT_TRUE(c.o_norm && !c.o_norm_weight);
+  write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+  const Checkpoint ck = Checkpoint::load(dir.path());
+  EXPECT_FALSE(ck.config().o_norm_weight);
+  for (const LayerWeights& l : ck.weights().layers) EXPECT_EQ(l.o_norm, nullptr);
+  json cj = json::parse(test::read_file(dir / "config.json"));
+  EXPECT_EQ(cj.at("o_norm_weight"), false);
+  cj["o_norm_weight"] = true;
+  test::write_file(dir / "config.json", cj.dump());
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"missing tensor 'layers.0.self_attn.o_norm.weight'"});
 }
 
 TEST(Checkpoint, RefusesAWrongShape) {

@@ -90,7 +90,8 @@ ModelConfig unusual_config() {
   c.qk_norm = false;
   c.v_norm = true;
   c.output_gate = false;
-  c.sliding_window = 33;
+  c.o_norm_weight = false;
+  c.layer_attention = {{33, true}, {0, true}};  // mixed, causal full attention
   c.logit_multiplier.reset();
   c.logit_soft_cap = 0.1f;
   return c;
@@ -214,7 +215,14 @@ TEST(Config, ValidateNamesTheBadField) {
       {"rms_norm_eps",
        [](ModelConfig& c) { c.rms_norm_eps = std::numeric_limits<float>::quiet_NaN(); }},
       {"rope_theta", [](ModelConfig& c) { c.rope_theta = -10000.0; }},
-      {"sliding_window", [](ModelConfig& c) { c.sliding_window = -1; }},
+      {"layer_attention",
+       [](ModelConfig& c) {
+         c.layer_attention = {{-1, false}, {0, false}};
+       }},
+      {"layer_attention",
+       [](ModelConfig& c) {
+         c.layer_attention = {{8, true}};
+       }},
       {"logit_soft_cap", [](ModelConfig& c) { c.logit_soft_cap = 0.0f; }},
       {"logit_multiplier",
        [](ModelConfig& c) { c.logit_multiplier = std::numeric_limits<float>::infinity(); }},
@@ -274,7 +282,9 @@ TEST(Config, ImportsTheQwen3_8bDSparkConfig) {
   EXPECT_FALSE(c.v_norm);
   EXPECT_FALSE(c.output_gate);
   EXPECT_FALSE(c.o_norm);
-  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(c.o_norm_weight);
+  ASSERT_EQ(c.layer_attention.size(), 5u);
+  for (const LayerAttention& a : c.layer_attention) EXPECT_EQ(a, (LayerAttention{0, false}));
   EXPECT_FALSE(c.has_logit_transform());
   EXPECT_TRUE(c.sample_from_anchor);
   // The import and the qwen3-8b preset describe the same model.
@@ -308,10 +318,76 @@ TEST(Config, ImportsFieldVariants) {
   j["is_neox_style"] = false;
   c = import_hf_config(j);
   EXPECT_EQ(c.target_hidden_size, 5120);
-  EXPECT_EQ(c.sliding_window, 2048);
+  for (int l = 0; l < 5; ++l) EXPECT_EQ(c.attention_of(l), (LayerAttention{2048, true}));
   EXPECT_EQ(c.rope_style, RopeStyle::gptj);
   // The exported form reads back to the same config.
   expect_same(c, import_hf_config(io::export_hf_config(c)));
+}
+
+// layer_types may mix full and sliding layers; causality as vLLM resolves it:
+// is_causal, else dflash_config.causal, else causal exactly for sliding layers.
+TEST(Config, ImportsPerLayerAttention) {
+  json j = qwen3_8b();
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "sliding_attention",
+                      "sliding_attention"};
+  j["sliding_window"] = 512;
+  ModelConfig c = import_hf_config(j);
+  const std::vector<LayerAttention> by_default = {
+      {0, false}, {512, true}, {0, false}, {512, true}, {512, true}};
+  EXPECT_EQ(c.layer_attention, by_default);
+  expect_same(c, import_hf_config(io::export_hf_config(c)));
+  // dflash_config.causal overrides the default for every layer ...
+  j["dflash_config"] = {{"causal", false}};
+  c = import_hf_config(j);
+  for (int l = 0; l < 5; ++l) EXPECT_FALSE(c.attention_of(l).causal) << l;
+  EXPECT_EQ(c.attention_of(1).window, 512);
+  expect_same(c, import_hf_config(io::export_hf_config(c)));
+  // ... and is_causal overrides dflash_config.
+  j["is_causal"] = true;
+  c = import_hf_config(j);
+  for (int l = 0; l < 5; ++l) EXPECT_TRUE(c.attention_of(l).causal) << l;
+  EXPECT_EQ(c.attention_of(0).window, 0);
+  expect_same(c, import_hf_config(io::export_hf_config(c)));
+  // A dflash_config without causal leaves the default.
+  j.erase("is_causal");
+  j["dflash_config"] = {{"mask_token_id", 5}};
+  EXPECT_EQ(import_hf_config(j).layer_attention, by_default);
+  // No layer_types: every layer full; is_causal still applies.
+  j = qwen3_8b();
+  j.erase("layer_types");
+  j["is_causal"] = true;
+  c = import_hf_config(j);
+  for (int l = 0; l < 5; ++l) EXPECT_EQ(c.attention_of(l), (LayerAttention{0, true})) << l;
+  // Our JSON carries the list and refuses bad entries.
+  ModelConfig ours = preset_config("tiny", "qwen3");
+  ours.layer_attention = {{7, false}, {0, true}};
+  expect_same(ours, config_from_json(config_to_json(ours)));
+  json oj = config_to_json(ours);
+  EXPECT_EQ(oj.at("layer_attention"),
+            json::parse(R"([{"window":7,"causal":false},{"window":0,"causal":true}])"));
+  oj["layer_attention"] = json::array({{{"window", 7}, {"causal", false}}});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(oj); }),
+                  {"layer_attention", "one entry per layer"});
+  oj["layer_attention"] =
+      json::array({{{"window", 7}, {"causal", "no"}}, {{"window", 0}, {"causal", true}}});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(oj); }), {"'causal'"});
+  oj["layer_attention"] =
+      json::array({{{"window", -7}, {"causal", false}}, {{"window", 0}, {"causal", true}}});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(oj); }), {"'window'"});
+  oj["layer_attention"] = json::array(
+      {{{"window", 7}, {"causal", false}, {"sink", 1}}, {{"window", 0}, {"causal", true}}});
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(oj); }), {"unknown field 'sink'"});
+  oj["layer_attention"] = 5;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(oj); }), {"'layer_attention'"});
+  // Per-layer causality the HF form cannot say (not the sliding default, not one value).
+  ModelConfig odd = preset_config("tiny", "qwen3");
+  odd.layer_attention = {{0, true}, {0, false}};
+  std::string why;
+  EXPECT_FALSE(io::hf_expressible(odd, &why));
+  EXPECT_NE(why.find("causality"), std::string::npos) << why;
+  odd.layer_attention = {{16, true}, {32, true}};
+  EXPECT_FALSE(io::hf_expressible(odd, &why));
+  EXPECT_NE(why.find("windows"), std::string::npos) << why;
 }
 
 TEST(Config, HfExportRoundTripsAndRefusesMuseStyle) {
@@ -410,9 +486,24 @@ TEST(Config, RefusesWhatTheRuntimeCannotRunExactly) {
        },
        {"RoPE scaling"}},
       {"no theta", [](json& j) { j.erase("rope_parameters"); }, {"rope_theta"}},
-      {"mixed layers",
+      {"mixed layers without a window",
        [](json& j) { j["layer_types"][2] = "sliding_attention"; },
-       {"mixed layer_types"}},
+       {"'sliding_window'"}},
+      {"is_causal not a bool", [](json& j) { j["is_causal"] = "yes"; }, {"'is_causal'"}},
+      {"dflash_config not an object",
+       [](json& j) { j["dflash_config"] = 3; },
+       {"'dflash_config'", "object"}},
+      {"dflash_config.causal not a bool",
+       [](json& j) {
+         j["dflash_config"] = {{"causal", 1}};
+       },
+       {"dflash_config", "'causal'"}},
+      {"negative window",
+       [](json& j) {
+         j["layer_types"][0] = "sliding_attention";
+         j["sliding_window"] = -4;
+       },
+       {"'sliding_window'"}},
       {"layer count",
        [](json& j) { j["layer_types"].erase(0); },
        {"'layer_types'", "one entry per layer"}},

@@ -62,8 +62,9 @@ void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, b
           int64_t y_stride, int threads = 1);
 
 // ---- ops/attention.h ------------------------------------------------------------------
-// Also refuses, naming the token, bad values behind the pointers (request rows,
-// kv_lens, positions, block table entries).
+// The header's definition (src/cpu/attention.cpp). Also refuses, naming the token,
+// bad values behind the pointers (request rows, kv_lens, positions, an empty range,
+// an unmapped page inside a query's [lo, hi)).
 void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
                int threads = 1);
 

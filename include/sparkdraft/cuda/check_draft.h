@@ -1,9 +1,9 @@
 // `sparkdraft check`: the exactness contract of SPEC section 3 on one
 // checkpoint and scenario, with a readable report.
 //
-//   cpu+gpu-matmul  the CPU backend with its matrix products (layer GEMMs and
-//                   attention, the ops allowed a bf16-ulp budget) computed on the
-//                   GPU: every other op stays the CPU reference's;
+//   cpu+gpu-matmul  the CPU backend with its layer GEMMs (the op allowed a
+//                   bf16-ulp budget) computed on the GPU: every other op,
+//                   attention included, stays the CPU reference's;
 //   gpu eager       the CUDA backend, eager Markov loop, no graph;
 //   gpu fused       the CUDA backend, fused Markov loop, CUDA graph.
 // CPU == GPU eager and GPU eager == GPU fused must hold bit for bit on draft
@@ -33,8 +33,7 @@ struct CheckReport {
 };
 
 // The CPU backend's MatmulOps computed on the GPU (cuBLASLt GEMM with the
-// backend's pinned algorithms, the GPU attention kernel). Weights are uploaded
-// once per host pointer.
+// backend's pinned algorithms). Weights are uploaded once per host pointer.
 class GpuMatmul {
  public:
   GpuMatmul();

@@ -7,9 +7,8 @@
 // rounding points (stated in ops/<family>.h), the canonical reduction order of
 // core/reduce.h (one warp per normed row: lane l owns chunks l, l+32, ... of 8
 // elements, one fma per term, then the xor butterfly) and the math of
-// core/math.h. Only attention is held to the CPU within a bf16-ulp budget (its
-// sums run in another order); it is still deterministic and independent of the
-// launch (fixed context split size, fixed combine order).
+// core/math.h; attention's two products are tensor-core chains (core/mma.h), the
+// same chains as the CPU's twin.
 //
 // Launchers check their arguments (InvalidArgument naming the field) before any
 // launch, launch on `stream` and check the launch (DeviceError). They never
@@ -94,26 +93,35 @@ void first_nonfinite(const void* data, int64_t n, bool f32, unsigned long long* 
                      cudaStream_t stream);
 
 // ---- attention over the paged cache -----------------------------------------------------
-// cpu::attention, computed as: the context [lo, kv_len) of each query is cut at the
-// fixed absolute positions k * kAttentionSplit; one block per (token, head, split)
-// computes that split's max m, sum l = sum exp(s - m) and acc = sum exp(s - m) v in
-// fp32; a combine kernel (one block per (token, head)) merges the splits in
-// increasing order: M = max m, L = sum l * exp(m - M), o = bf16(sum acc * exp(m - M) / L).
-// The splits depend only on positions, so the result is the same for any batch, any
-// max_kv_len and from run to run. Padding tokens (token_request -1) write zeros.
-inline constexpr int kAttentionSplit = 512;  // context positions per split block
+// ops/attention.h's definition on the tensor cores, bit for bit cpu::attention (how:
+// src/cuda/eager/attention.cu). One CTA per (piece of up to 64 rows = tokens x grouped
+// heads of one request, KV head, split); with splits > 1 each CTA covers a share of
+// its rows' chunks and stores per-chunk partials that a combine kernel folds in chunk
+// order (the same bits for every split). Padding tokens (token_request -1) write zeros.
 inline constexpr int kAttentionMaxHeadDim = 256;
+inline constexpr int kAttentionMaxGroup = 64;  // heads / kv_heads (rows of one token per CTA)
 
 // Besides ops::AttentionParams::check(), the launcher refuses what the kernels cannot
-// do: head_dim > kAttentionMaxHeadDim, heads > 65535, more than 65535 splits.
+// do: head_dim > kAttentionMaxHeadDim, heads / kv_heads > kAttentionMaxGroup, heads
+// or kv_heads > 65535.
 void check_attention_limits(const ops::AttentionParams& p);
 
-// Device workspace `attention` needs for these params (fp32 split partials).
-size_t attention_workspace_bytes(const ops::AttentionParams& p);
+// The launcher's split for these params (host-known fields only: tokens, requests,
+// heads, kv_heads, window, causal, max_kv_len): 1 where the batch already gives
+// (requests or token pieces) x kv_heads >= 3/4 of 132 CTAs, else enough splits of
+// each row set's chunks to reach 132 CTAs.
+int attention_splits(const ops::AttentionParams& p);
+
+// Device workspace `attention` needs with `splits` (0 = attention_splits(p)): 0 for
+// one split, else fp32 (m, l, o[head_dim]) per token, head and chunk slot: the
+// chunks one query can fold, ceil(max_kv_len / 64), or with a causal window w
+// ceil((w - 1) / 64) + 1.
+size_t attention_workspace_bytes(const ops::AttentionParams& p, int splits = 0);
 
 // q: [tokens, q_stride] (head h at h*head_dim), cache: [slots, kv_heads, 2*head_dim],
-// out: [tokens, heads*head_dim] bf16.
+// out: [tokens, heads*head_dim] bf16. splits: 0 = attention_splits(p); tests force
+// any value in [1, 65535].
 void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
-               void* workspace, size_t workspace_bytes, cudaStream_t stream);
+               void* workspace, size_t workspace_bytes, cudaStream_t stream, int splits = 0);
 
 }  // namespace sparkdraft::cuda

@@ -4,6 +4,7 @@
 // This file holds only what is the GPU's: buffers, the op table, graphs, timing.
 #include "sparkdraft/cuda/draft.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -353,9 +354,13 @@ struct CudaDraft::Impl {
                      gu.data(),      act.data(),         residual_f32.data()};
     base = DeviceBuffer<bf16>(static_cast<size_t>(T) * c.vocab_size);
     in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
-    // The workspace bound: every token at the longest context.
-    const ops::AttentionParams ap = step.attention_params(T, in_tables.data(), block);
-    attn_ws_bytes = attention_workspace_bytes(ap);
+    // The workspace bound: the most any batch of 1 .. max_reqs rows needs at the
+    // longest context, over every layer (the launcher's split depends on the rows).
+    attn_ws_bytes = 0;
+    for (int rows = 1; rows <= static_cast<int>(R); ++rows)
+      for (int l = 0; l < c.num_layers; ++l)
+        attn_ws_bytes = std::max(attn_ws_bytes, attention_workspace_bytes(step.attention_params(
+                                                    rows, l, in_tables.data(), block)));
     attn_ws = DeviceBuffer<unsigned char>(attn_ws_bytes);
     in_anchor = DeviceBuffer<int64_t>(R);
     in_pos = DeviceBuffer<int64_t>(R);
