@@ -3,20 +3,16 @@
 
 #include <cstring>
 #include <sstream>
-#include <unordered_map>
 
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/gemm.h"
 #include "sparkdraft/cuda/kernels.h"
 
 namespace sparkdraft::cuda {
 
 struct GpuMatmul::Impl {
-  GemmRunner gemm;
-  std::unordered_map<const void*, DeviceBuffer<bf16>> weights;
-  DeviceBuffer<bf16> x, y, q, cache, out;
+  DeviceBuffer<bf16> q, cache, out;
   DeviceBuffer<int32_t> tables, token_request;
   DeviceBuffer<int64_t> positions, kv_lens;
   DeviceBuffer<unsigned char> ws;
@@ -24,26 +20,6 @@ struct GpuMatmul::Impl {
   template <class T>
   static void fit(DeviceBuffer<T>& b, size_t n) {
     if (b.size() < n) b = DeviceBuffer<T>(n);
-  }
-
-  void run_gemm(const bf16* hx, int64_t xs, const bf16* hw, int M, int N, int K, bf16* hy,
-                int64_t ys) {
-    // Weights are the backend's persistent host matrices (checkpoint mapping or
-    // packed copies): uploaded once per pointer and shape.
-    auto it = weights.find(hw);
-    if (it == weights.end() || it->second.size() != static_cast<size_t>(N) * K) {
-      DeviceBuffer<bf16> w(static_cast<size_t>(N) * K);
-      w.upload(hw, w.size());
-      it = weights.insert_or_assign(hw, std::move(w)).first;
-    }
-    const size_t xn = static_cast<size_t>(M - 1) * xs + K, yn = static_cast<size_t>(M - 1) * ys + N;
-    fit(x, xn);
-    fit(y, yn);
-    x.upload(hx, xn);
-    // Keep the columns between rows that the GEMM does not write.
-    y.upload(hy, yn);
-    gemm.run(x.data(), xs, it->second.data(), M, N, K, y.data(), ys, nullptr);
-    y.download(hy, yn);
   }
 
   void run_attention(const ops::AttentionParams& p, const bf16* hq, const bf16* hcache,
@@ -92,8 +68,6 @@ GpuMatmul::~GpuMatmul() = default;
 MatmulOps GpuMatmul::ops() {
   MatmulOps m;
   Impl* im = impl_.get();
-  m.gemm = [im](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
-                int64_t ys) { im->run_gemm(x, xs, w, M, N, K, y, ys); };
   m.attention = [im](const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out) {
     im->run_attention(p, q, cache, out);
   };
@@ -210,7 +184,7 @@ CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOp
     report.markov_fused = fused.markov_fused();
     fused_side = run_side(fused, s);
   }
-  compare_sides(report, cpu_side, eager_side, "cpu (gpu matmuls) vs gpu eager");
+  compare_sides(report, cpu_side, eager_side, "cpu (gpu attention) vs gpu eager");
   compare_sides(report, eager_side, fused_side, "gpu eager vs gpu fused+graph");
   return report;
 }

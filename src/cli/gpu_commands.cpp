@@ -87,8 +87,8 @@ Command add_check(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "check",
-      "Bit-for-bit check of the exactness contract on the GPU: the CPU backend (its Markov bias "
-      "on the CPU tensor-core twin; its backbone GEMMs and attention, not yet on the twin, done on "
+      "Bit-for-bit check of the exactness contract on the GPU: the CPU backend (its GEMMs and "
+      "Markov bias on the CPU tensor-core twin; its attention, not yet on the twin, done on "
       "the GPU) vs the GPU eager path vs the GPU fused path, on draft tokens, "
       "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any "
       "difference, 4 without a GPU.");

@@ -31,16 +31,16 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The CPU op table: the reference ops on host buffers, the matrix products
-// replaceable (MatmulOps), stage clocks for the timings.
+// The CPU op table: the reference ops on host buffers, attention replaceable
+// (MatmulOps), stage clocks for the timings.
 class CpuOps final : public StepOps {
  public:
   CpuOps(int threads, const MatmulOps& mm) : th_(threads), mm_(mm) {}
   Clock::time_point marks[3];
 
-  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
-            int64_t ys) override {
-    mm_.gemm(x, xs, w, M, N, K, y, ys);
+  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys,
+            int k_slices) override {
+    cpu::gemm(x, xs, w, M, N, K, y, ys, k_slices, th_);
   }
   void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* weight, NormGain gain,
                 float eps, bf16* y, int64_t ys) override {
@@ -120,11 +120,8 @@ class CpuDraft final : public DraftBackend {
     cpu::rope_table(c_.rope_theta, c_.head_dim, o_.max_positions(), rope_.data());
     transform_ = ops::LogitTransform::from_config(c_);
     const int th = o_.threads;
-    mm_.gemm = [th](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
-                    int64_t ys) { cpu::gemm(x, xs, w, M, N, K, y, ys, th); };
     mm_.attention = [th](const ops::AttentionParams& p, const bf16* q, const bf16* cache,
                          bf16* out) { cpu::attention(p, q, cache, out, th); };
-    if (matmul && matmul->gemm) mm_.gemm = matmul->gemm;
     if (matmul && matmul->attention) mm_.attention = matmul->attention;
     sw_.embed = w_.embed;
     sw_.fc = w_.fc;
@@ -199,7 +196,6 @@ class CpuDraft final : public DraftBackend {
 
     const MarkovRows rows = markov_rows(b, c_.block_size);
     MarkovInputs in{&c_, &w_, &transform_, &rows, o_.cache_slots, o_.threads};
-    in.gemm = &mm_.gemm;
     run_vocab_parallel_markov(in, o_.tp, h.data(), out, &t_.lm_head_ms, &t_.markov_ms);
   }
 
