@@ -102,19 +102,8 @@ void validate_options(const ModelConfig& c, const DraftOptions& o);
 void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b);
 void validate_propose(const ModelConfig& c, const DraftOptions& o, const ProposeBatch& b);
 
-// The matrix products of the CPU backend (the ops the contract lets differ
-// from the GPU within a bf16-ulp budget). By default cpu::gemm; a test may put
-// the GPU's in its place to run the CPU pipeline on the GPU's matrix products
-// and compare everything else bit for bit. (Attention always runs cpu::attention,
-// bit for bit the GPU's.)
-struct MatmulOps {
-  std::function<void(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-                     int64_t y_stride)>
-      gemm;
-};
 
 std::unique_ptr<DraftBackend> make_cpu_backend(std::shared_ptr<const Checkpoint> ckpt,
-                                               const DraftOptions& options,
-                                               const MatmulOps* matmul = nullptr);
+                                               const DraftOptions& options);
 
 }  // namespace sparkdraft

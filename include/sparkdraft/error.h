@@ -44,7 +44,7 @@ class Unavailable : public Error {
   using Error::Error;
 };
 
-// A CUDA / cuBLAS / NCCL call that failed (see cuda/check.h for the macros).
+// A CUDA / NCCL call that failed (see cuda/check.h for the macros).
 class DeviceError : public Error {
  public:
   using Error::Error;

@@ -13,7 +13,7 @@ namespace sparkdraft {
 
 struct PlanPart {
   std::string part;     // "context chain", "backbone", "lm_head", "markov loop", "cuda graph"
-  std::string variant;  // "eager", "fused", "cuBLASLt", "on", "off", ...
+  std::string variant;  // "eager", "fused", "on", "off", ...
   std::string reason;   // why this variant (empty: nothing to say)
 };
 

@@ -3,57 +3,13 @@
 
 #include <cstring>
 #include <sstream>
-#include <unordered_map>
 
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/gemm.h"
 #include "sparkdraft/cuda/kernels.h"
 
 namespace sparkdraft::cuda {
-
-struct GpuMatmul::Impl {
-  GemmRunner gemm;
-  std::unordered_map<const void*, DeviceBuffer<bf16>> weights;
-  DeviceBuffer<bf16> x, y;
-
-  template <class T>
-  static void fit(DeviceBuffer<T>& b, size_t n) {
-    if (b.size() < n) b = DeviceBuffer<T>(n);
-  }
-
-  void run_gemm(const bf16* hx, int64_t xs, const bf16* hw, int M, int N, int K, bf16* hy,
-                int64_t ys) {
-    // Weights are the backend's persistent host matrices (checkpoint mapping or
-    // packed copies): uploaded once per pointer and shape.
-    auto it = weights.find(hw);
-    if (it == weights.end() || it->second.size() != static_cast<size_t>(N) * K) {
-      DeviceBuffer<bf16> w(static_cast<size_t>(N) * K);
-      w.upload(hw, w.size());
-      it = weights.insert_or_assign(hw, std::move(w)).first;
-    }
-    const size_t xn = static_cast<size_t>(M - 1) * xs + K, yn = static_cast<size_t>(M - 1) * ys + N;
-    fit(x, xn);
-    fit(y, yn);
-    x.upload(hx, xn);
-    // Keep the columns between rows that the GEMM does not write.
-    y.upload(hy, yn);
-    gemm.run(x.data(), xs, it->second.data(), M, N, K, y.data(), ys, nullptr);
-    y.download(hy, yn);
-  }
-};
-
-GpuMatmul::GpuMatmul() : impl_(std::make_unique<Impl>()) {}
-GpuMatmul::~GpuMatmul() = default;
-
-MatmulOps GpuMatmul::ops() {
-  MatmulOps m;
-  Impl* im = impl_.get();
-  m.gemm = [im](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
-                int64_t ys) { im->run_gemm(x, xs, w, M, N, K, y, ys); };
-  return m;
-}
 
 bool CheckReport::ok() const {
   for (const auto& l : lines)
@@ -147,9 +103,7 @@ CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOp
   CheckReport report;
   DraftOptions o = scenario_draft_options(ckpt->config(), s);
   o.threads = 0;
-  GpuMatmul matmul;
-  const MatmulOps ops = matmul.ops();
-  auto cpu = make_cpu_backend(ckpt, o, &ops);
+  auto cpu = make_cpu_backend(ckpt, o);
   const Side cpu_side = run_side(*cpu, s);
   cpu.reset();
   CudaDraftOptions eager_opts;
@@ -166,7 +120,7 @@ CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOp
     report.markov_fused = fused.markov_fused();
     fused_side = run_side(fused, s);
   }
-  compare_sides(report, cpu_side, eager_side, "cpu (gpu matmuls) vs gpu eager");
+  compare_sides(report, cpu_side, eager_side, "cpu (gpu attention) vs gpu eager");
   compare_sides(report, eager_side, fused_side, "gpu eager vs gpu fused+graph");
   return report;
 }

@@ -14,7 +14,7 @@ enum ExitStatus : int {
   kExitBadInput = 3,     // bad checkpoint or config (missing, malformed, NaN/inf weights, ...)
   kExitUnavailable = 4,  // needs the CUDA backend or a GPU that is absent
   kExitIo = 5,           // file system: output exists (no --force), cannot create or write
-  kExitDevice = 6,       // a CUDA / cuBLAS / NCCL call failed
+  kExitDevice = 6,       // a CUDA / NCCL call failed
   kExitInternal = 7,     // an unexpected error (a bug: please report it)
 };
 
@@ -30,7 +30,7 @@ inline constexpr ExitStatusInfo kExitStatuses[] = {
     {kExitBadInput, "bad checkpoint or config (missing, malformed, NaN/inf weights, ...)"},
     {kExitUnavailable, "needs the CUDA backend or a CUDA GPU, and this build or machine has none"},
     {kExitIo, "file system error (output exists without --force, cannot create or write)"},
-    {kExitDevice, "a CUDA / cuBLAS / NCCL call failed"},
+    {kExitDevice, "a CUDA / NCCL call failed"},
     {kExitInternal, "unexpected internal error"},
 };
 

@@ -87,8 +87,9 @@ Command add_check(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "check",
-      "Bit-for-bit check of the exactness contract on the GPU: the CPU backend (its Markov bias "
-      "and attention on the CPU tensor-core twin; its backbone GEMMs, not yet on the twin, done on "
+      "Bit-for-bit check of the exactness contract on the GPU: the CPU backend (every matrix "
+      "product, GEMMs, attention and the Markov bias, on its own tensor-core twin; nothing "
+      "borrowed from "
       "the GPU) vs the GPU eager path vs the GPU fused path, on draft tokens, "
       "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any "
       "difference, 4 without a GPU.");

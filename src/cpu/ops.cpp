@@ -6,17 +6,10 @@
 // gets the same arithmetic whatever thread runs it, so results never depend
 // on the thread count.
 //
-// gemm is a matrix product held to a bf16-ulp budget against the GPU, not to
-// its bits; its one fixed order is written down here (attention, on the
-// tensor-core twin, is in cpu/attention.cpp):
-//   * gemm: 8 fp32 lane accumulators per output, lane l summing the terms
-//     k = l, l+8, l+16, ... in increasing k as acc = acc + x*w (the product
-//     rounded to fp32, then the add), each starting at +0; then the butterfly
-//     p[l] += p[l+off] for off = 4, 2, 1. The 8 lanes of an output are one
-//     8-float vector (GCC/Clang vector extension: elementwise IEEE mul and add,
-//     nothing reassociated), a 3x3 tile of outputs stays in registers, and
-//     each weight row is converted to fp32 once for all rows of x. About 1 s
-//     for a Qwen3-8B lm_head (M 56, N 151936, K 4096) on 2 Zen 3 cores.
+// gemm is the tensor-core chain of ops/gemm.h on cpu/mma_gemm.h (the CPU twin of
+// the instruction), one mma_gemm_rows per canonical K slice, then the slice tree
+// and the bf16 rounding: the GPU's bits. Attention (also on the twin) is in
+// cpu/attention.cpp.
 #include "sparkdraft/cpu/ops.h"
 
 #include <algorithm>
@@ -32,16 +25,6 @@
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cpu/mma_gemm.h"
 #include "sparkdraft/error.h"
-
-// The gemm kernel gets an AVX2 clone picked at run time (the build has no -march
-// flag). Each clone performs the same IEEE operations on each element in the same
-// order (vector width only), so every clone returns the same bits. (The Markov
-// bias runs on cpu/mma_gemm.h, which picks its own kernel.)
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SD_GEMM_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SD_GEMM_CLONES
-#endif
 
 namespace sparkdraft::cpu {
 namespace {
@@ -308,136 +291,25 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
 }
 
 // ---- gemm ---------------------------------------------------------------------------
-namespace {
-
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef uint16_t u16x8 __attribute__((vector_size(16)));
-typedef uint32_t u32x8 __attribute__((vector_size(32)));
-
-constexpr int kGemmLanes = 8;  // accumulators per output = one f32x8
-constexpr int kTileM = 3;      // x rows per register tile
-constexpr int kTileN = 3;      // weight rows per register tile (3x3 f32x8 accumulators)
-constexpr int kChunkK = 512;   // k extent of one fp32 weight panel (6 KiB, stays in L1)
-constexpr int kSuperN = 48;    // weight rows that share one pass over an x chunk (in L2)
-constexpr int kGroupM = 64;    // x rows per pass over the weights (x chunk + partials fit L2)
-
-// Continues the lane sums of an mb x nb tile over kc (multiple of 8) values of k.
-// x: rows at stride kp; panel: nb fp32 weight rows at stride kc; acc: lanes of
-// output (i, j) at acc + i * acc_stride + j * 8.
-template <int mb, int nb>
-[[gnu::always_inline]] inline void gemm_tile(const float* x, int64_t kp, const float* panel, int kc,
-                                             float* acc, int64_t acc_stride) {
-  f32x8 a[mb][nb];
-#pragma GCC unroll 4
-  for (int i = 0; i < mb; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < nb; ++j)
-      std::memcpy(&a[i][j], acc + i * acc_stride + j * kGemmLanes, sizeof(f32x8));
-  for (int k = 0; k < kc; k += kGemmLanes) {
-    f32x8 w[nb];
-#pragma GCC unroll 4
-    for (int j = 0; j < nb; ++j) std::memcpy(&w[j], panel + j * kc + k, sizeof(f32x8));
-#pragma GCC unroll 4
-    for (int i = 0; i < mb; ++i) {
-      f32x8 xv;
-      std::memcpy(&xv, x + i * kp + k, sizeof(f32x8));
-#pragma GCC unroll 4
-      for (int j = 0; j < nb; ++j) a[i][j] = a[i][j] + xv * w[j];
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < mb; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < nb; ++j)
-      std::memcpy(acc + i * acc_stride + j * kGemmLanes, &a[i][j], sizeof(f32x8));
-}
-
-template <int mb>
-[[gnu::always_inline]] inline void gemm_tile_n(int nb, const float* x, int64_t kp,
-                                               const float* panel, int kc, float* acc,
-                                               int64_t acc_stride) {
-  if (nb == 3) {
-    gemm_tile<mb, 3>(x, kp, panel, kc, acc, acc_stride);
-  } else if (nb == 2) {
-    gemm_tile<mb, 2>(x, kp, panel, kc, acc, acc_stride);
-  } else {
-    gemm_tile<mb, 1>(x, kp, panel, kc, acc, acc_stride);
-  }
-}
-
-// Output rows [n_begin, n_end) of y for all M rows. xf: x as fp32 [M, kp], kp =
-// K rounded up to 8, zero padded. Padding adds +0 products to lanes that are
-// never -0 (they start at +0), so it leaves every lane's bits unchanged.
-SD_GEMM_CLONES void gemm_range(const float* xf, int64_t kp, const bf16* w, int M, int K,
-                               int64_t n_begin, int64_t n_end, bf16* y, int64_t y_stride) {
-  const int64_t acc_stride = static_cast<int64_t>(kSuperN) * kGemmLanes;
-  std::vector<float> panel(static_cast<size_t>(kTileN) * kChunkK);
-  std::vector<float> acc(static_cast<size_t>(std::min(M, kGroupM)) * acc_stride);
-  for (int g0 = 0; g0 < M; g0 += kGroupM) {
-    const int gm = std::min(kGroupM, M - g0);
-    for (int64_t s0 = n_begin; s0 < n_end; s0 += kSuperN) {
-      const int sn = static_cast<int>(std::min<int64_t>(kSuperN, n_end - s0));
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t k0 = 0; k0 < kp; k0 += kChunkK) {
-        const int kc = static_cast<int>(std::min<int64_t>(kChunkK, kp - k0));
-        const int k_valid = static_cast<int>(std::min<int64_t>(kc, K - k0));
-        for (int t0 = 0; t0 < sn; t0 += kTileN) {
-          const int nb = std::min(kTileN, sn - t0);
-          // bf16 -> fp32 by shifting the bits up (exact).
-          for (int j = 0; j < nb; ++j) {
-            const bf16* src = w + (s0 + t0 + j) * K + k0;
-            float* dst = panel.data() + j * kc;
-            int k = 0;
-            for (; k + kGemmLanes <= k_valid; k += kGemmLanes) {
-              u16x8 h;
-              std::memcpy(&h, src + k, sizeof(h));
-              const u32x8 u = __builtin_convertvector(h, u32x8) << 16;
-              std::memcpy(dst + k, &u, sizeof(u));
-            }
-            for (; k < k_valid; ++k) dst[k] = to_f32(src[k]);
-            for (; k < kc; ++k) dst[k] = 0.0f;
-          }
-          const float* xg = xf + static_cast<int64_t>(g0) * kp + k0;
-          float* ag = acc.data() + t0 * kGemmLanes;
-          int m0 = 0;
-          for (; m0 + kTileM <= gm; m0 += kTileM)
-            gemm_tile_n<3>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride,
-                           acc_stride);
-          if (gm - m0 == 2)
-            gemm_tile_n<2>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride,
-                           acc_stride);
-          if (gm - m0 == 1)
-            gemm_tile_n<1>(nb, xg + m0 * kp, kp, panel.data(), kc, ag + m0 * acc_stride,
-                           acc_stride);
-        }
-      }
-      for (int m = 0; m < gm; ++m) {
-        for (int j = 0; j < sn; ++j) {
-          float p[kGemmLanes];
-          std::memcpy(p, acc.data() + m * acc_stride + j * kGemmLanes, sizeof(p));
-          for (int off = kGemmLanes / 2; off > 0; off /= 2)
-            for (int l = 0; l < off; ++l) p[l] = p[l] + p[l + off];
-          y[(g0 + m) * y_stride + s0 + j] = to_bf16(p[0]);
-        }
-      }
-    }
-  }
-}
-
-}  // namespace
-
 void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-          int64_t y_stride, int threads) {
-  require(M >= 0 && N >= 0 && K >= 0, "gemm", "needs M, N, K >= 0");
-  require(x_stride >= K && y_stride >= N, "gemm", "needs x_stride >= K and y_stride >= N");
+          int64_t y_stride, int k_slices, int threads) {
+  ops::check_gemm_args("gemm", x, x_stride, w, M, N, K, y, y_stride, k_slices);
   if (M == 0 || N == 0) return;
-  const int64_t kp = (static_cast<int64_t>(K) + kGemmLanes - 1) / kGemmLanes * kGemmLanes;
-  std::vector<float> xf(static_cast<size_t>(M * kp), 0.0f);
-  for (int m = 0; m < M; ++m)
-    for (int k = 0; k < K; ++k) xf[static_cast<size_t>(m * kp + k)] = to_f32(x[m * x_stride + k]);
-  parallel_for(N, threads, [&](int64_t begin, int64_t end) {
-    gemm_range(xf.data(), kp, w, M, K, begin, end, y, y_stride);
-  });
+  // out[m][s][n]: slice s's chain of (x[m], w[n]); one mma_gemm_rows per slice.
+  const int S = k_slices, len = K / S;
+  const int64_t out_stride = static_cast<int64_t>(S) * N;
+  std::vector<float> out(static_cast<size_t>(M) * static_cast<size_t>(out_stride));
+  for (int s = 0; s < S; ++s)
+    mma_gemm_rows(w + static_cast<int64_t>(s) * len, K, N, x + static_cast<int64_t>(s) * len,
+                  x_stride, M, len, out.data() + static_cast<int64_t>(s) * N, out_stride, threads);
+  for (int m = 0; m < M; ++m) {
+    const float* row = out.data() + m * out_stride;
+    for (int n = 0; n < N; ++n) {
+      float p[ops::kGemmMaxKSlices];
+      for (int s = 0; s < S; ++s) p[s] = row[static_cast<int64_t>(s) * N + n];
+      y[m * y_stride + n] = to_bf16(canonical_tree_sum(p, S));
+    }
+  }
 }
 
 // ---- Markov head, step logits, sampling -----------------------------------------------

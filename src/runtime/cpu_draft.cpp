@@ -31,16 +31,16 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The CPU op table: the reference ops on host buffers, the matrix products
-// replaceable (MatmulOps), stage clocks for the timings.
+// The CPU op table: the reference ops on host buffers (the matrix products on the
+// tensor-core twin), stage clocks for the timings.
 class CpuOps final : public StepOps {
  public:
-  CpuOps(int threads, const MatmulOps& mm) : th_(threads), mm_(mm) {}
+  explicit CpuOps(int threads) : th_(threads) {}
   Clock::time_point marks[3];
 
-  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
-            int64_t ys) override {
-    mm_.gemm(x, xs, w, M, N, K, y, ys);
+  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys,
+            int k_slices) override {
+    cpu::gemm(x, xs, w, M, N, K, y, ys, k_slices, th_);
   }
   void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* weight, NormGain gain,
                 float eps, bf16* y, int64_t ys) override {
@@ -84,13 +84,11 @@ class CpuOps final : public StepOps {
 
  private:
   int th_;
-  const MatmulOps& mm_;
 };
 
 class CpuDraft final : public DraftBackend {
  public:
-  CpuDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
-           const MatmulOps* matmul)
+  CpuDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options)
       : ckpt_(std::move(ckpt)),
         c_(ckpt_->config()),
         o_(options),
@@ -121,10 +119,6 @@ class CpuDraft final : public DraftBackend {
     }
     cpu::rope_table(c_.rope_theta, c_.head_dim, o_.max_positions(), rope_.data());
     transform_ = ops::LogitTransform::from_config(c_);
-    const int th = o_.threads;
-    mm_.gemm = [th](const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
-                    int64_t ys) { cpu::gemm(x, xs, w, M, N, K, y, ys, th); };
-    if (matmul && matmul->gemm) mm_.gemm = matmul->gemm;
     sw_.embed = w_.embed;
     sw_.fc = w_.fc;
     sw_.hidden_norm = w_.hidden_norm;
@@ -167,7 +161,7 @@ class CpuDraft final : public DraftBackend {
     if (b.num_tokens == 0) return;
     const ContextSizes n = step_.context_sizes(b.num_tokens);
     std::vector<bf16> h(n.h), normed(n.normed), layer_in(n.layer_in), kv(n.kv);
-    CpuOps ops(o_.threads, mm_);
+    CpuOps ops(o_.threads);
     step_.context_chain(ops, sw_,
                         ContextBuffers{h.data(), normed.data(), layer_in.data(), kv.data()},
                         b.num_tokens, b.hidden, b.positions, b.slots);
@@ -191,14 +185,13 @@ class CpuDraft final : public DraftBackend {
                      kv_lens.data(), safe_anchor.data(), safe_position.data(), x.data(),
                      h.data(),       qkv.data(),         attn.data(),          branch.data(),
                      gu.data(),      act.data(),         residual_f32.data()};
-    CpuOps ops(o_.threads, mm_);
+    CpuOps ops(o_.threads);
     step_.block(ops, sw_, buf, b);
     t_.embed_ms = std::chrono::duration<double, std::milli>(ops.marks[1] - ops.marks[0]).count();
     t_.backbone_ms = std::chrono::duration<double, std::milli>(ops.marks[2] - ops.marks[1]).count();
 
     const MarkovRows rows = markov_rows(b, c_.block_size);
     MarkovInputs in{&c_, &w_, &transform_, &rows, o_.cache_slots, o_.threads};
-    in.gemm = &mm_.gemm;
     run_vocab_parallel_markov(in, o_.tp, h.data(), out, &t_.lm_head_ms, &t_.markov_ms);
   }
 
@@ -209,7 +202,6 @@ class CpuDraft final : public DraftBackend {
   const DraftWeights& w_;
   DraftStep step_;
   PackedWeights packed_;
-  MatmulOps mm_;
   std::vector<std::vector<bf16>> kv_;
   std::vector<float> rope_;
   StepWeights sw_;
@@ -221,10 +213,9 @@ class CpuDraft final : public DraftBackend {
 }  // namespace
 
 std::unique_ptr<DraftBackend> make_cpu_backend(std::shared_ptr<const Checkpoint> ckpt,
-                                               const DraftOptions& options,
-                                               const MatmulOps* matmul) {
+                                               const DraftOptions& options) {
   if (!ckpt) throw InvalidArgument("make_cpu_backend: no checkpoint");
-  return std::make_unique<CpuDraft>(std::move(ckpt), options, matmul);
+  return std::make_unique<CpuDraft>(std::move(ckpt), options);
 }
 
 }  // namespace sparkdraft

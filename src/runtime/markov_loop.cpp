@@ -97,10 +97,7 @@ std::vector<bf16> slice_base(const MarkovInputs& in, int tp, int me, const bf16*
   const int slice = c.vocab_size / tp;
   std::vector<bf16> base(static_cast<size_t>(T) * slice);
   const bf16* w = in.weights->lm_head + static_cast<size_t>(me) * slice * H;
-  if (in.gemm && *in.gemm)
-    (*in.gemm)(hidden, H, w, T, slice, H, base.data(), slice);
-  else
-    cpu::gemm(hidden, H, w, T, slice, H, base.data(), slice, in.threads);
+  cpu::gemm(hidden, H, w, T, slice, H, base.data(), slice, 1, in.threads);
   return base;
 }
 

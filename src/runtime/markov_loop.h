@@ -31,8 +31,6 @@ struct MarkovInputs {
   const MarkovRows* rows;
   int cache_slots;  // rows of the output draft-logits cache
   int threads;
-  // The lm_head GEMM (MatmulOps::gemm of the backend); null = cpu::gemm.
-  const decltype(MatmulOps::gemm)* gemm = nullptr;
 };
 
 // One rank's part: base logits of its vocab slice from the final hidden states

@@ -28,7 +28,7 @@ StepPlan cpu_plan(int tp) {
   plan.backend = "cpu";
   plan.parts = {
       {"context chain", "eager", "the reference ops of cpu/ops.h"},
-      {"backbone", "eager", "the reference ops; matrix products on the fp32 CPU loop"},
+      {"backbone", "eager", "the reference ops; GEMMs as tensor-core chains on the CPU twin"},
       {"lm_head", "eager",
        tp > 1 ? "vocab-parallel over " + std::to_string(tp) + " thread ranks" : "one rank"},
       {"markov loop", "eager",

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "sparkdraft/ops/gemm.h"
+
 namespace sparkdraft {
 
 DraftStep::DraftStep(const ModelConfig& c, const DraftOptions& o)
@@ -77,13 +79,13 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
   if (tokens == 0) return;
   const int T = tokens, H = c_.hidden_size, kv = c_.kv_size(), L = c_.num_layers;
   const int in_width = c_.taps() * c_.target_hidden_size;
-  ops.gemm(hidden, in_width, w.fc, T, H, in_width, buf.h, H);
+  ops.gemm(hidden, in_width, w.fc, T, H, in_width, buf.h, H, 1);
   ops.rms_norm(buf.h, H, T, H, w.hidden_norm, c_.norm_gain, c_.rms_norm_eps, buf.normed, H);
   // K/V of every layer: one stacked GEMM and one front for all of them, or per layer
   // its input norm, its K/V GEMM and its front.
   const int width = c_.context_layer_norm ? 2 * kv : L * 2 * kv;
   if (!c_.context_layer_norm) {
-    ops.gemm(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width);
+    ops.gemm(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width, 1);
     for (int l = 0; l < L; l += ops::kMaxFrontLayers)
       ops.qkv_front(front_params(w, l, std::min(ops::kMaxFrontLayers, L - l),
                                  buf.kv + static_cast<size_t>(l) * 2 * kv, 2 * kv, width, T,
@@ -95,7 +97,7 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
     ops.rms_norm(buf.normed, H, T, H, lw.input_norm, c_.norm_gain, c_.rms_norm_eps, buf.layer_in,
                  H);
     ops.gemm(buf.layer_in, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, T, 2 * kv, H,
-             buf.kv, width);
+             buf.kv, width, 1);
     ops.qkv_front(front_params(w, l, 1, buf.kv, 0, width, T, positions, slots));
   }
 }
@@ -184,10 +186,13 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
   void* residual = f32 ? static_cast<void*>(buf.residual_f32) : static_cast<void*>(buf.x);
 
   const bool sandwich = c_.layer_style == LayerStyle::sandwich;
+  // o_proj and down_proj: the canonical K slices at every TP size (SPEC section 6).
+  const int o_slices = sparkdraft::ops::canonical_k_slices(q);
+  const int down_slices = sparkdraft::ops::canonical_k_slices(I);
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
     // Attention: QKV(+gate) GEMM, QK-norm, RoPE, KV insert, attention, o-norm/gate, o_proj.
-    ops.gemm(buf.h, H, lw.qkv, T, W, H, buf.qkv, W);
+    ops.gemm(buf.h, H, lw.qkv, T, W, H, buf.qkv, W, 1);
     bf16* qh = buf.qkv + qkv_.q;
     ops::QkvFrontParams fp =
         front_params(w, l, 1, buf.qkv + qkv_.k, 0, W, T, buf.positions, buf.slots);
@@ -199,13 +204,13 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     if (c_.o_norm || c_.output_gate)
       ops.o_norm_gate(buf.attn, T, c_.num_heads, hd, lw.o_norm, c_.o_norm, c_.o_norm_gain(),
                       c_.rms_norm_eps, c_.output_gate ? buf.qkv + qkv_.g : nullptr, W);
-    ops.gemm(buf.attn, q, lw.o_proj, T, H, q, buf.branch, H);
+    ops.gemm(buf.attn, q, lw.o_proj, T, H, q, buf.branch, H, o_slices);
     boundary(ops, buf.branch, residual, buf.h, T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,
              sandwich ? lw.pre_ffn_norm : lw.post_attn_norm);
     // SwiGLU MLP.
-    ops.gemm(buf.h, H, lw.gate_up, T, 2 * I, H, buf.gu, 2 * I);
+    ops.gemm(buf.h, H, lw.gate_up, T, 2 * I, H, buf.gu, 2 * I, 1);
     ops.silu_mul(buf.gu, T, I, buf.act);
-    ops.gemm(buf.act, I, lw.down_proj, T, H, I, buf.branch, H);
+    ops.gemm(buf.act, I, lw.down_proj, T, H, I, buf.branch, H, down_slices);
     const bf16* next = l + 1 < L ? w.layers[static_cast<size_t>(l) + 1].input_norm : w.final_norm;
     boundary(ops, buf.branch, residual, buf.h, T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta,
              next);

@@ -29,8 +29,10 @@ namespace sparkdraft {
 class StepOps {
  public:
   virtual ~StepOps() = default;
+  // ops/gemm.h: k_slices canonical K slices (o_proj and down_proj:
+  // ops::canonical_k_slices(K); every other projection 1).
   virtual void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-                    int64_t y_stride) = 0;
+                    int64_t y_stride, int k_slices) = 0;
   virtual void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight,
                         NormGain gain, float eps, bf16* y, int64_t y_stride) = 0;
   virtual void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,

@@ -50,9 +50,10 @@ TEST(CpuAttention, MatchesTheScalarDefinitionBitForBit) {
     // The traps stay out: every row without a special query is finite.
     for (int t = 0; t < d.tokens; ++t)
       for (int i = 0; i < width; ++i)
-        if (!c.special_q || t >= 2)
+        if (!c.special_q || t >= 2) {
           ASSERT_FALSE(bf16_is_nan(want[static_cast<size_t>(t) * width + i]))
               << "reference leaked NaN at token " << t << " index " << i;
+        }
     for (int threads : {1, 2, 3}) {
       std::vector<bf16> out(d.out_size(), bf16{0x7e7e});
       attention(d.params(), d.q.data(), d.cache.data(), out.data(), threads);

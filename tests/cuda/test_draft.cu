@@ -1,6 +1,6 @@
 // The whole draft job on the GPU (issue 3): for each preset and both layer
-// styles, the CPU backend run on the GPU's GEMMs (the only ops allowed to
-// differ; attention runs on the CPU twin) equals the GPU eager path bit for bit, and the
+// styles, the CPU backend (every matrix product on its own tensor-core twin)
+// equals the GPU eager path bit for bit, and the
 // GPU eager path equals the fused path (fused Markov loop + CUDA graph), on
 // tokens, the draft-logits cache and every KV cache, over several rounds.
 // Also: a request drafts the same alone and inside a batch of 5 with padding rows.
@@ -189,7 +189,7 @@ TEST(CudaDraft, DeviceApiInOneGraphEqualsHostApi) {
       dev.store_context_device(db_ctx, st);
       dev.propose_device(db, dout, st);
     };
-    step(s);  // warm-up: pins every GEMM shape before the capture
+    step(s);  // warm-up: loads the kernels before the capture
     const cuda::GraphExec graph(s, step);
     graph.launch(s);
     SD_CUDA_CHECK(cudaStreamSynchronize(s));

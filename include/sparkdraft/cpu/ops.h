@@ -58,8 +58,10 @@ void widen(const bf16* x, int64_t n, float* out);
 void silu_mul(const bf16* gu, int rows, int inter, bf16* y, int threads = 1);
 
 // ---- ops/gemm.h ---------------------------------------------------------------------
+// The chain of ops/gemm.h on the CPU twin (cpu/mma_gemm.h): one mma_gemm_rows per
+// canonical K slice, the slice tree, then bf16. Threads split the N rows.
 void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-          int64_t y_stride, int threads = 1);
+          int64_t y_stride, int k_slices, int threads = 1);
 
 // ---- ops/attention.h ------------------------------------------------------------------
 // The header's definition (src/cpu/attention.cpp). Also refuses, naming the token,

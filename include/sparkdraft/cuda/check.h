@@ -1,10 +1,9 @@
-// One family of check macros for CUDA and cuBLAS(Lt) calls (NCCL's joins them with
+// One family of check macros for CUDA calls (NCCL's joins them with
 // the NCCL communicator, which does not exist yet): a failing call
 // throws DeviceError naming the call, the file:line and the library's message.
 // Every kernel launch is followed by SD_CHECK_LAUNCH().
 #pragma once
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <sstream>
@@ -33,11 +32,3 @@ namespace sparkdraft::cuda {
 
 // After a kernel launch: launch-configuration errors surface here.
 #define SD_CHECK_LAUNCH() SD_CUDA_CHECK(cudaGetLastError())
-
-#define SD_CUBLAS_CHECK(call)                                                           \
-  do {                                                                                  \
-    cublasStatus_t sd_st_ = (call);                                                     \
-    if (sd_st_ != CUBLAS_STATUS_SUCCESS)                                                \
-      ::sparkdraft::cuda::throw_device_error("cuBLAS", #call, __FILE__, __LINE__,       \
-                                             std::to_string(static_cast<int>(sd_st_))); \
-  } while (0)

@@ -1,9 +1,8 @@
 // `sparkdraft check`: the exactness contract of SPEC section 3 on one
 // checkpoint and scenario, with a readable report.
 //
-//   cpu+gpu-matmul  the CPU backend with its layer GEMMs (the op allowed a
-//                   bf16-ulp budget) computed on the GPU: every other op,
-//                   attention included, stays the CPU reference's;
+//   cpu             the CPU backend: every op its own, the matrix products on the
+//                   tensor-core twin (nothing borrowed from the GPU);
 //   gpu eager       the CUDA backend, eager Markov loop, no graph;
 //   gpu fused       the CUDA backend, fused Markov loop, CUDA graph.
 // CPU == GPU eager and GPU eager == GPU fused must hold bit for bit on draft
@@ -30,19 +29,6 @@ struct CheckReport {
   bool markov_fused = false;
   bool ok() const;
   std::string text() const;  // one line per comparison, then a summary
-};
-
-// The CPU backend's MatmulOps computed on the GPU (cuBLASLt GEMM with the
-// backend's pinned algorithms). Weights are uploaded once per host pointer.
-class GpuMatmul {
- public:
-  GpuMatmul();
-  ~GpuMatmul();
-  MatmulOps ops();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
 };
 
 CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s);

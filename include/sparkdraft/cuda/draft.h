@@ -1,7 +1,7 @@
 // The draft job on the GPU (SPEC sections 1, 2, 5): the eager path, one plain
-// kernel or cuBLASLt call per op on the packed weights the CPU backend also uses
-// (runtime/packed_weights.h), then the Markov loop: fused when its plan accepts
-// the draft, else eager with the reason logged once.
+// kernel per op (cuda/kernels.h, the GEMMs included) on the packed weights the
+// CPU backend also uses (runtime/packed_weights.h), then the Markov loop: fused when its plan
+// accepts the draft, else eager with the reason logged once.
 //
 // Two entry points:
 //   * the DraftBackend interface on host buffers (CLI, tests): validates, uploads,

@@ -1,4 +1,4 @@
-// The eager CUDA kernels: one launcher per non-matmul op of cpu/ops.h, same names,
+// The eager CUDA kernels: one launcher per op of cpu/ops.h, same names,
 // same arguments (device pointers instead of host ones, the same ops:: params) plus
 // the caller's stream. The contract of each op is in include/sparkdraft/ops/; this
 // header says how each launches.
@@ -6,9 +6,9 @@
 // Each kernel reproduces its CPU op bit for bit (SPEC section 3): the same
 // rounding points (stated in ops/<family>.h), the canonical reduction order of
 // core/reduce.h (one warp per normed row: lane l owns chunks l, l+32, ... of 8
-// elements, one fma per term, then the xor butterfly) and the math of
-// core/math.h; attention's two products are tensor-core chains (core/mma.h), the
-// same chains as the CPU's twin.
+// elements, one fma per term, then the xor butterfly), the math of core/math.h
+// and, for every matrix product (the GEMMs and attention's two products), the
+// tensor-core chain of core/mma.h, the same chains as the CPU's twin.
 //
 // Launchers check their arguments (InvalidArgument naming the field) before any
 // launch, launch on `stream` and check the launch (DeviceError). They never
@@ -30,6 +30,45 @@
 #include "sparkdraft/ops/query_block.h"
 
 namespace sparkdraft::cuda {
+
+// ---- GEMM (ops/gemm.h) ------------------------------------------------------------------
+// cpu::gemm on the device: y = bf16(chain(x[m], w[n])), k_slices canonical K slices
+// added by the fixed tree. mma.sync m16n8k16 with the operands swapped (weights
+// are A, 16 rows per m16 tile; tokens are B, 8 per n8 tile); no cuBLAS.
+//
+// Design (src/cuda/gemm/tile.cuh): a CTA owns 16*MT weight rows and 8*NT*WT
+// tokens and is k_slices slice groups of WT warps; group s runs slice s, each of
+// its warps the group's weight rows against its own 8*NT tokens, every chain over
+// the whole slice in increasing k. With k_slices > 1 the CTA adds the groups'
+// fp32 partials by the canonical tree in shared memory (no workspace). Grid
+// (ceil(M / (8*NT*WT)), ceil(N / (16*MT))): x (fastest) walks the token chunks,
+// so the CTAs that share weight rows run together and the re-reads hit L2.
+// Ring variants (K % 8 == 0, x_stride % 8 == 0, x and w 16-byte aligned): every
+// group streams its weight rows and its tokens through its own shared-memory
+// ring (stages of 64 k, 16-byte cp.async, ldmatrix.x4 reads, swizzled; one CTA
+// barrier per stage), stages = clamp(96 KB / k_slices / stage bytes, 2, 16):
+//   ring_n8  MT 1, NT 1, WT 1 (16 rows, 8 tokens; M <= 8)     3 KB a stage
+//   ring_n16 MT 1, NT 2, WT 1 (16 rows, 16 tokens; M <= 16)   4 KB
+//   ring_n32 MT 2, NT 2, WT 2 (32 rows, 32 tokens; M <= 32)   8 KB
+//   ring_n64 MT 2, NT 2, WT 4 (32 rows, 64 tokens; larger M in chunks of 64)  12 KB
+// general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
+// from global memory (zero past the ends); the same bits as the ring.
+// Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more
+// than 65535 row blocks. M == 0 or N == 0 launches nothing. The first call on a
+// device runs cuda::mma_self_test() (cuda/mma.h; it synchronizes), so capture a
+// graph after one eager call (CudaDraft runs the self-test at construction).
+void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
+          int64_t y_stride, int k_slices, cudaStream_t stream);
+
+// The variants cuda::gemm chooses from (tests force each; forcing a ring variant on
+// arguments it cannot take throws InvalidArgument).
+enum class GemmVariant { automatic, ring_n8, ring_n16, ring_n32, ring_n64, general };
+void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
+               int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream);
+// What `automatic` runs for these arguments, and whether the ring variants can.
+GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int K);
+bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
+const char* gemm_variant_name(GemmVariant v);
 
 // ---- norms ------------------------------------------------------------------------
 // cpu::rms_norm: y_i = bf16((x_i * r) * g_i), r = 1 / sqrt(ss / n + eps), ss in the

@@ -16,7 +16,6 @@
 #include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/gemm.h"
 #include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
@@ -50,16 +49,16 @@ struct StageEvents {
   }
 };
 
-// The GPU op table: the eager kernels of cuda/kernels.h and the pinned GEMMs on one
+// The GPU op table: the eager kernels of cuda/kernels.h (the GEMM included) on one
 // stream.
 class CudaOps final : public StepOps {
  public:
-  CudaOps(cudaStream_t s, GemmRunner& gemm, void* attn_ws, size_t attn_ws_bytes, StageEvents* ev)
-      : s_(s), gemm_(gemm), ws_(attn_ws), ws_bytes_(attn_ws_bytes), ev_(ev) {}
+  CudaOps(cudaStream_t s, void* attn_ws, size_t attn_ws_bytes, StageEvents* ev)
+      : s_(s), ws_(attn_ws), ws_bytes_(attn_ws_bytes), ev_(ev) {}
 
-  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y,
-            int64_t ys) override {
-    gemm_.run(x, xs, w, M, N, K, y, ys, s_);
+  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys,
+            int k_slices) override {
+    cuda::gemm(x, xs, w, M, N, K, y, ys, k_slices, s_);
   }
   void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* weight, NormGain gain,
                 float eps, bf16* y, int64_t ys) override {
@@ -122,7 +121,6 @@ class CudaOps final : public StepOps {
 
  private:
   cudaStream_t s_;
-  GemmRunner& gemm_;
   void* ws_;
   size_t ws_bytes_;
   StageEvents* ev_;
@@ -138,7 +136,6 @@ struct CudaDraft::Impl {
   DraftStep step;
   StepPlan plan;
   cudaStream_t stream = nullptr;
-  GemmRunner gemm;
   StageTimings timings;
 
   // Weights (device copies; `sw` points into them).
@@ -402,7 +399,7 @@ struct CudaDraft::Impl {
 
   // The context chain of a batch of device pointers on `s`, into `scratch`.
   void run_context(const ContextBatch& d, const ContextBuffers& scratch, cudaStream_t s) {
-    CudaOps ops(s, gemm, attn_ws.data(), attn_ws_bytes, nullptr);
+    CudaOps ops(s, attn_ws.data(), attn_ws_bytes, nullptr);
     ops.fusion = fusion;
     step.context_chain(ops, sw, scratch, d.num_tokens, d.hidden, d.positions, d.slots);
   }
@@ -428,10 +425,10 @@ struct CudaDraft::Impl {
     if (R < 1 || R > o.max_reqs)
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
                             std::to_string(o.max_reqs) + "]");
-    CudaOps ops(s, gemm, attn_ws.data(), attn_ws_bytes, ev);
+    CudaOps ops(s, attn_ws.data(), attn_ws_bytes, ev);
     ops.fusion = fusion;
     step.block(ops, sw, block, b);
-    ops.gemm(h.data(), H, lm_head.data(), T, c.vocab_size, H, base.data(), c.vocab_size);
+    ops.gemm(h.data(), H, lm_head.data(), T, c.vocab_size, H, base.data(), c.vocab_size, 1);
     ops.mark(3);
     MarkovBatch mb;
     mb.rows = R;
@@ -486,7 +483,7 @@ struct CudaDraft::Impl {
     if (plan.runs("cuda graph", "on")) {
       auto it = graphs.find(R);
       if (it == graphs.end()) {
-        // Warm-up (pins GEMM algorithms, loads kernels), then capture.
+        // Warm-up (loads the kernels, sets their shared memory limits), then capture.
         run_device(d, dout, stream, nullptr);
         SD_CUDA_CHECK(cudaStreamSynchronize(stream));
         auto body = [&](cudaStream_t s) { run_device(d, dout, s, nullptr); };
@@ -558,7 +555,7 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
                                                   : "one stacked K/V GEMM") +
                             ", then the context front"});
   plan.parts.push_back(
-      {"backbone", "eager", "one kernel or pinned cuBLASLt GEMM per op, the fronts below aside"});
+      {"backbone", "eager", "one kernel per op, the fronts below aside (GEMMs: the tensor-core chain, o_proj and down in canonical K slices)"});
   // The fused backbone's parts (cuda/backbone.h), each with the reason it does not run.
   const auto front_part = [&](const char* part, const std::string& refusal,
                               const std::string& fused, const std::string& eager) -> PlanPart {
@@ -589,7 +586,7 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
           ? "per layer (input norm, K/V GEMM, then) one kernel: " + heads_ops("K-norm, ")
           : "one kernel after the stacked K/V GEMM for every layer's " + heads_ops("K-norm, "),
       "per layer: " + heads_ops("K-norm, ") + " as separate kernels"));
-  plan.parts.push_back({"lm_head", "cuBLASLt", "one pinned GEMM"});
+  plan.parts.push_back({"lm_head", "eager", "one tensor-core chain GEMM"});
   if (!co.fused_markov)
     plan.parts.push_back({"markov loop", "eager", "the fused loop is switched off"});
   else if (markov_refusal.empty())
