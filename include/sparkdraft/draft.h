@@ -102,7 +102,6 @@ void validate_options(const ModelConfig& c, const DraftOptions& o);
 void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b);
 void validate_propose(const ModelConfig& c, const DraftOptions& o, const ProposeBatch& b);
 
-
 std::unique_ptr<DraftBackend> make_cpu_backend(std::shared_ptr<const Checkpoint> ckpt,
                                                const DraftOptions& options);
 

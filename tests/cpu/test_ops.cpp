@@ -656,7 +656,6 @@ TEST(CpuOpsONormGate, MatchesNaiveBitForBit) {
             }
 }
 
-
 // ---- Markov bias, step logits, sampling ---------------------------------------------------
 
 TEST(CpuOpsMarkovBias, MatchesTheTensorCoreChainBitForBit) {

@@ -46,7 +46,9 @@ using test::Gen;
 // The ops the compositions call, on one backend; anything else is a test bug.
 class FrontOps : public StepOps {
  public:
-  void gemm(const bf16*, int64_t, const bf16*, int, int, int, bf16*, int64_t, int) override { no(); }
+  void gemm(const bf16*, int64_t, const bf16*, int, int, int, bf16*, int64_t, int) override {
+    no();
+  }
   void prepare_query_block(const ops::QueryBlockParams&) override { no(); }
   void attention(const ops::AttentionParams&, const bf16*, const bf16*, bf16*) override { no(); }
   void o_norm_gate(bf16*, int, int, int, const bf16*, bool, NormGain, float, const bf16*,

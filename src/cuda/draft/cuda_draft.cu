@@ -554,8 +554,9 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
                             (c.context_layer_norm ? "per-layer input norm + K/V GEMM per layer"
                                                   : "one stacked K/V GEMM") +
                             ", then the context front"});
-  plan.parts.push_back(
-      {"backbone", "eager", "one kernel per op, the fronts below aside (GEMMs: the tensor-core chain, o_proj and down in canonical K slices)"});
+  plan.parts.push_back({"backbone", "eager",
+                        "one kernel per op, the fronts below aside (GEMMs: the tensor-core chain, "
+                        "o_proj and down in canonical K slices)"});
   // The fused backbone's parts (cuda/backbone.h), each with the reason it does not run.
   const auto front_part = [&](const char* part, const std::string& refusal,
                               const std::string& fused, const std::string& eager) -> PlanPart {
