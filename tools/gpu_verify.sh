@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU verification run of docs/gpu-results.md, in one command, on a machine with a
+# CUDA GPU and binaries already built (`bash tools/build.sh`, or carried as build/):
+#   tools/gpu_verify.sh OUT_DIR [tests|check|big|bench-qwen3|bench-muse ...]
+# Each stage writes its full log to OUT_DIR and one summary line to OUT_DIR/summary.txt
+# (printed at the end). Default stages: tests check big bench-qwen3 bench-muse.
+#   tests        every GPU test but the big presets (build/sparkdraft_cuda_tests)
+#   check        `sparkdraft check` on the tiny qwen3 and muse checkpoints
+#   big          the qwen3-8b and muse presets: CPU == GPU eager == GPU fused (check_draft)
+#   bench-qwen3  `sparkdraft bench step --preset qwen3-8b` (ctx 4096, rows 1 8 32, JSON)
+#   bench-muse   the same for muse
+# SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:?usage: tools/gpu_verify.sh OUT_DIR [stages...]}"
+shift
+stages=("$@")
+[[ ${#stages[@]} -eq 0 ]] && stages=(tests check big bench-qwen3 bench-muse)
+mkdir -p "$out"
+presets="${SPARKDRAFT_PRESET_DIR:-/tmp}"
+summary="$out/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+for stage in "${stages[@]}"; do
+  start=$(date +%s)
+  case "$stage" in
+    tests)
+      ./build/sparkdraft_cuda_tests --gtest_filter='-CudaDraft.Qwen3_8b*:CudaDraft.MuseCpu*' \
+        >"$out/gpu_tests.log" 2>&1
+      rc=$?
+      note "tests: rc $rc, $(grep -E '^\[  PASSED  \]' "$out/gpu_tests.log" | tail -1)" \
+        "$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$out/gpu_tests.log") failed"
+      grep -E '^\[  FAILED  \] [A-Za-z]' "$out/gpu_tests.log" | sort -u | tee -a "$summary"
+      ;;
+    check)
+      { ./build/sparkdraft check --style qwen3 && ./build/sparkdraft check --style muse; } \
+        >"$out/check_tiny.log" 2>&1
+      rc=$?
+      note "check tiny: rc $rc; $(grep 'check:' "$out/check_tiny.log" | tr '\n' ' ')"
+      ;;
+    big)
+      SPARKDRAFT_BIG_PRESETS=1 SPARKDRAFT_PRESET_DIR="$presets" ./build/sparkdraft_cuda_tests \
+        --gtest_filter='CudaDraft.Qwen3_8b*:CudaDraft.MuseCpu*' >"$out/big_presets.log" 2>&1
+      rc=$?
+      note "big presets: rc $rc; $(grep 'check:' "$out/big_presets.log" | tr '\n' ' ')"
+      ;;
+    bench-qwen3 | bench-muse)
+      preset=qwen3-8b
+      [[ "$stage" == bench-muse ]] && preset=muse
+      ./build/sparkdraft bench step --preset "$preset" --preset-dir "$presets" --ctx 4096 \
+        --rows 1 8 32 --json "$out/bench_step_$preset.json" >"$out/bench_step_$preset.log" 2>&1
+      rc=$?
+      note "bench step $preset: rc $rc"
+      grep -A4 '^preset ' "$out/bench_step_$preset.log" | tee -a "$summary"
+      ;;
+    *)
+      echo "tools/gpu_verify.sh: unknown stage '$stage'" >&2
+      exit 2
+      ;;
+  esac
+  note "  ($stage: $(($(date +%s) - start)) s)"
+done
