@@ -5,7 +5,7 @@
 // qkv_front launch: kFrontWarps warps per block, each warp 32 / group heads (tile.h),
 // heads ordered token by token (q heads, then per layer K heads and V heads); one
 // launch covers every token and every layer of the call.
-// embed_norm launch: one warp per row, kEmbedNormWarps rows per block.
+// embed_norm launch: one block per row, the row staged in shared memory.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "cuda/fused/backbone/front.cuh"
 #include "cuda/fused/backbone/tile.h"
 #include "sparkdraft/cuda/backbone.h"
+#include "sparkdraft/cuda/check.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {
@@ -36,10 +37,8 @@ __global__ void __launch_bounds__(kFrontThreads)
 
 __global__ void __launch_bounds__(kEmbedNormThreads)
     embed_norm_kernel(const ops::EmbedNormParams p) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kEmbedNormWarps + threadIdx.x / kWarp;
-  if (row >= p.rows) return;  // whole warps leave together
-  embed_norm_row(p, row, lane);
+  extern __shared__ __align__(16) bf16 staged_row[];
+  embed_norm_row(p, blockIdx.x, staged_row);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -108,9 +107,21 @@ void embed_norm(const ops::EmbedNormParams& p, cudaStream_t stream) {
           op, "table, x, y, residual_f32 and weight must be 16-byte aligned");
   if (p.rows == 0) return;
   LaunchShape shape;
-  shape.grid = dim3(grid_for(p.rows, kEmbedNormWarps, op));
+  shape.grid = dim3(grid_for(p.rows, 1, op));
   shape.block = dim3(kEmbedNormThreads);
+  shape.smem = static_cast<size_t>(p.hidden) * sizeof(bf16);
   shape.stream = stream;
+  if (shape.smem > 48 * 1024) {
+    int device = 0, optin = 0;
+    SD_CUDA_CHECK(cudaGetDevice(&device));
+    SD_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    require(shape.smem <= static_cast<size_t>(optin), op,
+            "hidden " + std::to_string(p.hidden) + " needs " + std::to_string(shape.smem) +
+                " bytes of shared memory; this device allows " + std::to_string(optin));
+    SD_CUDA_CHECK(cudaFuncSetAttribute(embed_norm_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(shape.smem)));
+  }
   launch_kernel("embed_norm_kernel", embed_norm_kernel, shape, p);
 }
 

@@ -21,8 +21,7 @@ inline constexpr int kFrontThreads = kFrontWarps * kWarp;
 inline constexpr int kFrontStage = kWarp * kChunk;
 static_assert(kFrontMaxHeadDim == kWarp * kChunk);
 
-inline constexpr int kEmbedNormWarps = 4;  // one row per warp
-inline constexpr int kEmbedNormThreads = kEmbedNormWarps * kWarp;
+inline constexpr int kEmbedNormThreads = 256;  // one block per row
 
 // Lanes per head: the smallest power of two >= head_dim / 8.
 SD_HD constexpr int front_group(int head_dim) {
