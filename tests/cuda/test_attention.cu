@@ -9,8 +9,8 @@
 // published shapes at ctx 4096 with 1, 8 and 32 requests.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -215,7 +215,6 @@ TEST(CudaAttention, LauncherSplitForThePublishedShapes) {
     }
 }
 
-
 // ---- speed (prints only) -------------------------------------------------------------
 // Each published shape at ctx 4096 (7 block queries at 4096..4102 per request) with 1,
 // 8 and 32 requests: median of 10 calls, the L2 flushed (a 256 MB memset) before
@@ -246,8 +245,9 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
       test::Gen gen(++seed);
       std::printf("[attention speed] %s small-case seed %llu\n", sh.name,
                   static_cast<unsigned long long>(seed));
-      const AttentionCase c{sh.heads,        sh.kv_heads, sh.head_dim, sh.window / 16, causal,
-                            {300, 129, 77}, 7,           16,          1,             false};
+      const AttentionCase c{sh.heads, sh.kv_heads,    sh.head_dim, sh.window / 16,
+                            causal,   {300, 129, 77}, 7,           16,
+                            1,        false};
       const AttentionData d = test::make_attention_data(gen, c);
       std::vector<bf16> want(d.out_size());
       cpu::attention(d.params(), d.q.data(), d.cache.data(), want.data(), 2);
@@ -259,8 +259,9 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
     test::Gen gen(++seed);
     std::printf("[attention speed] %s big-case seed %llu\n", sh.name,
                 static_cast<unsigned long long>(seed));
-    const AttentionCase c{sh.heads, sh.kv_heads, sh.head_dim, sh.window,        causal,
-                          std::vector<int64_t>(32, 4103), 7,  16,          0, false};
+    const AttentionCase c{
+        sh.heads, sh.kv_heads, sh.head_dim, sh.window, causal, std::vector<int64_t>(32, 4103),
+        7,        16,          0,           false};
     const AttentionData d = test::make_attention_data(gen, c);
     DeviceCase dc(d, s);
     const ops::AttentionRange first = ops::attention_range(4096, 4103, sh.window, causal);
@@ -293,9 +294,10 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
           if (it > 0) ms.push_back(t);  // the first call also sets the smem limit
         }
         const float us = median_us(ms);
-        std::printf("[attention speed] %-8s rows %2d splits %2d%s: %9.1f us  %7.1f GB/s  (K/V %.1f MB)\n",
-                    sh.name, rows, used, splits == 0 ? " (pick)" : "       ", us,
-                    bytes / (us * 1e-6) / 1e9, bytes / 1e6);
+        std::printf(
+            "[attention speed] %-8s rows %2d splits %2d%s: %9.1f us  %7.1f GB/s  (K/V %.1f MB)\n",
+            sh.name, rows, used, splits == 0 ? " (pick)" : "       ", us, bytes / (us * 1e-6) / 1e9,
+            bytes / 1e6);
       }
     }
   }

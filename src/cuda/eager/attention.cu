@@ -114,11 +114,14 @@ __device__ int piece_at(const AttnArgs& a, int t, int* req_out) {
 }
 
 // Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed).
-// Thread x loads position x / 4: pieces x % 4, x % 4 + 4, ... of its K and V rows.
+// Thread x loads position x / 4 (one page lookup): pieces x % 4, x % 4 + 4, ... of
+// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes, unrolled).
+template <int KS>
 __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
-                                           const int32_t* table, int64_t kv_len, int kvh,
-                                           int64_t c, bf16* ks) {
+                                           const int32_t* table, int64_t kv_len, int kvh, int64_t c,
+                                           bf16* ks) {
   constexpr int kPer = kThreads / kChunk;  // threads per position
+  static_assert(kPer == 4, "four threads per position");
   const int hd = a.head_dim, ldk = a.ldk;
   bf16* vs = ks + kChunk * ldk;
   const int j = threadIdx.x / kPer, sub = threadIdx.x % kPer;
@@ -126,19 +129,27 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
   const bf16* src = nullptr;
   if (pos < kv_len) {
     const uint32_t upos = static_cast<uint32_t>(pos), ps = static_cast<uint32_t>(a.page_size);
-    const int32_t page = table[upos / ps];
+    const uint32_t pi = upos / ps;
+    const int32_t page = table[pi];
     if (page >= 0) {
-      const int64_t slot = static_cast<int64_t>(page) * a.page_size + upos % ps;
+      const int64_t slot = static_cast<int64_t>(page) * a.page_size + (upos - pi * ps);
       src = cache + (slot * a.kv_heads + kvh) * 2 * hd;
     }
   }
   if (a.vec) {
     const int units = hd / 8;  // 16-byte pieces per K (or V) row
-    for (int u = sub; u < 2 * units; u += kPer) {
-      const bool v = u >= units;
-      const int part = v ? u - units : u;
-      cp_async_16((v ? vs : ks) + swz(j, part * 8, ldk),
-                  src != nullptr ? src + (v ? hd : 0) + part * 8 : cache, src != nullptr ? 16 : 0);
+    const int f = (j ^ (j >> 3)) & 7;
+    const int bytes = src != nullptr ? 16 : 0;
+    const bf16* from = src != nullptr ? src : cache;
+#pragma unroll
+    for (int i = 0; i < KS; ++i) {
+      const int u = sub + kPer * i;
+      if (u < 2 * units) {
+        const bool v = u >= units;
+        const int part = v ? u - units : u;
+        cp_async_16((v ? vs : ks) + j * ldk + ((part ^ f) << 3),
+                    from + (src != nullptr ? u * 8 : 0), bytes);
+      }
     }
   } else {
     for (int u = sub; u < 2 * hd; u += kPer) {
@@ -147,6 +158,16 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
       (v ? vs : ks)[swz(j, d, ldk)] = src != nullptr ? src[u] : bf16{0};
     }
   }
+}
+
+// exp_f32 without branches (the same bits): the core runs on a clamped argument and
+// the special cases are selected afterwards, so that a lane's exps overlap.
+__device__ __forceinline__ float exp_nb(float x) {
+  const bool nan = (f32_bits(x) & 0x7fffffffu) > 0x7f800000u;
+  const bool big = x > 89.0f, small = x < -104.0f;
+  const float xc = nan || big || small ? 0.0f : x;
+  const float r = math_detail::to_float(math_detail::exp_d(static_cast<double>(xc)));
+  return nan ? math_detail::quiet(x) : big ? bits_f32(0x7f800000u) : small ? 0.0f : r;
 }
 
 template <bool kSum>
@@ -290,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 
   const int stage_elems = 2 * kChunk * ldk;
   for (int s = 0; s < a.stages - 1; ++s) {
-    if (s < nchunks) load_chunk(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * stage_elems);
+    if (s < nchunks) load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * stage_elems);
     cp_async_commit();
   }
 
@@ -326,7 +347,8 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
     {
       const int nxt = ci + a.stages - 1;
       if (nxt < nchunks)
-        load_chunk(a, cache, table, kv_len, kvh, cbeg + nxt, kvs + (nxt % a.stages) * stage_elems);
+        load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + nxt,
+                       kvs + (nxt % a.stages) * stage_elems);
       cp_async_commit();
     }
     if (!computes) continue;
@@ -407,7 +429,8 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
-        const float p = live[nt][e] ? exp_f32(__fsub_rn(x[nt][e], m[h])) : 0.0f;
+        const float ex = exp_nb(__fsub_rn(x[nt][e], m[h]));
+        const float p = live[nt][e] ? ex : 0.0f;
         x[nt][e] = p;
         pt[(g + 8 * h) * kPLd + j] = to_bf16(p);
       }
@@ -417,22 +440,42 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
       if (tq == 0) rs[qw * 16 + g + 8 * h] = pl;
     }
     named_barrier(bar_id, bar_threads);
-    float fa[2], fb[2];
+    // The fold's scalars (ops::attention_fold): lane tq of the quad computes
+    // exp(M - M') (tq even) or exp(m_c - M') (tq odd) of row tq / 2, then the quad
+    // shares them.
+    float lc[2], next[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float l = cross_partial<true, WQ>(rs + g + 8 * h);
-      fa[h] = fb[h] = 0.0f;
-      if (!act[h]) continue;
-      if (fold_self) {
-        const ops::AttentionFold f = ops::attention_fold(M[h], Lsum[h], m[h], l, first[h]);
-        fa[h] = f.a;
-        fb[h] = f.b;
+      lc[h] = cross_partial<true, WQ>(rs + g + 8 * h);
+      next[h] = ops::attention_max(M[h], m[h]);
+    }
+    float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
+    if (fold_self) {
+      const int hh = tq >> 1;
+      const float arg = (tq & 1) != 0 ? __fsub_rn(hh ? m[1] : m[0], hh ? next[1] : next[0])
+                                      : __fsub_rn(hh ? M[1] : M[0], hh ? next[1] : next[0]);
+      const float ex = exp_nb(arg);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float ea = __shfl_sync(0xffffffffu, ex, (lane & ~3) | (2 * h));
+        const float eb = __shfl_sync(0xffffffffu, ex, (lane & ~3) | (2 * h + 1));
+        if (!act[h]) continue;
+        fa[h] = first[h] ? 0.0f : ea;
+        fb[h] = eb;
+        const float la = __fmul_rn(Lsum[h], fa[h]);
+        const float lb = __fmul_rn(lc[h], fb[h]);
+        Lsum[h] = __fadd_rn(la, lb);
+        M[h] = next[h];
         first[h] = false;
-      } else if (qw == 0 && tq == 0) {
+      }
+    } else if (qw == 0 && tq == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!act[h]) continue;
         const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
         const int64_t unit = (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks + (c - cb[h]);
         ws_m[unit] = m[h];
-        ws_l[unit] = l;
+        ws_l[unit] = lc[h];
       }
     }
 
@@ -490,19 +533,25 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
   }
 }
 
-// The fold of the stored chunk partials, one block per (token, head). The chunks' m
-// and l are staged in shared memory (tiles of kCombineTile chunks) and the loop is
-// unrolled so that the o loads of several chunks are in flight; the fold itself is
-// the definition's sequential one.
-constexpr int kCombineTile = 512;
+// The fold of the stored chunk partials, one block per (token, head). The fold's
+// running max M_c = max_f32(M_{c-1}, m_c) is a prefix max: max_f32 keeps the later of
+// two equal operands and ignores NaN, so any order-preserving tree gives the
+// sequential bits. Per tile of kCombineThreads chunks, thread i takes chunk i: the
+// prefix max (warp shuffles, then the warps' totals), then its a = exp(M_{c-1} - M_c)
+// (0 for the first chunk) and b = exp(m_c - M_c), all in parallel. The cheap rest of
+// the fold (L, and O per column) runs sequentially in chunk order, with the o loads
+// of several chunks in flight.
 constexpr int kCombineThreads = 128;
+constexpr int kCombineWarps = kCombineThreads / detail::kWarpSize;
 
 __global__ void __launch_bounds__(kCombineThreads)
     attention_combine_kernel(AttnArgs a, const float* ws_m, const float* ws_l, const float* ws_o,
                              bf16* out) {
-  __shared__ float m_s[kCombineTile], l_s[kCombineTile];
+  __shared__ float a_s[kCombineThreads], b_s[kCombineThreads], l_s[kCombineThreads];
+  __shared__ float warp_max[kCombineWarps];
   const int t = blockIdx.x, h = blockIdx.y;
   const int hd = a.head_dim;
+  const int lane = threadIdx.x % detail::kWarpSize, warp = threadIdx.x / detail::kWarpSize;
   bf16* o = out + (static_cast<int64_t>(t) * a.heads + h) * hd;
   const int req = a.token_request[t];
   if (req < 0) {
@@ -517,23 +566,47 @@ __global__ void __launch_bounds__(kCombineThreads)
   float O[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) O[k] = 0.0f;
-  float M = -INFINITY, L = 0.0f;
-  for (int64_t c0 = cb; c0 < ce; c0 += kCombineTile) {
-    const int n = static_cast<int>(ce - c0 < kCombineTile ? ce - c0 : kCombineTile);
-    __syncthreads();  // the previous tile is consumed
-    for (int i = threadIdx.x; i < n; i += kCombineThreads) {
-      m_s[i] = ws_m[base + (c0 - cb) + i];
-      l_s[i] = ws_l[base + (c0 - cb) + i];
+  float M = -INFINITY, L = 0.0f;  // M: the running max before the tile
+  for (int64_t c0 = cb; c0 < ce; c0 += kCombineThreads) {
+    const int n = static_cast<int>(ce - c0 < kCombineThreads ? ce - c0 : kCombineThreads);
+    const int i = threadIdx.x;
+    const float m = i < n ? ws_m[base + (c0 - cb) + i] : -INFINITY;
+    const float l = i < n ? ws_l[base + (c0 - cb) + i] : 0.0f;
+    // Inclusive prefix max of the tile (earlier operand first).
+    float p = m;
+#pragma unroll
+    for (int off = 1; off < detail::kWarpSize; off *= 2) {
+      const float q = __shfl_up_sync(0xffffffffu, p, off);
+      if (lane >= off) p = ops::attention_max(q, p);
     }
+    __syncthreads();  // the previous tile's a_s, b_s, l_s and warp_max are consumed
+    if (lane == detail::kWarpSize - 1) warp_max[warp] = p;
     __syncthreads();
-#pragma unroll 8
-    for (int i = 0; i < n; ++i) {
-      const ops::AttentionFold f = ops::attention_fold(M, L, m_s[i], l_s[i], c0 + i == cb);
-      const float* oc = ws_o + (base + (c0 - cb) + i) * hd;
+    float before = M;  // the max of everything before this warp
+    for (int w = 0; w < warp; ++w) before = ops::attention_max(before, warp_max[w]);
+    const float incl = ops::attention_max(before, p);
+    float prev = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) prev = before;
+    if (i < n) {
+      a_s[i] = c0 + i == cb ? 0.0f : exp_nb(__fsub_rn(prev, incl));
+      b_s[i] = exp_nb(__fsub_rn(m, incl));
+      l_s[i] = l;
+    }
+    float tile_max = M;
+    for (int w = 0; w < kCombineWarps; ++w) tile_max = ops::attention_max(tile_max, warp_max[w]);
+    __syncthreads();
+    M = tile_max;
+    const float* oc = ws_o + (base + (c0 - cb)) * hd;
+#pragma unroll 16
+    for (int c = 0; c < n; ++c) {
+      const float fa = a_s[c], fb = b_s[c];
+      L = __fadd_rn(__fmul_rn(L, fa), __fmul_rn(l_s[c], fb));
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int d = threadIdx.x + k * kCombineThreads;
-        if (d < hd) O[k] = ops::attention_fold_value(O[k], oc[d], f);
+        if (d < hd)
+          O[k] = ops::attention_fold_value(O[k], oc[static_cast<int64_t>(c) * hd + d],
+                                           ops::AttentionFold{fa, fb});
       }
     }
   }
@@ -600,8 +673,7 @@ int attention_splits(const ops::AttentionParams& p) {
   const int tpc = tokens_per_piece(p);
   const int64_t pieces = std::max<int64_t>(p.requests, (p.tokens + tpc - 1) / tpc);
   const int64_t units = pieces * p.kv_heads;
-  const int64_t kTargetCtas =
-      static_cast<int64_t>(kSms) * ctas_per_sm(padded_head_dim(p.head_dim));
+  const int64_t kTargetCtas = static_cast<int64_t>(kSms) * ctas_per_sm(padded_head_dim(p.head_dim));
   // Enough CTAs already (three quarters of a wave or more): no split, no workspace.
   if (4 * units >= 3 * kTargetCtas) return 1;
   // The most chunks one CTA's rows can span (a causal window: the window plus the
@@ -610,7 +682,9 @@ int attention_splits(const ops::AttentionParams& p) {
   if (p.causal && p.window > 0)
     span = std::min<int64_t>(span,
                              (static_cast<int64_t>(p.window) + tpc + 2 * kChunk - 2) / kChunk + 1);
-  const int64_t want = (kTargetCtas + units - 1) / units;
+  // As many splits as still fit in one wave (a second, partial wave costs more than
+  // the CTAs it adds).
+  const int64_t want = kTargetCtas / units;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, span, 65535})));
 }
 
@@ -685,8 +759,7 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   auto launch = [&](auto kernel) {
     // The most any head dim of this instantiation (hdp <= 16 * ks) needs.
     const int hmax = 16 * ks;
-    const size_t most =
-        smem_layout(swizzled_ld(hmax), hmax + 8, stages_for(hmax), kMaxRows).total;
+    const size_t most = smem_layout(swizzled_ld(hmax), hmax + 8, stages_for(hmax), kMaxRows).total;
     if (capturing == cudaStreamCaptureStatusNone)
       SD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(most)));
