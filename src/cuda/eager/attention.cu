@@ -115,7 +115,7 @@ __device__ int piece_at(const AttnArgs& a, int t, int* req_out) {
 
 // Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed).
 // Thread x loads position x / 4 (one page lookup): pieces x % 4, x % 4 + 4, ... of
-// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes, unrolled).
+// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes).
 template <int KS>
 __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
                                            const int32_t* table, int64_t kv_len, int kvh, int64_t c,
@@ -141,7 +141,7 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
     const int f = (j ^ (j >> 3)) & 7;
     const int bytes = src != nullptr ? 16 : 0;
     const bf16* from = src != nullptr ? src : cache;
-#pragma unroll
+#pragma unroll 1  // unrolled, the addresses cost the <8, 4> kernel spills
     for (int i = 0; i < KS; ++i) {
       const int u = sub + kPer * i;
       if (u < 2 * units) {
