@@ -32,7 +32,8 @@ struct AttentionCase {
   int window = 0;
   bool causal = false;
   std::vector<int64_t> kv_lens;
-  int block = 7;  // queries per request (positions kv_len - block .. kv_len - 1)
+  int block = 7;  // queries per request (positions kv_len - n .. kv_len - 1, n = min(block,
+                  // kv_len): a request shorter than the block gets one query per position)
   int page_size = 16;
   int padding_tokens = 0;  // -1 tokens, spread between the requests
   bool special_q = false;  // a NaN and a +inf query head
@@ -102,7 +103,7 @@ inline AttentionData make_attention_data(Gen& gen, const AttentionCase& c) {
     const int64_t kv_len = c.kv_lens[static_cast<size_t>(r)];
     // The lowest window start of the request's queries: pages wholly below it stay
     // unmapped.
-    const int64_t first_pos = kv_len - c.block;
+    const int64_t first_pos = kv_len - std::min<int64_t>(c.block, kv_len);
     const int64_t lo = ops::attention_range(first_pos, kv_len, c.window, c.causal).lo;
     const int mapped_end = static_cast<int>((kv_len + c.page_size - 1) / c.page_size) + 1;
     for (int i = 0; i < d.max_pages; ++i) {
@@ -117,9 +118,11 @@ inline AttentionData make_attention_data(Gen& gen, const AttentionCase& c) {
     }
   }
   for (int r = 0; r < requests; ++r) {
-    for (int j = 0; j < c.block; ++j) {
+    const int64_t kv_len = c.kv_lens[static_cast<size_t>(r)];
+    const int64_t n = std::min<int64_t>(c.block, kv_len);
+    for (int64_t j = 0; j < n; ++j) {
       d.token_request.push_back(r);
-      d.positions.push_back(c.kv_lens[static_cast<size_t>(r)] - c.block + j);
+      d.positions.push_back(kv_len - n + j);
     }
     if (r < c.padding_tokens) {
       d.token_request.push_back(-1);

@@ -5,8 +5,11 @@
 // queries), every split the launcher can pick forced, a captured graph equal to the
 // eager call, and the published shapes at a context of 4096. Also (host only, no GPU
 // needed) the launcher's split and workspace for the qwen3-8b and muse shapes.
+// AttentionSpeed.* (prints only, after its own correctness checks) times the
+// published shapes at ctx 4096 with 1, 8 and 32 requests.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -210,6 +213,96 @@ TEST(CudaAttention, LauncherSplitForThePublishedShapes) {
       if (rows == 1) EXPECT_GE(ctas, 132) << sh.name;
       if (rows == 32) EXPECT_EQ(ws, 0u) << sh.name;
     }
+}
+
+// ---- speed (prints only) -------------------------------------------------------------
+// Each published shape at ctx 4096 (7 block queries at 4096..4102 per request) with 1,
+// 8 and 32 requests: median of 10 calls, the L2 flushed (a 256 MB memset) before
+// each, us and GB/s of the K/V bytes the queries read (the union of their ranges).
+// Checked first: the GPU against the CPU on a small case of the shape, and on the
+// big one the launcher's split against no split and a forced split, bit for bit.
+float median_us(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return 1000.0f * v[v.size() / 2];
+}
+
+TEST(AttentionSpeed, PublishedShapesAtContext4096) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  DeviceBuffer<unsigned char> flush(size_t{256} << 20);
+  cudaEvent_t e0, e1;
+  SD_CUDA_CHECK(cudaEventCreate(&e0));
+  SD_CUDA_CHECK(cudaEventCreate(&e1));
+  struct Shape {
+    const char* name;
+    int heads, kv_heads, head_dim, window;
+  };
+  uint64_t seed = 0xA800;
+  for (const Shape& sh : {Shape{"qwen3-8b", 32, 8, 128, 0}, Shape{"muse", 128, 16, 64, 2048}}) {
+    const bool causal = sh.window > 0;
+    {  // small case against the CPU
+      test::Gen gen(++seed);
+      std::printf("[attention speed] %s small-case seed %llu\n", sh.name,
+                  static_cast<unsigned long long>(seed));
+      const AttentionCase c{sh.heads, sh.kv_heads,    sh.head_dim, sh.window / 16,
+                            causal,   {300, 129, 77}, 7,           16,
+                            1,        false};
+      const AttentionData d = test::make_attention_data(gen, c);
+      std::vector<bf16> want(d.out_size());
+      cpu::attention(d.params(), d.q.data(), d.cache.data(), want.data(), 2);
+      DeviceCase dc(d, s);
+      for (int splits : {0, 1, 3})
+        ASSERT_TRUE(test::same_bits(dc.run(splits, s), want, {c.heads * c.head_dim}))
+            << sh.name << " small case, splits " << splits;
+    }
+    test::Gen gen(++seed);
+    std::printf("[attention speed] %s big-case seed %llu\n", sh.name,
+                static_cast<unsigned long long>(seed));
+    const AttentionCase c{
+        sh.heads, sh.kv_heads, sh.head_dim, sh.window, causal, std::vector<int64_t>(32, 4103),
+        7,        16,          0,           false};
+    const AttentionData d = test::make_attention_data(gen, c);
+    DeviceCase dc(d, s);
+    const ops::AttentionRange first = ops::attention_range(4096, 4103, sh.window, causal);
+    const int64_t positions = 4103 - first.lo;
+    for (int rows : {1, 8, 32}) {
+      dc.p.requests = rows;
+      dc.p.tokens = rows * 7;
+      const double bytes = static_cast<double>(rows) * sh.kv_heads * positions * 2 * sh.head_dim *
+                           static_cast<double>(sizeof(bf16));
+      const int pick = cuda::attention_splits(dc.p);
+      const std::vector<bf16> base = dc.run(1, s);
+      ASSERT_TRUE(test::same_bits(dc.run(0, s), base)) << sh.name << " rows " << rows;
+      ASSERT_TRUE(test::same_bits(dc.run(7, s), base)) << sh.name << " rows " << rows;
+      std::vector<int> tries = {0, 1, 2, 4, 8, 16, 32};
+      for (int splits : tries) {
+        const int used = splits == 0 ? pick : splits;
+        if (splits != 0 && splits == pick) continue;
+        DeviceBuffer<unsigned char> ws(
+            std::max<size_t>(1, cuda::attention_workspace_bytes(dc.p, used)));
+        std::vector<float> ms;
+        for (int it = 0; it < 11; ++it) {
+          SD_CUDA_CHECK(cudaMemsetAsync(flush.data(), it & 0xff, flush.bytes(), s));
+          SD_CUDA_CHECK(cudaEventRecord(e0, s));
+          cuda::attention(dc.p, dc.q.data(), dc.cache.data(), dc.out.data(), ws.data(), ws.bytes(),
+                          s, used);
+          SD_CUDA_CHECK(cudaEventRecord(e1, s));
+          SD_CUDA_CHECK(cudaEventSynchronize(e1));
+          float t = 0.0f;
+          SD_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+          if (it > 0) ms.push_back(t);  // the first call also sets the smem limit
+        }
+        const float us = median_us(ms);
+        std::printf(
+            "[attention speed] %-8s rows %2d splits %2d%s: %9.1f us  %7.1f GB/s  (K/V %.1f MB)\n",
+            sh.name, rows, used, splits == 0 ? " (pick)" : "       ", us, bytes / (us * 1e-6) / 1e9,
+            bytes / 1e6);
+      }
+    }
+  }
+  SD_CUDA_CHECK(cudaEventDestroy(e0));
+  SD_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
 }  // namespace

@@ -146,9 +146,10 @@ inline constexpr int kAttentionMaxGroup = 64;  // heads / kv_heads (rows of one 
 void check_attention_limits(const ops::AttentionParams& p);
 
 // The launcher's split for these params (host-known fields only: tokens, requests,
-// heads, kv_heads, window, causal, max_kv_len): 1 where the batch already gives
-// (requests or token pieces) x kv_heads >= 3/4 of 132 CTAs, else enough splits of
-// each row set's chunks to reach 132 CTAs.
+// heads, kv_heads, head_dim, window, causal, max_kv_len): 1 where the batch already
+// gives (requests or token pieces) x kv_heads >= 3/4 of a wave (132 SMs x the CTAs
+// per SM of the head dim: 2 up to 128, else 1), else as many splits of each row
+// set's chunks as still fit in that one wave.
 int attention_splits(const ops::AttentionParams& p);
 
 // Device workspace `attention` needs with `splits` (0 = attention_splits(p)): 0 for

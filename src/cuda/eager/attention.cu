@@ -1,31 +1,40 @@
 // Attention over the paged KV cache: ops/attention.h's definition on the tensor
 // cores, bit for bit cpu::attention.
 //
-// Rows. A CTA owns the query rows of up to kMaxRows = 64 (tokens x grouped heads)
-// that read one KV head: a piece of at most 64 / group consecutive tokens of one
-// request (grid x: one CTA per token; only the first token of each piece runs, the
-// others exit), and one KV head (grid y). Row i is token t0 + i / group, head
-// kvh * group + i % group.
+// Rows. A CTA (8 warps) owns the query rows (tokens x grouped heads) that read one KV
+// head: a piece of at most `tpc` consecutive tokens of one request (grid x: one CTA
+// per token; only the first token of each piece runs, the others exit at once), and
+// one KV head (grid y). Row i is token t0 + i / group, head kvh * group + i % group.
+// tpc (host: about tokens / requests, at most 64 / group) bounds the rows to
+// mt_max 16-row tiles; each tile gets WQ = 8 / mt_max (2, 4 or 8) warps.
 // Chunks. The CTA walks the union of its rows' chunk ranges, or, with `splits` > 1
 // (grid z), its z-th contiguous share of that union. Per chunk (64 positions):
-//   * K and V of the 64 positions land in shared memory by 16-byte cp.async (a ring
-//     of 2 or 3 stages, so that 1 or 2 chunks are in flight while one is computed);
-//     positions >= kv_len or on an unmapped page are zero-filled, the columns past
+//   * K and V land in shared memory by 16-byte cp.async (a ring of 2 to 4 stages);
+//     each thread loads pieces of one position (one page lookup). Rows are stored
+//     with their 16-byte pieces XOR-swizzled (piece ^ ((j ^ j >> 3) & 7)), so both
+//     the strided K reads and the V column reads are free of bank conflicts.
+//     Positions >= kv_len or on an unmapped page are zero-filled, columns past
 //     head_dim are zero;
-//   * scores: mma.m16n8k16 chains, A = query rows (ldmatrix), B = K rows
-//     (ldmatrix; k = the head dimension, contiguous), chained over the head dim from
-//     +0; warp w owns positions 16w .. 16w+15 for every row tile; s = d * scale;
-//   * one warp per row: lane l holds slots l and l + 32, the chunk max and sum in the
-//     definition's order (pair, then xor butterfly 16 .. 1), p = exp_f32(s - m),
-//     pb = bf16(p) to shared memory, then the fold's scalars (lane 0);
-//   * P.V: chains over the 64 positions (4 steps), A = pb rows (ldmatrix), B = V
-//     (ldmatrix.trans: k = positions); warp w owns head-dim columns 16w, 16w + 64, ...
-//   * splits == 1: the fold runs in registers (O) and shared memory (M, L) and the CTA
-//     writes bf16(O / L); splits > 1: (m_c, l_c, o_c) go to the workspace and
-//     attention_combine_kernel folds them per (token, head) in chunk order.
+//   * scores: warp q of a tile owns the slots j = WQ * n + q (n < 64 / WQ) for the
+//     tile's 16 rows; the Q fragments stay in registers, K comes by ldmatrix; the
+//     chains run over the head dim from +0; s = d * scale;
+//   * chunk max and sum straight from the mma accumulators in the definition's
+//     order: the slot bits 5 .. log2(WQ) are the warp's n bits (n-tile bits in the
+//     lane, then xor 2 and xor 1 across the quad, then the pair bit in the lane),
+//     and the last log2(WQ) levels combine the tile's warps' partials through
+//     shared memory (a named barrier per tile);
+//   * pb = bf16(p) to shared memory (the only per-element round trip: the P.V
+//     A operand needs all 64 slots), then P.V: warp q owns the head-dim n-tiles
+//     q, q + WQ, ...; each n-tile's chain (4 steps over the slots) is folded at once
+//     into the O accumulator fragments, which stay in registers;
+//   * splits == 1: the CTA writes bf16(O / L); splits > 1: (m_c, l_c, o_c) go to the
+//     workspace and attention_combine_kernel folds them per (token, head) in chunk
+//     order.
 // Both paths are the definition's sequential fold, so every split gives the same bits.
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/cuda/check.h"
@@ -39,15 +48,15 @@ namespace sparkdraft::cuda {
 namespace {
 
 constexpr int kChunk = ops::kAttentionChunk;  // 64
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * detail::kWarpSize;
-constexpr int kMaxRows = 64;      // rows per CTA: 4 row tiles of 16
+constexpr int kMaxRows = 64;      // rows per CTA: at most 4 row tiles of 16
 constexpr int kPLd = kChunk + 8;  // pb row stride (elements): 144 bytes
-constexpr int kTargetCtas = 132;  // one wave on an H100/H200
+constexpr int kSms = 132;         // an H100/H200
 
 struct AttnArgs {
-  int tokens, heads, kv_heads, head_dim, hdp, ld, page_size, max_pages, window, group, tpc;
-  int splits, stages;
+  int tokens, heads, kv_heads, head_dim, hdp, ldk, ldq, page_size, max_pages, window, group, tpc;
+  int splits, stages, rows_max;
   bool causal, vec;
   int64_t q_stride, ws_chunks;
   float scale;
@@ -57,34 +66,37 @@ struct AttnArgs {
   const int64_t* kv_lens;
 };
 
-// Shared memory carve-up (bytes; every section 16-byte aligned).
+// Shared memory carve-up (bytes). The Q staging area is dead once the fragments are
+// in registers and shares its bytes with pb and the reduction partials.
 struct Smem {
-  size_t q, kv, s, p, lo, hi, cb, ce, m, l, fa, fb, act, first, total;
+  size_t kv, q, p, redm, reds, lo, hi, cb, ce, total;
 };
-__host__ __device__ inline size_t align16(size_t x) { return (x + 15) / 16 * 16; }
-__host__ __device__ inline Smem smem_layout(int ld, int stages) {
+__host__ __device__ inline size_t align128(size_t x) { return (x + 127) / 128 * 128; }
+__host__ __device__ inline Smem smem_layout(int ldk, int ldq, int stages, int rows_max) {
   Smem s{};
-  size_t at = 0;
-  s.q = at;
-  at = align16(at + sizeof(bf16) * kMaxRows * ld);
-  s.kv = at;
-  at = align16(at + sizeof(bf16) * static_cast<size_t>(stages) * 2 * kChunk * ld);
-  s.s = at;
-  at = align16(at + sizeof(float) * kMaxRows * kChunk);
-  s.p = at;
-  at = align16(at + sizeof(bf16) * kMaxRows * kPLd);
-  s.lo = at;
+  s.kv = 0;
+  const size_t scratch = align128(sizeof(bf16) * static_cast<size_t>(stages) * 2 * kChunk * ldk);
+  s.q = scratch;
+  const size_t q_end = s.q + sizeof(bf16) * rows_max * ldq;
+  s.p = scratch;
+  s.redm = align128(s.p + sizeof(bf16) * rows_max * kPLd);
+  s.reds = s.redm + sizeof(float) * 4 * kWarps * 16;
+  const size_t p_end = s.reds + sizeof(float) * 4 * kWarps * 16;
+  s.lo = align128(q_end > p_end ? q_end : p_end);
   s.hi = s.lo + sizeof(int64_t) * kMaxRows;
   s.cb = s.hi + sizeof(int64_t) * kMaxRows;
   s.ce = s.cb + sizeof(int64_t) * kMaxRows;
-  s.m = s.ce + sizeof(int64_t) * kMaxRows;
-  s.l = s.m + sizeof(float) * kMaxRows;
-  s.fa = s.l + sizeof(float) * kMaxRows;
-  s.fb = s.fa + sizeof(float) * kMaxRows;
-  s.act = s.fb + sizeof(float) * kMaxRows;
-  s.first = s.act + sizeof(int) * kMaxRows;
-  s.total = align16(s.first + sizeof(int) * kMaxRows);
+  s.total = s.ce + sizeof(int64_t) * kMaxRows;
   return s;
+}
+
+// Element offset of (row j, column d) in a swizzled K or V tile (ldk: a multiple of 64).
+__device__ __forceinline__ int swz(int j, int d, int ldk) {
+  return j * ldk + ((((d >> 3) ^ ((j ^ (j >> 3)) & 7))) << 3) + (d & 7);
+}
+
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // The piece of consecutive same-request tokens that starts at t, or 0 tokens when t
@@ -101,59 +113,126 @@ __device__ int piece_at(const AttnArgs& a, int t, int* req_out) {
   return n;
 }
 
-// Loads chunk c's K and V (64 positions) into stage `st` (cp.async, not committed).
-__device__ void load_chunk(const AttnArgs& a, const bf16* cache, const int32_t* table,
-                           int64_t kv_len, int kvh, int64_t c, bf16* kv_stage) {
-  const int hd = a.head_dim, ld = a.ld;
-  bf16* ks = kv_stage;
-  bf16* vs = kv_stage + kChunk * ld;
+// Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed).
+// Thread x loads position x / 4 (one page lookup): pieces x % 4, x % 4 + 4, ... of
+// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes).
+template <int KS>
+__device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
+                                           const int32_t* table, int64_t kv_len, int kvh, int64_t c,
+                                           bf16* ks) {
+  constexpr int kPer = kThreads / kChunk;  // threads per position
+  static_assert(kPer == 4, "four threads per position");
+  const int hd = a.head_dim, ldk = a.ldk;
+  bf16* vs = ks + kChunk * ldk;
+  const int j = threadIdx.x / kPer, sub = threadIdx.x % kPer;
+  const int64_t pos = c * kChunk + j;
+  const bf16* src = nullptr;
+  if (pos < kv_len) {
+    const uint32_t upos = static_cast<uint32_t>(pos), ps = static_cast<uint32_t>(a.page_size);
+    const uint32_t pi = upos / ps;
+    const int32_t page = table[pi];
+    if (page >= 0) {
+      const int64_t slot = static_cast<int64_t>(page) * a.page_size + (upos - pi * ps);
+      src = cache + (slot * a.kv_heads + kvh) * 2 * hd;
+    }
+  }
   if (a.vec) {
     const int units = hd / 8;  // 16-byte pieces per K (or V) row
-    const int total = kChunk * 2 * units;
-    for (int u = threadIdx.x; u < total; u += kThreads) {
-      const int part = u % units, kv = (u / units) % 2, j = u / (2 * units);
-      const int64_t pos = c * kChunk + j;
-      const bf16* src = cache;
-      int bytes = 0;
-      if (pos < kv_len) {
-        const int32_t page = table[pos / a.page_size];
-        if (page >= 0) {
-          const int64_t slot = static_cast<int64_t>(page) * a.page_size + pos % a.page_size;
-          src = cache + (slot * a.kv_heads + kvh) * 2 * hd + kv * hd + part * 8;
-          bytes = 16;
-        }
+    const int f = (j ^ (j >> 3)) & 7;
+    const int bytes = src != nullptr ? 16 : 0;
+    const bf16* from = src != nullptr ? src : cache;
+#pragma unroll 1  // unrolled, the addresses cost the <8, 4> kernel spills
+    for (int i = 0; i < KS; ++i) {
+      const int u = sub + kPer * i;
+      if (u < 2 * units) {
+        const bool v = u >= units;
+        const int part = v ? u - units : u;
+        cp_async_16((v ? vs : ks) + j * ldk + ((part ^ f) << 3),
+                    from + (src != nullptr ? u * 8 : 0), bytes);
       }
-      cp_async_16((kv ? vs : ks) + j * ld + part * 8, src, bytes);
     }
   } else {
-    const int total = kChunk * 2 * hd;
-    for (int u = threadIdx.x; u < total; u += kThreads) {
-      const int d = u % hd, kv = (u / hd) % 2, j = u / (2 * hd);
-      const int64_t pos = c * kChunk + j;
-      bf16 v{0};
-      if (pos < kv_len) {
-        const int32_t page = table[pos / a.page_size];
-        if (page >= 0) {
-          const int64_t slot = static_cast<int64_t>(page) * a.page_size + pos % a.page_size;
-          v = cache[(slot * a.kv_heads + kvh) * 2 * hd + kv * hd + d];
-        }
-      }
-      (kv ? vs : ks)[j * ld + d] = v;
+    for (int u = sub; u < 2 * hd; u += kPer) {
+      const bool v = u >= hd;
+      const int d = v ? u - hd : u;
+      (v ? vs : ks)[swz(j, d, ldk)] = src != nullptr ? src[u] : bf16{0};
     }
   }
 }
 
-// kNp: 16-column groups of the head dim per warp in P.V (head_dim padded to 16
-// is at most 64 * kNp).
-template <int kNp>
-__global__ void __launch_bounds__(kThreads)
+// exp_f32 without branches (the same bits): the core runs on a clamped argument and
+// the special cases are selected afterwards, so that a lane's exps overlap.
+__device__ __forceinline__ float exp_nb(float x) {
+  const bool nan = (f32_bits(x) & 0x7fffffffu) > 0x7f800000u;
+  const bool big = x > 89.0f, small = x < -104.0f;
+  const float xc = nan || big || small ? 0.0f : x;
+  const float r = math_detail::to_float(math_detail::exp_d(static_cast<double>(xc)));
+  return nan ? math_detail::quiet(x) : big ? bits_f32(0x7f800000u) : small ? 0.0f : r;
+}
+
+template <bool kSum>
+__device__ __forceinline__ float red_op(float x, float y) {
+  if constexpr (kSum)
+    return __fadd_rn(x, y);
+  else
+    return ops::attention_max(x, y);
+}
+
+// The in-warp part of chunk_max / chunk_sum for the row held in v[.][h] (h = 0: row
+// g, h = 1: row g + 8): n-tile bits high to low, quad bits 2 and 1 (lower slot
+// first in every lane), then the pair bit. Every lane of the quad gets the value.
+template <bool kSum, int NT>
+__device__ __forceinline__ float warp_partial(const float (&x)[NT][4], int h, int tq) {
+  float v[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    v[nt][0] = x[nt][2 * h];
+    v[nt][1] = x[nt][2 * h + 1];
+  }
+#pragma unroll
+  for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+    for (int nt = 0; nt < w; ++nt) {
+      v[nt][0] = red_op<kSum>(v[nt][0], v[nt + w][0]);
+      v[nt][1] = red_op<kSum>(v[nt][1], v[nt + w][1]);
+    }
+#pragma unroll
+  for (int off = 2; off >= 1; off /= 2)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float o = __shfl_xor_sync(0xffffffffu, v[0][e], off);
+      const bool upper = (tq & off) != 0;
+      v[0][e] = red_op<kSum>(upper ? o : v[0][e], upper ? v[0][e] : o);
+    }
+  return red_op<kSum>(v[0][0], v[0][1]);
+}
+
+// The last log2(WQ) levels over the tile's warps' partials part[q] (q < WQ).
+template <bool kSum, int WQ>
+__device__ __forceinline__ float cross_partial(const float* part) {
+  float u[WQ];
+#pragma unroll
+  for (int q = 0; q < WQ; ++q) u[q] = part[q * 16];
+#pragma unroll
+  for (int off = WQ / 2; off >= 1; off /= 2)
+#pragma unroll
+    for (int q = 0; q < off; ++q) u[q] = red_op<kSum>(u[q], u[q + off]);
+  return u[0];
+}
+
+// KS: 16-column k steps of the head dim (hdp <= 16 * KS); WQ: warps per row tile.
+template <int KS, int WQ>
+__global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
     attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
                            float* ws_l, float* ws_o) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int NT = 8 / WQ;                   // score n-tiles (8 slots) per warp
+  constexpr int NPV = (2 * KS + WQ - 1) / WQ;  // P.V n-tiles (8 columns) per warp
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   const int t0 = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int hd = a.head_dim, hdp = a.hdp, ld = a.ld, group = a.group;
+  const int hd = a.head_dim, hdp = a.hdp, ldk = a.ldk, ldq = a.ldq, group = a.group;
   const int lane = threadIdx.x % detail::kWarpSize, warp = threadIdx.x / detail::kWarpSize;
   const int g = lane / 4, tq = lane % 4;
+  const int tile = warp / WQ, qw = warp % WQ;
   const bool fold_self = a.splits == 1;
 
   int req = -1;
@@ -167,55 +246,53 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int R = ntok * group;
   const int mt = (R + 15) / 16;
+  const bool computes = tile < mt;
 
-  const Smem L = smem_layout(ld, a.stages);
-  bf16* qs = reinterpret_cast<bf16*>(smem_raw + L.q);
+  const Smem L = smem_layout(ldk, ldq, a.stages, a.rows_max);
   bf16* kvs = reinterpret_cast<bf16*>(smem_raw + L.kv);
-  float* ss = reinterpret_cast<float*>(smem_raw + L.s);
+  bf16* qs = reinterpret_cast<bf16*>(smem_raw + L.q);
   bf16* ps = reinterpret_cast<bf16*>(smem_raw + L.p);
+  float* redm = reinterpret_cast<float*>(smem_raw + L.redm);
+  float* reds = reinterpret_cast<float*>(smem_raw + L.reds);
   int64_t* row_lo = reinterpret_cast<int64_t*>(smem_raw + L.lo);
   int64_t* row_hi = reinterpret_cast<int64_t*>(smem_raw + L.hi);
   int64_t* row_cb = reinterpret_cast<int64_t*>(smem_raw + L.cb);
   int64_t* row_ce = reinterpret_cast<int64_t*>(smem_raw + L.ce);
-  float* row_m = reinterpret_cast<float*>(smem_raw + L.m);
-  float* row_l = reinterpret_cast<float*>(smem_raw + L.l);
-  float* row_fa = reinterpret_cast<float*>(smem_raw + L.fa);
-  float* row_fb = reinterpret_cast<float*>(smem_raw + L.fb);
-  int* row_act = reinterpret_cast<int*>(smem_raw + L.act);
-  int* row_first = reinterpret_cast<int*>(smem_raw + L.first);
 
   const int64_t kv_len = a.kv_lens[req];
   const int32_t* table = a.block_tables + static_cast<int64_t>(req) * a.max_pages;
 
-  // Rows: ranges, fold state; Q rows (zero past R and past head_dim); zero the K/V
-  // pad columns of every stage.
+  // Rows (past R: an empty range), Q rows (zero past R and past head_dim), the K/V
+  // columns past head_dim of every stage (zero; cp.async never writes them).
   for (int i = threadIdx.x; i < kMaxRows; i += kThreads) {
+    int64_t lo = 0, hi = 0, cb = 0, ce = 0;
     if (i < R) {
       const int t = t0 + i / group;
       const ops::AttentionRange rg =
           ops::attention_range(a.positions[t], kv_len, a.window, a.causal);
-      row_lo[i] = rg.lo;
-      row_hi[i] = rg.hi;
-      row_cb[i] = rg.lo / kChunk;
-      row_ce[i] = (rg.hi + kChunk - 1) / kChunk;
+      lo = rg.lo;
+      hi = rg.hi;
+      cb = rg.lo / kChunk;
+      ce = (rg.hi + kChunk - 1) / kChunk;
     }
-    row_m[i] = -INFINITY;
-    row_l[i] = 0.0f;
-    row_first[i] = 1;
+    row_lo[i] = lo;
+    row_hi[i] = hi;
+    row_cb[i] = cb;
+    row_ce[i] = ce;
   }
-  for (int u = threadIdx.x; u < kMaxRows * hdp; u += kThreads) {
+  for (int u = threadIdx.x; u < a.rows_max * hdp; u += kThreads) {
     const int i = u / hdp, d = u % hdp;
     bf16 v{0};
     if (i < R && d < hd) {
       const int t = t0 + i / group, h = kvh * group + i % group;
       v = q[static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + d];
     }
-    qs[i * ld + d] = v;
+    qs[i * ldq + d] = v;
   }
   if (hdp > hd)
     for (int u = threadIdx.x; u < a.stages * 2 * kChunk * (hdp - hd); u += kThreads) {
       const int row = u / (hdp - hd), d = hd + u % (hdp - hd);
-      kvs[row * ld + d] = bf16{0};
+      kvs[(row / kChunk) * kChunk * ldk + swz(row % kChunk, d, ldk)] = bf16{0};
     }
   __syncthreads();
 
@@ -232,161 +309,206 @@ __global__ void __launch_bounds__(kThreads)
   if (cbeg >= cend) return;
   const int nchunks = static_cast<int>(cend - cbeg);
 
-  const int stage_elems = 2 * kChunk * ld;
+  const int stage_elems = 2 * kChunk * ldk;
   for (int s = 0; s < a.stages - 1; ++s) {
-    if (s < nchunks) load_chunk(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * stage_elems);
+    if (s < nchunks) load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * stage_elems);
     cp_async_commit();
   }
 
-  float O[4][kNp][2][4];
+  // This lane's two rows (g and g + 8 of its tile), the Q fragments, the fold state.
+  int r[2];
+  int64_t lo[2], hi[2], cb[2], ce[2];
+  float M[2] = {-INFINITY, -INFINITY}, Lsum[2] = {0.0f, 0.0f};
+  bool first[2] = {true, true};
 #pragma unroll
-  for (int mi = 0; mi < 4; ++mi)
+  for (int h = 0; h < 2; ++h) {
+    r[h] = tile * 16 + g + 8 * h;
+    const int rr = r[h] < kMaxRows ? r[h] : 0;
+    lo[h] = row_lo[rr];
+    hi[h] = row_hi[rr];
+    cb[h] = row_cb[rr];
+    ce[h] = row_ce[rr];
+  }
+  uint32_t qf[KS][4];
 #pragma unroll
-    for (int np = 0; np < kNp; ++np)
+  for (int ks = 0; ks < KS; ++ks)
+    if (computes && ks * 16 < hdp)
+      ldmatrix_x4(qf[ks], qs + (tile * 16 + lane % 16) * ldq + ks * 16 + (lane / 16) * 8);
+  float O[NPV][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+  for (int i = 0; i < NPV; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) O[mi][np][nt][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) O[i][e] = 0.0f;
 
   for (int ci = 0; ci < nchunks; ++ci) {
     const int64_t c = cbeg + ci;
     cp_async_wait(a.stages - 2);
-    __syncthreads();
+    __syncthreads();  // this chunk landed; the previous one (and Q) are consumed
     {
       const int nxt = ci + a.stages - 1;
       if (nxt < nchunks)
-        load_chunk(a, cache, table, kv_len, kvh, cbeg + nxt, kvs + (nxt % a.stages) * stage_elems);
+        load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + nxt,
+                       kvs + (nxt % a.stages) * stage_elems);
       cp_async_commit();
     }
+    if (!computes) continue;
     const bf16* ks = kvs + (ci % a.stages) * stage_elems;
-    const bf16* vs = ks + kChunk * ld;
+    const bf16* vs = ks + kChunk * ldk;
 
-    // Scores: warp w, positions 16w .. 16w+15 (two n8 tiles), every row tile.
-    {
-      float acc[4][2][4];
+    // Live slots of the lane's rows: [l, h) relative to the chunk (empty when the row
+    // does not fold this chunk).
+    bool act[2];
+    int sl[2], sh[2];
 #pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mi][nt][e] = 0.0f;
-      const int n0 = warp * 16;
-      for (int k0 = 0; k0 < hdp; k0 += 16) {
-        uint32_t b[4];
-        {
-          const int mi8 = lane / 8;
-          const int n = n0 + (mi8 / 2) * 8 + lane % 8, k = k0 + (mi8 % 2) * 8;
-          ldmatrix_x4(b, ks + n * ld + k);
-        }
-#pragma unroll
-        for (int mi = 0; mi < 4; ++mi) {
-          if (mi < mt) {
-            uint32_t af[4];
-            const int mi8 = lane / 8;
-            const int r = mi * 16 + (mi8 % 2) * 8 + lane % 8, k = k0 + (mi8 / 2) * 8;
-            ldmatrix_x4(af, qs + r * ld + k);
-            mma_bf16_16816(acc[mi][0], af, b, acc[mi][0]);
-            mma_bf16_16816(acc[mi][1], af, b + 2, acc[mi][1]);
-          }
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < 4; ++mi) {
-        if (mi < mt) {
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const int col = n0 + nt * 8 + 2 * tq, r = mi * 16 + g;
-            ss[r * kChunk + col] = __fmul_rn(acc[mi][nt][0], a.scale);
-            ss[r * kChunk + col + 1] = __fmul_rn(acc[mi][nt][1], a.scale);
-            ss[(r + 8) * kChunk + col] = __fmul_rn(acc[mi][nt][2], a.scale);
-            ss[(r + 8) * kChunk + col + 1] = __fmul_rn(acc[mi][nt][3], a.scale);
-          }
-        }
-      }
+    for (int h = 0; h < 2; ++h) {
+      act[h] = r[h] < R && c >= cb[h] && c < ce[h];
+      const int64_t base = c * kChunk;
+      const int64_t l = lo[h] - base, u = hi[h] - base;
+      sl[h] = act[h] ? static_cast<int>(l < 0 ? 0 : l) : 0;
+      sh[h] = act[h] ? static_cast<int>(u > kChunk ? kChunk : u) : 0;
     }
-    __syncthreads();
 
-    // Softmax of the chunk, one warp per row.
-    for (int i = warp; i < mt * 16; i += kWarps) {
-      bf16* pr = ps + i * kPLd;
-      const bool active = i < R && c >= row_cb[i] && c < row_ce[i];
-      if (!active) {
-        pr[lane] = bf16{0};
-        pr[lane + 32] = bf16{0};
-        if (lane == 0) row_act[i] = 0;
-        continue;
-      }
-      const int64_t pos0 = c * kChunk + lane, pos1 = pos0 + 32;
-      const bool u0 = pos0 >= row_lo[i] && pos0 < row_hi[i];
-      const bool u1 = pos1 >= row_lo[i] && pos1 < row_hi[i];
-      const float s0 = ss[i * kChunk + lane], s1 = ss[i * kChunk + lane + 32];
-      float m = ops::attention_max(u0 ? s0 : -INFINITY, u1 ? s1 : -INFINITY);
-      for (int off = 16; off > 0; off /= 2)
-        m = ops::attention_max(m, __shfl_xor_sync(0xffffffffu, m, off));
-      const float p0 = u0 ? exp_f32(__fsub_rn(s0, m)) : 0.0f;
-      const float p1 = u1 ? exp_f32(__fsub_rn(s1, m)) : 0.0f;
-      pr[lane] = to_bf16(p0);
-      pr[lane + 32] = to_bf16(p1);
-      float l = __fadd_rn(p0, p1);
-      for (int off = 16; off > 0; off /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, off));
-      if (lane == 0) {
-        const int t = t0 + i / group, h = kvh * group + i % group;
-        if (fold_self) {
-          float M = row_m[i], Lr = row_l[i];
-          const ops::AttentionFold f = ops::attention_fold(M, Lr, m, l, row_first[i] != 0);
-          row_m[i] = M;
-          row_l[i] = Lr;
-          row_fa[i] = f.a;
-          row_fb[i] = f.b;
-          row_first[i] = 0;
+    // Scores: slots j = WQ * (8 nt + col) + qw, col = the n of the mma tile.
+    float x[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[nt][e] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KS; ++k) {
+      if (k * 16 < hdp) {
+        if constexpr (NT == 1) {
+          uint32_t b[2];
+          const int j = WQ * (lane % 8) + qw, d = k * 16 + ((lane / 8) % 2) * 8;
+          ldmatrix_x2(b, ks + swz(j, d, ldk));
+          mma_bf16_16816(x[0], qf[k], b, x[0]);
         } else {
-          const int64_t unit =
-              (static_cast<int64_t>(t) * a.heads + h) * a.ws_chunks + (c - row_cb[i]);
-          ws_m[unit] = m;
-          ws_l[unit] = l;
+#pragma unroll
+          for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t b[4];
+            const int m8 = lane / 8;
+            const int j = WQ * ((nt + m8 / 2) * 8 + lane % 8) + qw, d = k * 16 + (m8 % 2) * 8;
+            ldmatrix_x4(b, ks + swz(j, d, ldk));
+            mma_bf16_16816(x[nt], qf[k], b, x[nt]);
+            mma_bf16_16816(x[nt + 1], qf[k], b + 2, x[nt + 1]);
+          }
         }
-        row_act[i] = 1;
       }
     }
-    __syncthreads();
+    // Scale, mask (-inf) for the max.
+    bool live[NT][4];
+    float xm[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
+        live[nt][e] = j >= sl[h] && j < sh[h];
+        x[nt][e] = __fmul_rn(x[nt][e], a.scale);
+        xm[nt][e] = live[nt][e] ? x[nt][e] : -INFINITY;
+      }
+    float* rm = redm + tile * WQ * 16;
+    float* rs = reds + tile * WQ * 16;
+    const int bar_id = 1 + tile, bar_threads = WQ * detail::kWarpSize;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float pm = warp_partial<false, NT>(xm, h, tq);
+      if (tq == 0) rm[qw * 16 + g + 8 * h] = pm;
+    }
+    named_barrier(bar_id, bar_threads);
+    float m[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) m[h] = cross_partial<false, WQ>(rm + g + 8 * h);
 
-    // P.V: warp w, head-dim columns 16 * (w + 4 np) .. +15, every row tile.
+    // p, pb to shared memory, the partial sums.
+    bf16* pt = ps + tile * 16 * kPLd;
 #pragma unroll
-    for (int np = 0; np < kNp; ++np) {
-      const int d0 = (warp + kWarps * np) * 16;
-      if (d0 < hdp) {
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int mi = 0; mi < 4; ++mi) {
-          if (mi < mt) {
-            float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
+        const float ex = exp_nb(__fsub_rn(x[nt][e], m[h]));
+        const float p = live[nt][e] ? ex : 0.0f;
+        x[nt][e] = p;
+        pt[(g + 8 * h) * kPLd + j] = to_bf16(p);
+      }
 #pragma unroll
-            for (int k0 = 0; k0 < kChunk; k0 += 16) {
-              const int mi8 = lane / 8;
-              uint32_t af[4], b[4];
-              ldmatrix_x4(af,
-                          ps + (mi * 16 + (mi8 % 2) * 8 + lane % 8) * kPLd + k0 + (mi8 / 2) * 8);
-              ldmatrix_x4_trans(b, vs + (k0 + (mi8 % 2) * 8 + lane % 8) * ld + d0 + (mi8 / 2) * 8);
-              mma_bf16_16816(acc[0], af, b, acc[0]);
-              mma_bf16_16816(acc[1], af, b + 2, acc[1]);
+    for (int h = 0; h < 2; ++h) {
+      const float pl = warp_partial<true, NT>(x, h, tq);
+      if (tq == 0) rs[qw * 16 + g + 8 * h] = pl;
+    }
+    named_barrier(bar_id, bar_threads);
+    // The fold's scalars (ops::attention_fold): lane tq of the quad computes
+    // exp(M - M') (tq even) or exp(m_c - M') (tq odd) of row tq / 2, then the quad
+    // shares them.
+    float lc[2], next[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      lc[h] = cross_partial<true, WQ>(rs + g + 8 * h);
+      next[h] = ops::attention_max(M[h], m[h]);
+    }
+    float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
+    if (fold_self) {
+      const int hh = tq >> 1;
+      const float arg = (tq & 1) != 0 ? __fsub_rn(hh ? m[1] : m[0], hh ? next[1] : next[0])
+                                      : __fsub_rn(hh ? M[1] : M[0], hh ? next[1] : next[0]);
+      const float ex = exp_nb(arg);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float ea = __shfl_sync(0xffffffffu, ex, (lane & ~3) | (2 * h));
+        const float eb = __shfl_sync(0xffffffffu, ex, (lane & ~3) | (2 * h + 1));
+        if (!act[h]) continue;
+        fa[h] = first[h] ? 0.0f : ea;
+        fb[h] = eb;
+        const float la = __fmul_rn(Lsum[h], fa[h]);
+        const float lb = __fmul_rn(lc[h], fb[h]);
+        Lsum[h] = __fadd_rn(la, lb);
+        M[h] = next[h];
+        first[h] = false;
+      }
+    } else if (qw == 0 && tq == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!act[h]) continue;
+        const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
+        const int64_t unit = (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks + (c - cb[h]);
+        ws_m[unit] = m[h];
+        ws_l[unit] = lc[h];
+      }
+    }
+
+    // P.V: the tile's pb as A fragments (4 steps of 16 slots), this warp's n-tiles.
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      ldmatrix_x4(pa[k], pt + (lane % 16) * kPLd + k * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int i = 0; i < NPV; ++i) {
+      const int n8 = qw + WQ * i;
+      if (n8 * 8 < hdp) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          uint32_t b[2];
+          ldmatrix_x2_trans(b, vs + swz(k * 16 + lane % 16, n8 * 8, ldk));
+          mma_bf16_16816(acc, pa[k], b, acc);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          if (!act[h]) continue;
+          if (fold_self) {
+            O[i][e] = ops::attention_fold_value(O[i][e], acc[e], ops::AttentionFold{fa[h], fb[h]});
+          } else {
+            const int d = n8 * 8 + 2 * tq + e % 2;
+            if (d < hd) {
+              const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
+              const int64_t unit =
+                  (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks + (c - cb[h]);
+              ws_o[unit * hd + d] = acc[e];
             }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int r = mi * 16 + g + (e / 2) * 8;
-                const int d = d0 + nt * 8 + 2 * tq + e % 2;
-                if (r < R && d < hd && row_act[r]) {
-                  if (fold_self) {
-                    const ops::AttentionFold f{row_fa[r], row_fb[r]};
-                    O[mi][np][nt][e] = ops::attention_fold_value(O[mi][np][nt][e], acc[nt][e], f);
-                  } else {
-                    const int t = t0 + r / group, h = kvh * group + r % group;
-                    const int64_t unit =
-                        (static_cast<int64_t>(t) * a.heads + h) * a.ws_chunks + (c - row_cb[r]);
-                    ws_o[unit * hd + d] = acc[nt][e];
-                  }
-                }
-              }
           }
         }
       }
@@ -394,85 +516,124 @@ __global__ void __launch_bounds__(kThreads)
   }
   cp_async_wait(0);
 
-  if (!fold_self) return;
-  __syncthreads();  // row_l final
+  if (!fold_self || !computes) return;
 #pragma unroll
-  for (int np = 0; np < kNp; ++np) {
-    const int d0 = (warp + kWarps * np) * 16;
-    if (d0 < hdp) {
+  for (int i = 0; i < NPV; ++i) {
+    const int n8 = qw + WQ * i;
 #pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = mi * 16 + g + (e / 2) * 8;
-            const int d = d0 + nt * 8 + 2 * tq + e % 2;
-            if (mi < mt && r < R && d < hd) {
-              const int t = t0 + r / group, h = kvh * group + r % group;
-              out[(static_cast<int64_t>(t) * a.heads + h) * hd + d] =
-                  to_bf16(__fdiv_rn(O[mi][np][nt][e], row_l[r]));
-            }
-          }
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      const int d = n8 * 8 + 2 * tq + e % 2;
+      if (r[h] < R && d < hd) {
+        const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
+        out[(static_cast<int64_t>(t) * a.heads + hh) * hd + d] =
+            to_bf16(__fdiv_rn(O[i][e], Lsum[h]));
+      }
     }
   }
 }
 
-// The fold of the stored chunk partials, one block per (token, head). The chunks' m
-// and l are staged in shared memory (tiles of kCombineTile chunks) and the loop is
-// unrolled so that the o loads of several chunks are in flight; the fold itself is
-// the definition's sequential one.
-constexpr int kCombineTile = 512;
+// The fold of the stored chunk partials, one block per (token, head). The fold's
+// running max M_c = max_f32(M_{c-1}, m_c) is a prefix max: max_f32 keeps the later of
+// two equal operands and ignores NaN, so any order-preserving tree gives the
+// sequential bits. Per tile of kCombineThreads chunks, thread i takes chunk i: the
+// prefix max (warp shuffles, then the warps' totals), then its a = exp(M_{c-1} - M_c)
+// (0 for the first chunk) and b = exp(m_c - M_c), all in parallel. The cheap rest of
+// the fold (L, and O per column) runs sequentially in chunk order, with the o loads
+// of several chunks in flight.
+constexpr int kCombineThreads = 128;
+constexpr int kCombineWarps = kCombineThreads / detail::kWarpSize;
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kCombineThreads)
     attention_combine_kernel(AttnArgs a, const float* ws_m, const float* ws_l, const float* ws_o,
                              bf16* out) {
-  __shared__ float m_s[kCombineTile], l_s[kCombineTile];
+  __shared__ float a_s[kCombineThreads], b_s[kCombineThreads], l_s[kCombineThreads];
+  __shared__ float warp_max[kCombineWarps];
   const int t = blockIdx.x, h = blockIdx.y;
   const int hd = a.head_dim;
+  const int lane = threadIdx.x % detail::kWarpSize, warp = threadIdx.x / detail::kWarpSize;
   bf16* o = out + (static_cast<int64_t>(t) * a.heads + h) * hd;
   const int req = a.token_request[t];
   if (req < 0) {
-    for (int d = threadIdx.x; d < hd; d += kThreads) o[d] = bf16{0};
+    for (int d = threadIdx.x; d < hd; d += kCombineThreads) o[d] = bf16{0};
     return;
   }
   const ops::AttentionRange rg =
       ops::attention_range(a.positions[t], a.kv_lens[req], a.window, a.causal);
   const int64_t cb = rg.lo / kChunk, ce = (rg.hi + kChunk - 1) / kChunk;
   const int64_t base = (static_cast<int64_t>(t) * a.heads + h) * a.ws_chunks;
-  constexpr int kPer = kAttentionMaxHeadDim / kThreads;
+  constexpr int kPer = kAttentionMaxHeadDim / kCombineThreads;
   float O[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) O[k] = 0.0f;
-  float M = -INFINITY, L = 0.0f;
-  for (int64_t c0 = cb; c0 < ce; c0 += kCombineTile) {
-    const int n = static_cast<int>(ce - c0 < kCombineTile ? ce - c0 : kCombineTile);
-    __syncthreads();  // the previous tile is consumed
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      m_s[i] = ws_m[base + (c0 - cb) + i];
-      l_s[i] = ws_l[base + (c0 - cb) + i];
+  float M = -INFINITY, L = 0.0f;  // M: the running max before the tile
+  for (int64_t c0 = cb; c0 < ce; c0 += kCombineThreads) {
+    const int n = static_cast<int>(ce - c0 < kCombineThreads ? ce - c0 : kCombineThreads);
+    const int i = threadIdx.x;
+    const float m = i < n ? ws_m[base + (c0 - cb) + i] : -INFINITY;
+    const float l = i < n ? ws_l[base + (c0 - cb) + i] : 0.0f;
+    // Inclusive prefix max of the tile (earlier operand first).
+    float p = m;
+#pragma unroll
+    for (int off = 1; off < detail::kWarpSize; off *= 2) {
+      const float q = __shfl_up_sync(0xffffffffu, p, off);
+      if (lane >= off) p = ops::attention_max(q, p);
     }
+    __syncthreads();  // the previous tile's a_s, b_s, l_s and warp_max are consumed
+    if (lane == detail::kWarpSize - 1) warp_max[warp] = p;
     __syncthreads();
-#pragma unroll 8
-    for (int i = 0; i < n; ++i) {
-      const ops::AttentionFold f = ops::attention_fold(M, L, m_s[i], l_s[i], c0 + i == cb);
-      const float* oc = ws_o + (base + (c0 - cb) + i) * hd;
+    float before = M;  // the max of everything before this warp
+    for (int w = 0; w < warp; ++w) before = ops::attention_max(before, warp_max[w]);
+    const float incl = ops::attention_max(before, p);
+    float prev = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) prev = before;
+    if (i < n) {
+      a_s[i] = c0 + i == cb ? 0.0f : exp_nb(__fsub_rn(prev, incl));
+      b_s[i] = exp_nb(__fsub_rn(m, incl));
+      l_s[i] = l;
+    }
+    float tile_max = M;
+    for (int w = 0; w < kCombineWarps; ++w) tile_max = ops::attention_max(tile_max, warp_max[w]);
+    __syncthreads();
+    M = tile_max;
+    const float* oc = ws_o + (base + (c0 - cb)) * hd;
+#pragma unroll 16
+    for (int c = 0; c < n; ++c) {
+      const float fa = a_s[c], fb = b_s[c];
+      L = __fadd_rn(__fmul_rn(L, fa), __fmul_rn(l_s[c], fb));
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
-        const int d = threadIdx.x + k * kThreads;
-        if (d < hd) O[k] = ops::attention_fold_value(O[k], oc[d], f);
+        const int d = threadIdx.x + k * kCombineThreads;
+        if (d < hd)
+          O[k] = ops::attention_fold_value(O[k], oc[static_cast<int64_t>(c) * hd + d],
+                                           ops::AttentionFold{fa, fb});
       }
     }
   }
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
-    const int d = threadIdx.x + k * kThreads;
+    const int d = threadIdx.x + k * kCombineThreads;
     if (d < hd) o[d] = to_bf16(__fdiv_rn(O[k], L));
   }
 }
 
 int padded_head_dim(int hd) { return (hd + 15) / 16 * 16; }
-int stages_for(int hdp) { return hdp <= 128 ? 3 : 2; }
+int swizzled_ld(int hdp) { return (hdp + 63) / 64 * 64; }
+// Ring stages: 4 x 16 KB at head dim 64, 3 x 32 KB at 128 (two CTAs per SM), 2 x 64 KB
+// at 256.
+int stages_for(int hdp) { return hdp <= 64 ? 4 : hdp <= 128 ? 3 : 2; }
+int ctas_per_sm(int hdp) { return hdp <= 128 ? 2 : 1; }
+// Tokens per CTA piece: about the batch's tokens per request (any value gives the same
+// bits), at most kMaxRows rows.
+int tokens_per_piece(const ops::AttentionParams& p) {
+  const int group = p.heads / p.kv_heads;
+  const int most = std::max(1, kMaxRows / group);
+  const int avg = p.requests > 0 ? (p.tokens + p.requests - 1) / p.requests : 1;
+  return std::max(1, std::min(most, avg));
+}
+int row_tiles(const ops::AttentionParams& p) {
+  return (tokens_per_piece(p) * (p.heads / p.kv_heads) + 15) / 16;
+}
 // Chunks of the context (the split heuristic's bound for a full range).
 int64_t context_chunks(const ops::AttentionParams& p) {
   return (p.max_kv_len + kChunk - 1) / kChunk;
@@ -503,14 +664,16 @@ void check_attention_limits(const ops::AttentionParams& p) {
   require(p.kv_heads <= 65535, op,
           "kv_heads must be <= 65535 (grid y), got " + std::to_string(p.kv_heads));
   require(p.heads <= 65535, op, "heads must be <= 65535 (grid y), got " + std::to_string(p.heads));
+  require(static_cast<int64_t>(p.max_pages) * p.page_size <= INT32_MAX, op,
+          "max_pages * page_size must fit in 32 bits (positions are 32-bit on the device)");
 }
 
 int attention_splits(const ops::AttentionParams& p) {
   check_attention_limits(p);
-  const int group = p.heads / p.kv_heads;
-  const int tpc = kAttentionMaxGroup / group;  // tokens per CTA
+  const int tpc = tokens_per_piece(p);
   const int64_t pieces = std::max<int64_t>(p.requests, (p.tokens + tpc - 1) / tpc);
   const int64_t units = pieces * p.kv_heads;
+  const int64_t kTargetCtas = static_cast<int64_t>(kSms) * ctas_per_sm(padded_head_dim(p.head_dim));
   // Enough CTAs already (three quarters of a wave or more): no split, no workspace.
   if (4 * units >= 3 * kTargetCtas) return 1;
   // The most chunks one CTA's rows can span (a causal window: the window plus the
@@ -519,7 +682,9 @@ int attention_splits(const ops::AttentionParams& p) {
   if (p.causal && p.window > 0)
     span = std::min<int64_t>(span,
                              (static_cast<int64_t>(p.window) + tpc + 2 * kChunk - 2) / kChunk + 1);
-  const int64_t want = (kTargetCtas + units - 1) / units;
+  // As many splits as still fit in one wave (a second, partial wave costs more than
+  // the CTAs it adds).
+  const int64_t want = kTargetCtas / units;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, span, 65535})));
 }
 
@@ -555,12 +720,14 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   a.kv_heads = p.kv_heads;
   a.head_dim = p.head_dim;
   a.hdp = padded_head_dim(p.head_dim);
-  a.ld = a.hdp + 8;
+  a.ldk = swizzled_ld(a.hdp);
+  a.ldq = a.hdp + 8;
   a.page_size = p.page_size;
   a.max_pages = p.max_pages;
   a.window = p.window;
   a.group = p.heads / p.kv_heads;
-  a.tpc = kAttentionMaxGroup / a.group;
+  a.tpc = tokens_per_piece(p);
+  a.rows_max = row_tiles(p) * 16;
   a.splits = splits;
   a.stages = stages_for(a.hdp);
   a.causal = p.causal;
@@ -578,7 +745,7 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   float* ws_l = needed ? ws_m + units : nullptr;
   float* ws_o = needed ? ws_l + units : nullptr;
 
-  const size_t smem = smem_layout(a.ld, a.stages).total;
+  const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.kv_heads),
                   static_cast<unsigned>(splits));
   // The shared memory limit is raised outside graph capture (an eager call, such as
@@ -586,25 +753,35 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   // only records the launch).
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   SD_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-  const int np = (a.hdp / 16 + kWarps - 1) / kWarps;
+  const int ks = a.hdp <= 64 ? 4 : a.hdp <= 128 ? 8 : 16;
+  const int mt = a.rows_max / 16;
+  const int wq = mt == 1 ? 8 : mt == 2 ? 4 : 2;
   auto launch = [&](auto kernel) {
-    // The most any head dim of this instantiation (hdp <= 64 * np) needs.
-    const size_t most = smem_layout(64 * np + 8, stages_for(64 * np)).total;
+    // The most any head dim of this instantiation (hdp <= 16 * ks) needs.
+    const int hmax = 16 * ks;
+    const size_t most = smem_layout(swizzled_ld(hmax), hmax + 8, stages_for(hmax), kMaxRows).total;
     if (capturing == cudaStreamCaptureStatusNone)
       SD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(most)));
     kernel<<<grid, kThreads, smem, stream>>>(a, q, cache, out, ws_m, ws_l, ws_o);
     SD_CHECK_LAUNCH();
   };
-  switch (np) {
-    case 1: launch(attention_chunk_kernel<1>); break;
-    case 2: launch(attention_chunk_kernel<2>); break;
-    case 3: launch(attention_chunk_kernel<3>); break;
-    default: launch(attention_chunk_kernel<4>); break;
+  auto by_wq = [&](auto ks_tag) {
+    constexpr int KS = decltype(ks_tag)::value;
+    switch (wq) {
+      case 8: launch(attention_chunk_kernel<KS, 8>); break;
+      case 4: launch(attention_chunk_kernel<KS, 4>); break;
+      default: launch(attention_chunk_kernel<KS, 2>); break;
+    }
+  };
+  switch (ks) {
+    case 4: by_wq(std::integral_constant<int, 4>{}); break;
+    case 8: by_wq(std::integral_constant<int, 8>{}); break;
+    default: by_wq(std::integral_constant<int, 16>{}); break;
   }
   if (splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.heads));
-    attention_combine_kernel<<<cgrid, kThreads, 0, stream>>>(a, ws_m, ws_l, ws_o, out);
+    attention_combine_kernel<<<cgrid, kCombineThreads, 0, stream>>>(a, ws_m, ws_l, ws_o, out);
     SD_CHECK_LAUNCH();
   }
 }
