@@ -1,28 +1,33 @@
-// The tensor-core GEMM of ops/gemm.h on the device: the tiles, the per-warp
-// shared-memory ring and the two kernels (ring and general) that cuda::gemm
-// (gemm.cu) launches. See cuda/kernels.h for the design in one paragraph.
+// The tensor-core GEMM of ops/gemm.h on the device: the bulk kernel (every
+// aligned call) and the general kernel (anything else) that cuda::gemm (gemm.cu)
+// launches. See cuda/kernels.h for the design in one paragraph.
 //
-// Operands swapped (weights = A, tokens = B): a CTA owns 16*MT weight rows and
-// 8*NT*WT tokens. It is `slices` slice groups of WT warps: group s runs slice s
-// (k in [s*K/S, (s+1)*K/S)), warp w of a group the group's weight rows against
-// its own 8*NT tokens (MT x NT tiles of mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32),
-// every chain over the whole slice in increasing k from +0. With slices > 1 the
-// groups leave their fp32 partials in shared memory and the CTA adds them by
-// core/reduce.h canonical_tree_sum before the bf16 rounding (no workspace).
+// Operands swapped (weights = A, tokens = B), mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32.
 //
-// Ring kernel: each group streams its weight rows AND its tokens through its own
-// ring of `stages` stages in shared memory, one stage = 64 k of every row (128
-// bytes a row, 16-byte chunks swizzled by chunk ^ (row & 7) so that ldmatrix reads
-// are conflict-free), filled by the group's threads with 16-byte cp.async
-// (zero-filled past the slice end, past N and past M) and read by ldmatrix.x4 for
-// the A fragments (16 rows x 16 k) and the B fragments (8 tokens x 32 k: two
-// steps). One CTA barrier per stage. Needs K % 8 == 0, x_stride % 8 == 0 and
-// 16-byte aligned w and x.
+// Bulk kernel: a CTA of WG warps owns WG*16*MT weight rows and 8*NT tokens; warp w
+// runs rows [w*16*MT, (w+1)*16*MT) against all the CTA's tokens (MT x NT tiles).
+// The CTA streams its weight rows and its tokens through one shared-memory ring of
+// `stages` stages; a stage is `stage_k` k of every row (rows padded to a pitch of
+// 2*stage_k + 16 bytes, so the eight 16-byte rows an ldmatrix reads fall in eight
+// different bank groups), filled by one cp.async.bulk per row and stage (issued by
+// the CTA's threads, a row each, from pointers fixed at the start) whose bytes
+// complete the stage's mbarrier (thread 0 arms it with the stage's byte count).
+// Every chain runs in increasing k from +0; the K slices (k_slices = S) run one
+// after the other in the same warp, each from +0, and their fp32 results are
+// folded at once in registers in the order of core/reduce.h canonical_tree_sum
+// (a binary counter: after slice s, add the stored partial of each level whose
+// bit of s is set), so no shared memory and no workspace holds partials. Rows past
+// N and tokens past M are not copied (their stale shared memory only reaches
+// outputs that are not stored); a stage that ends in the middle of a 16-k step
+// (K % 16 == 8) zeroes the step's upper 8 k in both fragments, which is the
+// contract's zero padding. Needs K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned
+// w and x (every row segment is then 16-byte aligned and a multiple of 16 bytes).
 //
-// General kernel (anything else: odd K, odd strides, misaligned pointers): WT = 1,
-// MT = 1, the same chains and epilogue with every fragment element loaded from
-// global memory (bounds-checked, zero past the ends). Both give the same bits:
-// only the 16-k groups and their order matter (ops/gemm.h).
+// General kernel (anything else: odd K, odd strides, misaligned pointers): one
+// warp per slice, 16 rows x 8*NT tokens, the same chains with every fragment
+// element loaded from global memory (bounds-checked, zero past the ends), the
+// slices' partials added by canonical_tree_sum through shared memory. Both give
+// the same bits: only the 16-k groups and their order matter (ops/gemm.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,25 +41,17 @@
 
 namespace sparkdraft::cuda::gemm_detail {
 
-inline constexpr int kStageK = 64;             // k per ring stage: 4 mma steps
-inline constexpr int kRowBytes = 2 * kStageK;  // one row of a stage: 8 chunks of 16 bytes
-inline constexpr int kMaxStages = 16;
 inline constexpr int kMaxSlices = 8;
 
-// A slice group: WT warps over the same 16*MT weight rows and one K slice, warp
-// w taking tokens [8*NT*w, 8*NT*(w+1)) of the group's 8*NT*WT.
+// The general kernel's CTA: `slices` warps (warp s runs slice s) over 16*MT
+// weight rows and 8*NT*WT tokens (MT = WT = 1 there).
 template <int MT, int NT, int WT>
 struct Tile {
-  static constexpr int kWarps = WT;           // warps per slice group
-  static constexpr int kWRows = 16 * MT;      // weight rows per CTA
-  static constexpr int kWarpTokens = 8 * NT;  // tokens per warp
-  static constexpr int kXRows = 8 * NT * WT;  // tokens per CTA
-  static constexpr int kRows = kWRows + kXRows;
-  static constexpr int kStageBytes = kRows * kRowBytes;
-  static constexpr int kCopies = kRows * 8 / (32 * WT);  // 16-byte cp.async per thread per stage
+  static constexpr int kWarps = WT;
+  static constexpr int kWRows = 16 * MT;
+  static constexpr int kWarpTokens = 8 * NT;
+  static constexpr int kXRows = 8 * NT * WT;
   static constexpr int kPartialBytes = kWRows * kXRows * 4;
-  static_assert(kRows * 8 % (32 * WT) == 0, "a stage is whole copies per thread");
-  static_assert(kPartialBytes <= 2 * kStageBytes, "the partials fit in a 2-stage ring");
 };
 
 struct Args {
@@ -64,41 +61,15 @@ struct Args {
   int M, N, K;
   bf16* y;
   int64_t y_stride;
-  int slices;       // slice groups per CTA; slice s = group s (warps s*WT .. s*WT+WT-1)
-  int slice_len;    // K / slices
-  int stages;       // ring stages (ring kernel), 2..kMaxStages
-  int group_bytes;  // shared memory per slice group (its ring, later its fp32 partials)
+  int slices;        // K slices (canonical, ops/gemm.h)
+  int slice_len;     // K / slices
+  int group_bytes;   // general kernel: shared memory per slice warp (its fp32 partials)
+  int stage_k;       // bulk kernel: k per stage (a multiple of 32)
+  int pitch;         // bulk kernel: bytes per row of a stage, 2 * stage_k + 16
+  int stage_bytes;   // bulk kernel: rows * pitch
+  int stages;        // bulk kernel: ring stages, 2..kBulkMaxStages
+  int slice_chunks;  // bulk kernel: stages per slice, ceil(slice_len / stage_k)
 };
-
-// Byte offset of chunk c (0..7) of row r in a stage.
-__device__ __forceinline__ int swizzle(int r, int c) {
-  return r * kRowBytes + ((c ^ (r & 7)) << 4);
-}
-
-// cp.async.wait_group with a run-time count (the instruction takes an immediate).
-__device__ __forceinline__ void cp_async_wait_n(int n) {
-#define SD_GEMM_WAIT(N) \
-  case N: asm volatile("cp.async.wait_group " #N ";\n" ::: "memory"); break;
-  switch (n) {
-    SD_GEMM_WAIT(0)
-    SD_GEMM_WAIT(1)
-    SD_GEMM_WAIT(2)
-    SD_GEMM_WAIT(3)
-    SD_GEMM_WAIT(4)
-    SD_GEMM_WAIT(5)
-    SD_GEMM_WAIT(6)
-    SD_GEMM_WAIT(7)
-    SD_GEMM_WAIT(8)
-    SD_GEMM_WAIT(9)
-    SD_GEMM_WAIT(10)
-    SD_GEMM_WAIT(11)
-    SD_GEMM_WAIT(12)
-    SD_GEMM_WAIT(13)
-    SD_GEMM_WAIT(14)
-    default: asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  }
-#undef SD_GEMM_WAIT
-}
 
 __device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
@@ -150,90 +121,194 @@ __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
   }
 }
 
-// grid (ceil(M / (8*NT*WT)), ceil(N / (16*MT))), block 32 * WT * slices,
-// dynamic shared memory slices * group_bytes (group_bytes = stages *
-// Tile::kStageBytes). The group's threads fill its ring together, so a stage
-// change is a CTA barrier (every group has the same number of stages).
-template <int MT, int NT, int WT>
-__global__ void __launch_bounds__(32 * WT * kMaxSlices) gemm_ring_kernel(Args a) {
-  using T = Tile<MT, NT, WT>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = warp / WT, wt = warp % WT, gthread = wt * 32 + lane;
-  const int m0 = blockIdx.x * T::kXRows, n0 = blockIdx.y * T::kWRows;
-  const int k_beg = group * a.slice_len, k_end = k_beg + a.slice_len;
-  const int steps = (a.slice_len + 15) / 16, chunks = (a.slice_len + kStageK - 1) / kStageK;
-  unsigned char* ring = smem + group * a.group_bytes;
+inline constexpr int kBulkMaxStages = 8;
+inline constexpr int kBulkHeader = 128;  // the stages' mbarriers, before the ring
 
-  // Stage `chunk` of the group's rows: row r < kWRows is weight row n0 + r, the
-  // rest token m0 + r - kWRows; k = k_beg + 64 * chunk + 8 * c for chunk c.
-  auto issue = [&](int chunk) {
-    unsigned char* st = ring + (chunk % a.stages) * T::kStageBytes;
-    const int kc = k_beg + chunk * kStageK;
-#pragma unroll
-    for (int i = 0; i < T::kCopies; ++i) {
-      const int idx = i * 32 * WT + gthread, r = idx >> 3, c = idx & 7, k = kc + 8 * c;
-      const bf16* src;
-      bool ok;
-      if (r < T::kWRows) {
-        ok = k < k_end && n0 + r < a.N;
-        src = ok ? a.w + static_cast<int64_t>(n0 + r) * a.K + k : a.w;
-      } else {
-        ok = k < k_end && m0 + r - T::kWRows < a.M;
-        src = ok ? a.x + static_cast<int64_t>(m0 + r - T::kWRows) * a.x_stride + k : a.x;
-      }
-      cp_async_16(st + swizzle(r, c), src, ok ? 16 : 0);
-    }
-  };
+// The bulk kernel's CTA (see the top of this file).
+template <int MT, int NT, int WG, int LEVELS>
+struct Bulk {
+  static constexpr int kThreads = 32 * WG;
+  static constexpr int kWRows = 16 * MT * WG;  // weight rows per CTA
+  static constexpr int kTokens = 8 * NT;       // tokens per CTA
+  static constexpr int kRows = kWRows + kTokens;
+  static constexpr int kRowsPerThread = (kRows + kThreads - 1) / kThreads;
+  static constexpr int kMaxSlices = 1 << LEVELS;  // LEVELS partial sets folded in registers
+};
 
-  float acc[MT][NT][4];
+// fp32 fragments, added element by element (round to nearest even).
+template <int MT, int NT>
+__device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&p)[MT][NT][4]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) d[mt][nt][i] = __fadd_rn(p[mt][nt][i], d[mt][nt][i]);
+}
 
-  const int ahead = a.stages - 1;  // stages in flight ahead of the one computed
-  for (int p = 0; p < ahead; ++p) {
-    if (p < chunks) issue(p);
-    cp_async_commit();
-  }
-  // ldmatrix lane roles: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of a step;
-  // B matrices k 0-7 | 8-15 of step j, then of step j+1, for 8 tokens.
-  const int a_row = (lane & 7) + 8 * ((lane >> 3) & 1), a_chunk = lane >> 4;
-  const int b_row = T::kWRows + wt * T::kWarpTokens + (lane & 7), b_chunk = lane >> 3;
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    cp_async_wait_n(ahead - 1);  // this thread's copies of `chunk` have landed
-    __syncthreads();             // ... and every thread's; the slot of chunk-1 is free
-    if (chunk + ahead < chunks) issue(chunk + ahead);
-    cp_async_commit();
-    const unsigned char* st = ring + (chunk % a.stages) * T::kStageBytes;
+// grid (ceil(M / (8*NT)), ceil(N / (16*MT*WG))), block 32*WG, dynamic shared
+// memory kBulkHeader + stages * stage_bytes; a.slices <= 2^LEVELS.
+template <int MT, int NT, int WG, int LEVELS>
+__global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
+  using B = Bulk<MT, NT, WG, LEVELS>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t bars = smem_u32(smem), ring = bars + kBulkHeader;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int m0 = blockIdx.x * B::kTokens, n0 = blockIdx.y * B::kWRows;
+  const int chunks = a.slices * a.slice_chunks, ahead = a.stages - 1;
+
+  // The rows this thread copies: row r < kWRows is weight row n0 + r, the rest
+  // token m0 + r - kWRows; src points at k = 0 of the row.
+  const unsigned char* src[B::kRowsPerThread];
+  uint32_t dst[B::kRowsPerThread];
+  bool ok[B::kRowsPerThread];
 #pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-      const int s0 = chunk * 4 + j;
-      if (s0 >= steps) break;
-      uint32_t b[NT][4];
+  for (int i = 0; i < B::kRowsPerThread; ++i) {
+    const int r = tid + i * B::kThreads;
+    if (r < B::kWRows) {
+      ok[i] = n0 + r < a.N;
+      src[i] = reinterpret_cast<const unsigned char*>(a.w + static_cast<int64_t>(n0 + r) * a.K);
+    } else {
+      ok[i] = r < B::kRows && m0 + r - B::kWRows < a.M;
+      src[i] = reinterpret_cast<const unsigned char*>(
+          a.x + static_cast<int64_t>(m0 + r - B::kWRows) * a.x_stride);
+    }
+    dst[i] = ring + r * a.pitch;
+  }
+  const int rows_in = min(B::kWRows, a.N - n0) + min(B::kTokens, a.M - m0);
+  auto chunk_len = [&](int c) {  // k of stage c
+    return min(a.stage_k, a.slice_len - (c % a.slice_chunks) * a.stage_k);
+  };
+  auto arm = [&](int c) {  // thread 0: stage c's bytes, before anyone copies them
+    mbarrier_arrive_expect_tx(bars + 8 * (c % a.stages),
+                              static_cast<uint32_t>(rows_in * chunk_len(c) * 2));
+  };
+  auto issue = [&](int c) {
+    const int slot = c % a.stages;
+    const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
+                              static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
+    const uint32_t bytes = static_cast<uint32_t>(2 * chunk_len(c)), so = slot * a.stage_bytes;
+#pragma unroll
+    for (int i = 0; i < B::kRowsPerThread; ++i)
+      if (ok[i]) bulk_copy_g2s(dst[i] + so, src[i] + koff, bytes, bars + 8 * slot);
+  };
+  auto group_sync = [] {
+    if constexpr (WG == 1)
+      __syncwarp();
+    else
+      __syncthreads();
+  };
+
+  if (tid == 0) {
+    for (int s = 0; s < a.stages; ++s) mbarrier_init(bars + 8 * s, 1);
+    fence_mbarrier_init();
+    for (int p = 0; p < ahead && p < chunks; ++p) arm(p);
+  }
+  __syncthreads();
+  for (int p = 0; p < ahead && p < chunks; ++p) issue(p);
+
+  // ldmatrix lane roles: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of a step;
+  // B matrices k 0-7 | 8-15 of step 2p, then of step 2p+1, for 8 tokens.
+  uint32_t a_off[MT], b_off[NT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    a_off[mt] =
+        ((warp * MT + mt) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * a.pitch + 16 * (lane >> 4);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+    b_off[nt] = (B::kWRows + nt * 8 + (lane & 7)) * a.pitch + 16 * (lane >> 3);
+
+  float acc[MT][NT][4];
+  float part[LEVELS > 0 ? LEVELS : 1][MT][NT][4];
+  // Steps 2p and 2p+1 of the stage at `st`; `two`: step 2p+1 exists; `half`: the
+  // last existing step has only its lower 8 k.
+  auto pair = [&](uint32_t st, int p, bool two, bool half) {
+    uint32_t b[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) ldmatrix_x4(b[nt], st + b_off[nt] + 64 * p);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !two) break;
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(af[mt], st + a_off[mt] + 32 * (2 * p + h));
+      if (half && (h == 1 || !two)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) af[mt][2] = af[mt][3] = 0u;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) b[nt][2 * h + 1] = 0u;
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          mma_bf16_16816(acc[mt][nt], af[mt], &b[nt][2 * h], acc[mt][nt]);
+    }
+  };
+
+  int c = 0;
+  for (int s = 0; s < a.slices; ++s) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
-        ldmatrix_x4(b[nt], st + swizzle(b_row + nt * 8, 2 * j + b_chunk));
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (s0 + h >= steps) break;
-        uint32_t af[MT][4];
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    for (int j = 0; j < a.slice_chunks; ++j, ++c) {
+      const int slot = c % a.stages;
+      mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((c / a.stages) & 1));
+      const bool more = c + ahead < chunks;
+      if (tid == 0 && more) arm(c + ahead);
+      group_sync();  // everyone is done with stage c - 1, whose slot c + ahead takes
+      if (more) issue(c + ahead);
+      const uint32_t st = ring + slot * a.stage_bytes;
+      const int len = chunk_len(c);
+      if (len == a.stage_k) {
+#pragma unroll 2
+        for (int p = 0; p < a.stage_k / 32; ++p) pair(st, p, true, false);
+      } else {
+        const int steps = (len + 15) / 16;
+        const bool half = len % 16 != 0;
+        for (int p = 0; 2 * p < steps; ++p) {
+          const bool two = 2 * p + 1 < steps;
+          pair(st, p, two, half && 2 * p + (two ? 1 : 0) == steps - 1);
+        }
+      }
+    }
+    // Fold slice s into the canonical tree: acc becomes the sum of the slices so far
+    // whose subtree is complete; it is stored at the level of the first clear bit.
+    bool stored = false;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          ldmatrix_x4(af[mt], st + swizzle(mt * 16 + a_row, 2 * (j + h) + a_chunk));
+    for (int l = 0; l < LEVELS; ++l) {
+      if (stored) continue;
+      if ((s >> l) & 1) {
+        add_into<MT, NT>(acc, part[l]);
+      } else {
+        if (s + 1 < a.slices) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+          for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            mma_bf16_16816(acc[mt][nt], af[mt], &b[nt][2 * h], acc[mt][nt]);
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) part[l][mt][nt][i] = acc[mt][nt][i];
+        }
+        stored = true;
       }
     }
   }
-  cp_async_wait_n(0);  // the trailing (empty) groups
-  epilogue<MT, NT, WT>(a, acc, smem, n0, m0);
+  // acc: the last slice's fold, the whole tree (or the one chain when S == 1).
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = n0 + (warp * MT + mt) * 16 + g + 8 * (i >> 1);
+        const int m = m0 + nt * 8 + 2 * t + (i & 1);
+        if (n < a.N && m < a.M)
+          a.y[static_cast<int64_t>(m) * a.y_stride + n] = to_bf16(acc[mt][nt][i]);
+      }
 }
 
 // The general kernel: MT = 1, fragments loaded element by element.
