@@ -45,8 +45,9 @@ int sm_count() {
 }
 
 // The bulk kernel: the ring sized so that every CTA of the grid can be resident
-// at once (up to 4 a SM): the widest stage (256, 128 or 64 k) that leaves at least
-// 4 stages in the share of shared memory a CTA gets, up to kBulkMaxStages.
+// at once (up to 4 a SM; 2 for bulk_big): the widest stage (256, 128 or 64 k)
+// that leaves at least 4 stages (3 for bulk_big) in the share of shared memory a
+// CTA gets, up to kBulkMaxStages.
 template <int MT, int NT, int WG, int LEVELS>
 void launch_bulk(Args a, cudaStream_t stream) {
   using B = gemm_detail::Bulk<MT, NT, WG, LEVELS>;
@@ -57,14 +58,16 @@ void launch_bulk(Args a, cudaStream_t stream) {
   const int64_t token_blocks = (a.M + B::kTokens - 1) / B::kTokens;
   const int64_t ctas = row_blocks * token_blocks;
   const int sms = sm_count();
-  const int per_sm = static_cast<int>(std::clamp<int64_t>((ctas + sms - 1) / sms, 1, 4));
+  // Two m16 tiles a warp (bulk_big) are tensor-bound: 2 CTAs a SM and 3 stages do.
+  constexpr int kMaxPerSm = MT >= 2 ? 2 : 4, kMinStages = MT >= 2 ? 3 : 4;
+  const int per_sm = static_cast<int>(std::clamp<int64_t>((ctas + sms - 1) / sms, 1, kMaxPerSm));
   const int budget = (227 << 10) / per_sm - gemm_detail::kBulkHeader - (1 << 10);
   for (int stage_k : {256, 128, 64}) {
     a.stage_k = stage_k;
     a.pitch = 2 * stage_k + 16;
     a.stage_bytes = B::kRows * a.pitch;
     a.stages = std::min(gemm_detail::kBulkMaxStages, budget / a.stage_bytes);
-    if (a.stages >= 4) break;
+    if (a.stages >= kMinStages) break;
   }
   a.stages = std::max(a.stages, 2);
   a.slice_chunks = (a.slice_len + a.stage_k - 1) / a.stage_k;

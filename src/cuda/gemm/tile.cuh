@@ -9,9 +9,11 @@
 // The CTA streams its weight rows and its tokens through one shared-memory ring of
 // `stages` stages; a stage is `stage_k` k of every row (rows padded to a pitch of
 // 2*stage_k + 16 bytes, so the eight 16-byte rows an ldmatrix reads fall in eight
-// different bank groups), filled by one cp.async.bulk per row and stage (issued by
-// the CTA's threads, a row each, from pointers fixed at the start) whose bytes
-// complete the stage's mbarrier (thread 0 arms it with the stage's byte count).
+// different bank groups), filled by one cp.async.bulk per row and stage (lane 0 of
+// warp w issues warp w's weight rows and every WG-th token, from warp-uniform
+// pointers fixed at the start) whose bytes complete the stage's mbarrier (thread
+// 0 arms it with the stage's byte count before the warps' barrier that precedes
+// the copies).
 // Every chain runs in increasing k from +0; the K slices (k_slices = S) run one
 // after the other in the same warp, each from +0, and their fp32 results are
 // folded at once in registers in the order of core/reduce.h canonical_tree_sum
@@ -157,25 +159,23 @@ __global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
   const int m0 = blockIdx.x * B::kTokens, n0 = blockIdx.y * B::kWRows;
   const int chunks = a.slices * a.slice_chunks, ahead = a.stages - 1;
 
-  // The rows this thread copies: row r < kWRows is weight row n0 + r, the rest
-  // token m0 + r - kWRows; src points at k = 0 of the row.
-  const unsigned char* src[B::kRowsPerThread];
-  uint32_t dst[B::kRowsPerThread];
-  bool ok[B::kRowsPerThread];
-#pragma unroll
-  for (int i = 0; i < B::kRowsPerThread; ++i) {
-    const int r = tid + i * B::kThreads;
-    if (r < B::kWRows) {
-      ok[i] = n0 + r < a.N;
-      src[i] = reinterpret_cast<const unsigned char*>(a.w + static_cast<int64_t>(n0 + r) * a.K);
-    } else {
-      ok[i] = r < B::kRows && m0 + r - B::kWRows < a.M;
-      src[i] = reinterpret_cast<const unsigned char*>(
-          a.x + static_cast<int64_t>(m0 + r - B::kWRows) * a.x_stride);
-    }
-    dst[i] = ring + r * a.pitch;
-  }
-  const int rows_in = min(B::kWRows, a.N - n0) + min(B::kTokens, a.M - m0);
+  // The copies: lane 0 of warp w issues the weight rows of warp w and the tokens
+  // w, w + WG, ... (the warp index through a shuffle, so the compiler knows it is
+  // warp-uniform and issues each copy once, with no per-lane loop). Rows past N
+  // and tokens past M are not copied.
+  const int wid = __shfl_sync(0xffffffffu, tid / 32, 0);
+  const int nw = min(B::kWRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
+  const int w_first = wid * 16 * MT, w_count = max(0, min(16 * MT, nw - w_first));
+  const int x_count = nx > wid ? (nx - wid + WG - 1) / WG : 0;
+  const int64_t w_gpitch = 2 * static_cast<int64_t>(a.K);
+  const int64_t x_gpitch = 2 * static_cast<int64_t>(a.x_stride) * WG;
+  const unsigned char* w_src =
+      reinterpret_cast<const unsigned char*>(a.w) + (n0 + w_first) * w_gpitch;
+  const unsigned char* x_src = reinterpret_cast<const unsigned char*>(a.x) +
+                               (m0 + wid) * (2 * static_cast<int64_t>(a.x_stride));
+  const uint32_t w_dst = ring + w_first * a.pitch, x_dst = ring + (B::kWRows + wid) * a.pitch;
+  const uint32_t x_dpitch = WG * a.pitch;
+  const int rows_in = nw + nx;
   auto chunk_len = [&](int c) {  // k of stage c
     return min(a.stage_k, a.slice_len - (c % a.slice_chunks) * a.stage_k);
   };
@@ -184,13 +184,16 @@ __global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
                               static_cast<uint32_t>(rows_in * chunk_len(c) * 2));
   };
   auto issue = [&](int c) {
+    if (lane != 0) return;
     const int slot = c % a.stages;
     const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
                               static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
     const uint32_t bytes = static_cast<uint32_t>(2 * chunk_len(c)), so = slot * a.stage_bytes;
-#pragma unroll
-    for (int i = 0; i < B::kRowsPerThread; ++i)
-      if (ok[i]) bulk_copy_g2s(dst[i] + so, src[i] + koff, bytes, bars + 8 * slot);
+    const uint32_t bar = bars + 8 * slot;
+    for (int r = 0; r < w_count; ++r)
+      bulk_copy_g2s(w_dst + so + r * a.pitch, w_src + koff + r * w_gpitch, bytes, bar);
+    for (int j = 0; j < x_count; ++j)
+      bulk_copy_g2s(x_dst + so + j * x_dpitch, x_src + koff + j * x_gpitch, bytes, bar);
   };
   auto group_sync = [] {
     if constexpr (WG == 1)
@@ -223,18 +226,21 @@ __global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
   // Steps 2p and 2p+1 of the stage at `st`; `two`: step 2p+1 exists; `half`: the
   // last existing step has only its lower 8 k.
   auto pair = [&](uint32_t st, int p, bool two, bool half) {
-    uint32_t b[NT][4];
+    uint32_t b[NT][4], af[2][MT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) ldmatrix_x4(b[nt], st + b_off[nt] + 64 * p);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (h == 1 && !two) break;
-      uint32_t af[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(af[mt], st + a_off[mt] + 32 * (2 * p + h));
+      for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(af[h][mt], st + a_off[mt] + 32 * (2 * p + h));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !two) break;
       if (half && (h == 1 || !two)) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) af[mt][2] = af[mt][3] = 0u;
+        for (int mt = 0; mt < MT; ++mt) af[h][mt][2] = af[h][mt][3] = 0u;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) b[nt][2 * h + 1] = 0u;
       }
@@ -242,7 +248,7 @@ __global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          mma_bf16_16816(acc[mt][nt], af[mt], &b[nt][2 * h], acc[mt][nt]);
+          mma_bf16_16816(acc[mt][nt], af[h][mt], &b[nt][2 * h], acc[mt][nt]);
     }
   };
 
