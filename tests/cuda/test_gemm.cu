@@ -109,8 +109,10 @@ struct DeviceProblem {
   }
 };
 
-const GemmVariant kForced[] = {GemmVariant::bulk_n8,  GemmVariant::bulk_n16, GemmVariant::bulk_n32,
-                               GemmVariant::bulk_n64, GemmVariant::bulk_big, GemmVariant::general};
+const GemmVariant kForced[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
+                               GemmVariant::ring_n64, GemmVariant::bulk_n8,  GemmVariant::bulk_n16,
+                               GemmVariant::bulk_n32, GemmVariant::bulk_n64, GemmVariant::bulk_big,
+                               GemmVariant::general};
 
 // Runs `automatic` and every variant that can take the problem; each must give
 // the CPU's bits. Returns the number of variants run.
@@ -118,8 +120,8 @@ int check_all_variants(const Problem& p, int S, uint64_t seed, cudaStream_t s) {
   SCOPED_TRACE(describe(p, S, seed));
   const std::vector<bf16> want = cpu_result(p, S);
   DeviceProblem d(p, s);
-  const bool bulk = cuda::gemm_bulk_ok(d.dx(), p.x_stride, d.dw(), p.K);
-  EXPECT_EQ(bulk, p.offset == 0 && p.K % 8 == 0) << "which layouts the bulk kernel takes";
+  const bool bulk = cuda::gemm_ring_ok(d.dx(), p.x_stride, d.dw(), p.K);
+  EXPECT_EQ(bulk, p.offset == 0 && p.K % 8 == 0) << "which layouts the ring and bulk kernels take";
   int ran = 0;
   d.run(GemmVariant::automatic, S, s);
   EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}))
@@ -212,11 +214,11 @@ TEST(CudaGemm, BadArgumentsAreRefused) {
   EXPECT_THROW(cuda::gemm(p, 96, p, 2, 4, 96, p, 4, 4, nullptr), InvalidArgument);
   EXPECT_THROW(cuda::gemm(nullptr, 4, p, 2, 4, 4, p, 4, 1, nullptr), InvalidArgument);
   EXPECT_THROW(cuda::gemm(p, 4, p, 2, 2000000, 4, p, 2000000, 1, nullptr), InvalidArgument);
-  // The bulk variants refuse what they cannot stream.
-  EXPECT_THROW(cuda::gemm_with(GemmVariant::bulk_n8, p + 1, 64, p, 2, 4, 64, p, 4, 1, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(cuda::gemm_with(GemmVariant::bulk_n8, p, 64, p, 2, 4, 60, p, 4, 1, nullptr),
-               InvalidArgument);
+  // The ring and bulk variants refuse what they cannot stream.
+  for (GemmVariant v : {GemmVariant::ring_n8, GemmVariant::bulk_n8}) {
+    EXPECT_THROW(cuda::gemm_with(v, p + 1, 64, p, 2, 4, 64, p, 4, 1, nullptr), InvalidArgument);
+    EXPECT_THROW(cuda::gemm_with(v, p, 64, p, 2, 4, 60, p, 4, 1, nullptr), InvalidArgument);
+  }
   EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 0, 4, 4, nullptr, 4, 1, nullptr));  // M == 0
   EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 3, 0, 4, nullptr, 4, 1, nullptr));  // N == 0
   SD_CUDA_CHECK(cudaDeviceSynchronize());
@@ -322,16 +324,18 @@ TEST(GemmSpeed, EveryVariant) {
                           {"gate_up", 24576, 4096, 1},   {"down", 4096, 12288, 8},
                           {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
                           {"context_kv", 10240, 4096, 1}};
-  const GemmVariant variants[] = {GemmVariant::bulk_n8, GemmVariant::bulk_n16,
-                                  GemmVariant::bulk_n32, GemmVariant::bulk_n64,
-                                  GemmVariant::bulk_big};
+  const GemmVariant variants[] = {
+      GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
+      GemmVariant::ring_n64, GemmVariant::bulk_n8,  GemmVariant::bulk_n16,
+      GemmVariant::bulk_n32, GemmVariant::bulk_n64, GemmVariant::bulk_big};
   DeviceStream stream;
   cudaStream_t s = stream.get();
   DeviceBuffer<unsigned char> flush(size_t{256} << 20);
   cudaEvent_t e0, e1;
   SD_CUDA_CHECK(cudaEventCreate(&e0));
   SD_CUDA_CHECK(cudaEventCreate(&e1));
-  std::printf("[gemm variants] us (GB/s of weights): n8 n16 n32 n64 big\n");
+  std::printf(
+      "[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64, bulk n8 n16 n32 n64 big\n");
   for (const Shape& sh : shapes) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
     fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);

@@ -36,28 +36,40 @@ namespace sparkdraft::cuda {
 // added by the fixed tree. mma.sync m16n8k16 with the operands swapped (weights
 // are A, 16 rows per m16 tile; tokens are B, 8 per n8 tile); no cuBLAS.
 //
-// Design (src/cuda/gemm/tile.cuh). Bulk variants (K % 8 == 0, x_stride % 8 == 0,
-// x and w 16-byte aligned): a CTA of WG warps owns 16*MT*WG weight rows and 8*NT
-// tokens, warp w its 16*MT rows against all the CTA's tokens, every chain over
-// the whole K in increasing k; the k_slices slices run one after the other in
-// the same warp and are folded in registers by the canonical tree (no shared
-// memory, no workspace). The CTA streams its rows through one shared-memory ring:
-// a stage is 256, 128 or 64 k of every row (pitch 2*k + 16 bytes: ldmatrix reads
-// conflict-free), one cp.async.bulk per row and stage completing the stage's
-// mbarrier; the widest stage that leaves >= 4 stages (up to 8) when every CTA of
-// the grid is resident (up to 4 a SM). Grid (ceil(M / (8*NT)), ceil(N / rows)): x
-// (fastest) walks the token chunks, so the CTAs that share weight rows run together.
-//   bulk_n8  MT 1, NT 1, WG 1 (16 rows, 8 tokens; M <= 8)
-//   bulk_n16 MT 1, NT 2, WG 1 (16 rows, 16 tokens; M <= 16)
-//   bulk_n32 MT 1, NT 4, WG 2 (32 rows, 32 tokens; M <= 32)
-//   bulk_n64 MT 1, NT 8, WG 2 (32 rows, 64 tokens; M <= 64, and larger M with
-//            k_slices > 1, in chunks of 64 tokens)
-//   bulk_big MT 2, NT 8, WG 2 (64 rows, 64 tokens; M > 64 with k_slices == 1;
-//            forced with k_slices > 1 it runs as bulk_n64)
-// general: any K, stride and alignment; a CTA of k_slices warps (warp s runs slice
-// s) over 16 rows and 32 tokens, each fragment element loaded from global memory
-// (zero past the ends), the partials added by the tree in shared memory; the same
-// bits as the bulk variants.
+// Design (src/cuda/gemm/tile.cuh): a CTA owns 16*MT weight rows and 8*NT*WT
+// tokens and is k_slices slice groups of WT warps; group s runs slice s, each of
+// its warps the group's weight rows against its own 8*NT tokens, every chain over
+// the whole slice in increasing k. With k_slices > 1 the CTA adds the groups'
+// fp32 partials by the canonical tree in shared memory (no workspace). Grid
+// (ceil(M / (8*NT*WT)), ceil(N / (16*MT))): x (fastest) walks the token chunks,
+// so the CTAs that share weight rows run together and the re-reads hit L2.
+// Ring variants (K % 8 == 0, x_stride % 8 == 0, x and w 16-byte aligned): every
+// group streams its weight rows and its tokens through its own shared-memory
+// ring (stages of 64 k, 16-byte cp.async, ldmatrix.x4 reads, swizzled; one CTA
+// barrier per stage), stages = clamp(96 KB / k_slices / stage bytes, 2, 16):
+//   ring_n8  MT 1, NT 1, WT 1 (16 rows, 8 tokens; M <= 8)     3 KB a stage
+//   ring_n16 MT 1, NT 2, WT 1 (16 rows, 16 tokens; M <= 16)   4 KB
+//   ring_n32 MT 2, NT 2, WT 2 (32 rows, 32 tokens; M <= 32)   8 KB
+//   ring_n64 MT 2, NT 2, WT 4 (32 rows, 64 tokens; larger M in chunks of 64)  12 KB
+// Bulk variants (the same layouts; src/cuda/gemm/tile.cuh): a CTA of WG warps owns
+// 16*MT*WG weight rows and 8*NT tokens, warp w its 16*MT rows against all of them,
+// every chain over the whole K; the k_slices slices run one after the other in
+// the same warp and are folded in registers by the canonical tree. The CTA
+// streams its rows through one ring of stages of 256, 128 or 64 k (rows padded to
+// 2*k + 16 bytes), one cp.async.bulk per row and stage completing the stage's
+// mbarrier; the widest stage that leaves >= 4 stages (3 for bulk_big, up to 8)
+// when every CTA of the grid is resident (up to 4 a SM, 2 for bulk_big):
+//   bulk_n8  MT 1, NT 1, WG 1 (16 rows, 8 tokens)      picked: M <= 8, k_slices 1
+//   bulk_n16 MT 1, NT 2, WG 1 (16 rows, 16 tokens)     forced only
+//   bulk_n32 MT 1, NT 4, WG 2 (32 rows, 32 tokens)     forced only
+//   bulk_n64 MT 1, NT 8, WG 2 (32 rows, 64 tokens)     forced only
+//   bulk_big MT 2, NT 8, WG 2 (64 rows, 64 tokens; k_slices 1, else it runs as
+//            bulk_n64)                                 forced only
+// automatic: general where the layout needs it; M <= 8: bulk_n8 (k_slices 1) or
+// ring_n8; M <= 16 ring_n16, M <= 32 ring_n32, else ring_n64 (GemmSpeed.EveryVariant
+// measures them all).
+// general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
+// from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more
 // than 65535 row blocks. M == 0 or N == 0 launches nothing. The first call on a
 // device runs cuda::mma_self_test() (cuda/mma.h; it synchronizes), so capture a
@@ -65,14 +77,27 @@ namespace sparkdraft::cuda {
 void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
           int64_t y_stride, int k_slices, cudaStream_t stream);
 
-// The variants cuda::gemm chooses from (tests force each; forcing a bulk variant on
-// arguments it cannot take throws InvalidArgument).
-enum class GemmVariant { automatic, bulk_n8, bulk_n16, bulk_n32, bulk_n64, bulk_big, general };
+// The variants cuda::gemm chooses from (tests force each; forcing a ring or bulk
+// variant on arguments it cannot take throws InvalidArgument).
+enum class GemmVariant {
+  automatic,
+  ring_n8,
+  ring_n16,
+  ring_n32,
+  ring_n64,
+  bulk_n8,
+  bulk_n16,
+  bulk_n32,
+  bulk_n64,
+  bulk_big,
+  general
+};
 void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
                int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream);
-// What `automatic` runs for these arguments, and whether the bulk variants can.
+// What `automatic` runs for these arguments, and whether the ring and bulk
+// variants can (the same layouts).
 GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int K, int k_slices);
-bool gemm_bulk_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
+bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
 const char* gemm_variant_name(GemmVariant v);
 
 // ---- norms ------------------------------------------------------------------------
