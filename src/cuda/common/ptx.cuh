@@ -77,6 +77,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t
 #endif
 }
 
+// One plain arrival (release: this thread's earlier accesses come first).
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
 // Waits until the phase of parity `parity` (0, 1, 0, ...) of the mbarrier completed.
 __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

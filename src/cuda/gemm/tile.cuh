@@ -24,11 +24,11 @@
 // The CTA streams its weight rows and its tokens through one shared-memory ring of
 // `stages` stages; a stage is `stage_k` k of every row (rows padded to a pitch of
 // 2*stage_k + 16 bytes, so the eight 16-byte rows an ldmatrix reads fall in eight
-// different bank groups), filled by one cp.async.bulk per row and stage (lane 0 of
-// warp w issues warp w's weight rows and every WG-th token, from warp-uniform
-// pointers fixed at the start) whose bytes complete the stage's mbarrier (thread
-// 0 arms it with the stage's byte count before the warps' barrier that precedes
-// the copies).
+// different bank groups). Warp-specialized: one more warp, the producer, fills
+// the ring with one cp.async.bulk per row and stage (lane 0, warp-uniform
+// pointers) whose bytes complete the stage's full mbarrier; each consumer warp
+// waits on it, runs the stage's mma steps and arrives on the stage's empty
+// mbarrier, on which the producer waits before refilling the slot.
 // Every chain runs in increasing k from +0; the K slices (k_slices = S) run one
 // after the other in the same warp, each from +0, and their fp32 results are
 // folded at once in registers in the order of core/reduce.h canonical_tree_sum
@@ -262,16 +262,15 @@ __global__ void __launch_bounds__(32 * WT * kMaxSlices) gemm_ring_kernel(Args a)
 }
 
 inline constexpr int kBulkMaxStages = 8;
-inline constexpr int kBulkHeader = 128;  // the stages' mbarriers, before the ring
+inline constexpr int kBulkHeader = 128;  // the stages' full and empty mbarriers, before the ring
 
 // The bulk kernel's CTA (see the top of this file).
 template <int MT, int NT, int WG, int LEVELS>
 struct Bulk {
-  static constexpr int kThreads = 32 * WG;
-  static constexpr int kWRows = 16 * MT * WG;  // weight rows per CTA
-  static constexpr int kTokens = 8 * NT;       // tokens per CTA
+  static constexpr int kThreads = 32 * (WG + 1);  // WG consumers and the producer
+  static constexpr int kWRows = 16 * MT * WG;     // weight rows per CTA
+  static constexpr int kTokens = 8 * NT;          // tokens per CTA
   static constexpr int kRows = kWRows + kTokens;
-  static constexpr int kRowsPerThread = (kRows + kThreads - 1) / kThreads;
   static constexpr int kMaxSlices = 1 << LEVELS;  // LEVELS partial sets folded in registers
 };
 
@@ -286,67 +285,63 @@ __device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&p)
       for (int i = 0; i < 4; ++i) d[mt][nt][i] = __fadd_rn(p[mt][nt][i], d[mt][nt][i]);
 }
 
-// grid (ceil(M / (8*NT)), ceil(N / (16*MT*WG))), block 32*WG, dynamic shared
-// memory kBulkHeader + stages * stage_bytes; a.slices <= 2^LEVELS.
+// grid (ceil(M / (8*NT)), ceil(N / (16*MT*WG))), block 32*(WG+1) (WG consumer
+// warps and the producer warp WG), dynamic shared memory kBulkHeader + stages *
+// stage_bytes; a.slices <= 2^LEVELS.
 template <int MT, int NT, int WG, int LEVELS>
-__global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
+__global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
   using B = Bulk<MT, NT, WG, LEVELS>;
   extern __shared__ __align__(128) unsigned char smem[];
+  // full[s] (1 arrival + the stage's bytes) at bars + 8 s, empty[s] (one arrival
+  // per consumer warp) at bars + 8 (kBulkMaxStages + s).
   const uint32_t bars = smem_u32(smem), ring = bars + kBulkHeader;
+  const uint32_t empties = bars + 8 * kBulkMaxStages;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = blockIdx.x * B::kTokens, n0 = blockIdx.y * B::kWRows;
-  const int chunks = a.slices * a.slice_chunks, ahead = a.stages - 1;
-
-  // The copies: lane 0 of warp w issues the weight rows of warp w and the tokens
-  // w, w + WG, ... (the warp index through a shuffle, so the compiler knows it is
-  // warp-uniform and issues each copy once, with no per-lane loop). Rows past N
-  // and tokens past M are not copied.
-  const int wid = __shfl_sync(0xffffffffu, tid / 32, 0);
-  const int nw = min(B::kWRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
-  const int w_first = wid * 16 * MT, w_count = max(0, min(16 * MT, nw - w_first));
-  const int x_count = nx > wid ? (nx - wid + WG - 1) / WG : 0;
-  const int64_t w_gpitch = 2 * static_cast<int64_t>(a.K);
-  const int64_t x_gpitch = 2 * static_cast<int64_t>(a.x_stride) * WG;
-  const unsigned char* w_src =
-      reinterpret_cast<const unsigned char*>(a.w) + (n0 + w_first) * w_gpitch;
-  const unsigned char* x_src = reinterpret_cast<const unsigned char*>(a.x) +
-                               (m0 + wid) * (2 * static_cast<int64_t>(a.x_stride));
-  const uint32_t w_dst = ring + w_first * a.pitch, x_dst = ring + (B::kWRows + wid) * a.pitch;
-  const uint32_t x_dpitch = WG * a.pitch;
-  const int rows_in = nw + nx;
+  const int chunks = a.slices * a.slice_chunks;
   auto chunk_len = [&](int c) {  // k of stage c
     return min(a.stage_k, a.slice_len - (c % a.slice_chunks) * a.stage_k);
   };
-  auto arm = [&](int c) {  // thread 0: stage c's bytes, before anyone copies them
-    mbarrier_arrive_expect_tx(bars + 8 * (c % a.stages),
-                              static_cast<uint32_t>(rows_in * chunk_len(c) * 2));
-  };
-  auto issue = [&](int c) {
-    if (lane != 0) return;
-    const int slot = c % a.stages;
-    const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
-                              static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
-    const uint32_t bytes = static_cast<uint32_t>(2 * chunk_len(c)), so = slot * a.stage_bytes;
-    const uint32_t bar = bars + 8 * slot;
-    for (int r = 0; r < w_count; ++r)
-      bulk_copy_g2s(w_dst + so + r * a.pitch, w_src + koff + r * w_gpitch, bytes, bar);
-    for (int j = 0; j < x_count; ++j)
-      bulk_copy_g2s(x_dst + so + j * x_dpitch, x_src + koff + j * x_gpitch, bytes, bar);
-  };
-  auto group_sync = [] {
-    if constexpr (WG == 1)
-      __syncwarp();
-    else
-      __syncthreads();
-  };
 
   if (tid == 0) {
-    for (int s = 0; s < a.stages; ++s) mbarrier_init(bars + 8 * s, 1);
+    for (int s = 0; s < a.stages; ++s) {
+      mbarrier_init(bars + 8 * s, 1);
+      mbarrier_init(empties + 8 * s, WG);
+    }
     fence_mbarrier_init();
-    for (int p = 0; p < ahead && p < chunks; ++p) arm(p);
   }
   __syncthreads();
-  for (int p = 0; p < ahead && p < chunks; ++p) issue(p);
+
+  // The producer: lane 0 of warp WG (the warp index through a shuffle, so the
+  // compiler knows it is warp-uniform and issues each copy once) waits until the
+  // consumers are done with a slot, arms its full barrier with the stage's bytes
+  // and copies the stage's rows: the weight rows n0 .. n0 + nw and the tokens
+  // m0 .. m0 + nx (rows past N and tokens past M are not copied).
+  if (__shfl_sync(0xffffffffu, warp, 0) == WG) {
+    if (lane != 0) return;
+    const int nw = min(B::kWRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
+    const int64_t w_gpitch = 2 * static_cast<int64_t>(a.K);
+    const int64_t x_gpitch = 2 * static_cast<int64_t>(a.x_stride);
+    const unsigned char* w_src = reinterpret_cast<const unsigned char*>(a.w) + n0 * w_gpitch;
+    const unsigned char* x_src = reinterpret_cast<const unsigned char*>(a.x) + m0 * x_gpitch;
+    const uint32_t x_dst = ring + B::kWRows * a.pitch;
+    for (int c = 0; c < chunks; ++c) {
+      const int slot = c % a.stages;
+      if (c >= a.stages)
+        mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>(((c / a.stages) + 1) & 1));
+      const int len = chunk_len(c);
+      const uint32_t bytes = static_cast<uint32_t>(2 * len), so = slot * a.stage_bytes;
+      const uint32_t bar = bars + 8 * slot;
+      mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(nw + nx) * bytes);
+      const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
+                                static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
+      for (int r = 0; r < nw; ++r)
+        bulk_copy_g2s(ring + so + r * a.pitch, w_src + koff + r * w_gpitch, bytes, bar);
+      for (int r = 0; r < nx; ++r)
+        bulk_copy_g2s(x_dst + so + r * a.pitch, x_src + koff + r * x_gpitch, bytes, bar);
+    }
+    return;
+  }
 
   // ldmatrix lane roles: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of a step;
   // B matrices k 0-7 | 8-15 of step 2p, then of step 2p+1, for 8 tokens.
@@ -401,10 +396,6 @@ __global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
     for (int j = 0; j < a.slice_chunks; ++j, ++c) {
       const int slot = c % a.stages;
       mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((c / a.stages) & 1));
-      const bool more = c + ahead < chunks;
-      if (tid == 0 && more) arm(c + ahead);
-      group_sync();  // everyone is done with stage c - 1, whose slot c + ahead takes
-      if (more) issue(c + ahead);
       const uint32_t st = ring + slot * a.stage_bytes;
       const int len = chunk_len(c);
       if (len == a.stage_k) {
@@ -418,6 +409,8 @@ __global__ void __launch_bounds__(32 * WG) gemm_bulk_kernel(Args a) {
           pair(st, p, two, half && 2 * p + (two ? 1 : 0) == steps - 1);
         }
       }
+      __syncwarp();  // the warp's reads of the slot are done
+      if (lane == 0) mbarrier_arrive(empties + 8 * slot);
     }
     // Fold slice s into the canonical tree: acc becomes the sum of the slices so far
     // whose subtree is complete; it is stored at the level of the first clear bit.
