@@ -51,13 +51,14 @@ namespace sparkdraft::cuda {
 //   ring_n16 MT 1, NT 2, WT 1 (16 rows, 16 tokens; M <= 16)   4 KB
 //   ring_n32 MT 2, NT 2, WT 2 (32 rows, 32 tokens; M <= 32)   8 KB
 //   ring_n64 MT 2, NT 2, WT 4 (32 rows, 64 tokens; larger M in chunks of 64)  12 KB
-// Bulk variants (the same layouts; src/cuda/gemm/tile.cuh): a CTA of WG warps owns
-// 16*MT*WG weight rows and 8*NT tokens, warp w its 16*MT rows against all of them,
-// every chain over the whole K; the k_slices slices run one after the other in
-// the same warp and are folded in registers by the canonical tree. The CTA
-// streams its rows through one ring of stages of 256, 128 or 64 k (rows padded to
-// 2*k + 16 bytes), one cp.async.bulk per row and stage completing the stage's
-// mbarrier; the widest stage that leaves >= 4 stages (3 for bulk_big, up to 8)
+// Bulk variants (the same layouts; src/cuda/gemm/tile.cuh): a CTA of WG compute
+// warps owns 16*MT*WG weight rows and 8*NT tokens, warp w its 16*MT rows against
+// all of them, every chain over the whole K; the k_slices slices run one after the
+// other in the same warp and are folded in registers by the canonical tree. One
+// more warp, the producer, streams the CTA's rows through one ring of stages of
+// 256, 128 or 64 k (rows padded to 2*k + 16 bytes), one cp.async.bulk per row and
+// stage completing the stage's full mbarrier; the compute warps release a slot on
+// its empty mbarrier. The widest stage that leaves >= 4 stages (3 for bulk_big, up to 8)
 // when every CTA of the grid is resident (up to 4 a SM, 2 for bulk_big):
 //   bulk_n8  MT 1, NT 1, WG 1 (16 rows, 8 tokens)      picked: M <= 8, k_slices 1
 //   bulk_n16 MT 1, NT 2, WG 1 (16 rows, 16 tokens)     forced only

@@ -19,7 +19,7 @@
 // steps). One CTA barrier per stage. Needs K % 8 == 0, x_stride % 8 == 0 and
 // 16-byte aligned w and x.
 //
-// Bulk kernel: a CTA of WG warps owns WG*16*MT weight rows and 8*NT tokens; warp w
+// Bulk kernel: WG consumer warps own WG*16*MT weight rows and 8*NT tokens; warp w
 // runs rows [w*16*MT, (w+1)*16*MT) against all the CTA's tokens (MT x NT tiles).
 // The CTA streams its weight rows and its tokens through one shared-memory ring of
 // `stages` stages; a stage is `stage_k` k of every row (rows padded to a pitch of
@@ -42,7 +42,7 @@
 //
 // General kernel (anything else: odd K, odd strides, misaligned pointers): WT = 1,
 // MT = 1, the same chains and epilogue with every fragment element loaded from
-// global memory (bounds-checked, zero past the ends). Both give the same bits:
+// global memory (bounds-checked, zero past the ends). All three give the same bits:
 // only the 16-k groups and their order matter (ops/gemm.h).
 #pragma once
 
