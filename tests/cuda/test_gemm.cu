@@ -109,8 +109,10 @@ struct DeviceProblem {
   }
 };
 
-const GemmVariant kForced[] = {GemmVariant::ring_n8, GemmVariant::ring_n16, GemmVariant::ring_n32,
-                               GemmVariant::ring_n64, GemmVariant::general};
+const GemmVariant kForced[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
+                               GemmVariant::ring_n64, GemmVariant::bulk_n8,  GemmVariant::bulk_n16,
+                               GemmVariant::bulk_n32, GemmVariant::bulk_n64, GemmVariant::bulk_big,
+                               GemmVariant::general};
 
 // Runs `automatic` and every variant that can take the problem; each must give
 // the CPU's bits. Returns the number of variants run.
@@ -118,16 +120,16 @@ int check_all_variants(const Problem& p, int S, uint64_t seed, cudaStream_t s) {
   SCOPED_TRACE(describe(p, S, seed));
   const std::vector<bf16> want = cpu_result(p, S);
   DeviceProblem d(p, s);
-  const bool ring = cuda::gemm_ring_ok(d.dx(), p.x_stride, d.dw(), p.K);
-  EXPECT_EQ(ring, p.offset == 0 && p.K % 8 == 0) << "which layouts the ring takes";
+  const bool bulk = cuda::gemm_ring_ok(d.dx(), p.x_stride, d.dw(), p.K);
+  EXPECT_EQ(bulk, p.offset == 0 && p.K % 8 == 0) << "which layouts the ring and bulk kernels take";
   int ran = 0;
   d.run(GemmVariant::automatic, S, s);
   EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}))
       << "automatic ("
-      << cuda::gemm_variant_name(cuda::gemm_pick(d.dx(), p.x_stride, d.dw(), p.M, p.K)) << ")";
+      << cuda::gemm_variant_name(cuda::gemm_pick(d.dx(), p.x_stride, d.dw(), p.M, p.K, S)) << ")";
   ++ran;
   for (GemmVariant v : kForced) {
-    if (v != GemmVariant::general && !ring) {
+    if (v != GemmVariant::general && !bulk) {
       EXPECT_THROW(d.run(v, S, s), InvalidArgument) << cuda::gemm_variant_name(v);
       continue;
     }
@@ -212,11 +214,11 @@ TEST(CudaGemm, BadArgumentsAreRefused) {
   EXPECT_THROW(cuda::gemm(p, 96, p, 2, 4, 96, p, 4, 4, nullptr), InvalidArgument);
   EXPECT_THROW(cuda::gemm(nullptr, 4, p, 2, 4, 4, p, 4, 1, nullptr), InvalidArgument);
   EXPECT_THROW(cuda::gemm(p, 4, p, 2, 2000000, 4, p, 2000000, 1, nullptr), InvalidArgument);
-  // The ring variants refuse what they cannot stream.
-  EXPECT_THROW(cuda::gemm_with(GemmVariant::ring_n8, p + 1, 64, p, 2, 4, 64, p, 4, 1, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(cuda::gemm_with(GemmVariant::ring_n8, p, 64, p, 2, 4, 60, p, 4, 1, nullptr),
-               InvalidArgument);
+  // The ring and bulk variants refuse what they cannot stream.
+  for (GemmVariant v : {GemmVariant::ring_n8, GemmVariant::bulk_n8}) {
+    EXPECT_THROW(cuda::gemm_with(v, p + 1, 64, p, 2, 4, 64, p, 4, 1, nullptr), InvalidArgument);
+    EXPECT_THROW(cuda::gemm_with(v, p, 64, p, 2, 4, 60, p, 4, 1, nullptr), InvalidArgument);
+  }
   EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 0, 4, 4, nullptr, 4, 1, nullptr));  // M == 0
   EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 3, 0, 4, nullptr, 4, 1, nullptr));  // N == 0
   SD_CUDA_CHECK(cudaDeviceSynchronize());
@@ -302,8 +304,62 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
       const double bytes = 2.0 * sh.N * sh.K;
       std::printf("[gemm speed] %-10s N %6d K %5d S %d M %4d (%s): %9.1f us  %7.0f GB/s\n", sh.name,
                   sh.N, sh.K, sh.S, M,
-                  cuda::gemm_variant_name(cuda::gemm_pick(x.data(), sh.K, w.data(), M, sh.K)), us,
-                  bytes / us * 1e-3);
+                  cuda::gemm_variant_name(cuda::gemm_pick(x.data(), sh.K, w.data(), M, sh.K, sh.S)),
+                  us, bytes / us * 1e-3);
+    }
+  }
+  SD_CUDA_CHECK(cudaEventDestroy(e0));
+  SD_CUDA_CHECK(cudaEventDestroy(e1));
+}
+
+// Every bulk variant forced on each projection (median of 5, L2 flushed): the data
+// behind gemm_pick. Prints us per variant; no assertion on speed.
+TEST(GemmSpeed, EveryVariant) {
+  SD_REQUIRE_GPU();
+  struct Shape {
+    const char* name;
+    int N, K, S;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096, 1},        {"o_proj", 4096, 4096, 8},
+                          {"gate_up", 24576, 4096, 1},   {"down", 4096, 12288, 8},
+                          {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
+                          {"context_kv", 10240, 4096, 1}};
+  const GemmVariant variants[] = {
+      GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
+      GemmVariant::ring_n64, GemmVariant::bulk_n8,  GemmVariant::bulk_n16,
+      GemmVariant::bulk_n32, GemmVariant::bulk_n64, GemmVariant::bulk_big};
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  DeviceBuffer<unsigned char> flush(size_t{256} << 20);
+  cudaEvent_t e0, e1;
+  SD_CUDA_CHECK(cudaEventCreate(&e0));
+  SD_CUDA_CHECK(cudaEventCreate(&e1));
+  std::printf(
+      "[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64, bulk n8 n16 n32 n64 big\n");
+  for (const Shape& sh : shapes) {
+    DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
+    fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);
+    for (int M : {7, 56, 224}) {
+      DeviceBuffer<bf16> x(static_cast<size_t>(M) * sh.K), y(static_cast<size_t>(M) * sh.N);
+      fill(x, 0x777u + static_cast<uint32_t>(M), s);
+      std::printf("[gemm variants] %-10s M %4d:", sh.name, M);
+      for (GemmVariant v : variants) {
+        std::vector<float> ms;
+        for (int rep = 0; rep < 6; ++rep) {
+          SD_CUDA_CHECK(cudaMemsetAsync(flush.data(), rep, flush.bytes(), s));
+          SD_CUDA_CHECK(cudaEventRecord(e0, s));
+          cuda::gemm_with(v, x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
+          SD_CUDA_CHECK(cudaEventRecord(e1, s));
+          SD_CUDA_CHECK(cudaEventSynchronize(e1));
+          float t = 0.0f;
+          SD_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+          if (rep > 0) ms.push_back(t);  // the first run warms up
+        }
+        std::sort(ms.begin(), ms.end());
+        const double us = 1e3 * ms[2];
+        std::printf(" %8.1f (%5.0f)", us, 2.0 * sh.N * sh.K / us * 1e-3);
+      }
+      std::printf("\n");
     }
   }
   SD_CUDA_CHECK(cudaEventDestroy(e0));

@@ -51,6 +51,24 @@ namespace sparkdraft::cuda {
 //   ring_n16 MT 1, NT 2, WT 1 (16 rows, 16 tokens; M <= 16)   4 KB
 //   ring_n32 MT 2, NT 2, WT 2 (32 rows, 32 tokens; M <= 32)   8 KB
 //   ring_n64 MT 2, NT 2, WT 4 (32 rows, 64 tokens; larger M in chunks of 64)  12 KB
+// Bulk variants (the same layouts; src/cuda/gemm/tile.cuh): a CTA of WG compute
+// warps owns 16*MT*WG weight rows and 8*NT tokens, warp w its 16*MT rows against
+// all of them, every chain over the whole K; the k_slices slices run one after the
+// other in the same warp and are folded in registers by the canonical tree. One
+// more warp, the producer, streams the CTA's rows through one ring of stages of
+// 256, 128 or 64 k (rows padded to 2*k + 16 bytes), one cp.async.bulk per row and
+// stage completing the stage's full mbarrier; the compute warps release a slot on
+// its empty mbarrier. The widest stage that leaves >= 4 stages (3 for bulk_big, up to 8)
+// when every CTA of the grid is resident (up to 4 a SM, 2 for bulk_big):
+//   bulk_n8  MT 1, NT 1, WG 1 (16 rows, 8 tokens)      picked: M <= 8, k_slices 1
+//   bulk_n16 MT 1, NT 2, WG 1 (16 rows, 16 tokens)     forced only
+//   bulk_n32 MT 1, NT 4, WG 2 (32 rows, 32 tokens)     forced only
+//   bulk_n64 MT 1, NT 8, WG 2 (32 rows, 64 tokens)     forced only
+//   bulk_big MT 2, NT 8, WG 2 (64 rows, 64 tokens; k_slices 1, else it runs as
+//            bulk_n64)                                 forced only
+// automatic: general where the layout needs it; M <= 8: bulk_n8 (k_slices 1) or
+// ring_n8; M <= 16 ring_n16, M <= 32 ring_n32, else ring_n64 (GemmSpeed.EveryVariant
+// measures them all).
 // general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
 // from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more
@@ -60,13 +78,26 @@ namespace sparkdraft::cuda {
 void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
           int64_t y_stride, int k_slices, cudaStream_t stream);
 
-// The variants cuda::gemm chooses from (tests force each; forcing a ring variant on
-// arguments it cannot take throws InvalidArgument).
-enum class GemmVariant { automatic, ring_n8, ring_n16, ring_n32, ring_n64, general };
+// The variants cuda::gemm chooses from (tests force each; forcing a ring or bulk
+// variant on arguments it cannot take throws InvalidArgument).
+enum class GemmVariant {
+  automatic,
+  ring_n8,
+  ring_n16,
+  ring_n32,
+  ring_n64,
+  bulk_n8,
+  bulk_n16,
+  bulk_n32,
+  bulk_n64,
+  bulk_big,
+  general
+};
 void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
                int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream);
-// What `automatic` runs for these arguments, and whether the ring variants can.
-GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int K);
+// What `automatic` runs for these arguments, and whether the ring and bulk
+// variants can (the same layouts).
+GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int K, int k_slices);
 bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
 const char* gemm_variant_name(GemmVariant v);
 

@@ -42,6 +42,13 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem_row)
                : "r"(s));
 }
 
+// The same from a 32-bit shared-memory address (common/ptx.cuh smem_u32).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_row));
+}
+
 // The same four matrices transposed: register i holds the transpose of matrix i
 // (for a B operand stored k-major: rows = k, columns = n).
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) {

@@ -1,6 +1,6 @@
-// The tensor-core GEMM of ops/gemm.h on the device: the tiles, the per-warp
-// shared-memory ring and the two kernels (ring and general) that cuda::gemm
-// (gemm.cu) launches. See cuda/kernels.h for the design in one paragraph.
+// The tensor-core GEMM of ops/gemm.h on the device: the tiles, the shared-memory
+// rings and the three kernels (bulk, ring and general) that cuda::gemm (gemm.cu)
+// launches. See cuda/kernels.h for the design in one paragraph.
 //
 // Operands swapped (weights = A, tokens = B): a CTA owns 16*MT weight rows and
 // 8*NT*WT tokens. It is `slices` slice groups of WT warps: group s runs slice s
@@ -19,9 +19,30 @@
 // steps). One CTA barrier per stage. Needs K % 8 == 0, x_stride % 8 == 0 and
 // 16-byte aligned w and x.
 //
+// Bulk kernel: WG consumer warps own WG*16*MT weight rows and 8*NT tokens; warp w
+// runs rows [w*16*MT, (w+1)*16*MT) against all the CTA's tokens (MT x NT tiles).
+// The CTA streams its weight rows and its tokens through one shared-memory ring of
+// `stages` stages; a stage is `stage_k` k of every row (rows padded to a pitch of
+// 2*stage_k + 16 bytes, so the eight 16-byte rows an ldmatrix reads fall in eight
+// different bank groups). Warp-specialized: one more warp, the producer, fills
+// the ring with one cp.async.bulk per row and stage (lane 0, warp-uniform
+// pointers) whose bytes complete the stage's full mbarrier; each consumer warp
+// waits on it, runs the stage's mma steps and arrives on the stage's empty
+// mbarrier, on which the producer waits before refilling the slot.
+// Every chain runs in increasing k from +0; the K slices (k_slices = S) run one
+// after the other in the same warp, each from +0, and their fp32 results are
+// folded at once in registers in the order of core/reduce.h canonical_tree_sum
+// (a binary counter: after slice s, add the stored partial of each level whose
+// bit of s is set), so no shared memory and no workspace holds partials. Rows past
+// N and tokens past M are not copied (their stale shared memory only reaches
+// outputs that are not stored); a stage that ends in the middle of a 16-k step
+// (K % 16 == 8) zeroes the step's upper 8 k in both fragments, which is the
+// contract's zero padding. Needs K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned
+// w and x (every row segment is then 16-byte aligned and a multiple of 16 bytes).
+//
 // General kernel (anything else: odd K, odd strides, misaligned pointers): WT = 1,
 // MT = 1, the same chains and epilogue with every fragment element loaded from
-// global memory (bounds-checked, zero past the ends). Both give the same bits:
+// global memory (bounds-checked, zero past the ends). All three give the same bits:
 // only the 16-k groups and their order matter (ops/gemm.h).
 #pragma once
 
@@ -64,10 +85,14 @@ struct Args {
   int M, N, K;
   bf16* y;
   int64_t y_stride;
-  int slices;       // slice groups per CTA; slice s = group s (warps s*WT .. s*WT+WT-1)
-  int slice_len;    // K / slices
-  int stages;       // ring stages (ring kernel), 2..kMaxStages
-  int group_bytes;  // shared memory per slice group (its ring, later its fp32 partials)
+  int slices;        // slice groups per CTA; slice s = group s (warps s*WT .. s*WT+WT-1)
+  int slice_len;     // K / slices
+  int stages;        // ring stages (ring kernel 2..kMaxStages, bulk kernel 2..kBulkMaxStages)
+  int group_bytes;   // shared memory per slice group (its ring, later its fp32 partials)
+  int stage_k;       // bulk kernel: k per stage (a multiple of 32)
+  int pitch;         // bulk kernel: bytes per row of a stage, 2 * stage_k + 16
+  int stage_bytes;   // bulk kernel: rows * pitch
+  int slice_chunks;  // bulk kernel: stages per slice, ceil(slice_len / stage_k)
 };
 
 // Byte offset of chunk c (0..7) of row r in a stage.
@@ -234,6 +259,193 @@ __global__ void __launch_bounds__(32 * WT * kMaxSlices) gemm_ring_kernel(Args a)
   }
   cp_async_wait_n(0);  // the trailing (empty) groups
   epilogue<MT, NT, WT>(a, acc, smem, n0, m0);
+}
+
+inline constexpr int kBulkMaxStages = 8;
+inline constexpr int kBulkHeader = 128;  // the stages' full and empty mbarriers, before the ring
+
+// The bulk kernel's CTA (see the top of this file).
+template <int MT, int NT, int WG, int LEVELS>
+struct Bulk {
+  static constexpr int kThreads = 32 * (WG + 1);  // WG consumers and the producer
+  static constexpr int kWRows = 16 * MT * WG;     // weight rows per CTA
+  static constexpr int kTokens = 8 * NT;          // tokens per CTA
+  static constexpr int kRows = kWRows + kTokens;
+  static constexpr int kMaxSlices = 1 << LEVELS;  // LEVELS partial sets folded in registers
+};
+
+// fp32 fragments, added element by element (round to nearest even).
+template <int MT, int NT>
+__device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&p)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[mt][nt][i] = __fadd_rn(p[mt][nt][i], d[mt][nt][i]);
+}
+
+// grid (ceil(M / (8*NT)), ceil(N / (16*MT*WG))), block 32*(WG+1) (WG consumer
+// warps and the producer warp WG), dynamic shared memory kBulkHeader + stages *
+// stage_bytes; a.slices <= 2^LEVELS.
+template <int MT, int NT, int WG, int LEVELS>
+__global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
+  using B = Bulk<MT, NT, WG, LEVELS>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  // full[s] (1 arrival + the stage's bytes) at bars + 8 s, empty[s] (one arrival
+  // per consumer warp) at bars + 8 (kBulkMaxStages + s).
+  const uint32_t bars = smem_u32(smem), ring = bars + kBulkHeader;
+  const uint32_t empties = bars + 8 * kBulkMaxStages;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int m0 = blockIdx.x * B::kTokens, n0 = blockIdx.y * B::kWRows;
+  const int chunks = a.slices * a.slice_chunks;
+  auto chunk_len = [&](int c) {  // k of stage c
+    return min(a.stage_k, a.slice_len - (c % a.slice_chunks) * a.stage_k);
+  };
+
+  if (tid == 0) {
+    for (int s = 0; s < a.stages; ++s) {
+      mbarrier_init(bars + 8 * s, 1);
+      mbarrier_init(empties + 8 * s, WG);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  // The producer: lane 0 of warp WG (the warp index through a shuffle, so the
+  // compiler knows it is warp-uniform and issues each copy once) waits until the
+  // consumers are done with a slot, arms its full barrier with the stage's bytes
+  // and copies the stage's rows: the weight rows n0 .. n0 + nw and the tokens
+  // m0 .. m0 + nx (rows past N and tokens past M are not copied).
+  if (__shfl_sync(0xffffffffu, warp, 0) == WG) {
+    if (lane != 0) return;
+    const int nw = min(B::kWRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
+    const int64_t w_gpitch = 2 * static_cast<int64_t>(a.K);
+    const int64_t x_gpitch = 2 * static_cast<int64_t>(a.x_stride);
+    const unsigned char* w_src = reinterpret_cast<const unsigned char*>(a.w) + n0 * w_gpitch;
+    const unsigned char* x_src = reinterpret_cast<const unsigned char*>(a.x) + m0 * x_gpitch;
+    const uint32_t x_dst = ring + B::kWRows * a.pitch;
+    for (int c = 0; c < chunks; ++c) {
+      const int slot = c % a.stages;
+      if (c >= a.stages)
+        mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>(((c / a.stages) + 1) & 1));
+      const int len = chunk_len(c);
+      const uint32_t bytes = static_cast<uint32_t>(2 * len), so = slot * a.stage_bytes;
+      const uint32_t bar = bars + 8 * slot;
+      mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(nw + nx) * bytes);
+      const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
+                                static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
+      for (int r = 0; r < nw; ++r)
+        bulk_copy_g2s(ring + so + r * a.pitch, w_src + koff + r * w_gpitch, bytes, bar);
+      for (int r = 0; r < nx; ++r)
+        bulk_copy_g2s(x_dst + so + r * a.pitch, x_src + koff + r * x_gpitch, bytes, bar);
+    }
+    return;
+  }
+
+  // ldmatrix lane roles: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of a step;
+  // B matrices k 0-7 | 8-15 of step 2p, then of step 2p+1, for 8 tokens.
+  uint32_t a_off[MT], b_off[NT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    a_off[mt] =
+        ((warp * MT + mt) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * a.pitch + 16 * (lane >> 4);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+    b_off[nt] = (B::kWRows + nt * 8 + (lane & 7)) * a.pitch + 16 * (lane >> 3);
+
+  float acc[MT][NT][4];
+  float part[LEVELS > 0 ? LEVELS : 1][MT][NT][4];
+  // Steps 2p and 2p+1 of the stage at `st`; `two`: step 2p+1 exists; `half`: the
+  // last existing step has only its lower 8 k.
+  auto pair = [&](uint32_t st, int p, bool two, bool half) {
+    uint32_t b[NT][4], af[2][MT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) ldmatrix_x4(b[nt], st + b_off[nt] + 64 * p);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !two) break;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(af[h][mt], st + a_off[mt] + 32 * (2 * p + h));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !two) break;
+      if (half && (h == 1 || !two)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) af[h][mt][2] = af[h][mt][3] = 0u;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) b[nt][2 * h + 1] = 0u;
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          mma_bf16_16816(acc[mt][nt], af[h][mt], &b[nt][2 * h], acc[mt][nt]);
+    }
+  };
+
+  int c = 0;
+  for (int s = 0; s < a.slices; ++s) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    for (int j = 0; j < a.slice_chunks; ++j, ++c) {
+      const int slot = c % a.stages;
+      mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((c / a.stages) & 1));
+      const uint32_t st = ring + slot * a.stage_bytes;
+      const int len = chunk_len(c);
+      if (len == a.stage_k) {
+#pragma unroll 2
+        for (int p = 0; p < a.stage_k / 32; ++p) pair(st, p, true, false);
+      } else {
+        const int steps = (len + 15) / 16;
+        const bool half = len % 16 != 0;
+        for (int p = 0; 2 * p < steps; ++p) {
+          const bool two = 2 * p + 1 < steps;
+          pair(st, p, two, half && 2 * p + (two ? 1 : 0) == steps - 1);
+        }
+      }
+      __syncwarp();  // the warp's reads of the slot are done
+      if (lane == 0) mbarrier_arrive(empties + 8 * slot);
+    }
+    // Fold slice s into the canonical tree: acc becomes the sum of the slices so far
+    // whose subtree is complete; it is stored at the level of the first clear bit.
+    bool stored = false;
+#pragma unroll
+    for (int l = 0; l < LEVELS; ++l) {
+      if (stored) continue;
+      if ((s >> l) & 1) {
+        add_into<MT, NT>(acc, part[l]);
+      } else {
+        if (s + 1 < a.slices) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) part[l][mt][nt][i] = acc[mt][nt][i];
+        }
+        stored = true;
+      }
+    }
+  }
+  // acc: the last slice's fold, the whole tree (or the one chain when S == 1).
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = n0 + (warp * MT + mt) * 16 + g + 8 * (i >> 1);
+        const int m = m0 + nt * 8 + 2 * t + (i & 1);
+        if (n < a.N && m < a.M)
+          a.y[static_cast<int64_t>(m) * a.y_stride + n] = to_bf16(acc[mt][nt][i]);
+      }
 }
 
 // The general kernel: MT = 1, fragments loaded element by element.
