@@ -110,9 +110,9 @@ struct DeviceProblem {
 };
 
 const GemmVariant kForced[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
-                               GemmVariant::ring_n64, GemmVariant::bulk_n8,  GemmVariant::bulk_n16,
-                               GemmVariant::bulk_n32, GemmVariant::bulk_n64, GemmVariant::bulk_big,
-                               GemmVariant::general};
+                               GemmVariant::ring_n64, GemmVariant::ring_big, GemmVariant::bulk_n8,
+                               GemmVariant::bulk_n16, GemmVariant::bulk_n32, GemmVariant::bulk_n64,
+                               GemmVariant::bulk_big, GemmVariant::general};
 
 // Runs `automatic` and every variant that can take the problem; each must give
 // the CPU's bits. Returns the number of variants run.
@@ -126,7 +126,8 @@ int check_all_variants(const Problem& p, int S, uint64_t seed, cudaStream_t s) {
   d.run(GemmVariant::automatic, S, s);
   EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}))
       << "automatic ("
-      << cuda::gemm_variant_name(cuda::gemm_pick(d.dx(), p.x_stride, d.dw(), p.M, p.K, S)) << ")";
+      << cuda::gemm_variant_name(cuda::gemm_pick(d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, S))
+      << ")";
   ++ran;
   for (GemmVariant v : kForced) {
     if (v != GemmVariant::general && !bulk) {
@@ -302,10 +303,11 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
       std::sort(ms.begin(), ms.end());
       const double us = 1e3 * 0.5 * (ms[4] + ms[5]);
       const double bytes = 2.0 * sh.N * sh.K;
-      std::printf("[gemm speed] %-10s N %6d K %5d S %d M %4d (%s): %9.1f us  %7.0f GB/s\n", sh.name,
-                  sh.N, sh.K, sh.S, M,
-                  cuda::gemm_variant_name(cuda::gemm_pick(x.data(), sh.K, w.data(), M, sh.K, sh.S)),
-                  us, bytes / us * 1e-3);
+      std::printf(
+          "[gemm speed] %-10s N %6d K %5d S %d M %4d (%s): %9.1f us  %7.0f GB/s\n", sh.name, sh.N,
+          sh.K, sh.S, M,
+          cuda::gemm_variant_name(cuda::gemm_pick(x.data(), sh.K, w.data(), M, sh.N, sh.K, sh.S)),
+          us, bytes / us * 1e-3);
     }
   }
   SD_CUDA_CHECK(cudaEventDestroy(e0));
@@ -325,9 +327,9 @@ TEST(GemmSpeed, EveryVariant) {
                           {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
                           {"context_kv", 10240, 4096, 1}};
   const GemmVariant variants[] = {
-      GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
-      GemmVariant::ring_n64, GemmVariant::bulk_n8,  GemmVariant::bulk_n16,
-      GemmVariant::bulk_n32, GemmVariant::bulk_n64, GemmVariant::bulk_big};
+      GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32, GemmVariant::ring_n64,
+      GemmVariant::ring_big, GemmVariant::bulk_n8,  GemmVariant::bulk_n16, GemmVariant::bulk_n32,
+      GemmVariant::bulk_n64, GemmVariant::bulk_big};
   DeviceStream stream;
   cudaStream_t s = stream.get();
   DeviceBuffer<unsigned char> flush(size_t{256} << 20);
@@ -335,7 +337,7 @@ TEST(GemmSpeed, EveryVariant) {
   SD_CUDA_CHECK(cudaEventCreate(&e0));
   SD_CUDA_CHECK(cudaEventCreate(&e1));
   std::printf(
-      "[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64, bulk n8 n16 n32 n64 big\n");
+      "[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big, bulk n8 n16 n32 n64 big\n");
   for (const Shape& sh : shapes) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
     fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);

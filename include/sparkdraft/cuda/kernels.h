@@ -86,6 +86,8 @@ enum class GemmVariant {
   ring_n16,
   ring_n32,
   ring_n64,
+  ring_big,  // 64 weight rows x 64 tokens per CTA, 2 warps of 64 x 32 (more mma per fragment
+             // load); at most 4 K slices (8-sliced calls run as ring_n64)
   bulk_n8,
   bulk_n16,
   bulk_n32,
@@ -97,7 +99,8 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
                int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream);
 // What `automatic` runs for these arguments, and whether the ring and bulk
 // variants can (the same layouts).
-GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int K, int k_slices);
+GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
+                      int k_slices);
 bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
 const char* gemm_variant_name(GemmVariant v);
 

@@ -123,14 +123,19 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-// Measured on the H200 (GemmSpeed.EveryVariant): the bulk kernel streams one
-// weight slice per warp fastest at M <= 8 with one K slice; with K slices the ring
-// runs the slices in parallel warps, and at M > 8 the ring's tiles win.
-GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int K, int k_slices) {
+// Measured on the H200 (GemmSpeed.EveryVariant, docs/runs/2026-12-01b run 19): the
+// bulk kernel streams one weight slice per warp fastest at M <= 8 with one K slice;
+// with K slices the ring runs the slices in parallel warps, and at M > 8 the ring's
+// tiles win: ring_big (64 x 64 per CTA) past 64 tokens, or past 32 tokens when N is
+// large enough to fill the GPU with its 64-row blocks (lm_head 664 vs 943 us at M 56;
+// qkv, N 6144, is faster on ring_n64 there).
+GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
+                      int k_slices) {
   if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
   if (M <= 16) return GemmVariant::ring_n16;
   if (M <= 32) return GemmVariant::ring_n32;
+  if (k_slices <= 4 && (M > 64 || N >= 8192)) return GemmVariant::ring_big;
   return GemmVariant::ring_n64;
 }
 
@@ -139,7 +144,7 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
   ops::check_gemm_args("cuda::gemm", x, x_stride, w, M, N, K, y, y_stride, k_slices);
   if (M == 0 || N == 0) return;
   mma_self_test();  // once per device: refuses a device the CPU twin does not reproduce
-  if (variant == GemmVariant::automatic) variant = gemm_pick(x, x_stride, w, M, K, k_slices);
+  if (variant == GemmVariant::automatic) variant = gemm_pick(x, x_stride, w, M, N, K, k_slices);
   ops::require(
       variant == GemmVariant::general || gemm_ring_ok(x, x_stride, w, K), "cuda::gemm",
       "the ring and bulk variants need K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
@@ -159,6 +164,13 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
     case GemmVariant::ring_n16: launch<1, 2, 1, true>(a, stream); break;
     case GemmVariant::ring_n32: launch<2, 2, 2, true>(a, stream); break;
     case GemmVariant::ring_n64: launch<2, 2, 4, true>(a, stream); break;
+    case GemmVariant::ring_big:  // at most 4 slices (8 groups of its ring exceed the
+                                 // shared memory): 8-sliced calls run as ring_n64
+      if (k_slices <= 4)
+        launch<4, 4, 2, true>(a, stream);
+      else
+        launch<2, 2, 4, true>(a, stream);
+      break;
     case GemmVariant::bulk_n8: launch_bulk<1, 1, 1, 3>(a, stream); break;
     case GemmVariant::bulk_n16: launch_bulk<1, 2, 1, 3>(a, stream); break;
     case GemmVariant::bulk_n32: launch_bulk<1, 4, 2, 3>(a, stream); break;
@@ -185,6 +197,7 @@ const char* gemm_variant_name(GemmVariant v) {
     case GemmVariant::ring_n16: return "ring_n16";
     case GemmVariant::ring_n32: return "ring_n32";
     case GemmVariant::ring_n64: return "ring_n64";
+    case GemmVariant::ring_big: return "ring_big";
     case GemmVariant::bulk_n8: return "bulk_n8";
     case GemmVariant::bulk_n16: return "bulk_n16";
     case GemmVariant::bulk_n32: return "bulk_n32";
