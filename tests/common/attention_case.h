@@ -236,4 +236,21 @@ inline std::vector<bf16> reference_attention(const AttentionData& d) {
   return out;
 }
 
+// The cases both the CPU and the GPU attention tests run: GQA group 1, 4, 8; head
+// dims 16, 40, 64, 128; kv_len on and off the chunk grid; windows, causal and not
+// (the window start inside a chunk, and pages wholly below it unmapped).
+inline std::vector<AttentionCase> attention_cases() {
+  std::vector<AttentionCase> out;
+  out.push_back({4, 4, 16, 0, false, {1, 63, 64, 65}, 1, 16, 2, false});
+  out.push_back({8, 2, 40, 0, false, {7, 130, 200}, 7, 5, 1, true});
+  out.push_back({8, 1, 64, 0, true, {9, 129}, 7, 16, 0, false});
+  out.push_back({4, 1, 128, 0, false, {257}, 3, 32, 1, true});
+  out.push_back({8, 1, 64, 70, true, {300, 71, 64}, 7, 16, 1, false});
+  out.push_back({8, 2, 64, 70, false, {300, 150}, 7, 8, 0, true});
+  out.push_back({4, 4, 40, 5, true, {100, 6}, 3, 16, 0, false});
+  out.push_back({16, 2, 16, 130, false, {400, 131}, 5, 16, 2, false});
+  out.push_back({4, 1, 128, 1, true, {66, 3}, 2, 16, 0, false});
+  return out;
+}
+
 }  // namespace sparkdraft::test

@@ -65,16 +65,7 @@ struct DeviceCase {
 };
 
 std::vector<AttentionCase> cases() {
-  std::vector<AttentionCase> out;
-  out.push_back({4, 4, 16, 0, false, {1, 63, 64, 65}, 1, 16, 2, false});
-  out.push_back({8, 2, 40, 0, false, {7, 130, 200}, 7, 5, 1, true});
-  out.push_back({8, 1, 64, 0, true, {9, 129}, 7, 16, 0, false});
-  out.push_back({4, 1, 128, 0, false, {257}, 3, 32, 1, true});
-  out.push_back({8, 1, 64, 70, true, {300, 71, 64}, 7, 16, 1, false});
-  out.push_back({8, 2, 64, 70, false, {300, 150}, 7, 8, 0, true});
-  out.push_back({4, 4, 40, 5, true, {100, 6}, 3, 16, 0, false});
-  out.push_back({16, 2, 16, 130, false, {400, 131}, 5, 16, 2, false});
-  out.push_back({4, 1, 128, 1, true, {66, 3}, 2, 16, 0, false});
+  std::vector<AttentionCase> out = test::attention_cases();
   // GQA 16 with 7 tokens: 112 rows, two pieces per request; head_dim 256 (2 stages);
   // head_dim 20 (not a multiple of 8: the scalar loader); 80 (padded to 96).
   out.push_back({32, 2, 64, 0, false, {333, 90}, 7, 16, 1, false});
