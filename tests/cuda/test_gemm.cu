@@ -110,9 +110,8 @@ struct DeviceProblem {
 };
 
 const GemmVariant kForced[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
-                               GemmVariant::ring_n64, GemmVariant::ring_big, GemmVariant::bulk_n8,
-                               GemmVariant::bulk_n16, GemmVariant::bulk_n32, GemmVariant::bulk_n64,
-                               GemmVariant::bulk_big, GemmVariant::general};
+                               GemmVariant::ring_n64, GemmVariant::ring_big, GemmVariant::ring_wide,
+                               GemmVariant::bulk_n8,  GemmVariant::general};
 
 // Runs `automatic` and every variant that can take the problem; each must give
 // the CPU's bits. Returns the number of variants run.
@@ -173,6 +172,41 @@ TEST(CudaGemm, SweepEqualsCpuBitForBit) {
   std::printf("[gemm] %d problems, %d kernel runs, all equal to cpu::gemm\n", cases, runs);
 }
 
+// gate_up + SwiGLU in one pass == cpu::gemm into [M, 2I] then cpu::silu_mul, bit for
+// bit (NaN / inf / -0 / subnormal inputs from make(); y's padding untouched).
+TEST(CudaGemm, SwigluEqualsGemmThenSiluMul) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  const uint64_t seed = 0x5A1CE;
+  test::Gen gen(seed);
+  int cases = 0;
+  for (int M : {1, 7, 8, 9, 16, 17, 32, 33, 56, 64, 65, 130})
+    for (int I : {1, 8, 13, 100, 1536, 4096})
+      for (int K : {16, 128, 1024}) {
+        if (static_cast<int64_t>(M) * 2 * I * K > (int64_t{1} << 24)) continue;
+        Problem p = make(gen, M, 2 * I, K, false);
+        p.y_stride = I + 5;
+        p.y0 = gen.bf16s(static_cast<size_t>(M) * p.y_stride, 50.0f, 60.0f);
+        SCOPED_TRACE(describe(p, 1, seed) + " (swiglu, inter " + std::to_string(I) + ")");
+        std::vector<bf16> gu(static_cast<size_t>(M) * 2 * I);
+        cpu::gemm(p.x.data(), p.x_stride, p.w.data(), M, 2 * I, K, gu.data(), 2 * I, 1,
+                  cpu_threads());
+        std::vector<bf16> act(static_cast<size_t>(M) * I);
+        cpu::silu_mul(gu.data(), M, I, act.data(), cpu_threads());
+        std::vector<bf16> want = p.y0;
+        for (int m = 0; m < M; ++m)
+          for (int i = 0; i < I; ++i)
+            want[static_cast<size_t>(m) * p.y_stride + i] = act[static_cast<size_t>(m) * I + i];
+        DeviceProblem d(p, s);
+        cuda::gemm_swiglu(d.dx(), p.x_stride, d.dw(), M, I, K, d.dy(), p.y_stride, s);
+        EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}));
+        ++cases;
+        if (HasFailure()) return;
+      }
+  std::printf("[gemm swiglu] %d problems, all equal to cpu::gemm + cpu::silu_mul\n", cases);
+}
+
 // A captured graph of the call replays the eager bits, launch after launch.
 TEST(CudaGemm, GraphReplayEqualsEagerCall) {
   SD_REQUIRE_GPU();
@@ -220,6 +254,10 @@ TEST(CudaGemm, BadArgumentsAreRefused) {
     EXPECT_THROW(cuda::gemm_with(v, p + 1, 64, p, 2, 4, 64, p, 4, 1, nullptr), InvalidArgument);
     EXPECT_THROW(cuda::gemm_with(v, p, 64, p, 2, 4, 60, p, 4, 1, nullptr), InvalidArgument);
   }
+  // The fused gate_up + SwiGLU takes the ring's layouts only.
+  EXPECT_THROW(cuda::gemm_swiglu(p, 36, p, 2, 4, 32, p, 4, nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm_swiglu(p + 1, 32, p, 2, 4, 32, p, 4, nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm_swiglu(p, 36, p, 2, 4, 36, p, 4, nullptr), InvalidArgument);
   EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 0, 4, 4, nullptr, 4, 1, nullptr));  // M == 0
   EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 3, 0, 4, nullptr, 4, 1, nullptr));  // N == 0
   SD_CUDA_CHECK(cudaDeviceSynchronize());
@@ -314,7 +352,56 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
   SD_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
-// Every bulk variant forced on each projection (median of 5, L2 flushed): the data
+// gate_up + SwiGLU in one pass against the gate_up GEMM followed by silu_mul, on
+// the Qwen3-8B shape (median of 10, L2 flushed before each): the pass the fusion
+// saves. Checks the two give the same bits first; no assertion on speed.
+TEST(GemmSpeed, GateUpSwigluFusedVsTwoPasses) {
+  SD_REQUIRE_GPU();
+  const int I = 12288, K = 4096;
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  DeviceBuffer<unsigned char> flush(size_t{256} << 20);
+  DeviceBuffer<bf16> w(static_cast<size_t>(2) * I * K);
+  fill(w, 0x5151u, s);
+  cudaEvent_t e0, e1;
+  SD_CUDA_CHECK(cudaEventCreate(&e0));
+  SD_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int M : {7, 56, 224}) {
+    DeviceBuffer<bf16> x(static_cast<size_t>(M) * K), gu(static_cast<size_t>(M) * 2 * I),
+        act(static_cast<size_t>(M) * I), fused(static_cast<size_t>(M) * I);
+    fill(x, 0x99u + static_cast<uint32_t>(M), s);
+    const auto two = [&] {
+      cuda::gemm(x.data(), K, w.data(), M, 2 * I, K, gu.data(), 2 * I, 1, s);
+      cuda::silu_mul(gu.data(), M, I, act.data(), s);
+    };
+    const auto one = [&] { cuda::gemm_swiglu(x.data(), K, w.data(), M, I, K, fused.data(), I, s); };
+    two();
+    one();
+    EXPECT_TRUE(test::same_bits(fused.download(s), act.download(s))) << "M " << M;
+    double us[2];
+    for (int f = 0; f < 2; ++f) {
+      std::vector<float> ms;
+      for (int rep = 0; rep < 11; ++rep) {
+        SD_CUDA_CHECK(cudaMemsetAsync(flush.data(), rep, flush.bytes(), s));
+        SD_CUDA_CHECK(cudaEventRecord(e0, s));
+        f == 0 ? two() : one();
+        SD_CUDA_CHECK(cudaEventRecord(e1, s));
+        SD_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0.0f;
+        SD_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (rep > 0) ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      us[f] = 1e3 * 0.5 * (ms[4] + ms[5]);
+    }
+    std::printf("[gemm swiglu speed] M %3d: gate_up + silu_mul %8.1f us, fused %8.1f us (%.2fx)\n",
+                M, us[0], us[1], us[0] / us[1]);
+  }
+  SD_CUDA_CHECK(cudaEventDestroy(e0));
+  SD_CUDA_CHECK(cudaEventDestroy(e1));
+}
+
+// Every variant forced on each projection (median of 5, L2 flushed): the data
 // behind gemm_pick. Prints us per variant; no assertion on speed.
 TEST(GemmSpeed, EveryVariant) {
   SD_REQUIRE_GPU();
@@ -326,10 +413,10 @@ TEST(GemmSpeed, EveryVariant) {
                           {"gate_up", 24576, 4096, 1},   {"down", 4096, 12288, 8},
                           {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
                           {"context_kv", 10240, 4096, 1}};
-  const GemmVariant variants[] = {
-      GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32, GemmVariant::ring_n64,
-      GemmVariant::ring_big, GemmVariant::bulk_n8,  GemmVariant::bulk_n16, GemmVariant::bulk_n32,
-      GemmVariant::bulk_n64, GemmVariant::bulk_big};
+  const GemmVariant variants[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16,
+                                  GemmVariant::ring_n32, GemmVariant::ring_n64,
+                                  GemmVariant::ring_big, GemmVariant::ring_wide,
+                                  GemmVariant::bulk_n8};
   DeviceStream stream;
   cudaStream_t s = stream.get();
   DeviceBuffer<unsigned char> flush(size_t{256} << 20);
@@ -337,7 +424,7 @@ TEST(GemmSpeed, EveryVariant) {
   SD_CUDA_CHECK(cudaEventCreate(&e0));
   SD_CUDA_CHECK(cudaEventCreate(&e1));
   std::printf(
-      "[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big, bulk n8 n16 n32 n64 big\n");
+      "[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8\n");
   for (const Shape& sh : shapes) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
     fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);

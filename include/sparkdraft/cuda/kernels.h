@@ -46,29 +46,31 @@ namespace sparkdraft::cuda {
 // Ring variants (K % 8 == 0, x_stride % 8 == 0, x and w 16-byte aligned): every
 // group streams its weight rows and its tokens through its own shared-memory
 // ring (stages of 64 k, 16-byte cp.async, ldmatrix.x4 reads, swizzled; one CTA
-// barrier per stage), stages = clamp(96 KB / k_slices / stage bytes, 2, 16):
-//   ring_n8  MT 1, NT 1, WT 1 (16 rows, 8 tokens; M <= 8)     3 KB a stage
-//   ring_n16 MT 1, NT 2, WT 1 (16 rows, 16 tokens; M <= 16)   4 KB
-//   ring_n32 MT 2, NT 2, WT 2 (32 rows, 32 tokens; M <= 32)   8 KB
-//   ring_n64 MT 2, NT 2, WT 4 (32 rows, 64 tokens; larger M in chunks of 64)  12 KB
-// Bulk variants (the same layouts; src/cuda/gemm/tile.cuh): a CTA of WG compute
-// warps owns 16*MT*WG weight rows and 8*NT tokens, warp w its 16*MT rows against
-// all of them, every chain over the whole K; the k_slices slices run one after the
-// other in the same warp and are folded in registers by the canonical tree. One
-// more warp, the producer, streams the CTA's rows through one ring of stages of
-// 256, 128 or 64 k (rows padded to 2*k + 16 bytes), one cp.async.bulk per row and
-// stage completing the stage's full mbarrier; the compute warps release a slot on
-// its empty mbarrier. The widest stage that leaves >= 4 stages (3 for bulk_big, up to 8)
-// when every CTA of the grid is resident (up to 4 a SM, 2 for bulk_big):
-//   bulk_n8  MT 1, NT 1, WG 1 (16 rows, 8 tokens)      picked: M <= 8, k_slices 1
-//   bulk_n16 MT 1, NT 2, WG 1 (16 rows, 16 tokens)     forced only
-//   bulk_n32 MT 1, NT 4, WG 2 (32 rows, 32 tokens)     forced only
-//   bulk_n64 MT 1, NT 8, WG 2 (32 rows, 64 tokens)     forced only
-//   bulk_big MT 2, NT 8, WG 2 (64 rows, 64 tokens; k_slices 1, else it runs as
-//            bulk_n64)                                 forced only
-// automatic: general where the layout needs it; M <= 8: bulk_n8 (k_slices 1) or
-// ring_n8; M <= 16 ring_n16, M <= 32 ring_n32, else ring_n64 (GemmSpeed.EveryVariant
-// measures them all).
+// barrier per stage), stages = clamp(budget / k_slices / stage bytes, 2, 16), budget
+// 96 KB, but 48 KB for ring_big and 72 KB for ring_wide (3 and 4 CTAs an SM):
+//   ring_n8   MT 1, NT 1, WT 1 (16 rows, 8 tokens)                3 KB a stage
+//   ring_n16  MT 1, NT 2, WT 1 (16 rows, 16 tokens)               4 KB
+//   ring_n32  MT 2, NT 2, WT 2 (32 rows, 32 tokens)               8 KB
+//   ring_n64  MT 2, NT 2, WT 4 (32 rows, 64 tokens)               12 KB
+//   ring_big  MT 4, NT 4, WT 2 (64 rows, 64 tokens; <= 4 slices)  16 KB
+//   ring_wide MT 4, NT 4, WT 4 (64 rows, 128 tokens; <= 2 slices) 24 KB
+// ring_big and ring_wide run more slices than their thread limit allows (8, or 4
+// and 8) in sequence in one group when K % (64 * k_slices) == 0 (the tree's three
+// levels in shared memory past the ring, folded as a binary counter after each
+// slice); otherwise as ring_n64.
+// Bulk variant bulk_n8 (the same layouts): a CTA of one compute warp owns 16
+// weight rows and 8 tokens, every chain over the whole K; the k_slices slices run
+// one after the other in the warp and are folded in registers by the canonical
+// tree. One more warp, the producer, streams the CTA's rows through one ring of
+// stages of 256, 128 or 64 k (rows padded to 2*k + 16 bytes), one cp.async.bulk
+// per row and stage completing the stage's full mbarrier; the compute warp
+// releases a slot on its empty mbarrier. The widest stage that leaves >= 4 stages
+// (up to 8) when every CTA of the grid is resident (up to 4 a SM).
+// automatic (gemm_pick; GemmSpeed.EveryVariant measures every variant): general
+// where the layout needs it; M <= 8: bulk_n8 (k_slices 1) or ring_n8; M <= 16
+// ring_n16; M <= 32 ring_n32; M <= 64 ring_big if k_slices <= 4 and N >= 8192, else
+// ring_n64; past 64 tokens ring_wide (k_slices <= 2, or in sequence), ring_big
+// (<= 4), ring_n64.
 // general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
 // from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more
@@ -86,13 +88,11 @@ enum class GemmVariant {
   ring_n16,
   ring_n32,
   ring_n64,
-  ring_big,  // 64 weight rows x 64 tokens per CTA, 2 warps of 64 x 32 (more mma per fragment
-             // load); at most 4 K slices (8-sliced calls run as ring_n64)
+  ring_big,   // 64 weight rows x 64 tokens per CTA, 2 warps of 64 x 32 (more mma per
+              // fragment load); 4 K slices in parallel groups, 8 in sequence
+  ring_wide,  // 64 weight rows x 128 tokens per CTA, 4 warps of 64 x 32; 2 K slices in
+              // parallel groups, 4 or 8 in sequence
   bulk_n8,
-  bulk_n16,
-  bulk_n32,
-  bulk_n64,
-  bulk_big,
   general
 };
 void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
@@ -102,6 +102,16 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
 GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
                       int k_slices);
 bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
+
+// gate_up and the SwiGLU of ops/mlp.h in one pass:
+// w is the [2*inter, K] gate_up weight, y [M, y_stride] gets
+//   y[m][i] = bf16(silu_f32(f32(bf16(chain(x[m], w[i])))) * f32(bf16(chain(x[m], w[inter+i]))))
+// the bits of cuda::gemm into [M, 2*inter] followed by cuda::silu_mul, without the
+// [M, 2*inter] intermediate (the bulk kernel up to 8 tokens, then the ring tile
+// gemm_pick gives, each CTA holding gate rows and their up rows). Needs
+// gemm_ring_ok (InvalidArgument otherwise).
+void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inter, int K, bf16* y,
+                 int64_t y_stride, cudaStream_t stream);
 const char* gemm_variant_name(GemmVariant v);
 
 // ---- norms ------------------------------------------------------------------------

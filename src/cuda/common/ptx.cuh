@@ -26,6 +26,12 @@ __device__ __forceinline__ void launch_dependents() {
 #endif
 }
 
+// ---- named barriers ---------------------------------------------------------------------
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- cp.async -------------------------------------------------------------------------
 // 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {

@@ -23,9 +23,16 @@ namespace {
 using gemm_detail::Args;
 using gemm_detail::Tile;
 
-// Shared memory one slice group's ring may take (a CTA has `slices` groups, so
-// 96 KB a CTA: two CTAs an SM), before the clamp to 2..16 stages.
-int ring_budget_bytes(int slices) { return (96 << 10) / slices; }
+// Shared memory one slice group's ring may take (a CTA has `slices` groups), before
+// the clamp to 2..16 stages: 96 KB a CTA (two CTAs an SM) for the small tiles;
+// three 16 KB stages for ring_big (four CTAs an SM) and three 24 KB stages for
+// ring_wide (three CTAs an SM): with two CTAs an SM ring_big kept the tensor pipe
+// 18% busy (run 19).
+int ring_budget_bytes(int slices, int rows) {
+  if (rows == 128) return (48 << 10) / slices;
+  if (rows == 192) return (72 << 10) / slices;
+  return (96 << 10) / slices;
+}
 
 // Raises the kernel's dynamic shared memory limit once per (device, kernel).
 void allow_smem(const void* kernel, size_t bytes) {
@@ -42,29 +49,41 @@ void allow_smem(const void* kernel, size_t bytes) {
   done.insert({device, kernel});
 }
 
-template <int MT, int NT, int WT, bool kRing>
+template <int MT, int NT, int WT, bool kRing, bool kSwiGLU = false>
 void launch(Args a, cudaStream_t stream) {
   using T = Tile<MT, NT, WT>;
+  constexpr int kOutRows = kSwiGLU ? T::kWRows / 2 : T::kWRows;
+  size_t levels_bytes = 0;
+  if (kRing && a.slices > 1 && T::kMaxThreads < 32 * WT * a.slices) {
+    // More slice groups than the tile may run at once: one group runs the slices
+    // one after the other, the tree's three levels past its ring.
+    ops::require(a.K % (a.slices * gemm_detail::kStageK) == 0, "cuda::gemm",
+                 "this tile runs K slices in sequence: K must be a multiple of 64 * k_slices");
+    a.seq_slices = a.slices;
+    a.slices = 1;
+    a.slice_len = a.K;
+    levels_bytes = size_t{3} * 32 * WT * MT * NT * 4 * sizeof(float);
+  }
   if (kRing) {
-    a.stages = std::clamp(ring_budget_bytes(a.slices) / T::kStageBytes, 2, gemm_detail::kMaxStages);
+    a.stages = std::clamp(ring_budget_bytes(a.slices, T::kRows) / T::kStageBytes, 2, gemm_detail::kMaxStages);
     a.group_bytes = a.stages * T::kStageBytes;
   } else {
     a.stages = 0;
     a.group_bytes = a.slices > 1 ? T::kPartialBytes : 0;
   }
-  const int64_t row_blocks = (static_cast<int64_t>(a.N) + T::kWRows - 1) / T::kWRows;
+  const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.M + T::kXRows - 1) / T::kXRows),
                     static_cast<unsigned>(row_blocks));
   shape.block = dim3(static_cast<unsigned>(32 * WT * a.slices));
-  shape.smem = static_cast<size_t>(a.slices) * a.group_bytes;
+  shape.smem = static_cast<size_t>(a.slices) * a.group_bytes + levels_bytes;
   shape.stream = stream;
   if constexpr (kRing) {
-    allow_smem(reinterpret_cast<const void*>(&gemm_detail::gemm_ring_kernel<MT, NT, WT>),
-               shape.smem);
-    launch_kernel("gemm_ring_kernel", gemm_detail::gemm_ring_kernel<MT, NT, WT>, shape, a);
+    const auto kernel = gemm_detail::gemm_ring_kernel<MT, NT, WT, kSwiGLU>;
+    allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
+    launch_kernel("gemm_ring_kernel", kernel, shape, a);
   } else {
     allow_smem(reinterpret_cast<const void*>(&gemm_detail::gemm_general_kernel<NT>), shape.smem);
     launch_kernel("gemm_general_kernel", gemm_detail::gemm_general_kernel<NT>, shape, a);
@@ -79,24 +98,26 @@ int sm_count() {
 }
 
 // The bulk kernel: the ring sized so that every CTA of the grid can be resident
-// at once (up to 4 a SM; 2 for bulk_big): the widest stage (256, 128 or 64 k)
-// that leaves at least 4 stages (3 for bulk_big) in the share of shared memory a
-// CTA gets, up to kBulkMaxStages.
-template <int MT, int NT, int WG, int LEVELS>
+// at once (up to 4 a SM): the widest stage (256, 128 or 64 k) that leaves at
+// least 4 stages in the share of shared memory a CTA gets, up to kBulkMaxStages.
+template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU = false>
 void launch_bulk(Args a, cudaStream_t stream) {
   using B = gemm_detail::Bulk<MT, NT, WG, LEVELS>;
   ops::require(a.slices <= B::kMaxSlices, "cuda::gemm", "too many K slices for this variant");
-  const int64_t row_blocks = (static_cast<int64_t>(a.N) + B::kWRows - 1) / B::kWRows;
+  constexpr int kOutRows = kSwiGLU ? B::kWRows / 2 : B::kWRows;
+  const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
   const int64_t token_blocks = (a.M + B::kTokens - 1) / B::kTokens;
   const int64_t ctas = row_blocks * token_blocks;
   const int sms = sm_count();
-  // Two m16 tiles a warp (bulk_big) are tensor-bound: 2 CTAs a SM and 3 stages do.
-  constexpr int kMaxPerSm = MT >= 2 ? 2 : 4, kMinStages = MT >= 2 ? 3 : 4;
+  // A stage costs its barriers more than its bytes (the SwiGLU tile went from 185
+  // to 105 us at M 7 with 256-k stages instead of 128): the widest stage that
+  // leaves 2 in flight.
+  constexpr int kMaxPerSm = 4, kMinStages = 2;
   const int per_sm = static_cast<int>(std::clamp<int64_t>((ctas + sms - 1) / sms, 1, kMaxPerSm));
   const int budget = (227 << 10) / per_sm - gemm_detail::kBulkHeader - (1 << 10);
-  for (int stage_k : {256, 128, 64}) {
+  for (int stage_k : {512, 256, 128, 64}) {
     a.stage_k = stage_k;
     a.pitch = 2 * stage_k + 16;
     a.stage_bytes = B::kRows * a.pitch;
@@ -111,7 +132,7 @@ void launch_bulk(Args a, cudaStream_t stream) {
   shape.smem =
       static_cast<size_t>(gemm_detail::kBulkHeader) + static_cast<size_t>(a.stages) * a.stage_bytes;
   shape.stream = stream;
-  const auto kernel = gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS>;
+  const auto kernel = gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS, kSwiGLU>;
   allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
   launch_kernel("gemm_bulk_kernel", kernel, shape, a);
 }
@@ -123,20 +144,25 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-// Measured on the H200 (GemmSpeed.EveryVariant, docs/runs/2026-12-01b run 19): the
-// bulk kernel streams one weight slice per warp fastest at M <= 8 with one K slice;
-// with K slices the ring runs the slices in parallel warps, and at M > 8 the ring's
-// tiles win: ring_big (64 x 64 per CTA) past 64 tokens, or past 32 tokens when N is
-// large enough to fill the GPU with its 64-row blocks (lm_head 664 vs 943 us at M 56;
-// qkv, N 6144, is faster on ring_n64 there).
+// Measured on the H200 (GemmSpeed.EveryVariant, docs/runs/2026-12-01e): at M <= 8
+// the bulk kernel streams one weight slice per warp fastest with one K slice, the
+// ring with K slices (the slices in parallel warps); past 8 tokens the ring's
+// tiles: ring_big (64 x 64 a CTA, three CTAs an SM) at 33-64 tokens when N is
+// large enough to fill the GPU with its 64-row blocks (gate_up 97 vs 160 us,
+// lm_head 532 vs 943 us at M 56), ring_wide (64 x 128, four warps) past 64 tokens
+// (gate_up 262 vs 358 us, lm_head 1544 vs 2011 us at M 224), o_proj and down
+// included, their 8 slices then run in sequence in one group (82 vs 117 us and 223
+// vs 268 us at M 224; in sequence they lose at 56 tokens: 81 vs 37 us). The general kernel
+// takes what the ring cannot (K % 8 != 0, odd strides, misaligned pointers).
 GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
                       int k_slices) {
   if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
   if (M <= 16) return GemmVariant::ring_n16;
   if (M <= 32) return GemmVariant::ring_n32;
-  if (k_slices <= 4 && (M > 64 || N >= 8192)) return GemmVariant::ring_big;
-  return GemmVariant::ring_n64;
+  if (M <= 64) return k_slices <= 4 && N >= 8192 ? GemmVariant::ring_big : GemmVariant::ring_n64;
+  if (k_slices <= 2 || K % (k_slices * gemm_detail::kStageK) == 0) return GemmVariant::ring_wide;
+  return k_slices <= 4 ? GemmVariant::ring_big : GemmVariant::ring_n64;
 }
 
 void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
@@ -164,24 +190,54 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
     case GemmVariant::ring_n16: launch<1, 2, 1, true>(a, stream); break;
     case GemmVariant::ring_n32: launch<2, 2, 2, true>(a, stream); break;
     case GemmVariant::ring_n64: launch<2, 2, 4, true>(a, stream); break;
-    case GemmVariant::ring_big:  // at most 4 slices (8 groups of its ring exceed the
-                                 // shared memory): 8-sliced calls run as ring_n64
-      if (k_slices <= 4)
+    case GemmVariant::ring_big:  // up to 4 slices in parallel groups; 8 in sequence
+                                 // where K % (64 * 8) == 0, else as ring_n64
+      if (k_slices <= 4 || K % (k_slices * gemm_detail::kStageK) == 0)
         launch<4, 4, 2, true>(a, stream);
       else
         launch<2, 2, 4, true>(a, stream);
       break;
-    case GemmVariant::bulk_n8: launch_bulk<1, 1, 1, 3>(a, stream); break;
-    case GemmVariant::bulk_n16: launch_bulk<1, 2, 1, 3>(a, stream); break;
-    case GemmVariant::bulk_n32: launch_bulk<1, 4, 2, 3>(a, stream); break;
-    case GemmVariant::bulk_n64: launch_bulk<1, 8, 2, 3>(a, stream); break;
-    case GemmVariant::bulk_big:  // one slice only: K-sliced calls run as bulk_n64
-      if (k_slices == 1)
-        launch_bulk<2, 8, 2, 0>(a, stream);
+    case GemmVariant::ring_wide:  // up to 2 slices in parallel groups, more in sequence
+      if (k_slices <= 2 || K % (k_slices * gemm_detail::kStageK) == 0)
+        launch<4, 4, 4, true>(a, stream);
       else
-        launch_bulk<1, 8, 2, 3>(a, stream);
+        launch<2, 2, 4, true>(a, stream);
       break;
+    case GemmVariant::bulk_n8: launch_bulk<1, 1, 1, 3>(a, stream); break;
     default: launch<1, 4, 1, false>(a, stream); break;
+  }
+}
+
+void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inter, int K, bf16* y,
+                 int64_t y_stride, cudaStream_t stream) {
+  ops::check_gemm_args("cuda::gemm_swiglu", x, x_stride, w, M, inter, K, y, y_stride, 1);
+  ops::require(gemm_ring_ok(x, x_stride, w, K), "cuda::gemm_swiglu",
+               "needs K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
+  if (M == 0 || inter == 0) return;
+  mma_self_test();
+  Args a{};
+  a.x = x;
+  a.x_stride = x_stride;
+  a.w = w;
+  a.M = M;
+  a.N = inter;
+  a.K = K;
+  a.y = y;
+  a.y_stride = y_stride;
+  a.slices = 1;
+  a.slice_len = K;
+  // The tile gemm_pick gives the gate_up product (N = 2 * inter), with its weight
+  // rows paired: the bulk kernel up to 8 tokens, then the ring tiles (ring_n32's
+  // from 9 to 32 tokens: ring_n16 has one m16 tile a warp, nothing to pair).
+  if (M <= 8) {
+    launch_bulk<1, 1, 2, 0, true>(a, stream);
+    return;
+  }
+  switch (gemm_pick(x, x_stride, w, M, 2 * inter, K, 1)) {
+    case GemmVariant::ring_n64: launch<2, 2, 4, true, true>(a, stream); break;
+    case GemmVariant::ring_big: launch<4, 4, 2, true, true>(a, stream); break;
+    case GemmVariant::ring_wide: launch<4, 4, 4, true, true>(a, stream); break;
+    default: launch<2, 2, 2, true, true>(a, stream); break;
   }
 }
 
@@ -198,11 +254,8 @@ const char* gemm_variant_name(GemmVariant v) {
     case GemmVariant::ring_n32: return "ring_n32";
     case GemmVariant::ring_n64: return "ring_n64";
     case GemmVariant::ring_big: return "ring_big";
+    case GemmVariant::ring_wide: return "ring_wide";
     case GemmVariant::bulk_n8: return "bulk_n8";
-    case GemmVariant::bulk_n16: return "bulk_n16";
-    case GemmVariant::bulk_n32: return "bulk_n32";
-    case GemmVariant::bulk_n64: return "bulk_n64";
-    case GemmVariant::bulk_big: return "bulk_big";
     case GemmVariant::general: return "general";
   }
   return "?";

@@ -53,6 +53,7 @@
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/math.h"
 #include "sparkdraft/core/reduce.h"
 
 namespace sparkdraft::cuda::gemm_detail {
@@ -74,6 +75,9 @@ struct Tile {
   static constexpr int kStageBytes = kRows * kRowBytes;
   static constexpr int kCopies = kRows * 8 / (32 * WT);  // 16-byte cp.async per thread per stage
   static constexpr int kPartialBytes = kWRows * kXRows * 4;
+  // The 16-fragment tiles (ring_big, ring_wide) run at most 256 threads (4 or 2
+  // slice groups), so that their accumulators get the registers.
+  static constexpr int kMaxThreads = MT * NT >= 16 ? 256 : 32 * WT * kMaxSlices;
   static_assert(kRows * 8 % (32 * WT) == 0, "a stage is whole copies per thread");
   static_assert(kPartialBytes <= 2 * kStageBytes, "the partials fit in a 2-stage ring");
 };
@@ -93,6 +97,7 @@ struct Args {
   int pitch;         // bulk kernel: bytes per row of a stage, 2 * stage_k + 16
   int stage_bytes;   // bulk kernel: rows * pitch
   int slice_chunks;  // bulk kernel: stages per slice, ceil(slice_len / stage_k)
+  int seq_slices;    // ring kernel: K slices run one after the other in one group (0: none)
 };
 
 // Byte offset of chunk c (0..7) of row r in a stage.
@@ -125,6 +130,13 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 #undef SD_GEMM_WAIT
 }
 
+// ops/mlp.h on the fp32 chain results of a gate and an up row: the bits of the
+// gemm's bf16 outputs followed by silu_mul.
+__device__ __forceinline__ bf16 swiglu(float gate_acc, float up_acc) {
+  const float gate = to_f32(to_bf16(gate_acc)), up = to_f32(to_bf16(up_acc));
+  return to_bf16(__fmul_rn(silu_f32(gate), up));
+}
+
 __device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
 }
@@ -135,12 +147,25 @@ __device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
 // with C[weight row][token].
 // n0, m0: the CTA's first weight row and token; the warp's tokens start at
 // m0 + wt * 8 * NT.
-template <int MT, int NT, int WT>
+template <int MT, int NT, int WT, bool kSwiGLU = false>
 __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
                                          unsigned char* smem, int n0, int m0) {
   using T = Tile<MT, NT, WT>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int group = warp / WT, wt = warp % WT;
+  if constexpr (kSwiGLU) {  // one slice; tile mt < MT/2 is gate, mt + MT/2 its up rows
+#pragma unroll
+    for (int mt = 0; mt < MT / 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = n0 + mt * 16 + g + 8 * (i >> 1);
+          const int m = m0 + wt * T::kWarpTokens + nt * 8 + 2 * t + (i & 1);
+          if (n < a.N && m < a.M) a.y[m * a.y_stride + n] = swiglu(acc[mt][nt][i], acc[mt + MT / 2][nt][i]);
+        }
+    return;
+  }
   if (a.slices == 1) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -179,13 +204,17 @@ __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
 // dynamic shared memory slices * group_bytes (group_bytes = stages *
 // Tile::kStageBytes). The group's threads fill its ring together, so a stage
 // change is a CTA barrier (every group has the same number of stages).
-template <int MT, int NT, int WT>
-__global__ void __launch_bounds__(32 * WT * kMaxSlices) gemm_ring_kernel(Args a) {
+template <int MT, int NT, int WT, bool kSwiGLU>
+__global__ void __launch_bounds__(Tile<MT, NT, WT>::kMaxThreads) gemm_ring_kernel(Args a) {
   using T = Tile<MT, NT, WT>;
+  static_assert(!kSwiGLU || MT % 2 == 0, "SwiGLU pairs gate and up tiles");
+  // kSwiGLU: the CTA's weight rows r < kWRows/2 are gate rows n0 + r, the rest the
+  // matching up rows N + n0 + r - kWRows/2 of the [2N, K] weight (N = inter).
+  constexpr int kOutRows = kSwiGLU ? T::kWRows / 2 : T::kWRows;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / WT, wt = warp % WT, gthread = wt * 32 + lane;
-  const int m0 = blockIdx.x * T::kXRows, n0 = blockIdx.y * T::kWRows;
+  const int m0 = blockIdx.x * T::kXRows, n0 = blockIdx.y * kOutRows;
   const int k_beg = group * a.slice_len, k_end = k_beg + a.slice_len;
   const int steps = (a.slice_len + 15) / 16, chunks = (a.slice_len + kStageK - 1) / kStageK;
   unsigned char* ring = smem + group * a.group_bytes;
@@ -201,8 +230,10 @@ __global__ void __launch_bounds__(32 * WT * kMaxSlices) gemm_ring_kernel(Args a)
       const bf16* src;
       bool ok;
       if (r < T::kWRows) {
-        ok = k < k_end && n0 + r < a.N;
-        src = ok ? a.w + static_cast<int64_t>(n0 + r) * a.K + k : a.w;
+        const int n = n0 + (kSwiGLU ? r % kOutRows : r);
+        ok = k < k_end && n < a.N;
+        const int row = kSwiGLU && r >= kOutRows ? a.N + n : n;
+        src = ok ? a.w + static_cast<int64_t>(row) * a.K + k : a.w;
       } else {
         ok = k < k_end && m0 + r - T::kWRows < a.M;
         src = ok ? a.x + static_cast<int64_t>(m0 + r - T::kWRows) * a.x_stride + k : a.x;
@@ -228,6 +259,48 @@ __global__ void __launch_bounds__(32 * WT * kMaxSlices) gemm_ring_kernel(Args a)
   // B matrices k 0-7 | 8-15 of step j, then of step j+1, for 8 tokens.
   const int a_row = (lane & 7) + 8 * ((lane >> 3) & 1), a_chunk = lane >> 4;
   const int b_row = T::kWRows + wt * T::kWarpTokens + (lane & 7), b_chunk = lane >> 3;
+  // Sequential slices (a.seq_slices = S > 1, one group over the whole K): slice s
+  // ends with chunk (s + 1) * K / (64 S) - 1; its chain result is folded into the
+  // canonical tree as a binary counter (after slice s, add the stored partial of
+  // each level whose bit of s is set, then store at the first clear bit), the
+  // levels held in shared memory past the ring, each thread reading back only
+  // what it wrote.
+  const int seq_chunks = a.seq_slices > 1 ? a.K / a.seq_slices / kStageK : 0;
+  // Level l, fragment element e of thread tid at [(l * kFrag + e) * 32 * WT + tid]
+  // (one group: blockDim.x == 32 * WT; constant offsets from one base).
+  float* const levels = reinterpret_cast<float*>(smem + a.group_bytes) + threadIdx.x;
+  auto fold = [&](int s) {
+    constexpr int kFrag = MT * NT * 4, kStride = 32 * WT;
+    bool stored = false;
+#pragma unroll
+    for (int l = 0; l < 3; ++l) {
+      if (stored) continue;
+      float* const lv = levels + l * kFrag * kStride;
+      if ((s >> l) & 1) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              acc[mt][nt][i] =
+                  __fadd_rn(lv[((mt * NT + nt) * 4 + i) * kStride], acc[mt][nt][i]);
+      } else {
+        if (s + 1 < a.seq_slices) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                lv[((mt * NT + nt) * 4 + i) * kStride] = acc[mt][nt][i];
+                acc[mt][nt][i] = 0.0f;  // the next slice's chain starts from +0
+              }
+        }
+        stored = true;
+      }
+    }
+  };
   for (int chunk = 0; chunk < chunks; ++chunk) {
     cp_async_wait_n(ahead - 1);  // this thread's copies of `chunk` have landed
     __syncthreads();             // ... and every thread's; the slot of chunk-1 is free
@@ -256,9 +329,10 @@ __global__ void __launch_bounds__(32 * WT * kMaxSlices) gemm_ring_kernel(Args a)
             mma_bf16_16816(acc[mt][nt], af[mt], &b[nt][2 * h], acc[mt][nt]);
       }
     }
+    if (seq_chunks > 0 && (chunk + 1) % seq_chunks == 0) fold((chunk + 1) / seq_chunks - 1);
   }
   cp_async_wait_n(0);  // the trailing (empty) groups
-  epilogue<MT, NT, WT>(a, acc, smem, n0, m0);
+  epilogue<MT, NT, WT, kSwiGLU>(a, acc, smem, n0, m0);
 }
 
 inline constexpr int kBulkMaxStages = 8;
@@ -288,16 +362,22 @@ __device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&p)
 // grid (ceil(M / (8*NT)), ceil(N / (16*MT*WG))), block 32*(WG+1) (WG consumer
 // warps and the producer warp WG), dynamic shared memory kBulkHeader + stages *
 // stage_bytes; a.slices <= 2^LEVELS.
-template <int MT, int NT, int WG, int LEVELS>
+// kSwiGLU (one slice, MT = 1, WG = 2): compute warp 0 runs gate rows n0 .. n0 + 15
+// and warp 1 the matching up rows N + n0 .. of the [2N, K] weight (N = inter), so
+// each warp streams as fast as bulk_n8's; at the end warp 1 hands its fp32 results
+// to warp 0 through shared memory, which writes ops/mlp.h's SwiGLU of the pair.
+template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU>
 __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
   using B = Bulk<MT, NT, WG, LEVELS>;
+  static_assert(!kSwiGLU || (MT == 1 && WG == 2 && LEVELS == 0), "SwiGLU: gate + up warp");
+  constexpr int kOutRows = kSwiGLU ? B::kWRows / 2 : B::kWRows;
   extern __shared__ __align__(128) unsigned char smem[];
   // full[s] (1 arrival + the stage's bytes) at bars + 8 s, empty[s] (one arrival
   // per consumer warp) at bars + 8 (kBulkMaxStages + s).
   const uint32_t bars = smem_u32(smem), ring = bars + kBulkHeader;
   const uint32_t empties = bars + 8 * kBulkMaxStages;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m0 = blockIdx.x * B::kTokens, n0 = blockIdx.y * B::kWRows;
+  const int m0 = blockIdx.x * B::kTokens, n0 = blockIdx.y * kOutRows;
   const int chunks = a.slices * a.slice_chunks;
   auto chunk_len = [&](int c) {  // k of stage c
     return min(a.stage_k, a.slice_len - (c % a.slice_chunks) * a.stage_k);
@@ -319,7 +399,7 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
   // m0 .. m0 + nx (rows past N and tokens past M are not copied).
   if (__shfl_sync(0xffffffffu, warp, 0) == WG) {
     if (lane != 0) return;
-    const int nw = min(B::kWRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
+    const int nw = min(kOutRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
     const int64_t w_gpitch = 2 * static_cast<int64_t>(a.K);
     const int64_t x_gpitch = 2 * static_cast<int64_t>(a.x_stride);
     const unsigned char* w_src = reinterpret_cast<const unsigned char*>(a.w) + n0 * w_gpitch;
@@ -332,11 +412,17 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
       const int len = chunk_len(c);
       const uint32_t bytes = static_cast<uint32_t>(2 * len), so = slot * a.stage_bytes;
       const uint32_t bar = bars + 8 * slot;
-      mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(nw + nx) * bytes);
+      mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((kSwiGLU ? 2 : 1) * nw + nx) * bytes);
       const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
                                 static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
-      for (int r = 0; r < nw; ++r)
-        bulk_copy_g2s(ring + so + r * a.pitch, w_src + koff + r * w_gpitch, bytes, bar);
+      for (int r = 0; r < B::kWRows; ++r) {
+        // Ring row r: weight row n0 + r, or with kSwiGLU gate row n0 + r (warp 0's)
+        // or up row N + n0 + r - 16 (warp 1's); rows past N are not copied.
+        const int n = kSwiGLU ? r % 16 : r;
+        if (n >= nw) continue;
+        const int64_t row = kSwiGLU && r >= 16 ? static_cast<int64_t>(a.N) + n : n;
+        bulk_copy_g2s(ring + so + r * a.pitch, w_src + koff + row * w_gpitch, bytes, bar);
+      }
       for (int r = 0; r < nx; ++r)
         bulk_copy_g2s(x_dst + so + r * a.pitch, x_src + koff + r * x_gpitch, bytes, bar);
     }
@@ -435,6 +521,30 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
   }
   // acc: the last slice's fold, the whole tree (or the one chain when S == 1).
   const int g = lane / 4, t = lane % 4;
+  if constexpr (kSwiGLU) {
+    // Once both warps are past their last stage, ring slot 0 is free for the
+    // hand-over.
+    float* up = reinterpret_cast<float*>(smem + kBulkHeader);
+    named_barrier(1, 64);
+    if (warp == 1)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) up[(nt * 4 + i) * 32 + lane] = acc[0][nt][i];
+    named_barrier(1, 64);
+    if (warp == 1) return;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = n0 + g + 8 * (i >> 1);
+        const int m = m0 + nt * 8 + 2 * t + (i & 1);
+        if (n < a.N && m < a.M)
+          a.y[static_cast<int64_t>(m) * a.y_stride + n] =
+              swiglu(acc[0][nt][i], up[(nt * 4 + i) * 32 + lane]);
+      }
+    return;
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
