@@ -78,6 +78,10 @@ class CpuOps final : public StepOps {
   void silu_mul(const bf16* gu, int rows, int inter, bf16* y) override {
     cpu::silu_mul(gu, rows, inter, y, th_);
   }
+  void gate_up_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int rows, int inter, int K,
+                      bf16* gu, bf16* y) override {
+    eager_gate_up_swiglu(*this, x, x_stride, w, rows, inter, K, gu, y);
+  }
   void qkv_front(const ops::QkvFrontParams& p) override { eager_qkv_front(*this, p); }
   void embed_norm(const ops::EmbedNormParams& p) override { eager_embed_norm(*this, p); }
   void mark(int stage) override { marks[stage] = Clock::now(); }

@@ -48,6 +48,12 @@ void eager_embed_norm(StepOps& ops, const ops::EmbedNormParams& p) {
   ops.rms_norm(p.x, H, T, H, p.weight, p.gain, p.eps, p.y, H);
 }
 
+void eager_gate_up_swiglu(StepOps& ops, const bf16* x, int64_t x_stride, const bf16* w, int rows,
+                          int inter, int K, bf16* gu, bf16* y) {
+  ops.gemm(x, x_stride, w, rows, 2 * inter, K, gu, 2 * inter, 1);
+  ops.silu_mul(gu, rows, inter, y);
+}
+
 ops::QkvFrontParams DraftStep::front_params(const StepWeights& w, int first, int layers, bf16* k,
                                             int64_t layer_step, int64_t stride, int tokens,
                                             const int64_t* positions, const int64_t* slots) const {
@@ -208,8 +214,7 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     boundary(ops, buf.branch, residual, buf.h, T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,
              sandwich ? lw.pre_ffn_norm : lw.post_attn_norm);
     // SwiGLU MLP.
-    ops.gemm(buf.h, H, lw.gate_up, T, 2 * I, H, buf.gu, 2 * I, 1);
-    ops.silu_mul(buf.gu, T, I, buf.act);
+    ops.gate_up_swiglu(buf.h, H, lw.gate_up, T, I, H, buf.gu, buf.act);
     ops.gemm(buf.act, I, lw.down_proj, T, H, I, buf.branch, H, down_slices);
     const bf16* next = l + 1 < L ? w.layers[static_cast<size_t>(l) + 1].input_norm : w.final_norm;
     boundary(ops, buf.branch, residual, buf.h, T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta,

@@ -53,6 +53,10 @@ class StepOps {
   virtual void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
                                  bf16* next) = 0;
   virtual void silu_mul(const bf16* gu, int rows, int inter, bf16* y) = 0;
+  // gate_up and SwiGLU (ops/mlp.h): y = silu_mul(gemm(x, w)) with w [2I, K]; gu
+  // [rows, 2I] is the scratch the eager composition (eager_gate_up_swiglu) uses.
+  virtual void gate_up_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int rows, int inter,
+                              int K, bf16* gu, bf16* y) = 0;
   // The fronts of ops/front.h: a backend runs a fused kernel or eager_qkv_front /
   // eager_embed_norm (the composition that defines them).
   virtual void qkv_front(const ops::QkvFrontParams& p) = 0;
@@ -65,6 +69,8 @@ class StepOps {
 // The compositions of ops/front.h over a backend's ops, in the contract's order.
 void eager_qkv_front(StepOps& ops, const ops::QkvFrontParams& p);
 void eager_embed_norm(StepOps& ops, const ops::EmbedNormParams& p);
+void eager_gate_up_swiglu(StepOps& ops, const bf16* x, int64_t x_stride, const bf16* w, int rows,
+                          int inter, int K, bf16* gu, bf16* y);
 
 // The weights as a backend holds them (host or device pointers; null = absent).
 struct StepLayer {

@@ -57,6 +57,9 @@ class FrontOps : public StepOps {
   }
   void residual_boundary(const ops::BoundaryParams&, const bf16*, void*, bf16*) override { no(); }
   void silu_mul(const bf16*, int, int, bf16*) override { no(); }
+  void gate_up_swiglu(const bf16*, int64_t, const bf16*, int, int, int, bf16*, bf16*) override {
+    no();
+  }
   void qkv_front(const ops::QkvFrontParams& p) override { eager_qkv_front(*this, p); }
   void embed_norm(const ops::EmbedNormParams& p) override { eager_embed_norm(*this, p); }
 
@@ -502,12 +505,12 @@ TEST(FusedBackbone, PlanRunsTheFrontsFusedOnThePresetsAndSaysWhyNot) {
     SCOPED_TRACE(preset + "/" + style);
     const ModelConfig c = preset_config(preset, style);
     const StepPlan plan = cuda::make_plan(c, cuda::CudaDraftOptions{}, 8);
-    for (const char* part : {"embed norm", "qkv front", "context front"})
+    for (const char* part : {"embed norm", "qkv front", "context front", "mlp"})
       EXPECT_TRUE(plan.runs(part, "fused")) << part << "\n" << plan.text();
     cuda::CudaDraftOptions off;
     off.fused_backbone = false;
     const StepPlan eager = cuda::make_plan(c, off, 8);
-    for (const char* part : {"embed norm", "qkv front", "context front"}) {
+    for (const char* part : {"embed norm", "qkv front", "context front", "mlp"}) {
       EXPECT_TRUE(eager.runs(part, "eager")) << part;
       test::expect_mentions(eager.at(part).reason, {"switched off"});
     }
@@ -522,6 +525,8 @@ TEST(FusedBackbone, PlanRunsTheFrontsFusedOnThePresetsAndSaysWhyNot) {
   }
   EXPECT_TRUE(plan.runs("embed norm", "eager"));
   test::expect_mentions(plan.at("embed norm").reason, {"hidden size 60 is not a multiple of 8"});
+  EXPECT_TRUE(plan.runs("mlp", "eager"));
+  test::expect_mentions(plan.at("mlp").reason, {"hidden size 60 is not a multiple of 8 (the GEMM"});
 }
 
 // The backend follows its plan: the tiny presets build with the fronts fused, the
@@ -540,7 +545,7 @@ TEST(FusedBackbone, CudaDraftFollowsThePlan) {
   cuda::CudaDraftOptions off;
   off.fused_backbone = false;
   cuda::CudaDraft eager(ckpt, o, off);
-  for (const char* part : {"embed norm", "qkv front", "context front"}) {
+  for (const char* part : {"embed norm", "qkv front", "context front", "mlp"}) {
     EXPECT_TRUE(fused.plan().runs(part, "fused")) << part;
     EXPECT_TRUE(eager.plan().runs(part, "eager")) << part;
   }
