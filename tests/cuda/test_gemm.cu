@@ -413,18 +413,16 @@ TEST(GemmSpeed, EveryVariant) {
                           {"gate_up", 24576, 4096, 1},   {"down", 4096, 12288, 8},
                           {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
                           {"context_kv", 10240, 4096, 1}};
-  const GemmVariant variants[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16,
-                                  GemmVariant::ring_n32, GemmVariant::ring_n64,
-                                  GemmVariant::ring_big, GemmVariant::ring_wide,
-                                  GemmVariant::bulk_n8};
+  const GemmVariant variants[] = {
+      GemmVariant::ring_n8,  GemmVariant::ring_n16,  GemmVariant::ring_n32, GemmVariant::ring_n64,
+      GemmVariant::ring_big, GemmVariant::ring_wide, GemmVariant::bulk_n8};
   DeviceStream stream;
   cudaStream_t s = stream.get();
   DeviceBuffer<unsigned char> flush(size_t{256} << 20);
   cudaEvent_t e0, e1;
   SD_CUDA_CHECK(cudaEventCreate(&e0));
   SD_CUDA_CHECK(cudaEventCreate(&e1));
-  std::printf(
-      "[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8\n");
+  std::printf("[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8\n");
   for (const Shape& sh : shapes) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
     fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);

@@ -65,7 +65,8 @@ void launch(Args a, cudaStream_t stream) {
     levels_bytes = size_t{3} * 32 * WT * MT * NT * 4 * sizeof(float);
   }
   if (kRing) {
-    a.stages = std::clamp(ring_budget_bytes(a.slices, T::kRows) / T::kStageBytes, 2, gemm_detail::kMaxStages);
+    a.stages = std::clamp(ring_budget_bytes(a.slices, T::kRows) / T::kStageBytes, 2,
+                          gemm_detail::kMaxStages);
     a.group_bytes = a.stages * T::kStageBytes;
   } else {
     a.stages = 0;

@@ -162,7 +162,8 @@ __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
         for (int i = 0; i < 4; ++i) {
           const int n = n0 + mt * 16 + g + 8 * (i >> 1);
           const int m = m0 + wt * T::kWarpTokens + nt * 8 + 2 * t + (i & 1);
-          if (n < a.N && m < a.M) a.y[m * a.y_stride + n] = swiglu(acc[mt][nt][i], acc[mt + MT / 2][nt][i]);
+          if (n < a.N && m < a.M)
+            a.y[m * a.y_stride + n] = swiglu(acc[mt][nt][i], acc[mt + MT / 2][nt][i]);
         }
     return;
   }
@@ -283,8 +284,7 @@ __global__ void __launch_bounds__(Tile<MT, NT, WT>::kMaxThreads) gemm_ring_kerne
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i)
-              acc[mt][nt][i] =
-                  __fadd_rn(lv[((mt * NT + nt) * 4 + i) * kStride], acc[mt][nt][i]);
+              acc[mt][nt][i] = __fadd_rn(lv[((mt * NT + nt) * 4 + i) * kStride], acc[mt][nt][i]);
       } else {
         if (s + 1 < a.seq_slices) {
 #pragma unroll
