@@ -20,6 +20,12 @@
 
 namespace sparkdraft::cuda {
 
+// The launchers' refusal: throws InvalidArgument("cuda::<op>: <what>") when `ok`
+// is false (the GPU side of ops/require.h's message form).
+inline void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw InvalidArgument(std::string("cuda::") + op + ": " + what);
+}
+
 struct LaunchShape {
   dim3 grid;
   dim3 block;

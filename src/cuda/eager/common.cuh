@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/launch.h"
 #include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/math.h"
@@ -64,10 +65,7 @@ __device__ __forceinline__ float apply_norm(float x, float r, const bf16* w, Nor
 
 // ---- host side ----------------------------------------------------------------------
 
-// Throws InvalidArgument("cuda::<op>: <what>") when `ok` is false.
-inline void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw InvalidArgument(std::string("cuda::") + op + ": " + what);
-}
+using cuda::require;  // common/launch.h
 
 // The norms' field checks, shared with the CPU ops (one message form).
 using ops::require_eps;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/launch.h"
 #include "cuda/fused/markov/tile.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cuda/markov.h"
@@ -20,10 +21,7 @@ namespace sparkdraft::cuda::markov_detail {
 // the sampler draws), computed with core/sampling.h on the host.
 std::vector<float> noise_bound_table();
 
-// Throws InvalidArgument("cuda::<op>: <what>") when `ok` is false.
-inline void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw InvalidArgument(std::string("cuda::") + op + ": " + what);
-}
+using cuda::require;  // common/launch.h
 
 // Device limits the fused launch is sized with.
 struct DeviceLimits {

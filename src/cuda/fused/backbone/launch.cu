@@ -43,10 +43,6 @@ __global__ void __launch_bounds__(kEmbedNormThreads)
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw InvalidArgument(std::string("cuda::") + op + ": " + what);
-}
-
 unsigned grid_for(int64_t items, int per_block, const char* op) {
   const int64_t blocks = (items + per_block - 1) / per_block;
   require(blocks <= 0x7fffffffLL, op, std::to_string(items) + " work items exceed one grid");
