@@ -14,7 +14,8 @@
 //     with their 16-byte pieces XOR-swizzled (piece ^ ((j ^ j >> 3) & 7)), so both
 //     the strided K reads and the V column reads are free of bank conflicts.
 //     Positions >= kv_len or on an unmapped page are zero-filled, columns past
-//     head_dim are zero;
+//     head_dim are zero. The row stride (16 KS) and the ring depth are compile-time;
+//     every ldmatrix address is a lane-constant offset xor a compile-time constant;
 //   * scores: warp q of a tile owns the slots j = WQ * n + q (n < 64 / WQ) for the
 //     tile's 16 rows; the Q fragments stay in registers, K comes by ldmatrix; the
 //     chains run over the head dim from +0; s = d * scale;
@@ -23,6 +24,8 @@
 //     lane, then xor 2 and xor 1 across the quad, then the pair bit in the lane),
 //     and the last log2(WQ) levels combine the tile's warps' partials through
 //     shared memory (a named barrier per tile);
+//   * p = exp_f32(s - m_c) by exp_fast (a double fma polynomial, exp_f32 itself on
+//     the rare inputs near a float rounding boundary; equal on all 2^32 floats);
 //   * pb = bf16(p) to shared memory (the only per-element round trip: the P.V
 //     A operand needs all 64 slots), then P.V: warp q owns the head-dim n-tiles
 //     q, q + WQ, ...; each n-tile's chain (4 steps over the slots) is folded at once
@@ -57,6 +60,7 @@ constexpr int kSms = 132;         // an H100/H200
 struct AttnArgs {
   int tokens, heads, kv_heads, head_dim, hdp, ldk, ldq, page_size, max_pages, window, group, tpc;
   int splits, stages, rows_max;
+  int page_shift;  // log2(page_size) when a power of two, else -1
   bool causal, vec;
   int64_t q_stride, ws_chunks;
   float scale;
@@ -95,6 +99,18 @@ __device__ __forceinline__ int swz(int j, int d, int ldk) {
   return j * ldk + ((((d >> 3) ^ ((j ^ (j >> 3)) & 7))) << 3) + (d & 7);
 }
 
+// ldmatrix x2 (plain and transposed) from a 32-bit shared-memory address.
+__device__ __forceinline__ void ldsm_x2(uint32_t r[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t r[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -115,21 +131,23 @@ __device__ int piece_at(const AttnArgs& a, int t, int* req_out) {
 
 // Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed).
 // Thread x loads position x / 4 (one page lookup): pieces x % 4, x % 4 + 4, ... of
-// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes).
+// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes). The row stride
+// is 16 * KS elements (swizzled_ld of every head dim of the instantiation).
 template <int KS>
 __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
                                            const int32_t* table, int64_t kv_len, int kvh, int64_t c,
                                            bf16* ks) {
   constexpr int kPer = kThreads / kChunk;  // threads per position
   static_assert(kPer == 4, "four threads per position");
-  const int hd = a.head_dim, ldk = a.ldk;
-  bf16* vs = ks + kChunk * ldk;
+  constexpr int kLd = 16 * KS;
+  const int hd = a.head_dim;
+  bf16* vs = ks + kChunk * kLd;
   const int j = threadIdx.x / kPer, sub = threadIdx.x % kPer;
   const int64_t pos = c * kChunk + j;
   const bf16* src = nullptr;
   if (pos < kv_len) {
     const uint32_t upos = static_cast<uint32_t>(pos), ps = static_cast<uint32_t>(a.page_size);
-    const uint32_t pi = upos / ps;
+    const uint32_t pi = a.page_shift >= 0 ? upos >> a.page_shift : upos / ps;
     const int32_t page = table[pi];
     if (page >= 0) {
       const int64_t slot = static_cast<int64_t>(page) * a.page_size + (upos - pi * ps);
@@ -140,22 +158,21 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
     const int units = hd / 8;  // 16-byte pieces per K (or V) row
     const int f = (j ^ (j >> 3)) & 7;
     const int bytes = src != nullptr ? 16 : 0;
-    const bf16* from = src != nullptr ? src : cache;
+    const bf16* from = src != nullptr ? src + sub * 8 : cache;
+    const int step = src != nullptr ? kPer * 8 : 0;
+    bf16* krow = ks + j * kLd;
 #pragma unroll 1  // unrolled, the addresses cost the <8, 4> kernel spills
-    for (int i = 0; i < KS; ++i) {
-      const int u = sub + kPer * i;
-      if (u < 2 * units) {
-        const bool v = u >= units;
-        const int part = v ? u - units : u;
-        cp_async_16((v ? vs : ks) + j * ldk + ((part ^ f) << 3),
-                    from + (src != nullptr ? u * 8 : 0), bytes);
-      }
+    for (int u = sub; u < 2 * units; u += kPer) {
+      const bool v = u >= units;
+      const int part = v ? u - units : u;
+      cp_async_16(krow + (v ? kChunk * kLd : 0) + ((part ^ f) << 3), from, bytes);
+      from += step;
     }
   } else {
     for (int u = sub; u < 2 * hd; u += kPer) {
       const bool v = u >= hd;
       const int d = v ? u - hd : u;
-      (v ? vs : ks)[swz(j, d, ldk)] = src != nullptr ? src[u] : bf16{0};
+      (v ? vs : ks)[swz(j, d, kLd)] = src != nullptr ? src[u] : bf16{0};
     }
   }
 }
@@ -168,6 +185,53 @@ __device__ __forceinline__ float exp_nb(float x) {
   const float xc = nan || big || small ? 0.0f : x;
   const float r = math_detail::to_float(math_detail::exp_d(static_cast<double>(xc)));
   return nan ? math_detail::quiet(x) : big ? bits_f32(0x7f800000u) : small ? 0.0f : r;
+}
+
+// exp_nb out of line: exp_fast's rare path stays a branch, not predicated code.
+__device__ __noinline__ float exp_slow(float x) { return exp_nb(x); }
+
+// exp_f32 at about half the cost, the same bits for EVERY float input (checked
+// exhaustively on the device over all 2^32 bit patterns: attention_exp_fast_mismatches,
+// CudaAttention.FastExpEqualsExpF32OnEveryFloat). For x in [-87, 88] (exp(x) a normal
+// float): k = round(x / ln2) by the shift trick, r = x - k ln2 (two fma steps), the
+// degree-10 Taylor polynomial of exp(r) by fma Horner (|r| <= 0.347: truncation below
+// 2^-41 relative), scaled by 2^k on the exponent bits. Its rounding to float is
+// exp_f32's unless the double lies within kExpFastTol = 2^14 double ulps (2^-39
+// relative at the least, against < 2^-40.9 for this error plus exp_d's) of a float
+// rounding boundary (the low 29 mantissa bits near 2^28): there, and outside [-87, 88]
+// (NaN, infinities, subnormal results), ok is false and exp_f32 itself (exp_slow)
+// decides. Measured: 17072 of the ~1.1e9 floats in [-87, 0] take that path.
+constexpr uint32_t kExpFastTol = 1u << 14;
+__device__ __forceinline__ float exp_fast_try(float x, bool* ok) {
+  using namespace math_detail;
+  const double xd = static_cast<double>(x);
+  const double sh = __fma_rn(xd, kInvLn2, kRoundShift);
+  const int k = __double2loint(sh);  // round(x / ln2)
+  const double kd = __dsub_rn(sh, kRoundShift);
+  double r = __fma_rn(kd, -kLn2Hi32, xd);  // exact: k ln2_hi has 29 + 8 bits
+  r = __fma_rn(kd, -kLn2Lo32, r);
+  double p = 0x1.27e4fb7789f5cp-22;  // 1/10!
+  p = __fma_rn(p, r, 0x1.71de3a556c734p-19);
+  p = __fma_rn(p, r, 0x1.a01a01a01a01ap-16);
+  p = __fma_rn(p, r, 0x1.a01a01a01a01ap-13);
+  p = __fma_rn(p, r, 0x1.6c16c16c16c17p-10);
+  p = __fma_rn(p, r, 0x1.1111111111111p-7);
+  p = __fma_rn(p, r, 0x1.5555555555555p-5);
+  p = __fma_rn(p, r, 0x1.5555555555555p-3);
+  p = __fma_rn(p, r, 0x1.0p-1);
+  p = __fma_rn(p, r, 1.0);
+  p = __fma_rn(p, r, 1.0);
+  const uint32_t lo = static_cast<uint32_t>(__double2loint(p));
+  const double y = __hiloint2double(__double2hiint(p) + k * (1 << 20), static_cast<int>(lo));
+  const bool near = ((lo - 0x10000000u + kExpFastTol) & 0x1fffffffu) < 2 * kExpFastTol;
+  *ok = !near && x >= -87.0f && x <= 88.0f;
+  return __double2float_rn(y);
+}
+__device__ __forceinline__ float exp_fast(float x) {
+  bool ok;
+  float f = exp_fast_try(x, &ok);
+  if (!ok) f = exp_slow(x);
+  return f;
 }
 
 template <bool kSum>
@@ -309,25 +373,34 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
   if (cbeg >= cend) return;
   const int nchunks = static_cast<int>(cend - cbeg);
 
-  const int stage_elems = 2 * kChunk * ldk;
-  for (int s = 0; s < a.stages - 1; ++s) {
-    if (s < nchunks) load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * stage_elems);
+  // Compile-time ring geometry (the host's swizzled_ld and stages_for of every head
+  // dim of this instantiation).
+  constexpr int kLd = 16 * KS;
+  constexpr int kStages = KS <= 4 ? 4 : KS <= 8 ? 3 : 2;
+  constexpr int kStageElems = 2 * kChunk * kLd;
+  constexpr uint32_t kStageBytes = sizeof(bf16) * kStageElems;
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nchunks) load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * kStageElems);
     cp_async_commit();
   }
 
-  // This lane's two rows (g and g + 8 of its tile), the Q fragments, the fold state.
-  int r[2];
-  int64_t lo[2], hi[2], cb[2], ce[2];
+  // This lane's two rows (g and g + 8 of its tile): their ranges (32-bit: positions
+  // fit, check_attention_limits), and with splits their workspace units (chunk c of
+  // row h is unit wsb[h] + c). Rows past R have the empty range [0, 0).
+  int r[2], lo[2], hi[2];
+  int64_t wsb[2] = {0, 0};
   float M[2] = {-INFINITY, -INFINITY}, Lsum[2] = {0.0f, 0.0f};
   bool first[2] = {true, true};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     r[h] = tile * 16 + g + 8 * h;
     const int rr = r[h] < kMaxRows ? r[h] : 0;
-    lo[h] = row_lo[rr];
-    hi[h] = row_hi[rr];
-    cb[h] = row_cb[rr];
-    ce[h] = row_ce[rr];
+    lo[h] = static_cast<int>(row_lo[rr]);
+    hi[h] = static_cast<int>(row_hi[rr]);
+    if (!fold_self && r[h] < R) {
+      const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
+      wsb[h] = (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks - row_cb[rr];
+    }
   }
   uint32_t qf[KS][4];
 #pragma unroll
@@ -340,32 +413,57 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
     for (int e = 0; e < 4; ++e) O[i][e] = 0.0f;
 
+  // Lane-constant shared-memory byte offsets of the ldmatrix rows (swz of ks = 0 and
+  // n8 = qw; every other step only xors a compile-time constant into the column):
+  //   K (scores, n-tile pair p): row j = WQ * ((2p + m8 / 2) * 8 + lane % 8) + qw
+  //     (WQ = 8: j = 8 (lane % 8) + qw), column piece 2k + m8 % 2, swizzled by
+  //     f(j) = (j ^ j >> 3) & 7: ((2k + b) ^ f) << 4 = ((b ^ f) << 4) ^ (k << 5);
+  //   V (P.V, k step, n-tile qw + WQ i): row 16k + lane % 16, whose f is
+  //     f0 ^ (2k & 7) with f0 = (lane & 7) ^ (lane >> 3 & 1), column piece
+  //     (qw + WQ i) ^ f = (qw ^ f0) ^ (WQ i) ^ (2k & 7);
+  //   pb (A of P.V): row lane % 16, column (lane / 16) * 8 (+ 16 per k step).
+  constexpr int kPairs = NT >= 2 ? NT / 2 : 1;
+  uint32_t k_row[kPairs], k_col[kPairs];
+#pragma unroll
+  for (int pp = 0; pp < kPairs; ++pp) {
+    const int m8 = lane / 8;
+    const int j = NT == 1 ? WQ * (lane % 8) + qw : WQ * ((2 * pp + m8 / 2) * 8 + lane % 8) + qw;
+    const int f = (j ^ (j >> 3)) & 7;
+    k_row[pp] = static_cast<uint32_t>(j * kLd * 2);
+    k_col[pp] = static_cast<uint32_t>(((m8 % 2) ^ f) << 4);
+  }
+  const uint32_t v_row = static_cast<uint32_t>((lane % 16) * kLd * 2 + kChunk * kLd * 2);
+  const uint32_t v_col = static_cast<uint32_t>((qw ^ (lane & 7) ^ ((lane >> 3) & 1)) << 4);
+  bf16* pt = ps + tile * 16 * kPLd;
+  const uint32_t pa_addr = smem_u32(pt + (lane % 16) * kPLd + (lane / 16) * 8);
+  const uint32_t kv_addr = smem_u32(kvs);
+
+  int stage = 0, nstage = kStages - 1;
   for (int ci = 0; ci < nchunks; ++ci) {
-    const int64_t c = cbeg + ci;
-    cp_async_wait(a.stages - 2);
+    const int c = static_cast<int>(cbeg) + ci;
+    cp_async_wait(kStages - 2);
     __syncthreads();  // this chunk landed; the previous one (and Q) are consumed
     {
-      const int nxt = ci + a.stages - 1;
+      const int nxt = ci + kStages - 1;
       if (nxt < nchunks)
-        load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + nxt,
-                       kvs + (nxt % a.stages) * stage_elems);
+        load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + nxt, kvs + nstage * kStageElems);
       cp_async_commit();
     }
+    const uint32_t ks_addr = kv_addr + static_cast<uint32_t>(stage) * kStageBytes;
+    stage = stage == kStages - 1 ? 0 : stage + 1;
+    nstage = nstage == kStages - 1 ? 0 : nstage + 1;
     if (!computes) continue;
-    const bf16* ks = kvs + (ci % a.stages) * stage_elems;
-    const bf16* vs = ks + kChunk * ldk;
 
     // Live slots of the lane's rows: [l, h) relative to the chunk (empty when the row
-    // does not fold this chunk).
+    // does not fold this chunk: its range misses [64c, 64c + 64)).
     bool act[2];
     int sl[2], sh[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      act[h] = r[h] < R && c >= cb[h] && c < ce[h];
-      const int64_t base = c * kChunk;
-      const int64_t l = lo[h] - base, u = hi[h] - base;
-      sl[h] = act[h] ? static_cast<int>(l < 0 ? 0 : l) : 0;
-      sh[h] = act[h] ? static_cast<int>(u > kChunk ? kChunk : u) : 0;
+      const int l = lo[h] - c * kChunk, u = hi[h] - c * kChunk;
+      act[h] = l < kChunk && u > 0;
+      sl[h] = act[h] ? (l < 0 ? 0 : l) : 0;
+      sh[h] = act[h] ? (u > kChunk ? kChunk : u) : 0;
     }
 
     // Scores: slots j = WQ * (8 nt + col) + qw, col = the n of the mma tile.
@@ -379,16 +477,14 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
       if (k * 16 < hdp) {
         if constexpr (NT == 1) {
           uint32_t b[2];
-          const int j = WQ * (lane % 8) + qw, d = k * 16 + ((lane / 8) % 2) * 8;
-          ldmatrix_x2(b, ks + swz(j, d, ldk));
+          ldsm_x2(b, ks_addr + k_row[0] + (k_col[0] ^ static_cast<uint32_t>(k << 5)));
           mma_bf16_16816(x[0], qf[k], b, x[0]);
         } else {
 #pragma unroll
           for (int nt = 0; nt < NT; nt += 2) {
             uint32_t b[4];
-            const int m8 = lane / 8;
-            const int j = WQ * ((nt + m8 / 2) * 8 + lane % 8) + qw, d = k * 16 + (m8 % 2) * 8;
-            ldmatrix_x4(b, ks + swz(j, d, ldk));
+            ldmatrix_x4(b,
+                        ks_addr + k_row[nt / 2] + (k_col[nt / 2] ^ static_cast<uint32_t>(k << 5)));
             mma_bf16_16816(x[nt], qf[k], b, x[nt]);
             mma_bf16_16816(x[nt + 1], qf[k], b + 2, x[nt + 1]);
           }
@@ -421,16 +517,34 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
     for (int h = 0; h < 2; ++h) m[h] = cross_partial<false, WQ>(rm + g + 8 * h);
 
-    // p, pb to shared memory, the partial sums.
-    bf16* pt = ps + tile * 16 * kPLd;
+    // p, pb to shared memory, the partial sums. exp's argument is +0 on masked slots
+    // (their p is +0 whatever exp gives), so they never take exp_fast's rare path.
+    // All the lane's fast exps first (straight-line code: their chains overlap), then,
+    // rarely, exp_f32 itself for all of them when one is not trusted.
+    float arg[NT][4], ex[NT][4];
+    bool all_ok = true;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        arg[nt][e] = live[nt][e] ? __fsub_rn(x[nt][e], m[e / 2]) : 0.0f;
+        bool ok;
+        ex[nt][e] = exp_fast_try(arg[nt][e], &ok);
+        all_ok = all_ok && ok;
+      }
+    if (!all_ok) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ex[nt][e] = exp_slow(arg[nt][e]);
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
-        const float ex = exp_nb(__fsub_rn(x[nt][e], m[h]));
-        const float p = live[nt][e] ? ex : 0.0f;
+        const float p = live[nt][e] ? ex[nt][e] : 0.0f;
         x[nt][e] = p;
         pt[(g + 8 * h) * kPLd + j] = to_bf16(p);
       }
@@ -454,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
       const int hh = tq >> 1;
       const float arg = (tq & 1) != 0 ? __fsub_rn(hh ? m[1] : m[0], hh ? next[1] : next[0])
                                       : __fsub_rn(hh ? M[1] : M[0], hh ? next[1] : next[0]);
-      const float ex = exp_nb(arg);
+      const float ex = exp_fast(arg);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float ea = __shfl_sync(0xffffffffu, ex, (lane & ~3) | (2 * h));
@@ -472,18 +586,15 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (!act[h]) continue;
-        const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
-        const int64_t unit = (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks + (c - cb[h]);
-        ws_m[unit] = m[h];
-        ws_l[unit] = lc[h];
+        ws_m[wsb[h] + c] = m[h];
+        ws_l[wsb[h] + c] = lc[h];
       }
     }
 
     // P.V: the tile's pb as A fragments (4 steps of 16 slots), this warp's n-tiles.
     uint32_t pa[4][4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      ldmatrix_x4(pa[k], pt + (lane % 16) * kPLd + k * 16 + (lane / 16) * 8);
+    for (int k = 0; k < 4; ++k) ldmatrix_x4(pa[k], pa_addr + k * 32);
 #pragma unroll
     for (int i = 0; i < NPV; ++i) {
       const int n8 = qw + WQ * i;
@@ -492,7 +603,8 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           uint32_t b[2];
-          ldmatrix_x2_trans(b, vs + swz(k * 16 + lane % 16, n8 * 8, ldk));
+          const uint32_t cx = static_cast<uint32_t>(((WQ * i) ^ ((2 * k) & 7)) << 4);
+          ldsm_x2_trans(b, ks_addr + v_row + k * 16 * kLd * 2 + (v_col ^ cx));
           mma_bf16_16816(acc, pa[k], b, acc);
         }
 #pragma unroll
@@ -503,12 +615,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
             O[i][e] = ops::attention_fold_value(O[i][e], acc[e], ops::AttentionFold{fa[h], fb[h]});
           } else {
             const int d = n8 * 8 + 2 * tq + e % 2;
-            if (d < hd) {
-              const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
-              const int64_t unit =
-                  (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks + (c - cb[h]);
-              ws_o[unit * hd + d] = acc[e];
-            }
+            if (d < hd) ws_o[(wsb[h] + c) * hd + d] = acc[e];
           }
         }
       }
@@ -588,8 +695,8 @@ __global__ void __launch_bounds__(kCombineThreads)
     float prev = __shfl_up_sync(0xffffffffu, incl, 1);
     if (lane == 0) prev = before;
     if (i < n) {
-      a_s[i] = c0 + i == cb ? 0.0f : exp_nb(__fsub_rn(prev, incl));
-      b_s[i] = exp_nb(__fsub_rn(m, incl));
+      a_s[i] = c0 + i == cb ? 0.0f : exp_fast(__fsub_rn(prev, incl));
+      b_s[i] = exp_fast(__fsub_rn(m, incl));
       l_s[i] = l;
     }
     float tile_max = M;
@@ -618,7 +725,9 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 int padded_head_dim(int hd) { return (hd + 15) / 16 * 16; }
-int swizzled_ld(int hdp) { return (hdp + 63) / 64 * 64; }
+// The K/V row stride: 16 KS of the instantiation that runs hdp (the kernel's
+// compile-time kLd).
+int swizzled_ld(int hdp) { return hdp <= 64 ? 64 : hdp <= 128 ? 128 : 256; }
 // Ring stages: 4 x 16 KB at head dim 64, 3 x 32 KB at 128 (two CTAs per SM), 2 x 64 KB
 // at 256.
 int stages_for(int hdp) { return hdp <= 64 ? 4 : hdp <= 128 ? 3 : 2; }
@@ -650,6 +759,58 @@ int64_t chunk_slots(const ops::AttentionParams& p) {
 }
 
 }  // namespace
+
+// ---- test hook: exp_fast against exp_f32 on every float ------------------------------
+namespace {
+__global__ void exp_fast_check_kernel(unsigned long long* mismatches, unsigned int* first_bad,
+                                      unsigned long long* slow) {
+  unsigned long long bad = 0, rare = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < (uint64_t{1} << 32); i += stride) {
+    const uint32_t u = static_cast<uint32_t>(i);
+    const float x = bits_f32(u);
+    if (f32_bits(exp_fast(x)) != f32_bits(exp_f32(x))) {
+      ++bad;
+      atomicMin(first_bad, u);
+    }
+    bool ok;
+    (void)exp_fast_try(x, &ok);
+    if (!ok && x >= -87.0f && x <= 0.0f) ++rare;  // the slow path's share of s - m <= 0
+  }
+  if (bad != 0) atomicAdd(mismatches, bad);
+  if (rare != 0) atomicAdd(slow, rare);
+}
+}  // namespace
+
+// Declared in tests/cuda/test_attention.cu (a test hook, not API): the number of float
+// bit patterns x with exp_fast(x) != exp_f32(x) on the device (all 2^32 of them), the
+// lowest such pattern (0xffffffff when none), and how many x in [-87, 0] take the slow
+// path.
+uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_domain) {
+  unsigned long long* d_bad = nullptr;
+  unsigned long long* d_slow = nullptr;
+  SD_CUDA_CHECK(cudaMalloc(&d_slow, sizeof(unsigned long long)));
+  SD_CUDA_CHECK(cudaMemset(d_slow, 0, sizeof(unsigned long long)));
+  unsigned int* d_first = nullptr;
+  SD_CUDA_CHECK(cudaMalloc(&d_bad, sizeof(unsigned long long)));
+  SD_CUDA_CHECK(cudaMalloc(&d_first, sizeof(unsigned int)));
+  SD_CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
+  SD_CUDA_CHECK(cudaMemset(d_first, 0xff, sizeof(unsigned int)));
+  exp_fast_check_kernel<<<132 * 16, 256>>>(d_bad, d_first, d_slow);
+  SD_CHECK_LAUNCH();
+  unsigned long long bad = 0, slow = 0;
+  SD_CUDA_CHECK(cudaMemcpy(&slow, d_slow, sizeof(slow), cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaFree(d_slow));
+  if (slow_in_domain != nullptr) *slow_in_domain = slow;
+  unsigned int first = 0;
+  SD_CUDA_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaMemcpy(&first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaFree(d_bad));
+  SD_CUDA_CHECK(cudaFree(d_first));
+  if (first_bad != nullptr) *first_bad = first;
+  return bad;
+}
 
 void check_attention_limits(const ops::AttentionParams& p) {
   using detail::require;
@@ -723,6 +884,9 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   a.ldk = swizzled_ld(a.hdp);
   a.ldq = a.hdp + 8;
   a.page_size = p.page_size;
+  a.page_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((1 << sh) == p.page_size) a.page_shift = sh;
   a.max_pages = p.max_pages;
   a.window = p.window;
   a.group = p.heads / p.kv_heads;
