@@ -116,16 +116,34 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 }
 
 // The piece of consecutive same-request tokens that starts at t, or 0 tokens when t
-// does not start one.
+// does not start one. Every warp computes it alike, 32 tokens per load round (lane l
+// reads one token): the segment start (the first token before t of another request)
+// and the piece's length (tokens after t of the same request, at most tpc - 1).
 __device__ int piece_at(const AttnArgs& a, int t, int* req_out) {
+  const int lane = threadIdx.x % detail::kWarpSize;
   const int req = a.token_request[t];
   *req_out = req;
   if (req < 0) return 0;
-  int seg = t;
-  while (seg > 0 && a.token_request[seg - 1] == req) --seg;
-  if ((t - seg) % a.tpc != 0) return 0;
+  int before = 0;  // tokens of the request before t
+  for (;;) {
+    const int u = t - 1 - before - lane;
+    const bool other = u < 0 || a.token_request[u] != req;
+    const unsigned m = __ballot_sync(0xffffffffu, other);
+    if (m != 0) {
+      before += __ffs(m) - 1;
+      break;
+    }
+    before += detail::kWarpSize;
+  }
+  if (before % a.tpc != 0) return 0;
   int n = 1;
-  while (n < a.tpc && t + n < a.tokens && a.token_request[t + n] == req) ++n;
+  while (n < a.tpc) {
+    const int u = t + n + lane;
+    const bool other = n + lane >= a.tpc || u >= a.tokens || a.token_request[u] != req;
+    const unsigned m = __ballot_sync(0xffffffffu, other);
+    if (m != 0) return n + __ffs(m) - 1;
+    n += detail::kWarpSize;
+  }
   return n;
 }
 
@@ -234,12 +252,20 @@ __device__ __forceinline__ float exp_fast(float x) {
   return f;
 }
 
+// ops::attention_max without branches, the same result for every pair: a NaN gives b
+// (whatever b is); b NaN (a not) gives a = fmaxf(a, b); equal operands give b (the
+// sign of zero included); otherwise fmaxf is the larger one, a > b ? a : b.
+__device__ __forceinline__ float max_nb(float a, float b) {
+  const float m = fmaxf(a, b);
+  return a == b || a != a ? b : m;
+}
+
 template <bool kSum>
 __device__ __forceinline__ float red_op(float x, float y) {
   if constexpr (kSum)
     return __fadd_rn(x, y);
   else
-    return ops::attention_max(x, y);
+    return max_nb(x, y);
 }
 
 // The in-warp part of chunk_max / chunk_sum for the row held in v[.][h] (h = 0: row
@@ -422,18 +448,22 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
   //     f0 ^ (2k & 7) with f0 = (lane & 7) ^ (lane >> 3 & 1), column piece
   //     (qw + WQ i) ^ f = (qw ^ f0) ^ (WQ i) ^ (2k & 7);
   //   pb (A of P.V): row lane % 16, column (lane / 16) * 8 (+ 16 per k step).
+  // Row and column parts share one register (the row offset is a multiple of the row
+  // bytes 32 KS, every column xor stays below it); the moves keep the compiler from
+  // recomputing them from the thread index at every use.
   constexpr int kPairs = NT >= 2 ? NT / 2 : 1;
-  uint32_t k_row[kPairs], k_col[kPairs];
+  uint32_t k_off[kPairs];
 #pragma unroll
   for (int pp = 0; pp < kPairs; ++pp) {
     const int m8 = lane / 8;
     const int j = NT == 1 ? WQ * (lane % 8) + qw : WQ * ((2 * pp + m8 / 2) * 8 + lane % 8) + qw;
     const int f = (j ^ (j >> 3)) & 7;
-    k_row[pp] = static_cast<uint32_t>(j * kLd * 2);
-    k_col[pp] = static_cast<uint32_t>(((m8 % 2) ^ f) << 4);
+    k_off[pp] = static_cast<uint32_t>(j * kLd * 2) | static_cast<uint32_t>(((m8 % 2) ^ f) << 4);
+    asm volatile("mov.b32 %0, %0;" : "+r"(k_off[pp]));
   }
-  const uint32_t v_row = static_cast<uint32_t>((lane % 16) * kLd * 2 + kChunk * kLd * 2);
-  const uint32_t v_col = static_cast<uint32_t>((qw ^ (lane & 7) ^ ((lane >> 3) & 1)) << 4);
+  uint32_t v_off = static_cast<uint32_t>((lane % 16) * kLd * 2 + kChunk * kLd * 2) |
+                   static_cast<uint32_t>((qw ^ (lane & 7) ^ ((lane >> 3) & 1)) << 4);
+  asm volatile("mov.b32 %0, %0;" : "+r"(v_off));
   bf16* pt = ps + tile * 16 * kPLd;
   const uint32_t pa_addr = smem_u32(pt + (lane % 16) * kPLd + (lane / 16) * 8);
   const uint32_t kv_addr = smem_u32(kvs);
@@ -477,14 +507,13 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
       if (k * 16 < hdp) {
         if constexpr (NT == 1) {
           uint32_t b[2];
-          ldsm_x2(b, ks_addr + k_row[0] + (k_col[0] ^ static_cast<uint32_t>(k << 5)));
+          ldsm_x2(b, ks_addr + (k_off[0] ^ static_cast<uint32_t>(k << 5)));
           mma_bf16_16816(x[0], qf[k], b, x[0]);
         } else {
 #pragma unroll
           for (int nt = 0; nt < NT; nt += 2) {
             uint32_t b[4];
-            ldmatrix_x4(b,
-                        ks_addr + k_row[nt / 2] + (k_col[nt / 2] ^ static_cast<uint32_t>(k << 5)));
+            ldmatrix_x4(b, ks_addr + (k_off[nt / 2] ^ static_cast<uint32_t>(k << 5)));
             mma_bf16_16816(x[nt], qf[k], b, x[nt]);
             mma_bf16_16816(x[nt + 1], qf[k], b + 2, x[nt + 1]);
           }
@@ -561,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       lc[h] = cross_partial<true, WQ>(rs + g + 8 * h);
-      next[h] = ops::attention_max(M[h], m[h]);
+      next[h] = max_nb(M[h], m[h]);
     }
     float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
     if (fold_self) {
@@ -604,7 +633,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
         for (int k = 0; k < 4; ++k) {
           uint32_t b[2];
           const uint32_t cx = static_cast<uint32_t>(((WQ * i) ^ ((2 * k) & 7)) << 4);
-          ldsm_x2_trans(b, ks_addr + v_row + k * 16 * kLd * 2 + (v_col ^ cx));
+          ldsm_x2_trans(b, ks_addr + k * 16 * kLd * 2 + (v_off ^ cx));
           mma_bf16_16816(acc, pa[k], b, acc);
         }
 #pragma unroll
