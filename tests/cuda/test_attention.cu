@@ -128,6 +128,37 @@ TEST(CudaAttention, FastExpEqualsExpF32OnEveryFloat) {
   EXPECT_EQ(bad, 0u) << "first mismatching bit pattern 0x" << std::hex << first_bad;
 }
 
+// Requests whose tokens are not consecutive (the even tokens first, then the odd ones,
+// padding included): more pieces than the launcher's grid has CTAs, so a CTA strides
+// over several; every forced split against the CPU.
+TEST(CudaAttention, InterleavedRequestsMatchCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  test::Gen gen(0xA7C9);
+  for (const AttentionCase& c : {AttentionCase{8, 2, 64, 0, false, {150, 70, 200}, 7, 16, 2, false},
+                                 AttentionCase{16, 2, 32, 40, true, {90, 300}, 5, 8, 1, true}}) {
+    SCOPED_TRACE(test::describe(c));
+    AttentionData d = test::make_attention_data(gen, c);
+    std::vector<int> perm;
+    for (int t = 0; t < d.tokens; t += 2) perm.push_back(t);
+    for (int t = 1; t < d.tokens; t += 2) perm.push_back(t);
+    const AttentionData src = d;
+    for (int i = 0; i < d.tokens; ++i) {
+      const int t = perm[static_cast<size_t>(i)];
+      d.token_request[static_cast<size_t>(i)] = src.token_request[static_cast<size_t>(t)];
+      d.positions[static_cast<size_t>(i)] = src.positions[static_cast<size_t>(t)];
+      std::copy_n(src.q.begin() + static_cast<int64_t>(t) * d.q_stride, d.q_stride,
+                  d.q.begin() + static_cast<int64_t>(i) * d.q_stride);
+    }
+    std::vector<bf16> want(d.out_size());
+    cpu::attention(d.params(), d.q.data(), d.cache.data(), want.data(), 2);
+    DeviceCase dc(d, stream.get());
+    for (int splits : forced_splits(dc.p))
+      EXPECT_TRUE(test::same_bits(dc.run(splits, stream.get()), want, {c.heads * c.head_dim}))
+          << "splits " << splits;
+  }
+}
+
 // A larger max_kv_len bound than the batch needs changes the grid, not the bits.
 TEST(CudaAttention, IndependentOfTheKvBound) {
   SD_REQUIRE_GPU();

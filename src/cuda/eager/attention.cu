@@ -2,9 +2,10 @@
 // cores, bit for bit cpu::attention.
 //
 // Rows. A CTA (8 warps) owns the query rows (tokens x grouped heads) that read one KV
-// head: a piece of at most `tpc` consecutive tokens of one request (grid x: one CTA
-// per token; only the first token of each piece runs, the others exit at once), and
-// one KV head (grid y). Row i is token t0 + i / group, head kvh * group + i % group.
+// head: a piece of at most `tpc` consecutive tokens of one request (grid x: the
+// pieces, found on the device by find_piece; the grid is sized to the pieces of a
+// batch of consecutive requests, and a CTA strides over any more), and one KV head
+// (grid y). Row i is token t0 + i / group, head kvh * group + i % group.
 // tpc (host: about tokens / requests, at most 64 / group) bounds the rows to
 // mt_max 16-row tiles; each tile gets WQ = 8 / mt_max (2, 4 or 8) warps.
 // Chunks. The CTA walks the union of its rows' chunk ranges, or, with `splits` > 1
@@ -115,36 +116,65 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// The piece of consecutive same-request tokens that starts at t, or 0 tokens when t
-// does not start one. Every warp computes it alike, 32 tokens per load round (lane l
-// reads one token): the segment start (the first token before t of another request)
-// and the piece's length (tokens after t of the same request, at most tpc - 1).
-__device__ int piece_at(const AttnArgs& a, int t, int* req_out) {
+// Pieces: each run of consecutive tokens of one request (padding tokens belong to
+// none) is cut into pieces of tpc tokens (the last one shorter), numbered in token
+// order. find_piece finds piece p: its first token, its length and its request
+// (false when there are p pieces or fewer). Every warp computes it alike, 32 tokens
+// per step (lane l reads one), kBatch steps' loads issued together: a token starts
+// a run when its request differs from the previous token's, and a piece when it is
+// not padding and tpc divides its distance to its run's start.
+__device__ bool find_piece(const AttnArgs& a, int p, int* t0_out, int* ntok_out, int* req_out) {
+  constexpr int kBatch = 8;
+  constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x % detail::kWarpSize;
-  const int req = a.token_request[t];
-  *req_out = req;
-  if (req < 0) return 0;
-  int before = 0;  // tokens of the request before t
-  for (;;) {
-    const int u = t - 1 - before - lane;
-    const bool other = u < 0 || a.token_request[u] != req;
-    const unsigned m = __ballot_sync(0xffffffffu, other);
-    if (m != 0) {
-      before += __ffs(m) - 1;
-      break;
+  int seen = 0, run = 0, prev = INT_MIN;  // pieces, run start and request before `base`
+  for (int base0 = 0; base0 < a.tokens; base0 += kBatch * detail::kWarpSize) {
+    int rq[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int t = base0 + k * detail::kWarpSize + lane;
+      rq[k] = t < a.tokens ? a.token_request[t] : INT_MIN;
     }
-    before += detail::kWarpSize;
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int base = base0 + k * detail::kWarpSize, t = base + lane;
+      if (base >= a.tokens) break;
+      const bool in = t < a.tokens;
+      const int r = rq[k];
+      int rp = __shfl_up_sync(kAll, r, 1);
+      if (lane == 0) rp = prev;
+      const unsigned runs = __ballot_sync(kAll, in && r != rp);
+      const unsigned upto = runs & (kAll >> (detail::kWarpSize - 1 - lane));
+      const int s = upto != 0 ? base + detail::kWarpSize - 1 - __clz(upto) : run;
+      unsigned pm = __ballot_sync(kAll, in && r >= 0 && (t - s) % a.tpc == 0);
+      const int cnt = __popc(pm);
+      if (p < seen + cnt) {
+        for (int i = 0; i < p - seen; ++i) pm &= pm - 1;
+        const int t0 = base + __ffs(pm) - 1;
+        const int req = __shfl_sync(kAll, r, __ffs(pm) - 1);
+        int n = 1;  // the piece: up to tpc tokens of req from t0
+        for (;;) {
+          if (n >= a.tpc) break;
+          const int u = t0 + n + lane;
+          const bool other = n + lane >= a.tpc || u >= a.tokens || a.token_request[u] != req;
+          const unsigned m = __ballot_sync(kAll, other);
+          if (m != 0) {
+            n += __ffs(m) - 1;
+            break;
+          }
+          n += detail::kWarpSize;
+        }
+        *t0_out = t0;
+        *ntok_out = n;
+        *req_out = req;
+        return true;
+      }
+      seen += cnt;
+      run = __shfl_sync(kAll, s, detail::kWarpSize - 1);
+      prev = __shfl_sync(kAll, r, detail::kWarpSize - 1);
+    }
   }
-  if (before % a.tpc != 0) return 0;
-  int n = 1;
-  while (n < a.tpc) {
-    const int u = t + n + lane;
-    const bool other = n + lane >= a.tpc || u >= a.tokens || a.token_request[u] != req;
-    const unsigned m = __ballot_sync(0xffffffffu, other);
-    if (m != 0) return n + __ffs(m) - 1;
-    n += detail::kWarpSize;
-  }
-  return n;
+  return false;
 }
 
 // Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed).
@@ -310,30 +340,20 @@ __device__ __forceinline__ float cross_partial(const float* part) {
   return u[0];
 }
 
+// One piece (ntok tokens from t0, of request req) of the CTA's KV head and split.
 // KS: 16-column k steps of the head dim (hdp <= 16 * KS); WQ: warps per row tile.
 template <int KS, int WQ>
-__global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
-    attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
-                           float* ws_l, float* ws_o) {
+__device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, const bf16* cache,
+                                             bf16* out, float* ws_m, float* ws_l, float* ws_o,
+                                             unsigned char* smem_raw, int t0, int ntok, int req) {
   constexpr int NT = 8 / WQ;                   // score n-tiles (8 slots) per warp
   constexpr int NPV = (2 * KS + WQ - 1) / WQ;  // P.V n-tiles (8 columns) per warp
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  const int t0 = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int kvh = blockIdx.y, split = blockIdx.z;
   const int hd = a.head_dim, hdp = a.hdp, ldk = a.ldk, ldq = a.ldq, group = a.group;
   const int lane = threadIdx.x % detail::kWarpSize, warp = threadIdx.x / detail::kWarpSize;
   const int g = lane / 4, tq = lane % 4;
   const int tile = warp / WQ, qw = warp % WQ;
   const bool fold_self = a.splits == 1;
-
-  int req = -1;
-  const int ntok = piece_at(a, t0, &req);
-  if (ntok == 0) {
-    if (req < 0 && fold_self && split == 0) {  // padding token: zeros
-      bf16* o = out + (static_cast<int64_t>(t0) * a.heads + kvh * group) * hd;
-      for (int i = threadIdx.x; i < group * hd; i += kThreads) o[i] = bf16{0};
-    }
-    return;
-  }
   const int R = ntok * group;
   const int mt = (R + 15) / 16;
   const bool computes = tile < mt;
@@ -669,6 +689,31 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
   }
 }
 
+// Grid x: pieces p = blockIdx.x, blockIdx.x + gridDim.x, ... (the host sizes the grid
+// to the pieces of a batch whose requests' tokens are consecutive: one piece per CTA
+// then, and no CTA without work); any other layout still gets every piece. With no
+// split, the CTAs also write the zeros of the padding tokens (stride gridDim.x).
+template <int KS, int WQ>
+__global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
+    attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
+                           float* ws_l, float* ws_o) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  if (a.splits == 1 && blockIdx.z == 0) {
+    const int width = a.group * a.head_dim;
+    for (int t = blockIdx.x; t < a.tokens; t += gridDim.x)
+      if (a.token_request[t] < 0) {
+        bf16* o = out + (static_cast<int64_t>(t) * a.heads + blockIdx.y * a.group) * a.head_dim;
+        for (int i = threadIdx.x; i < width; i += kThreads) o[i] = bf16{0};
+      }
+  }
+  for (int p = blockIdx.x;; p += gridDim.x) {
+    int t0 = 0, ntok = 0, req = 0;
+    if (!find_piece(a, p, &t0, &ntok, &req)) break;
+    attend_piece<KS, WQ>(a, q, cache, out, ws_m, ws_l, ws_o, smem_raw, t0, ntok, req);
+    __syncthreads();  // the next piece reuses the shared memory
+  }
+}
+
 // The fold of the stored chunk partials, one block per (token, head). The fold's
 // running max M_c = max_f32(M_{c-1}, m_c) is a prefix max: max_f32 keeps the later of
 // two equal operands and ignores NaN, so any order-preserving tree gives the
@@ -954,8 +999,12 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   float* ws_o = needed ? ws_l + units : nullptr;
 
   const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
-  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.kv_heads),
-                  static_cast<unsigned>(splits));
+  // Pieces of a batch whose requests' tokens are consecutive: at most one per request
+  // plus one per tpc tokens (the kernel strides over any more).
+  const int64_t pieces =
+      std::min<int64_t>(p.tokens, static_cast<int64_t>(p.requests) + p.tokens / a.tpc);
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, pieces)),
+                  static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(splits));
   // The shared memory limit is raised outside graph capture (an eager call, such as
   // the warm-up every captured step gets first, sets it for the device; capture
   // only records the launch).
