@@ -27,6 +27,11 @@
 #include "sparkdraft/cuda/kernels.h"
 
 namespace sparkdraft {
+namespace cuda {
+// Test hook of src/cuda/eager/attention.cu (not API): exp_fast against exp_f32 on the
+// device for all 2^32 float bit patterns.
+uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_domain);
+}  // namespace cuda
 namespace {
 
 using cuda::DeviceBuffer;
@@ -102,6 +107,52 @@ TEST(CudaAttention, MatchesCpuBitForBitAtEverySplit) {
     DeviceCase dc(d, stream.get());
     std::printf("[attention] %s: launcher picks %d splits\n", test::describe(c).c_str(),
                 cuda::attention_splits(dc.p));
+    for (int splits : forced_splits(dc.p))
+      EXPECT_TRUE(test::same_bits(dc.run(splits, stream.get()), want, {c.heads * c.head_dim}))
+          << "splits " << splits;
+  }
+}
+
+// The kernel's exp (a degree-10 fma polynomial in double, with exp_f32 itself near
+// float rounding boundaries and outside [-87, 88]) equals exp_f32 on every float: the
+// proof is exhaustive, all 2^32 bit patterns (NaNs, infinities, subnormals included).
+TEST(CudaAttention, FastExpEqualsExpF32OnEveryFloat) {
+  SD_REQUIRE_GPU();
+  uint32_t first_bad = 0;
+  uint64_t slow = 0;
+  const uint64_t bad = cuda::attention_exp_fast_mismatches(&first_bad, &slow);
+  std::printf(
+      "[attention exp] mismatches %llu of 2^32; slow path for %llu of the floats in "
+      "[-87, 0]\n",
+      static_cast<unsigned long long>(bad), static_cast<unsigned long long>(slow));
+  EXPECT_EQ(bad, 0u) << "first mismatching bit pattern 0x" << std::hex << first_bad;
+}
+
+// Requests whose tokens are not consecutive (the even tokens first, then the odd ones,
+// padding included): more pieces than the launcher's grid has CTAs, so a CTA strides
+// over several; every forced split against the CPU.
+TEST(CudaAttention, InterleavedRequestsMatchCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  test::Gen gen(0xA7C9);
+  for (const AttentionCase& c : {AttentionCase{8, 2, 64, 0, false, {150, 70, 200}, 7, 16, 2, false},
+                                 AttentionCase{16, 2, 32, 40, true, {90, 300}, 5, 8, 1, true}}) {
+    SCOPED_TRACE(test::describe(c));
+    AttentionData d = test::make_attention_data(gen, c);
+    std::vector<int> perm;
+    for (int t = 0; t < d.tokens; t += 2) perm.push_back(t);
+    for (int t = 1; t < d.tokens; t += 2) perm.push_back(t);
+    const AttentionData src = d;
+    for (int i = 0; i < d.tokens; ++i) {
+      const int t = perm[static_cast<size_t>(i)];
+      d.token_request[static_cast<size_t>(i)] = src.token_request[static_cast<size_t>(t)];
+      d.positions[static_cast<size_t>(i)] = src.positions[static_cast<size_t>(t)];
+      std::copy_n(src.q.begin() + static_cast<int64_t>(t) * d.q_stride, d.q_stride,
+                  d.q.begin() + static_cast<int64_t>(i) * d.q_stride);
+    }
+    std::vector<bf16> want(d.out_size());
+    cpu::attention(d.params(), d.q.data(), d.cache.data(), want.data(), 2);
+    DeviceCase dc(d, stream.get());
     for (int splits : forced_splits(dc.p))
       EXPECT_TRUE(test::same_bits(dc.run(splits, stream.get()), want, {c.heads * c.head_dim}))
           << "splits " << splits;

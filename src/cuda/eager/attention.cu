@@ -2,9 +2,10 @@
 // cores, bit for bit cpu::attention.
 //
 // Rows. A CTA (8 warps) owns the query rows (tokens x grouped heads) that read one KV
-// head: a piece of at most `tpc` consecutive tokens of one request (grid x: one CTA
-// per token; only the first token of each piece runs, the others exit at once), and
-// one KV head (grid y). Row i is token t0 + i / group, head kvh * group + i % group.
+// head: a piece of at most `tpc` consecutive tokens of one request (grid x: the
+// pieces, found on the device by find_piece; the grid is sized to the pieces of a
+// batch of consecutive requests, and a CTA strides over any more), and one KV head
+// (grid y). Row i is token t0 + i / group, head kvh * group + i % group.
 // tpc (host: about tokens / requests, at most 64 / group) bounds the rows to
 // mt_max 16-row tiles; each tile gets WQ = 8 / mt_max (2, 4 or 8) warps.
 // Chunks. The CTA walks the union of its rows' chunk ranges, or, with `splits` > 1
@@ -14,7 +15,8 @@
 //     with their 16-byte pieces XOR-swizzled (piece ^ ((j ^ j >> 3) & 7)), so both
 //     the strided K reads and the V column reads are free of bank conflicts.
 //     Positions >= kv_len or on an unmapped page are zero-filled, columns past
-//     head_dim are zero;
+//     head_dim are zero. The row stride (16 KS) and the ring depth are compile-time;
+//     every ldmatrix address is a lane-constant offset xor a compile-time constant;
 //   * scores: warp q of a tile owns the slots j = WQ * n + q (n < 64 / WQ) for the
 //     tile's 16 rows; the Q fragments stay in registers, K comes by ldmatrix; the
 //     chains run over the head dim from +0; s = d * scale;
@@ -23,6 +25,8 @@
 //     lane, then xor 2 and xor 1 across the quad, then the pair bit in the lane),
 //     and the last log2(WQ) levels combine the tile's warps' partials through
 //     shared memory (a named barrier per tile);
+//   * p = exp_f32(s - m_c) by exp_fast (a double fma polynomial, exp_f32 itself on
+//     the rare inputs near a float rounding boundary; equal on all 2^32 floats);
 //   * pb = bf16(p) to shared memory (the only per-element round trip: the P.V
 //     A operand needs all 64 slots), then P.V: warp q owns the head-dim n-tiles
 //     q, q + WQ, ...; each n-tile's chain (4 steps over the slots) is folded at once
@@ -57,6 +61,7 @@ constexpr int kSms = 132;         // an H100/H200
 struct AttnArgs {
   int tokens, heads, kv_heads, head_dim, hdp, ldk, ldq, page_size, max_pages, window, group, tpc;
   int splits, stages, rows_max;
+  int page_shift;  // log2(page_size) when a power of two, else -1
   bool causal, vec;
   int64_t q_stride, ws_chunks;
   float scale;
@@ -95,41 +100,102 @@ __device__ __forceinline__ int swz(int j, int d, int ldk) {
   return j * ldk + ((((d >> 3) ^ ((j ^ (j >> 3)) & 7))) << 3) + (d & 7);
 }
 
+// ldmatrix x2 (plain and transposed) from a 32-bit shared-memory address.
+__device__ __forceinline__ void ldsm_x2(uint32_t r[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t r[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// The piece of consecutive same-request tokens that starts at t, or 0 tokens when t
-// does not start one.
-__device__ int piece_at(const AttnArgs& a, int t, int* req_out) {
-  const int req = a.token_request[t];
-  *req_out = req;
-  if (req < 0) return 0;
-  int seg = t;
-  while (seg > 0 && a.token_request[seg - 1] == req) --seg;
-  if ((t - seg) % a.tpc != 0) return 0;
-  int n = 1;
-  while (n < a.tpc && t + n < a.tokens && a.token_request[t + n] == req) ++n;
-  return n;
+// Pieces: each run of consecutive tokens of one request (padding tokens belong to
+// none) is cut into pieces of tpc tokens (the last one shorter), numbered in token
+// order. find_piece finds piece p: its first token, its length and its request
+// (false when there are p pieces or fewer). Every warp computes it alike, 32 tokens
+// per step (lane l reads one), kBatch steps' loads issued together: a token starts
+// a run when its request differs from the previous token's, and a piece when it is
+// not padding and tpc divides its distance to its run's start.
+__device__ bool find_piece(const AttnArgs& a, int p, int* t0_out, int* ntok_out, int* req_out) {
+  constexpr int kBatch = 8;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x % detail::kWarpSize;
+  int seen = 0, run = 0, prev = INT_MIN;  // pieces, run start and request before `base`
+  for (int base0 = 0; base0 < a.tokens; base0 += kBatch * detail::kWarpSize) {
+    int rq[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int t = base0 + k * detail::kWarpSize + lane;
+      rq[k] = t < a.tokens ? a.token_request[t] : INT_MIN;
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int base = base0 + k * detail::kWarpSize, t = base + lane;
+      if (base >= a.tokens) break;
+      const bool in = t < a.tokens;
+      const int r = rq[k];
+      int rp = __shfl_up_sync(kAll, r, 1);
+      if (lane == 0) rp = prev;
+      const unsigned runs = __ballot_sync(kAll, in && r != rp);
+      const unsigned upto = runs & (kAll >> (detail::kWarpSize - 1 - lane));
+      const int s = upto != 0 ? base + detail::kWarpSize - 1 - __clz(upto) : run;
+      unsigned pm = __ballot_sync(kAll, in && r >= 0 && (t - s) % a.tpc == 0);
+      const int cnt = __popc(pm);
+      if (p < seen + cnt) {
+        for (int i = 0; i < p - seen; ++i) pm &= pm - 1;
+        const int t0 = base + __ffs(pm) - 1;
+        const int req = __shfl_sync(kAll, r, __ffs(pm) - 1);
+        int n = 1;  // the piece: up to tpc tokens of req from t0
+        for (;;) {
+          if (n >= a.tpc) break;
+          const int u = t0 + n + lane;
+          const bool other = n + lane >= a.tpc || u >= a.tokens || a.token_request[u] != req;
+          const unsigned m = __ballot_sync(kAll, other);
+          if (m != 0) {
+            n += __ffs(m) - 1;
+            break;
+          }
+          n += detail::kWarpSize;
+        }
+        *t0_out = t0;
+        *ntok_out = n;
+        *req_out = req;
+        return true;
+      }
+      seen += cnt;
+      run = __shfl_sync(kAll, s, detail::kWarpSize - 1);
+      prev = __shfl_sync(kAll, r, detail::kWarpSize - 1);
+    }
+  }
+  return false;
 }
 
 // Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed).
 // Thread x loads position x / 4 (one page lookup): pieces x % 4, x % 4 + 4, ... of
-// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes).
+// its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes). The row stride
+// is 16 * KS elements (swizzled_ld of every head dim of the instantiation).
 template <int KS>
 __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
                                            const int32_t* table, int64_t kv_len, int kvh, int64_t c,
                                            bf16* ks) {
   constexpr int kPer = kThreads / kChunk;  // threads per position
   static_assert(kPer == 4, "four threads per position");
-  const int hd = a.head_dim, ldk = a.ldk;
-  bf16* vs = ks + kChunk * ldk;
+  constexpr int kLd = 16 * KS;
+  const int hd = a.head_dim;
+  bf16* vs = ks + kChunk * kLd;
   const int j = threadIdx.x / kPer, sub = threadIdx.x % kPer;
   const int64_t pos = c * kChunk + j;
   const bf16* src = nullptr;
   if (pos < kv_len) {
     const uint32_t upos = static_cast<uint32_t>(pos), ps = static_cast<uint32_t>(a.page_size);
-    const uint32_t pi = upos / ps;
+    const uint32_t pi = a.page_shift >= 0 ? upos >> a.page_shift : upos / ps;
     const int32_t page = table[pi];
     if (page >= 0) {
       const int64_t slot = static_cast<int64_t>(page) * a.page_size + (upos - pi * ps);
@@ -140,22 +206,21 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
     const int units = hd / 8;  // 16-byte pieces per K (or V) row
     const int f = (j ^ (j >> 3)) & 7;
     const int bytes = src != nullptr ? 16 : 0;
-    const bf16* from = src != nullptr ? src : cache;
+    const bf16* from = src != nullptr ? src + sub * 8 : cache;
+    const int step = src != nullptr ? kPer * 8 : 0;
+    bf16* krow = ks + j * kLd;
 #pragma unroll 1  // unrolled, the addresses cost the <8, 4> kernel spills
-    for (int i = 0; i < KS; ++i) {
-      const int u = sub + kPer * i;
-      if (u < 2 * units) {
-        const bool v = u >= units;
-        const int part = v ? u - units : u;
-        cp_async_16((v ? vs : ks) + j * ldk + ((part ^ f) << 3),
-                    from + (src != nullptr ? u * 8 : 0), bytes);
-      }
+    for (int u = sub; u < 2 * units; u += kPer) {
+      const bool v = u >= units;
+      const int part = v ? u - units : u;
+      cp_async_16(krow + (v ? kChunk * kLd : 0) + ((part ^ f) << 3), from, bytes);
+      from += step;
     }
   } else {
     for (int u = sub; u < 2 * hd; u += kPer) {
       const bool v = u >= hd;
       const int d = v ? u - hd : u;
-      (v ? vs : ks)[swz(j, d, ldk)] = src != nullptr ? src[u] : bf16{0};
+      (v ? vs : ks)[swz(j, d, kLd)] = src != nullptr ? src[u] : bf16{0};
     }
   }
 }
@@ -170,12 +235,67 @@ __device__ __forceinline__ float exp_nb(float x) {
   return nan ? math_detail::quiet(x) : big ? bits_f32(0x7f800000u) : small ? 0.0f : r;
 }
 
+// exp_nb out of line: exp_fast's rare path stays a branch, not predicated code.
+__device__ __noinline__ float exp_slow(float x) { return exp_nb(x); }
+
+// exp_f32 at about half the cost, the same bits for EVERY float input (checked
+// exhaustively on the device over all 2^32 bit patterns: attention_exp_fast_mismatches,
+// CudaAttention.FastExpEqualsExpF32OnEveryFloat). For x in [-87, 88] (exp(x) a normal
+// float): k = round(x / ln2) by the shift trick, r = x - k ln2 (two fma steps), the
+// degree-10 Taylor polynomial of exp(r) by fma Horner (|r| <= 0.347: truncation below
+// 2^-41 relative), scaled by 2^k on the exponent bits. Its rounding to float is
+// exp_f32's unless the double lies within kExpFastTol = 2^14 double ulps (2^-39
+// relative at the least, against < 2^-40.9 for this error plus exp_d's) of a float
+// rounding boundary (the low 29 mantissa bits near 2^28): there, and outside [-87, 88]
+// (NaN, infinities, subnormal results), ok is false and exp_f32 itself (exp_slow)
+// decides. Measured: 17072 of the ~1.1e9 floats in [-87, 0] take that path.
+constexpr uint32_t kExpFastTol = 1u << 14;
+__device__ __forceinline__ float exp_fast_try(float x, bool* ok) {
+  using namespace math_detail;
+  const double xd = static_cast<double>(x);
+  const double sh = __fma_rn(xd, kInvLn2, kRoundShift);
+  const int k = __double2loint(sh);  // round(x / ln2)
+  const double kd = __dsub_rn(sh, kRoundShift);
+  double r = __fma_rn(kd, -kLn2Hi32, xd);  // exact: k ln2_hi has 29 + 8 bits
+  r = __fma_rn(kd, -kLn2Lo32, r);
+  double p = 0x1.27e4fb7789f5cp-22;  // 1/10!
+  p = __fma_rn(p, r, 0x1.71de3a556c734p-19);
+  p = __fma_rn(p, r, 0x1.a01a01a01a01ap-16);
+  p = __fma_rn(p, r, 0x1.a01a01a01a01ap-13);
+  p = __fma_rn(p, r, 0x1.6c16c16c16c17p-10);
+  p = __fma_rn(p, r, 0x1.1111111111111p-7);
+  p = __fma_rn(p, r, 0x1.5555555555555p-5);
+  p = __fma_rn(p, r, 0x1.5555555555555p-3);
+  p = __fma_rn(p, r, 0x1.0p-1);
+  p = __fma_rn(p, r, 1.0);
+  p = __fma_rn(p, r, 1.0);
+  const uint32_t lo = static_cast<uint32_t>(__double2loint(p));
+  const double y = __hiloint2double(__double2hiint(p) + k * (1 << 20), static_cast<int>(lo));
+  const bool near = ((lo - 0x10000000u + kExpFastTol) & 0x1fffffffu) < 2 * kExpFastTol;
+  *ok = !near && x >= -87.0f && x <= 88.0f;
+  return __double2float_rn(y);
+}
+__device__ __forceinline__ float exp_fast(float x) {
+  bool ok;
+  float f = exp_fast_try(x, &ok);
+  if (!ok) f = exp_slow(x);
+  return f;
+}
+
+// ops::attention_max without branches, the same result for every pair: a NaN gives b
+// (whatever b is); b NaN (a not) gives a = fmaxf(a, b); equal operands give b (the
+// sign of zero included); otherwise fmaxf is the larger one, a > b ? a : b.
+__device__ __forceinline__ float max_nb(float a, float b) {
+  const float m = fmaxf(a, b);
+  return a == b || a != a ? b : m;
+}
+
 template <bool kSum>
 __device__ __forceinline__ float red_op(float x, float y) {
   if constexpr (kSum)
     return __fadd_rn(x, y);
   else
-    return ops::attention_max(x, y);
+    return max_nb(x, y);
 }
 
 // The in-warp part of chunk_max / chunk_sum for the row held in v[.][h] (h = 0: row
@@ -220,30 +340,20 @@ __device__ __forceinline__ float cross_partial(const float* part) {
   return u[0];
 }
 
+// One piece (ntok tokens from t0, of request req) of the CTA's KV head and split.
 // KS: 16-column k steps of the head dim (hdp <= 16 * KS); WQ: warps per row tile.
 template <int KS, int WQ>
-__global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
-    attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
-                           float* ws_l, float* ws_o) {
+__device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, const bf16* cache,
+                                             bf16* out, float* ws_m, float* ws_l, float* ws_o,
+                                             unsigned char* smem_raw, int t0, int ntok, int req) {
   constexpr int NT = 8 / WQ;                   // score n-tiles (8 slots) per warp
   constexpr int NPV = (2 * KS + WQ - 1) / WQ;  // P.V n-tiles (8 columns) per warp
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  const int t0 = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int kvh = blockIdx.y, split = blockIdx.z;
   const int hd = a.head_dim, hdp = a.hdp, ldk = a.ldk, ldq = a.ldq, group = a.group;
   const int lane = threadIdx.x % detail::kWarpSize, warp = threadIdx.x / detail::kWarpSize;
   const int g = lane / 4, tq = lane % 4;
   const int tile = warp / WQ, qw = warp % WQ;
   const bool fold_self = a.splits == 1;
-
-  int req = -1;
-  const int ntok = piece_at(a, t0, &req);
-  if (ntok == 0) {
-    if (req < 0 && fold_self && split == 0) {  // padding token: zeros
-      bf16* o = out + (static_cast<int64_t>(t0) * a.heads + kvh * group) * hd;
-      for (int i = threadIdx.x; i < group * hd; i += kThreads) o[i] = bf16{0};
-    }
-    return;
-  }
   const int R = ntok * group;
   const int mt = (R + 15) / 16;
   const bool computes = tile < mt;
@@ -309,25 +419,34 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
   if (cbeg >= cend) return;
   const int nchunks = static_cast<int>(cend - cbeg);
 
-  const int stage_elems = 2 * kChunk * ldk;
-  for (int s = 0; s < a.stages - 1; ++s) {
-    if (s < nchunks) load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * stage_elems);
+  // Compile-time ring geometry (the host's swizzled_ld and stages_for of every head
+  // dim of this instantiation).
+  constexpr int kLd = 16 * KS;
+  constexpr int kStages = KS <= 4 ? 4 : KS <= 8 ? 3 : 2;
+  constexpr int kStageElems = 2 * kChunk * kLd;
+  constexpr uint32_t kStageBytes = sizeof(bf16) * kStageElems;
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nchunks) load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * kStageElems);
     cp_async_commit();
   }
 
-  // This lane's two rows (g and g + 8 of its tile), the Q fragments, the fold state.
-  int r[2];
-  int64_t lo[2], hi[2], cb[2], ce[2];
+  // This lane's two rows (g and g + 8 of its tile): their ranges (32-bit: positions
+  // fit, check_attention_limits), and with splits their workspace units (chunk c of
+  // row h is unit wsb[h] + c). Rows past R have the empty range [0, 0).
+  int r[2], lo[2], hi[2];
+  int64_t wsb[2] = {0, 0};
   float M[2] = {-INFINITY, -INFINITY}, Lsum[2] = {0.0f, 0.0f};
   bool first[2] = {true, true};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     r[h] = tile * 16 + g + 8 * h;
     const int rr = r[h] < kMaxRows ? r[h] : 0;
-    lo[h] = row_lo[rr];
-    hi[h] = row_hi[rr];
-    cb[h] = row_cb[rr];
-    ce[h] = row_ce[rr];
+    lo[h] = static_cast<int>(row_lo[rr]);
+    hi[h] = static_cast<int>(row_hi[rr]);
+    if (!fold_self && r[h] < R) {
+      const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
+      wsb[h] = (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks - row_cb[rr];
+    }
   }
   uint32_t qf[KS][4];
 #pragma unroll
@@ -340,32 +459,61 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
     for (int e = 0; e < 4; ++e) O[i][e] = 0.0f;
 
+  // Lane-constant shared-memory byte offsets of the ldmatrix rows (swz of ks = 0 and
+  // n8 = qw; every other step only xors a compile-time constant into the column):
+  //   K (scores, n-tile pair p): row j = WQ * ((2p + m8 / 2) * 8 + lane % 8) + qw
+  //     (WQ = 8: j = 8 (lane % 8) + qw), column piece 2k + m8 % 2, swizzled by
+  //     f(j) = (j ^ j >> 3) & 7: ((2k + b) ^ f) << 4 = ((b ^ f) << 4) ^ (k << 5);
+  //   V (P.V, k step, n-tile qw + WQ i): row 16k + lane % 16, whose f is
+  //     f0 ^ (2k & 7) with f0 = (lane & 7) ^ (lane >> 3 & 1), column piece
+  //     (qw + WQ i) ^ f = (qw ^ f0) ^ (WQ i) ^ (2k & 7);
+  //   pb (A of P.V): row lane % 16, column (lane / 16) * 8 (+ 16 per k step).
+  // Row and column parts share one register (the row offset is a multiple of the row
+  // bytes 32 KS, every column xor stays below it); the moves keep the compiler from
+  // recomputing them from the thread index at every use.
+  constexpr int kPairs = NT >= 2 ? NT / 2 : 1;
+  uint32_t k_off[kPairs];
+#pragma unroll
+  for (int pp = 0; pp < kPairs; ++pp) {
+    const int m8 = lane / 8;
+    const int j = NT == 1 ? WQ * (lane % 8) + qw : WQ * ((2 * pp + m8 / 2) * 8 + lane % 8) + qw;
+    const int f = (j ^ (j >> 3)) & 7;
+    k_off[pp] = static_cast<uint32_t>(j * kLd * 2) | static_cast<uint32_t>(((m8 % 2) ^ f) << 4);
+    asm volatile("mov.b32 %0, %0;" : "+r"(k_off[pp]));
+  }
+  uint32_t v_off = static_cast<uint32_t>((lane % 16) * kLd * 2 + kChunk * kLd * 2) |
+                   static_cast<uint32_t>((qw ^ (lane & 7) ^ ((lane >> 3) & 1)) << 4);
+  asm volatile("mov.b32 %0, %0;" : "+r"(v_off));
+  bf16* pt = ps + tile * 16 * kPLd;
+  const uint32_t pa_addr = smem_u32(pt + (lane % 16) * kPLd + (lane / 16) * 8);
+  const uint32_t kv_addr = smem_u32(kvs);
+
+  int stage = 0, nstage = kStages - 1;
   for (int ci = 0; ci < nchunks; ++ci) {
-    const int64_t c = cbeg + ci;
-    cp_async_wait(a.stages - 2);
+    const int c = static_cast<int>(cbeg) + ci;
+    cp_async_wait(kStages - 2);
     __syncthreads();  // this chunk landed; the previous one (and Q) are consumed
     {
-      const int nxt = ci + a.stages - 1;
+      const int nxt = ci + kStages - 1;
       if (nxt < nchunks)
-        load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + nxt,
-                       kvs + (nxt % a.stages) * stage_elems);
+        load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + nxt, kvs + nstage * kStageElems);
       cp_async_commit();
     }
+    const uint32_t ks_addr = kv_addr + static_cast<uint32_t>(stage) * kStageBytes;
+    stage = stage == kStages - 1 ? 0 : stage + 1;
+    nstage = nstage == kStages - 1 ? 0 : nstage + 1;
     if (!computes) continue;
-    const bf16* ks = kvs + (ci % a.stages) * stage_elems;
-    const bf16* vs = ks + kChunk * ldk;
 
     // Live slots of the lane's rows: [l, h) relative to the chunk (empty when the row
-    // does not fold this chunk).
+    // does not fold this chunk: its range misses [64c, 64c + 64)).
     bool act[2];
     int sl[2], sh[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      act[h] = r[h] < R && c >= cb[h] && c < ce[h];
-      const int64_t base = c * kChunk;
-      const int64_t l = lo[h] - base, u = hi[h] - base;
-      sl[h] = act[h] ? static_cast<int>(l < 0 ? 0 : l) : 0;
-      sh[h] = act[h] ? static_cast<int>(u > kChunk ? kChunk : u) : 0;
+      const int l = lo[h] - c * kChunk, u = hi[h] - c * kChunk;
+      act[h] = l < kChunk && u > 0;
+      sl[h] = act[h] ? (l < 0 ? 0 : l) : 0;
+      sh[h] = act[h] ? (u > kChunk ? kChunk : u) : 0;
     }
 
     // Scores: slots j = WQ * (8 nt + col) + qw, col = the n of the mma tile.
@@ -379,16 +527,13 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
       if (k * 16 < hdp) {
         if constexpr (NT == 1) {
           uint32_t b[2];
-          const int j = WQ * (lane % 8) + qw, d = k * 16 + ((lane / 8) % 2) * 8;
-          ldmatrix_x2(b, ks + swz(j, d, ldk));
+          ldsm_x2(b, ks_addr + (k_off[0] ^ static_cast<uint32_t>(k << 5)));
           mma_bf16_16816(x[0], qf[k], b, x[0]);
         } else {
 #pragma unroll
           for (int nt = 0; nt < NT; nt += 2) {
             uint32_t b[4];
-            const int m8 = lane / 8;
-            const int j = WQ * ((nt + m8 / 2) * 8 + lane % 8) + qw, d = k * 16 + (m8 % 2) * 8;
-            ldmatrix_x4(b, ks + swz(j, d, ldk));
+            ldmatrix_x4(b, ks_addr + (k_off[nt / 2] ^ static_cast<uint32_t>(k << 5)));
             mma_bf16_16816(x[nt], qf[k], b, x[nt]);
             mma_bf16_16816(x[nt + 1], qf[k], b + 2, x[nt + 1]);
           }
@@ -421,16 +566,34 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
     for (int h = 0; h < 2; ++h) m[h] = cross_partial<false, WQ>(rm + g + 8 * h);
 
-    // p, pb to shared memory, the partial sums.
-    bf16* pt = ps + tile * 16 * kPLd;
+    // p, pb to shared memory, the partial sums. exp's argument is +0 on masked slots
+    // (their p is +0 whatever exp gives), so they never take exp_fast's rare path.
+    // All the lane's fast exps first (straight-line code: their chains overlap), then,
+    // rarely, exp_f32 itself for all of them when one is not trusted.
+    float arg[NT][4], ex[NT][4];
+    bool all_ok = true;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        arg[nt][e] = live[nt][e] ? __fsub_rn(x[nt][e], m[e / 2]) : 0.0f;
+        bool ok;
+        ex[nt][e] = exp_fast_try(arg[nt][e], &ok);
+        all_ok = all_ok && ok;
+      }
+    if (!all_ok) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ex[nt][e] = exp_slow(arg[nt][e]);
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
-        const float ex = exp_nb(__fsub_rn(x[nt][e], m[h]));
-        const float p = live[nt][e] ? ex : 0.0f;
+        const float p = live[nt][e] ? ex[nt][e] : 0.0f;
         x[nt][e] = p;
         pt[(g + 8 * h) * kPLd + j] = to_bf16(p);
       }
@@ -447,14 +610,14 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       lc[h] = cross_partial<true, WQ>(rs + g + 8 * h);
-      next[h] = ops::attention_max(M[h], m[h]);
+      next[h] = max_nb(M[h], m[h]);
     }
     float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
     if (fold_self) {
       const int hh = tq >> 1;
       const float arg = (tq & 1) != 0 ? __fsub_rn(hh ? m[1] : m[0], hh ? next[1] : next[0])
                                       : __fsub_rn(hh ? M[1] : M[0], hh ? next[1] : next[0]);
-      const float ex = exp_nb(arg);
+      const float ex = exp_fast(arg);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float ea = __shfl_sync(0xffffffffu, ex, (lane & ~3) | (2 * h));
@@ -472,18 +635,15 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (!act[h]) continue;
-        const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
-        const int64_t unit = (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks + (c - cb[h]);
-        ws_m[unit] = m[h];
-        ws_l[unit] = lc[h];
+        ws_m[wsb[h] + c] = m[h];
+        ws_l[wsb[h] + c] = lc[h];
       }
     }
 
     // P.V: the tile's pb as A fragments (4 steps of 16 slots), this warp's n-tiles.
     uint32_t pa[4][4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      ldmatrix_x4(pa[k], pt + (lane % 16) * kPLd + k * 16 + (lane / 16) * 8);
+    for (int k = 0; k < 4; ++k) ldmatrix_x4(pa[k], pa_addr + k * 32);
 #pragma unroll
     for (int i = 0; i < NPV; ++i) {
       const int n8 = qw + WQ * i;
@@ -492,7 +652,8 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           uint32_t b[2];
-          ldmatrix_x2_trans(b, vs + swz(k * 16 + lane % 16, n8 * 8, ldk));
+          const uint32_t cx = static_cast<uint32_t>(((WQ * i) ^ ((2 * k) & 7)) << 4);
+          ldsm_x2_trans(b, ks_addr + k * 16 * kLd * 2 + (v_off ^ cx));
           mma_bf16_16816(acc, pa[k], b, acc);
         }
 #pragma unroll
@@ -503,12 +664,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
             O[i][e] = ops::attention_fold_value(O[i][e], acc[e], ops::AttentionFold{fa[h], fb[h]});
           } else {
             const int d = n8 * 8 + 2 * tq + e % 2;
-            if (d < hd) {
-              const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
-              const int64_t unit =
-                  (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks + (c - cb[h]);
-              ws_o[unit * hd + d] = acc[e];
-            }
+            if (d < hd) ws_o[(wsb[h] + c) * hd + d] = acc[e];
           }
         }
       }
@@ -533,18 +689,46 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
   }
 }
 
+// Grid x: pieces p = blockIdx.x, blockIdx.x + gridDim.x, ... (the host sizes the grid
+// to the pieces of a batch whose requests' tokens are consecutive: one piece per CTA
+// then, and no CTA without work); any other layout still gets every piece. With no
+// split, the CTAs also write the zeros of the padding tokens (stride gridDim.x).
+template <int KS, int WQ>
+__global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
+    attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
+                           float* ws_l, float* ws_o) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  if (a.splits == 1 && blockIdx.z == 0) {
+    const int width = a.group * a.head_dim;
+    for (int t = blockIdx.x; t < a.tokens; t += gridDim.x)
+      if (a.token_request[t] < 0) {
+        bf16* o = out + (static_cast<int64_t>(t) * a.heads + blockIdx.y * a.group) * a.head_dim;
+        for (int i = threadIdx.x; i < width; i += kThreads) o[i] = bf16{0};
+      }
+  }
+  for (int p = blockIdx.x;; p += gridDim.x) {
+    int t0 = 0, ntok = 0, req = 0;
+    if (!find_piece(a, p, &t0, &ntok, &req)) break;
+    attend_piece<KS, WQ>(a, q, cache, out, ws_m, ws_l, ws_o, smem_raw, t0, ntok, req);
+    __syncthreads();  // the next piece reuses the shared memory
+  }
+}
+
 // The fold of the stored chunk partials, one block per (token, head). The fold's
 // running max M_c = max_f32(M_{c-1}, m_c) is a prefix max: max_f32 keeps the later of
 // two equal operands and ignores NaN, so any order-preserving tree gives the
 // sequential bits. Per tile of kCombineThreads chunks, thread i takes chunk i: the
 // prefix max (warp shuffles, then the warps' totals), then its a = exp(M_{c-1} - M_c)
 // (0 for the first chunk) and b = exp(m_c - M_c), all in parallel. The cheap rest of
-// the fold (L, and O per column) runs sequentially in chunk order, with the o loads
-// of several chunks in flight.
+// the fold (L, and O per column) runs sequentially in chunk order, with the o_c loads
+// of kCombineBatch chunks issued together first (left to the compiler, the loads
+// trickled in a few at a time and the combine was latency-bound: 20 us for one
+// request of qwen3-8b, 40 us for 8).
 constexpr int kCombineThreads = 128;
 constexpr int kCombineWarps = kCombineThreads / detail::kWarpSize;
+constexpr int kCombineBatch = 16;
 
-__global__ void __launch_bounds__(kCombineThreads)
+__global__ void __launch_bounds__(kCombineThreads, 8)
     attention_combine_kernel(AttnArgs a, const float* ws_m, const float* ws_l, const float* ws_o,
                              bf16* out) {
   __shared__ float a_s[kCombineThreads], b_s[kCombineThreads], l_s[kCombineThreads];
@@ -588,8 +772,8 @@ __global__ void __launch_bounds__(kCombineThreads)
     float prev = __shfl_up_sync(0xffffffffu, incl, 1);
     if (lane == 0) prev = before;
     if (i < n) {
-      a_s[i] = c0 + i == cb ? 0.0f : exp_nb(__fsub_rn(prev, incl));
-      b_s[i] = exp_nb(__fsub_rn(m, incl));
+      a_s[i] = c0 + i == cb ? 0.0f : exp_fast(__fsub_rn(prev, incl));
+      b_s[i] = exp_fast(__fsub_rn(m, incl));
       l_s[i] = l;
     }
     float tile_max = M;
@@ -597,16 +781,28 @@ __global__ void __launch_bounds__(kCombineThreads)
     __syncthreads();
     M = tile_max;
     const float* oc = ws_o + (base + (c0 - cb)) * hd;
-#pragma unroll 16
-    for (int c = 0; c < n; ++c) {
-      const float fa = a_s[c], fb = b_s[c];
-      L = __fadd_rn(__fmul_rn(L, fa), __fmul_rn(l_s[c], fb));
+    // kCombineBatch chunks' o_c loaded at once (independent loads in flight), then
+    // folded in chunk order.
+    for (int c1 = 0; c1 < n; c1 += kCombineBatch) {
+      float v[kCombineBatch][kPer];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int d = threadIdx.x + k * kCombineThreads;
-        if (d < hd)
-          O[k] = ops::attention_fold_value(O[k], oc[static_cast<int64_t>(c) * hd + d],
-                                           ops::AttentionFold{fa, fb});
+      for (int u = 0; u < kCombineBatch; ++u)
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          const int d = threadIdx.x + k * kCombineThreads;
+          v[u][k] = c1 + u < n && d < hd ? oc[static_cast<int64_t>(c1 + u) * hd + d] : 0.0f;
+        }
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u) {
+        const int c = c1 + u;
+        if (c >= n) break;
+        const float fa = a_s[c], fb = b_s[c];
+        L = __fadd_rn(__fmul_rn(L, fa), __fmul_rn(l_s[c], fb));
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          const int d = threadIdx.x + k * kCombineThreads;
+          if (d < hd) O[k] = ops::attention_fold_value(O[k], v[u][k], ops::AttentionFold{fa, fb});
+        }
       }
     }
   }
@@ -618,7 +814,9 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 int padded_head_dim(int hd) { return (hd + 15) / 16 * 16; }
-int swizzled_ld(int hdp) { return (hdp + 63) / 64 * 64; }
+// The K/V row stride: 16 KS of the instantiation that runs hdp (the kernel's
+// compile-time kLd).
+int swizzled_ld(int hdp) { return hdp <= 64 ? 64 : hdp <= 128 ? 128 : 256; }
 // Ring stages: 4 x 16 KB at head dim 64, 3 x 32 KB at 128 (two CTAs per SM), 2 x 64 KB
 // at 256.
 int stages_for(int hdp) { return hdp <= 64 ? 4 : hdp <= 128 ? 3 : 2; }
@@ -650,6 +848,58 @@ int64_t chunk_slots(const ops::AttentionParams& p) {
 }
 
 }  // namespace
+
+// ---- test hook: exp_fast against exp_f32 on every float ------------------------------
+namespace {
+__global__ void exp_fast_check_kernel(unsigned long long* mismatches, unsigned int* first_bad,
+                                      unsigned long long* slow) {
+  unsigned long long bad = 0, rare = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < (uint64_t{1} << 32); i += stride) {
+    const uint32_t u = static_cast<uint32_t>(i);
+    const float x = bits_f32(u);
+    if (f32_bits(exp_fast(x)) != f32_bits(exp_f32(x))) {
+      ++bad;
+      atomicMin(first_bad, u);
+    }
+    bool ok;
+    (void)exp_fast_try(x, &ok);
+    if (!ok && x >= -87.0f && x <= 0.0f) ++rare;  // the slow path's share of s - m <= 0
+  }
+  if (bad != 0) atomicAdd(mismatches, bad);
+  if (rare != 0) atomicAdd(slow, rare);
+}
+}  // namespace
+
+// Declared in tests/cuda/test_attention.cu (a test hook, not API): the number of float
+// bit patterns x with exp_fast(x) != exp_f32(x) on the device (all 2^32 of them), the
+// lowest such pattern (0xffffffff when none), and how many x in [-87, 0] take the slow
+// path.
+uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_domain) {
+  unsigned long long* d_bad = nullptr;
+  unsigned long long* d_slow = nullptr;
+  SD_CUDA_CHECK(cudaMalloc(&d_slow, sizeof(unsigned long long)));
+  SD_CUDA_CHECK(cudaMemset(d_slow, 0, sizeof(unsigned long long)));
+  unsigned int* d_first = nullptr;
+  SD_CUDA_CHECK(cudaMalloc(&d_bad, sizeof(unsigned long long)));
+  SD_CUDA_CHECK(cudaMalloc(&d_first, sizeof(unsigned int)));
+  SD_CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
+  SD_CUDA_CHECK(cudaMemset(d_first, 0xff, sizeof(unsigned int)));
+  exp_fast_check_kernel<<<132 * 16, 256>>>(d_bad, d_first, d_slow);
+  SD_CHECK_LAUNCH();
+  unsigned long long bad = 0, slow = 0;
+  SD_CUDA_CHECK(cudaMemcpy(&slow, d_slow, sizeof(slow), cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaFree(d_slow));
+  if (slow_in_domain != nullptr) *slow_in_domain = slow;
+  unsigned int first = 0;
+  SD_CUDA_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaMemcpy(&first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaFree(d_bad));
+  SD_CUDA_CHECK(cudaFree(d_first));
+  if (first_bad != nullptr) *first_bad = first;
+  return bad;
+}
 
 void check_attention_limits(const ops::AttentionParams& p) {
   using detail::require;
@@ -723,6 +973,9 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   a.ldk = swizzled_ld(a.hdp);
   a.ldq = a.hdp + 8;
   a.page_size = p.page_size;
+  a.page_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((1 << sh) == p.page_size) a.page_shift = sh;
   a.max_pages = p.max_pages;
   a.window = p.window;
   a.group = p.heads / p.kv_heads;
@@ -746,8 +999,12 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   float* ws_o = needed ? ws_l + units : nullptr;
 
   const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
-  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.kv_heads),
-                  static_cast<unsigned>(splits));
+  // Pieces of a batch whose requests' tokens are consecutive: at most one per request
+  // plus one per tpc tokens (the kernel strides over any more).
+  const int64_t pieces =
+      std::min<int64_t>(p.tokens, static_cast<int64_t>(p.requests) + p.tokens / a.tpc);
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, pieces)),
+                  static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(splits));
   // The shared memory limit is raised outside graph capture (an eager call, such as
   // the warm-up every captured step gets first, sets it for the device; capture
   // only records the launch).
