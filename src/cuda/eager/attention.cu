@@ -112,10 +112,6 @@ __device__ __forceinline__ void ldsm_x2_trans(uint32_t r[2], uint32_t addr) {
                : "r"(addr));
 }
 
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // Pieces: each run of consecutive tokens of one request (padding tokens belong to
 // none) is cut into pieces of tpc tokens (the last one shorter), numbered in token
 // order. find_piece finds piece p: its first token, its length and its request
