@@ -138,6 +138,23 @@ void launch_bulk(Args a, cudaStream_t stream) {
   launch_kernel("gemm_bulk_kernel", kernel, shape, a);
 }
 
+// The kernels' arguments for one call (the launchers fill in the ring sizing).
+Args make_args(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
+               int64_t y_stride, int k_slices) {
+  Args a{};
+  a.x = x;
+  a.x_stride = x_stride;
+  a.w = w;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.y = y;
+  a.y_stride = y_stride;
+  a.slices = k_slices;
+  a.slice_len = K / k_slices;
+  return a;
+}
+
 }  // namespace
 
 bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
@@ -175,17 +192,7 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
   ops::require(
       variant == GemmVariant::general || gemm_ring_ok(x, x_stride, w, K), "cuda::gemm",
       "the ring and bulk variants need K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
-  Args a{};
-  a.x = x;
-  a.x_stride = x_stride;
-  a.w = w;
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.y = y;
-  a.y_stride = y_stride;
-  a.slices = k_slices;
-  a.slice_len = K / k_slices;
+  Args a = make_args(x, x_stride, w, M, N, K, y, y_stride, k_slices);
   switch (variant) {
     case GemmVariant::ring_n8: launch<1, 1, 1, true>(a, stream); break;
     case GemmVariant::ring_n16: launch<1, 2, 1, true>(a, stream); break;
@@ -216,17 +223,7 @@ void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inte
                "needs K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
   if (M == 0 || inter == 0) return;
   mma_self_test();
-  Args a{};
-  a.x = x;
-  a.x_stride = x_stride;
-  a.w = w;
-  a.M = M;
-  a.N = inter;
-  a.K = K;
-  a.y = y;
-  a.y_stride = y_stride;
-  a.slices = 1;
-  a.slice_len = K;
+  Args a = make_args(x, x_stride, w, M, inter, K, y, y_stride, 1);
   // The tile gemm_pick gives the gate_up product (N = 2 * inter), with its weight
   // rows paired: the bulk kernel up to 8 tokens, then the ring tiles (ring_n32's
   // from 9 to 32 tokens: ring_n16 has one m16 tile a warp, nothing to pair).

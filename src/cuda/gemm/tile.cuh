@@ -543,19 +543,19 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
           a.y[static_cast<int64_t>(m) * a.y_stride + n] =
               swiglu(acc[0][nt][i], up[(nt * 4 + i) * 32 + lane]);
       }
-    return;
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = n0 + (warp * MT + mt) * 16 + g + 8 * (i >> 1);
+          const int m = m0 + nt * 8 + 2 * t + (i & 1);
+          if (n < a.N && m < a.M)
+            a.y[static_cast<int64_t>(m) * a.y_stride + n] = to_bf16(acc[mt][nt][i]);
+        }
   }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int n = n0 + (warp * MT + mt) * 16 + g + 8 * (i >> 1);
-        const int m = m0 + nt * 8 + 2 * t + (i & 1);
-        if (n < a.N && m < a.M)
-          a.y[static_cast<int64_t>(m) * a.y_stride + n] = to_bf16(acc[mt][nt][i]);
-      }
 }
 
 // The general kernel: MT = 1, fragments loaded element by element.
