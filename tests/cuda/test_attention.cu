@@ -27,11 +27,6 @@
 #include "sparkdraft/cuda/kernels.h"
 
 namespace sparkdraft {
-namespace cuda {
-// Test hook of src/cuda/eager/attention.cu (not API): exp_fast against exp_f32 on the
-// device for all 2^32 float bit patterns.
-uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_domain);
-}  // namespace cuda
 namespace {
 
 using cuda::DeviceBuffer;

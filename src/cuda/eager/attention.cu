@@ -868,10 +868,9 @@ __global__ void exp_fast_check_kernel(unsigned long long* mismatches, unsigned i
 }
 }  // namespace
 
-// Declared in tests/cuda/test_attention.cu (a test hook, not API): the number of float
-// bit patterns x with exp_fast(x) != exp_f32(x) on the device (all 2^32 of them), the
-// lowest such pattern (0xffffffff when none), and how many x in [-87, 0] take the slow
-// path.
+// cuda/kernels.h: the number of float bit patterns x with exp_fast(x) != exp_f32(x) on
+// the device (all 2^32 of them), the lowest such pattern (0xffffffff when none), and how
+// many x in [-87, 0] take the slow path.
 uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_domain) {
   unsigned long long* d_bad = nullptr;
   unsigned long long* d_slow = nullptr;
