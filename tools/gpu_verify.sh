@@ -9,6 +9,9 @@
 #   big          the qwen3-8b and muse presets: CPU == GPU eager == GPU fused (check_draft)
 #   bench-qwen3  `sparkdraft bench step --preset qwen3-8b` (ctx 4096, rows 1 8 32, JSON)
 #   bench-muse   the same for muse
+#   sanitize     compute-sanitizer memcheck (with leak check) over the GEMM graph and SwiGLU
+#                tests, attention, the fused fronts and the tiny CPU == eager == fused draft,
+#                and racecheck over the GEMM and attention tests (not a default stage: minutes)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +56,21 @@ for stage in "${stages[@]}"; do
       rc=$?
       note "bench step $preset: rc $rc"
       grep -A4 '^preset ' "$out/bench_step_$preset.log" | tee -a "$summary"
+      ;;
+    sanitize)
+      san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+      mem='CudaGemm.GraphReplayEqualsEagerCall:CudaGemm.SwigluEqualsGemmThenSiluMul:'
+      mem+='CudaAttention.MatchesCpuBitForBitAtEverySplit:CudaAttention.InterleavedRequestsMatchCpu:'
+      mem+='FusedBackbone.*:CudaDraft.TinyQwen3CpuEqualsEagerEqualsFused'
+      "$san" --tool memcheck --leak-check full ./build/sparkdraft_cuda_tests --gtest_filter="$mem" \
+        >"$out/memcheck.log" 2>&1
+      rc=$?
+      "$san" --tool racecheck ./build/sparkdraft_cuda_tests \
+        --gtest_filter='CudaGemm.GraphReplayEqualsEagerCall:CudaGemm.SwigluEqualsGemmThenSiluMul:CudaAttention.InterleavedRequestsMatchCpu' \
+        >"$out/racecheck.log" 2>&1
+      rc2=$?
+      note "sanitize: memcheck rc $rc, racecheck rc $rc2;" \
+        "$(grep -hE 'ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY' "$out/memcheck.log" "$out/racecheck.log" | tr '\n' ' ')"
       ;;
     *)
       echo "tools/gpu_verify.sh: unknown stage '$stage'" >&2
