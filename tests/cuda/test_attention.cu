@@ -21,6 +21,7 @@
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/timing.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
@@ -258,19 +259,11 @@ TEST(CudaAttention, LauncherSplitForThePublishedShapes) {
 // each, us and GB/s of the K/V bytes the queries read (the union of their ranges).
 // Checked first: the GPU against the CPU on a small case of the shape, and on the
 // big one the launcher's split against no split and a forced split, bit for bit.
-float median_us(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return 1000.0f * v[v.size() / 2];
-}
-
 TEST(AttentionSpeed, PublishedShapesAtContext4096) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
   cudaStream_t s = stream.get();
-  DeviceBuffer<unsigned char> flush(size_t{256} << 20);
-  cudaEvent_t e0, e1;
-  SD_CUDA_CHECK(cudaEventCreate(&e0));
-  SD_CUDA_CHECK(cudaEventCreate(&e1));
+  test::FlushedTimer timer;
   struct Shape {
     const char* name;
     int heads, kv_heads, head_dim, window;
@@ -318,19 +311,10 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
         if (splits != 0 && splits == pick) continue;
         DeviceBuffer<unsigned char> ws(
             std::max<size_t>(1, cuda::attention_workspace_bytes(dc.p, used)));
-        std::vector<float> ms;
-        for (int it = 0; it < 11; ++it) {
-          SD_CUDA_CHECK(cudaMemsetAsync(flush.data(), it & 0xff, flush.bytes(), s));
-          SD_CUDA_CHECK(cudaEventRecord(e0, s));
+        const double us = timer.median_us(s, 10, [&] {
           cuda::attention(dc.p, dc.q.data(), dc.cache.data(), dc.out.data(), ws.data(), ws.bytes(),
                           s, used);
-          SD_CUDA_CHECK(cudaEventRecord(e1, s));
-          SD_CUDA_CHECK(cudaEventSynchronize(e1));
-          float t = 0.0f;
-          SD_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-          if (it > 0) ms.push_back(t);  // the first call also sets the smem limit
-        }
-        const float us = median_us(ms);
+        });
         std::printf(
             "[attention speed] %-8s rows %2d splits %2d%s: %9.1f us  %7.1f GB/s  (K/V %.1f MB)\n",
             sh.name, rows, used, splits == 0 ? " (pick)" : "       ", us, bytes / (us * 1e-6) / 1e9,
@@ -338,8 +322,6 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
       }
     }
   }
-  SD_CUDA_CHECK(cudaEventDestroy(e0));
-  SD_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
 }  // namespace

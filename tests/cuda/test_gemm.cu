@@ -19,6 +19,7 @@
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/timing.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
@@ -283,27 +284,28 @@ void fill(DeviceBuffer<bf16>& b, uint32_t seed, cudaStream_t s) {
   SD_CHECK_LAUNCH();
 }
 
+// The Qwen3-8B draft's projections (N, K, canonical K slices) the speed tests time.
+struct Projection {
+  const char* name;
+  int N, K, S;
+};
+const Projection kQwen3Projections[] = {{"qkv", 6144, 4096, 1},        {"o_proj", 4096, 4096, 8},
+                                        {"gate_up", 24576, 4096, 1},   {"down", 4096, 12288, 8},
+                                        {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
+                                        {"context_kv", 10240, 4096, 1}};
+
 TEST(GemmSpeed, Qwen3_8bProjections) {
   SD_REQUIRE_GPU();
-  struct Shape {
-    const char* name;
-    int N, K, S;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096, 1},        {"o_proj", 4096, 4096, 8},
-                          {"gate_up", 24576, 4096, 1},   {"down", 4096, 12288, 8},
-                          {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
-                          {"context_kv", 10240, 4096, 1}};
   DeviceStream stream;
   cudaStream_t s = stream.get();
   cudaDeviceProp prop{};
   SD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  DeviceBuffer<unsigned char> flush(size_t{256} << 20);  // > L2
-  cudaEvent_t e0, e1;
-  SD_CUDA_CHECK(cudaEventCreate(&e0));
-  SD_CUDA_CHECK(cudaEventCreate(&e1));
-  std::printf("[gemm speed] %s, %d SMs; weight bytes / median time of 10, L2 flushed\n", prop.name,
-              prop.multiProcessorCount);
-  for (const Shape& sh : shapes) {
+  test::FlushedTimer timer;
+  std::printf(
+      "[gemm speed] %s, %d SMs; weight bytes / median time of 10, L2 flushed "
+      "(tests/cuda/timing.h)\n",
+      prop.name, prop.multiProcessorCount);
+  for (const Projection& sh : kQwen3Projections) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
     fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);
     for (int M : {7, 56, 224}) {
@@ -327,19 +329,9 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
             got[static_cast<size_t>(m) * rows + n] = hy[static_cast<size_t>(m) * sh.N + n0 + n];
         ASSERT_TRUE(test::same_bits(got, want, {rows})) << "rows from " << n0;
       }
-      std::vector<float> ms;
-      for (int rep = 0; rep < 10; ++rep) {
-        SD_CUDA_CHECK(cudaMemsetAsync(flush.data(), rep, flush.bytes(), s));
-        SD_CUDA_CHECK(cudaEventRecord(e0, s));
+      const double us = timer.median_us(s, 10, [&] {
         cuda::gemm(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
-        SD_CUDA_CHECK(cudaEventRecord(e1, s));
-        SD_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0.0f;
-        SD_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double us = 1e3 * 0.5 * (ms[4] + ms[5]);
+      });
       const double bytes = 2.0 * sh.N * sh.K;
       std::printf(
           "[gemm speed] %-10s N %6d K %5d S %d M %4d (%s): %9.1f us  %7.0f GB/s\n", sh.name, sh.N,
@@ -348,8 +340,6 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
           us, bytes / us * 1e-3);
     }
   }
-  SD_CUDA_CHECK(cudaEventDestroy(e0));
-  SD_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
 // gate_up + SwiGLU in one pass against the gate_up GEMM followed by silu_mul, on
@@ -360,12 +350,9 @@ TEST(GemmSpeed, GateUpSwigluFusedVsTwoPasses) {
   const int I = 12288, K = 4096;
   DeviceStream stream;
   cudaStream_t s = stream.get();
-  DeviceBuffer<unsigned char> flush(size_t{256} << 20);
+  test::FlushedTimer timer;
   DeviceBuffer<bf16> w(static_cast<size_t>(2) * I * K);
   fill(w, 0x5151u, s);
-  cudaEvent_t e0, e1;
-  SD_CUDA_CHECK(cudaEventCreate(&e0));
-  SD_CUDA_CHECK(cudaEventCreate(&e1));
   for (int M : {7, 56, 224}) {
     DeviceBuffer<bf16> x(static_cast<size_t>(M) * K), gu(static_cast<size_t>(M) * 2 * I),
         act(static_cast<size_t>(M) * I), fused(static_cast<size_t>(M) * I);
@@ -378,52 +365,24 @@ TEST(GemmSpeed, GateUpSwigluFusedVsTwoPasses) {
     two();
     one();
     EXPECT_TRUE(test::same_bits(fused.download(s), act.download(s))) << "M " << M;
-    double us[2];
-    for (int f = 0; f < 2; ++f) {
-      std::vector<float> ms;
-      for (int rep = 0; rep < 11; ++rep) {
-        SD_CUDA_CHECK(cudaMemsetAsync(flush.data(), rep, flush.bytes(), s));
-        SD_CUDA_CHECK(cudaEventRecord(e0, s));
-        f == 0 ? two() : one();
-        SD_CUDA_CHECK(cudaEventRecord(e1, s));
-        SD_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0.0f;
-        SD_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        if (rep > 0) ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      us[f] = 1e3 * 0.5 * (ms[4] + ms[5]);
-    }
+    const double us[2] = {timer.median_us(s, 10, two), timer.median_us(s, 10, one)};
     std::printf("[gemm swiglu speed] M %3d: gate_up + silu_mul %8.1f us, fused %8.1f us (%.2fx)\n",
                 M, us[0], us[1], us[0] / us[1]);
   }
-  SD_CUDA_CHECK(cudaEventDestroy(e0));
-  SD_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
 // Every variant forced on each projection (median of 5, L2 flushed): the data
 // behind gemm_pick. Prints us per variant; no assertion on speed.
 TEST(GemmSpeed, EveryVariant) {
   SD_REQUIRE_GPU();
-  struct Shape {
-    const char* name;
-    int N, K, S;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096, 1},        {"o_proj", 4096, 4096, 8},
-                          {"gate_up", 24576, 4096, 1},   {"down", 4096, 12288, 8},
-                          {"lm_head", 151936, 4096, 1},  {"fc", 4096, 20480, 1},
-                          {"context_kv", 10240, 4096, 1}};
   const GemmVariant variants[] = {
       GemmVariant::ring_n8,  GemmVariant::ring_n16,  GemmVariant::ring_n32, GemmVariant::ring_n64,
       GemmVariant::ring_big, GemmVariant::ring_wide, GemmVariant::bulk_n8};
   DeviceStream stream;
   cudaStream_t s = stream.get();
-  DeviceBuffer<unsigned char> flush(size_t{256} << 20);
-  cudaEvent_t e0, e1;
-  SD_CUDA_CHECK(cudaEventCreate(&e0));
-  SD_CUDA_CHECK(cudaEventCreate(&e1));
+  test::FlushedTimer timer;
   std::printf("[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8\n");
-  for (const Shape& sh : shapes) {
+  for (const Projection& sh : kQwen3Projections) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
     fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);
     for (int M : {7, 56, 224}) {
@@ -431,26 +390,14 @@ TEST(GemmSpeed, EveryVariant) {
       fill(x, 0x777u + static_cast<uint32_t>(M), s);
       std::printf("[gemm variants] %-10s M %4d:", sh.name, M);
       for (GemmVariant v : variants) {
-        std::vector<float> ms;
-        for (int rep = 0; rep < 6; ++rep) {
-          SD_CUDA_CHECK(cudaMemsetAsync(flush.data(), rep, flush.bytes(), s));
-          SD_CUDA_CHECK(cudaEventRecord(e0, s));
+        const double us = timer.median_us(s, 5, [&] {
           cuda::gemm_with(v, x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
-          SD_CUDA_CHECK(cudaEventRecord(e1, s));
-          SD_CUDA_CHECK(cudaEventSynchronize(e1));
-          float t = 0.0f;
-          SD_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-          if (rep > 0) ms.push_back(t);  // the first run warms up
-        }
-        std::sort(ms.begin(), ms.end());
-        const double us = 1e3 * ms[2];
+        });
         std::printf(" %8.1f (%5.0f)", us, 2.0 * sh.N * sh.K / us * 1e-3);
       }
       std::printf("\n");
     }
   }
-  SD_CUDA_CHECK(cudaEventDestroy(e0));
-  SD_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
 }  // namespace
