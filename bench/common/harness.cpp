@@ -116,11 +116,15 @@ GraphTimer::~GraphTimer() {
 }
 
 double GraphTimer::median_us(const GraphExec& graph, int warmup, int repeats) {
-  for (int i = 0; i < warmup; ++i) graph.launch(stream_);
+  return median_us([&] { graph.launch(stream_); }, warmup, repeats);
+}
+
+double GraphTimer::median_us(const std::function<void()>& queue, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) queue();
   std::vector<double> us;
   for (int i = 0; i < repeats; ++i) {
     flush_.zero(stream_);
-    us.push_back(time_us(stream_, start_, stop_, [&] { graph.launch(stream_); }));
+    us.push_back(time_us(stream_, start_, stop_, queue));
   }
   return median(us);
 }

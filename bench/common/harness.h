@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,10 @@ double median(std::vector<double> v);
 // Median device-to-device copy bandwidth (GB/s), counting the bytes read and written.
 double copy_bandwidth_gbs(cudaStream_t stream);
 
-// Times graph launches on one stream: `warmup` launches, then `repeats` launches,
-// each timed alone with cudaEvents after the L2 is flushed (each repeat starts
-// cold, as after the rest of a serving step); the median in microseconds.
+// Times work on one stream: `warmup` runs, then `repeats` runs, each timed alone
+// with cudaEvents after the L2 is flushed (each repeat starts cold, as after the
+// rest of a serving step); the median in microseconds. The work is a graph launch
+// (the benchmarks) or whatever `queue` puts on the stream (the GPU speed tests).
 class GraphTimer {
  public:
   GraphTimer(cudaStream_t stream, const GpuInfo& gpu);
@@ -62,6 +64,7 @@ class GraphTimer {
   GraphTimer(const GraphTimer&) = delete;
   GraphTimer& operator=(const GraphTimer&) = delete;
   double median_us(const GraphExec& graph, int warmup, int repeats);
+  double median_us(const std::function<void()>& queue, int warmup, int repeats);
 
  private:
   cudaStream_t stream_;

@@ -18,10 +18,10 @@
 
 #include "common/attention_case.h"
 #include "common/bits.h"
+#include "common/harness.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
-#include "cuda/timing.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
@@ -255,7 +255,7 @@ TEST(CudaAttention, LauncherSplitForThePublishedShapes) {
 
 // ---- speed (prints only) -------------------------------------------------------------
 // Each published shape at ctx 4096 (7 block queries at 4096..4102 per request) with 1,
-// 8 and 32 requests: median of 10 calls, the L2 flushed (a 256 MB memset) before
+// 8 and 32 requests: median of 10 calls, the L2 flushed (twice its size zeroed) before
 // each, us and GB/s of the K/V bytes the queries read (the union of their ranges).
 // Checked first: the GPU against the CPU on a small case of the shape, and on the
 // big one the launcher's split against no split and a forced split, bit for bit.
@@ -263,7 +263,7 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
   cudaStream_t s = stream.get();
-  test::FlushedTimer timer;
+  cuda::GraphTimer timer(s, cuda::query_gpu());
   struct Shape {
     const char* name;
     int heads, kv_heads, head_dim, window;
@@ -311,10 +311,12 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
         if (splits != 0 && splits == pick) continue;
         DeviceBuffer<unsigned char> ws(
             std::max<size_t>(1, cuda::attention_workspace_bytes(dc.p, used)));
-        const double us = timer.median_us(s, 10, [&] {
-          cuda::attention(dc.p, dc.q.data(), dc.cache.data(), dc.out.data(), ws.data(), ws.bytes(),
-                          s, used);
-        });
+        const double us = timer.median_us(
+            [&] {
+              cuda::attention(dc.p, dc.q.data(), dc.cache.data(), dc.out.data(), ws.data(),
+                              ws.bytes(), s, used);
+            },
+            1, 10);
         std::printf(
             "[attention speed] %-8s rows %2d splits %2d%s: %9.1f us  %7.1f GB/s  (K/V %.1f MB)\n",
             sh.name, rows, used, splits == 0 ? " (pick)" : "       ", us, bytes / (us * 1e-6) / 1e9,

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "common/bits.h"
+#include "common/harness.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
-#include "cuda/timing.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
@@ -300,10 +300,10 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
   cudaStream_t s = stream.get();
   cudaDeviceProp prop{};
   SD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  test::FlushedTimer timer;
+  cuda::GraphTimer timer(s, cuda::query_gpu());
   std::printf(
       "[gemm speed] %s, %d SMs; weight bytes / median time of 10, L2 flushed "
-      "(tests/cuda/timing.h)\n",
+      "(bench/common/harness.h GraphTimer)\n",
       prop.name, prop.multiProcessorCount);
   for (const Projection& sh : kQwen3Projections) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
@@ -329,9 +329,9 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
             got[static_cast<size_t>(m) * rows + n] = hy[static_cast<size_t>(m) * sh.N + n0 + n];
         ASSERT_TRUE(test::same_bits(got, want, {rows})) << "rows from " << n0;
       }
-      const double us = timer.median_us(s, 10, [&] {
-        cuda::gemm(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
-      });
+      const double us = timer.median_us(
+          [&] { cuda::gemm(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s); }, 1,
+          10);
       const double bytes = 2.0 * sh.N * sh.K;
       std::printf(
           "[gemm speed] %-10s N %6d K %5d S %d M %4d (%s): %9.1f us  %7.0f GB/s\n", sh.name, sh.N,
@@ -350,7 +350,7 @@ TEST(GemmSpeed, GateUpSwigluFusedVsTwoPasses) {
   const int I = 12288, K = 4096;
   DeviceStream stream;
   cudaStream_t s = stream.get();
-  test::FlushedTimer timer;
+  cuda::GraphTimer timer(s, cuda::query_gpu());
   DeviceBuffer<bf16> w(static_cast<size_t>(2) * I * K);
   fill(w, 0x5151u, s);
   for (int M : {7, 56, 224}) {
@@ -365,7 +365,7 @@ TEST(GemmSpeed, GateUpSwigluFusedVsTwoPasses) {
     two();
     one();
     EXPECT_TRUE(test::same_bits(fused.download(s), act.download(s))) << "M " << M;
-    const double us[2] = {timer.median_us(s, 10, two), timer.median_us(s, 10, one)};
+    const double us[2] = {timer.median_us(two, 1, 10), timer.median_us(one, 1, 10)};
     std::printf("[gemm swiglu speed] M %3d: gate_up + silu_mul %8.1f us, fused %8.1f us (%.2fx)\n",
                 M, us[0], us[1], us[0] / us[1]);
   }
@@ -380,7 +380,7 @@ TEST(GemmSpeed, EveryVariant) {
       GemmVariant::ring_big, GemmVariant::ring_wide, GemmVariant::bulk_n8};
   DeviceStream stream;
   cudaStream_t s = stream.get();
-  test::FlushedTimer timer;
+  cuda::GraphTimer timer(s, cuda::query_gpu());
   std::printf("[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8\n");
   for (const Projection& sh : kQwen3Projections) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
@@ -390,9 +390,11 @@ TEST(GemmSpeed, EveryVariant) {
       fill(x, 0x777u + static_cast<uint32_t>(M), s);
       std::printf("[gemm variants] %-10s M %4d:", sh.name, M);
       for (GemmVariant v : variants) {
-        const double us = timer.median_us(s, 5, [&] {
-          cuda::gemm_with(v, x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
-        });
+        const double us = timer.median_us(
+            [&] {
+              cuda::gemm_with(v, x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
+            },
+            1, 5);
         std::printf(" %8.1f (%5.0f)", us, 2.0 * sh.N * sh.K / us * 1e-3);
       }
       std::printf("\n");
