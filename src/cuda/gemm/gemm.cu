@@ -99,8 +99,8 @@ int sm_count() {
 }
 
 // The bulk kernel: the ring sized so that every CTA of the grid can be resident
-// at once (up to 4 a SM): the widest stage (256, 128 or 64 k) that leaves at
-// least 4 stages in the share of shared memory a CTA gets, up to kBulkMaxStages.
+// at once (up to 4 a SM): the widest stage (512, 256, 128 or 64 k) that leaves at
+// least 2 stages in the share of shared memory a CTA gets, up to kBulkMaxStages.
 template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU = false>
 void launch_bulk(Args a, cudaStream_t stream) {
   using B = gemm_detail::Bulk<MT, NT, WG, LEVELS>;
@@ -155,6 +155,13 @@ Args make_args(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int
   return a;
 }
 
+// Whether a big tile that runs `parallel` slice groups at most can take k_slices:
+// in parallel groups, or one after the other in one group (whole 64-k stages a
+// slice; else the caller falls back to ring_n64).
+bool big_tile_takes(int K, int k_slices, int parallel) {
+  return k_slices <= parallel || K % (k_slices * gemm_detail::kStageK) == 0;
+}
+
 }  // namespace
 
 bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
@@ -179,7 +186,7 @@ GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int
   if (M <= 16) return GemmVariant::ring_n16;
   if (M <= 32) return GemmVariant::ring_n32;
   if (M <= 64) return k_slices <= 4 && N >= 8192 ? GemmVariant::ring_big : GemmVariant::ring_n64;
-  if (k_slices <= 2 || K % (k_slices * gemm_detail::kStageK) == 0) return GemmVariant::ring_wide;
+  if (big_tile_takes(K, k_slices, 2)) return GemmVariant::ring_wide;
   return k_slices <= 4 ? GemmVariant::ring_big : GemmVariant::ring_n64;
 }
 
@@ -200,13 +207,13 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
     case GemmVariant::ring_n64: launch<2, 2, 4, true>(a, stream); break;
     case GemmVariant::ring_big:  // up to 4 slices in parallel groups; 8 in sequence
                                  // where K % (64 * 8) == 0, else as ring_n64
-      if (k_slices <= 4 || K % (k_slices * gemm_detail::kStageK) == 0)
+      if (big_tile_takes(K, k_slices, 4))
         launch<4, 4, 2, true>(a, stream);
       else
         launch<2, 2, 4, true>(a, stream);
       break;
     case GemmVariant::ring_wide:  // up to 2 slices in parallel groups, more in sequence
-      if (k_slices <= 2 || K % (k_slices * gemm_detail::kStageK) == 0)
+      if (big_tile_takes(K, k_slices, 2))
         launch<4, 4, 4, true>(a, stream);
       else
         launch<2, 2, 4, true>(a, stream);
