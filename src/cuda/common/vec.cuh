@@ -1,12 +1,12 @@
-// A 16-byte chunk of 8 bf16 values in registers: the unit every fused backbone
-// kernel loads, converts and stores.
+// 16-byte I/O: a chunk of 8 bf16 values in registers, the unit the backbone kernels
+// (the fused fronts and embed_norm) load, convert and store.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "sparkdraft/core/bf16.h"
 
-namespace sparkdraft::cuda::backbone_detail {
+namespace sparkdraft::cuda {
 
 union Chunk {
   uint4 raw;
@@ -23,4 +23,4 @@ __device__ __forceinline__ void store_chunk(bf16* p, const Chunk& c) {
   *reinterpret_cast<uint4*>(p) = c.raw;
 }
 
-}  // namespace sparkdraft::cuda::backbone_detail
+}  // namespace sparkdraft::cuda
