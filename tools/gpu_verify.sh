@@ -12,6 +12,8 @@
 #   sanitize     compute-sanitizer memcheck (with leak check) over the GEMM graph and SwiGLU
 #                tests, attention, the fused fronts and the tiny CPU == eager == fused draft,
 #                and racecheck over the GEMM and attention tests (not a default stage: minutes)
+#   profile      ncu's time of every kernel of one qwen3-8b propose at 1 and 32 requests, and
+#                tools/ncu_step_breakdown.py's table of it (not a default stage: about a minute)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +73,19 @@ for stage in "${stages[@]}"; do
       rc2=$?
       note "sanitize: memcheck rc $rc, racecheck rc $rc2;" \
         "$(grep -hE 'ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY' "$out/memcheck.log" "$out/racecheck.log" | tr '\n' ' ')"
+      ;;
+    profile)
+      rc=0
+      for rows in 1 32; do
+        ncu --clock-control none --metrics gpu__time_duration.sum --csv ./build/sparkdraft bench \
+          step --preset qwen3-8b --preset-dir "$presets" --ctx 4096 --rows "$rows" --repeats 1 \
+          >"$out/ncu_step_rows$rows.csv" 2>&1 || rc=$?
+        python3 tools/ncu_step_breakdown.py "$out/ncu_step_rows$rows.csv" \
+          >"$out/ncu_breakdown_rows$rows.txt" 2>&1 || rc=$?
+        note "profile, qwen3-8b, $rows request(s): $(head -1 "$out/ncu_breakdown_rows$rows.txt")"
+        sed -n '3,6p' "$out/ncu_breakdown_rows$rows.txt" | tee -a "$summary"
+      done
+      note "profile: rc $rc"
       ;;
     *)
       echo "tools/gpu_verify.sh: unknown stage '$stage'" >&2
