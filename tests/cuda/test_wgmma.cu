@@ -16,7 +16,8 @@
 // (t S) G + j. The blocks i == j of a one-step tile are the probe's own cases; the
 // others pair an A and a B of the same family.
 // First, small integers (exact in any order) validate the fragment and descriptor
-// layouts. SPARKDRAFT_WGMMA_SEED overrides the seed.
+// layouts. SPARKDRAFT_WGMMA_SEED overrides the seed; SPARKDRAFT_WGMMA_DIFFS=<file>
+// writes the differences found (see the sweep).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -380,6 +381,26 @@ bool gpu_is_sm90(std::string* why) {
     if (!gpu_is_sm90(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
+// c + sum a_k b_k in fp64 for every output (exact for the small-integer tiles).
+std::vector<double> exact_tiles(const Tiles& T) {
+  const int K = T.k();
+  auto f = [](bf16 x) {
+    return static_cast<double>(bits_f32(static_cast<uint32_t>(x.bits) << 16));
+  };
+  std::vector<double> out(static_cast<size_t>(T.outputs()));
+  for (int64_t tile = 0; tile < T.count; ++tile)
+    for (int row = 0; row < 64; ++row)
+      for (int col = 0; col < T.n; ++col) {
+        const size_t i = static_cast<size_t>((tile * 64 + row) * T.n + col);
+        double x = bits_f32(T.c[i]);
+        for (int k = 0; k < K; ++k)
+          x += f(T.a[static_cast<size_t>((tile * 64 + row) * K + k)]) *
+               f(T.b[static_cast<size_t>((tile * T.n + col) * K + k)]);
+        out[i] = x;
+      }
+  return out;
+}
+
 // Mismatches of wgmma against the exact integer results, per variant, for one reading
 // of the descriptor's offsets.
 std::vector<int64_t> small_int_mismatches(int swap) {
@@ -390,22 +411,10 @@ std::vector<int64_t> small_int_mismatches(int swap) {
     DeviceTiles dt(T);
     for (int reg = 0; reg < 2; ++reg) {
       const std::vector<uint32_t> d = run_wgmma(T, dt, reg != 0, swap);
+      const std::vector<double> exact = exact_tiles(T);
       int64_t n = 0;
-      for (int64_t tile = 0; tile < T.count; ++tile)
-        for (int row = 0; row < 64; ++row)
-          for (int col = 0; col < T.n; ++col) {
-            double exact = bits_f32(T.c[static_cast<size_t>((tile * 64 + row) * T.n + col)]);
-            for (int k = 0; k < T.k(); ++k)
-              exact += static_cast<double>(bits_f32(
-                           static_cast<uint32_t>(
-                               T.a[static_cast<size_t>((tile * 64 + row) * T.k() + k)].bits)
-                           << 16)) *
-                       bits_f32(static_cast<uint32_t>(
-                                    T.b[static_cast<size_t>((tile * T.n + col) * T.k() + k)].bits)
-                                << 16);
-            const size_t i = static_cast<size_t>((tile * 64 + row) * T.n + col);
-            if (static_cast<double>(bits_f32(d[i])) != exact) ++n;
-          }
+      for (size_t i = 0; i < d.size(); ++i)
+        if (static_cast<double>(bits_f32(d[i])) != exact[i]) ++n;
       bad.push_back(n);
     }
   }
@@ -440,7 +449,8 @@ TEST(WgmmaProbe, LayoutIsRightOnSmallIntegers) {
 }
 
 // Host only (runs without a GPU): the blocks i == j of a one-step tile are the
-// probe's own cases, so their twin outputs are mma_case_twin's.
+// probe's own cases, so their twin outputs are mma_case_twin's; and on the
+// small-integer tiles the twin gives the exact results the layout check expects.
 TEST(WgmmaProbe, TilesHoldTheMmaProbeCases) {
   for (int f = 0; f < kMmaDistCount; ++f) {
     const MmaDist dist = static_cast<MmaDist>(f);
@@ -457,6 +467,14 @@ TEST(WgmmaProbe, TilesHoldTheMmaProbeCases) {
             ASSERT_EQ(twin_output(T, tile, 16 * i + m, 8 * i + n), d[m][n])
                 << mma_dist_name(dist) << " tile " << tile << " block " << i;
       }
+  }
+  for (const Shape& sh : kShapes) {
+    const Tiles T = small_int_tiles(probe_seed(), sh.n, sh.steps, 2);
+    const std::vector<uint32_t> twin = twin_tiles(T);
+    const std::vector<double> exact = exact_tiles(T);
+    for (size_t i = 0; i < twin.size(); ++i)
+      ASSERT_EQ(static_cast<double>(bits_f32(twin[i])), exact[i])
+          << "n " << sh.n << " output " << i;
   }
 }
 
@@ -476,7 +494,12 @@ TEST(WgmmaProbe, MatchesTheTwinAndTheMmaSyncChainOnEveryFamily) {
     std::printf(" m64n%dk16 x %d steps x %lld tiles;", s.n, s.steps,
                 static_cast<long long>(s.tiles));
   std::printf(" each with A from shared memory (ss) and registers (rs)\n");
-  constexpr int kShow = 3;  // differences printed per family and variant
+  constexpr int kShow = 3;     // differences printed per family and variant
+  constexpr int kDump = 2000;  // differences written per family and variant (below)
+  // SPARKDRAFT_WGMMA_DIFFS=<file>: the first kDump differences of every family and
+  // variant, inputs and all three results, one a line (for fitting a model offline).
+  std::FILE* dump = nullptr;
+  if (const char* path = std::getenv("SPARKDRAFT_WGMMA_DIFFS")) dump = std::fopen(path, "w");
   std::vector<std::vector<Count>> table(kMmaDistCount, std::vector<Count>(kVariantCount));
   int64_t total = 0, total_twin = 0, total_mma = 0;
   for (int f = 0; f < kMmaDistCount; ++f) {
@@ -500,6 +523,10 @@ TEST(WgmmaProbe, MatchesTheTwinAndTheMmaSyncChainOnEveryFamily) {
               if (wg[i] != twin[i]) {
                 if (cnt.vs_twin < kShow)
                   cnt.first.push_back(describe(T, tile, row, col, wg[i], twin[i], mma[i]));
+                if (dump != nullptr && cnt.vs_twin < kDump)
+                  std::fprintf(dump, "%s %s %s\n", mma_dist_name(dist),
+                               variant_name(2 * si + reg).c_str(),
+                               describe(T, tile, row, col, wg[i], twin[i], mma[i]).c_str());
                 ++cnt.vs_twin;
               }
             }
@@ -532,6 +559,7 @@ TEST(WgmmaProbe, MatchesTheTwinAndTheMmaSyncChainOnEveryFamily) {
                 static_cast<long long>(sum.outputs), static_cast<long long>(sum.vs_twin),
                 static_cast<long long>(sum.vs_mma), static_cast<long long>(sum.mma_vs_twin));
   }
+  if (dump != nullptr) std::fclose(dump);
   std::printf("%-15s %12lld %12lld %12lld\n", "all", static_cast<long long>(total),
               static_cast<long long>(total_twin), static_cast<long long>(total_mma));
   for (int f = 0; f < kMmaDistCount; ++f)
