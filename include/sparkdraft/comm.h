@@ -10,7 +10,9 @@
 //
 // Implementations: the CPU thread group (host memory, ranks as threads; what CI
 // proves TP logic with, run_thread_group below), the single-GPU loopback
-// (device memory, cuda/loopback.h; built with CUDA only), NCCL later.
+// (device memory, cuda/loopback.h; built with CUDA only), NCCL (device memory,
+// one GPU per rank, cuda/nccl_comm.h with its group runner run_nccl_group; built
+// with CUDA and NCCL only).
 //
 // Collectives are called by every rank in the same order. On a host communicator
 // they are blocking and `stream` must be null; on a device communicator they are

@@ -2,6 +2,7 @@
 // the tool. In a build without the CUDA backend they exist and say so.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -21,12 +22,16 @@
 #include "sparkdraft/scenario.h"
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
+#include "allreduce/bench_allreduce.h"
 #include "common/harness.h"
 #include "markov/bench_markov.h"
 #include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/cuda/markov.h"
 #include "step/bench_step.h"
+#if defined(SPARKDRAFT_HAVE_NCCL)
+#include "sparkdraft/cuda/nccl_comm.h"
+#endif
 #endif
 
 namespace sparkdraft::cli {
@@ -143,6 +148,12 @@ Command add_plan(CLI::App& app) {
         std::printf("%s", cuda::make_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs)
                               .text()
                               .c_str());
+#if defined(SPARKDRAFT_HAVE_NCCL)
+        std::printf("nccl: %s (the runtime library; NVLink multicast off)\n",
+                    cuda::nccl_version().c_str());
+#else
+        std::printf("nccl: not built (no NCCL library at configure time)\n");
+#endif
         return 0;
 #else
             no_cuda("plan (the cuda backend; --backend cpu prints the CPU plan)");
@@ -360,6 +371,84 @@ Command add_bench_step(CLI::App* bench) {
           }};
 }
 
+Command add_bench_allreduce(CLI::App* bench) {
+  struct Opts {
+    std::string json;
+    std::vector<int> tp, rows{1, 2, 4, 8, 16, 32}, hidden{4096, 8192};
+    int repeats = 50;
+    uint64_t seed = 20240601;
+    double timeout = 60;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* sub = bench->add_subcommand(
+      "allreduce",
+      "The TP all-reduce (SPEC section 6) over NCCL, one thread and one GPU per rank: our "
+      "all_reduce_sum (ncclAllGather of the fp32 partials + the fixed tree, the same bits on "
+      "every rank) vs ncclAllReduce on the same buffer, each in a CUDA graph, for each TP "
+      "size and rows x hidden. Checks our sums against the tree computed on the host bit for "
+      "bit before timing (exit 1 on a difference) and counts the elements where "
+      "ncclAllReduce's bits differ from the tree; median of repeats, each after a host "
+      "barrier, the slowest rank reported. Prints a table and writes JSON. Needs 2 or more "
+      "GPUs.");
+  add_bounded(sub, "--tp", opts->tp, "TP sizes (several allowed); default: 2 to the GPU count", 2,
+              kMaxTp);
+  add_bounded(sub, "--rows", opts->rows, "Row counts (several allowed)", 1, kMaxReqs);
+  add_bounded(sub, "--hidden", opts->hidden, "Hidden sizes (several allowed)", 1, 1 << 16);
+  add_bounded(sub, "--repeats", opts->repeats, "Timed graph launches (the median is reported)", 1,
+              100000);
+  add_seed(sub, opts->seed, "Seed of the partials");
+  add_bounded(sub, "--timeout", opts->timeout,
+              "Seconds any host wait of the group may take before the group is aborted", 1.0,
+              3600.0);
+  sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
+  return {sub, [opts]() -> int {
+#if defined(SPARKDRAFT_HAVE_CUDA) && defined(SPARKDRAFT_HAVE_NCCL)
+            require_gpu("bench allreduce");
+            int gpus = 0;
+            SD_CUDA_CHECK(cudaGetDeviceCount(&gpus));
+            if (gpus < 2)
+              throw Unavailable("bench allreduce needs a CUDA GPU per rank, at least 2, and " +
+                                std::to_string(gpus) + " is usable here");
+            cuda::AllReduceBenchOptions b;
+            if (opts->tp.empty())
+              for (int tp = 2; tp <= std::min(gpus, kMaxTp); ++tp) b.tp_sizes.push_back(tp);
+            else
+              b.tp_sizes = opts->tp;
+            b.rows = opts->rows;
+            b.hidden = opts->hidden;
+            b.repeats = opts->repeats;
+            b.seed = opts->seed;
+            b.timeout_s = opts->timeout;
+            const cuda::AllReduceBenchReport report = cuda::bench_allreduce(b, std::cout);
+            nlohmann::json all = nlohmann::json::array();
+            std::printf("\nNCCL %s\n%-4s %-5s %-7s %10s %10s %9s %12s\n",
+                        report.nccl_version.c_str(), "tp", "rows", "hidden", "our us", "nccl us",
+                        "our/nccl", "nccl differs");
+            for (const auto& r : report.results) {
+              all.push_back(cuda::allreduce_bench_json(r, b, report.nccl_version));
+              std::printf("%-4d %-5d %-7d %10.2f %10.2f %9.3f %12lld\n", r.tp, r.rows, r.hidden,
+                          r.our_us, r.nccl_us, r.nccl_us > 0 ? r.our_us / r.nccl_us : 0.0,
+                          static_cast<long long>(r.nccl_bits_differ));
+            }
+            if (!report.ok()) {
+              std::fflush(stdout);
+              std::fprintf(stderr, "sparkdraft: bench allreduce: %s\n", report.difference.c_str());
+              write_bench_json(opts->json, all);
+              return kExitDifference;
+            }
+            return write_bench_json(opts->json, all);
+#elif defined(SPARKDRAFT_HAVE_CUDA)
+            (void)opts;
+            throw Unavailable(
+                "bench allreduce needs NCCL, which this build does not have (no libnccl at "
+                "configure time)");
+#else
+            (void)opts;
+            no_cuda("bench allreduce");
+#endif
+          }};
+}
+
 }  // namespace
 
 Command add_bench(CLI::App& app) {
@@ -367,7 +456,12 @@ Command add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   const Command markov = add_bench_markov(bench);
   const Command step = add_bench_step(bench);
-  return {bench, [markov, step] { return markov.sub->parsed() ? markov.run() : step.run(); }};
+  const Command allreduce = add_bench_allreduce(bench);
+  return {bench, [markov, step, allreduce] {
+            if (markov.sub->parsed()) return markov.run();
+            if (allreduce.sub->parsed()) return allreduce.run();
+            return step.run();
+          }};
 }
 
 }  // namespace sparkdraft::cli

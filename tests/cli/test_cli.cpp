@@ -29,8 +29,8 @@ Result run(const std::string& args) {
 }
 
 TEST(Cli, EverySubcommandHasHelp) {
-  for (const char* sub :
-       {"", "demo", "make-checkpoint", "check", "plan", "bench markov", "bench step"}) {
+  for (const char* sub : {"", "demo", "make-checkpoint", "check", "plan", "bench markov",
+                          "bench step", "bench allreduce"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.rc, 0) << sub << ": " << r.out;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << ": " << r.out;
@@ -41,6 +41,11 @@ TEST(Cli, EverySubcommandHasHelp) {
   for (const char* needle : {"--preset", "--checkpoint", "--preset-dir", "--ctx", "--rows",
                              "--repeats", "--json", "--spec", "floor", "bit for bit"})
     EXPECT_NE(step.find(needle), std::string::npos) << needle << " missing from:\n" << step;
+  const std::string allreduce = run("bench allreduce --help").out;
+  for (const char* needle : {"--tp", "--rows", "--hidden", "--repeats", "--json", "ncclAllReduce",
+                             "bit for bit", "2 or more"})
+    EXPECT_NE(allreduce.find(needle), std::string::npos) << needle << " missing from:\n"
+                                                         << allreduce;
 }
 
 TEST(Cli, MakeCheckpointThenDemoDraftsThreeRequestsOverThreeRounds) {

@@ -96,6 +96,8 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("bench step --checkpoint ''", kExitUsage, {"--checkpoint", "must not be empty"});
   expect_refused("bench step --checkpoint /x --preset tiny", kExitUsage, {"--checkpoint"});
   expect_refused("bench step --spec --rows 8", kExitUsage, {"--spec", "--rows"});
+  expect_refused("bench allreduce --tp 1", kExitUsage, {"--tp", "1"});
+  expect_refused("bench allreduce --hidden 0", kExitUsage, {"--hidden", "0"});
   expect_refused("bench", kExitUsage, {"subcommand"});
 }
 
@@ -144,6 +146,7 @@ TEST(ExitStatus, MissingGpuOrCudaBackendIsFour) {
     expect_refused("demo --backend cuda", kExitUnavailable, {"--backend cuda"});
     expect_refused("bench markov --rows 1", kExitUnavailable, {"bench markov needs"});
     expect_refused("bench step --rows 1 --ctx 8", kExitUnavailable, {"bench step needs"});
+    expect_refused("bench allreduce --rows 1", kExitUnavailable, {"bench allreduce needs"});
   } else {
     // A CUDA build on a machine with a GPU: check runs, and finds no difference.
     EXPECT_EQ(r.rc, kExitOk) << r.err << r.out;

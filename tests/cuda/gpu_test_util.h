@@ -1,5 +1,6 @@
 // GPU tests skip, and say so, on a machine without a CUDA device (CI, laptops).
-// Use SD_REQUIRE_GPU(); as the first statement of every GPU test.
+// Use SD_REQUIRE_GPU(); as the first statement of every GPU test, and
+// SD_REQUIRE_GPUS(n); in a test that needs n GPUs (NCCL groups).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,17 @@ inline bool gpu_available() {
   return available;
 }
 
+// How many CUDA devices are usable (0 without a driver or a device).
+inline int gpu_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    (void)cudaGetLastError();
+    return n;
+  }();
+  return count;
+}
+
 }  // namespace sparkdraft::test
 
 #define SD_REQUIRE_GPU()                        \
@@ -24,4 +36,12 @@ inline bool gpu_available() {
     if (!::sparkdraft::test::gpu_available()) { \
       GTEST_SKIP() << "no CUDA GPU: skipped";   \
     }                                           \
+  } while (0)
+
+#define SD_REQUIRE_GPUS(n)                                                                  \
+  do {                                                                                      \
+    if (::sparkdraft::test::gpu_count() < (n)) {                                            \
+      GTEST_SKIP() << "needs " << (n) << " GPUs (found " << ::sparkdraft::test::gpu_count() \
+                   << ")";                                                                  \
+    }                                                                                       \
   } while (0)

@@ -1,10 +1,15 @@
-// One family of check macros for CUDA calls (NCCL's joins them with
-// the NCCL communicator, which does not exist yet): a failing call
-// throws DeviceError naming the call, the file:line and the library's message.
-// Every kernel launch is followed by SD_CHECK_LAUNCH().
+// One family of check macros for CUDA and NCCL calls: a failing call throws
+// DeviceError naming the call, the file:line and the library's message.
+// Every kernel launch is followed by SD_CHECK_LAUNCH(). SD_NCCL_CHECK exists in
+// builds with NCCL (SPARKDRAFT_HAVE_NCCL); it is for the calls that never return
+// ncclInProgress (the NCCL communicator, cuda/nccl_comm.h, waits on a
+// non-blocking communicator's calls itself, through the same throw_device_error).
 #pragma once
 
 #include <cuda_runtime.h>
+#if defined(SPARKDRAFT_HAVE_NCCL)
+#include <nccl.h>
+#endif
 
 #include <sstream>
 #include <string>
@@ -32,3 +37,13 @@ namespace sparkdraft::cuda {
 
 // After a kernel launch: launch-configuration errors surface here.
 #define SD_CHECK_LAUNCH() SD_CUDA_CHECK(cudaGetLastError())
+
+#if defined(SPARKDRAFT_HAVE_NCCL)
+#define SD_NCCL_CHECK(call)                                                     \
+  do {                                                                          \
+    ncclResult_t sd_nccl_err_ = (call);                                         \
+    if (sd_nccl_err_ != ncclSuccess)                                            \
+      ::sparkdraft::cuda::throw_device_error("NCCL", #call, __FILE__, __LINE__, \
+                                             ncclGetErrorString(sd_nccl_err_)); \
+  } while (0)
+#endif
