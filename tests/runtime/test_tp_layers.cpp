@@ -82,7 +82,7 @@ TpRun run_tp(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, i
              const DraftOptions& base, CpuOpsFactory ops = nullptr) {
   DraftOptions o = base;
   o.tp = tp;
-  o.threads = 2;
+  o.threads = 2 * tp;  // 2 per rank: the ranks' ops share the worker pool concurrently
   auto backend = make_cpu_draft(ckpt, o, std::move(ops));
   TpRun r;
   r.layer_tp = backend->layer_tp_size();
