@@ -17,8 +17,7 @@ void CpuOps::gemm_all_reduce(const bf16* x, int64_t x_stride, const bf16* w, int
   // The tree's upper levels over the ranks (canonical_tree_sum over tp_rank).
   if (comm_ && comm_->tp_size() > 1) comm_->all_reduce_sum(sum.data(), sum.size());
   for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n)
-      y[m * y_stride + n] = to_bf16(sum[static_cast<size_t>(m) * N + n]);
+    for (int n = 0; n < N; ++n) y[m * y_stride + n] = to_bf16(sum[static_cast<size_t>(m) * N + n]);
 }
 
 }  // namespace sparkdraft

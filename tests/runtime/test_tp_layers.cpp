@@ -193,8 +193,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpLayers,
                          ::testing::Values(ShardCase{"qwen3", 8, 8}, ShardCase{"muse", 8, 8},
                                            ShardCase{"qwen3", 16, 8}),
                          [](const auto& info) {
-                           return info.param.style + "_" + std::to_string(info.param.heads) +
-                                  "h" + std::to_string(info.param.kv_heads) + "kv";
+                           return info.param.style + "_" + std::to_string(info.param.heads) + "h" +
+                                  std::to_string(info.param.kv_heads) + "kv";
                          });
 
 // The tiny preset (4 heads, 2 KV heads, q 64, I 160) shards at TP 2 only; at 4 and
@@ -219,9 +219,9 @@ TEST(TpLayersTiny, ReplicatedWhereTheConfigDoesNotSplitAndThePlanSaysWhy) {
   const StepPlan plan8 = cpu_plan(c, 8);
   const PlanPart& layers = plan8.at("layers");
   EXPECT_EQ(layers.variant, "replicated");
-  test::expect_mentions(layers.reason, {"2 KV heads do not split over 8 ranks",
-                                        "4 query heads do not split over 8 ranks",
-                                        "the vocabulary still shards"});
+  test::expect_mentions(layers.reason,
+                        {"2 KV heads do not split over 8 ranks",
+                         "4 query heads do not split over 8 ranks", "the vocabulary still shards"});
   test::expect_mentions(plan8.text(), {"layers: replicated (", "lm_head: eager (vocab-parallel"});
   EXPECT_EQ(cpu_plan(c, 4).at("layers").variant, "replicated");
   test::expect_mentions(cpu_plan(c, 4).at("layers").reason,
@@ -240,9 +240,9 @@ TEST(TpLayersTiny, RefusalNamesEveryReason) {
                          "o_proj's K 128 has 8 canonical slices, too few for 16 ranks"});
   c.intermediate_size = 192;  // 3 * 64: 4 slices, not 8
   EXPECT_EQ(layer_shard_refusal(c, 4), "");
-  test::expect_mentions(layer_shard_refusal(c, 8),
-                        {"down_proj's K 192 has 4 canonical slices, too few for 8 ranks",
-                         "a multiple of 128"});
+  test::expect_mentions(
+      layer_shard_refusal(c, 8),
+      {"down_proj's K 192 has 4 canonical slices, too few for 8 ranks", "a multiple of 128"});
   EXPECT_EQ(layer_tp_size(c, 8), 1);
   EXPECT_EQ(layer_tp_size(c, 4), 4);
   const DraftOptions o;
@@ -324,8 +324,8 @@ size_t count_differences(const std::vector<bf16>& a, const std::vector<bf16>& b)
 void rank_gemm(const Cancelling& p, Communicator& comm, std::vector<bf16>& y) {
   const int t = comm.tp_size(), r = comm.tp_rank(), k0 = r * p.K / t;
   CpuOps ops(1, &comm);
-  ops.gemm_all_reduce(p.x.data() + k0, p.K, p.w.data() + k0, p.K, p.M, p.N, p.K / t, y.data(),
-                      p.N, 8 / t);
+  ops.gemm_all_reduce(p.x.data() + k0, p.K, p.w.data() + k0, p.K, p.M, p.N, p.K / t, y.data(), p.N,
+                      8 / t);
 }
 
 TEST(TpLayersTree, ShardedOProjIsTheSliceTreeAndOtherOrdersAreCaught) {
@@ -442,12 +442,11 @@ TEST(TpLayersFaults, ARankThatThrowsStopsEveryRankWithAnErrorNamingIt) {
     });
     ASSERT_EQ(backend->layer_tp_size(), f.tp) << what;
     std::string message;
-    within_seconds(60, [&] {
-      message = test::error_of<DeviceError>([&] { run_scenario(*backend, s); });
-    });
-    test::expect_mentions(message, {"TP rank " + std::to_string(f.rank) + " of " +
-                                        std::to_string(f.tp) + ": ",
-                                    "injected fault"});
+    within_seconds(
+        60, [&] { message = test::error_of<DeviceError>([&] { run_scenario(*backend, s); }); });
+    test::expect_mentions(
+        message, {"TP rank " + std::to_string(f.rank) + " of " + std::to_string(f.tp) + ": ",
+                  "injected fault"});
   }
 }
 
