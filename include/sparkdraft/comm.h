@@ -72,7 +72,10 @@ class Communicator {
 // Runs fn(comm) on `tp_size` threads, one host communicator each (rank k on
 // thread k), and joins them. An exception on any rank is rethrown (the first by
 // rank) after all ranks stop; a rank that throws aborts the group so no other
-// rank waits forever.
+// rank waits forever (a rank waiting in a collective, or reaching one later,
+// stops there). With tp_size > 1 the rethrown error names the rank: its message
+// starts "TP rank r of n: " and it keeps its type (error.h; any other
+// std::exception is rethrown as an Error).
 void run_thread_group(int tp_size, const std::function<void(Communicator&)>& fn);
 
 }  // namespace sparkdraft

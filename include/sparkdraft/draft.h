@@ -30,7 +30,7 @@ namespace sparkdraft {
 // Upper bounds of DraftOptions (validate_options refuses more).
 constexpr int kMaxThreads = 1024;  // CPU worker threads
 constexpr int kMaxReqs = 1 << 16;  // rows per propose call
-constexpr int kMaxTp = 1024;       // vocab-parallel ranks
+constexpr int kMaxTp = 1024;       // TP ranks
 
 struct DraftOptions {
   int max_reqs = 8;            // rows per propose call
@@ -38,8 +38,13 @@ struct DraftOptions {
   int page_size = 16;          // positions per page
   int max_pages_per_req = 64;  // block table row width
   int cache_slots = 8;         // rows of the draft-logits cache
-  int tp = 1;                  // vocab-parallel ranks of the Markov loop
-  int threads = 0;             // CPU worker threads (0 = hardware concurrency)
+  // TP ranks (SPEC section 6). The CPU backend runs them as threads: lm_head and the
+  // Markov loop shard the vocabulary, and the layers shard too (heads, intermediate
+  // columns, canonical K slices, KV heads) where the config splits over tp ranks,
+  // else they stay replicated (cpu_plan says which and why); the bits are TP 1's
+  // either way. The CUDA backend drafts at tp 1.
+  int tp = 1;
+  int threads = 0;  // CPU worker threads (0 = hardware concurrency)
   int64_t max_positions() const { return static_cast<int64_t>(max_pages_per_req) * page_size; }
 };
 

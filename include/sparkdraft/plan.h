@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sparkdraft/config.h"
+
 namespace sparkdraft {
 
 struct PlanPart {
@@ -30,7 +32,9 @@ struct StepPlan {
   std::string text() const;
 };
 
-// The CPU backend's plan: every part eager, on the reference ops.
-StepPlan cpu_plan(int tp);
+// The CPU backend's plan at `tp` thread ranks (DraftOptions::tp): every part
+// eager, on the reference ops; the "layers" part says whether the layers shard
+// over the ranks (SPEC section 6) or stay replicated, and why.
+StepPlan cpu_plan(const ModelConfig& config, int tp);
 
 }  // namespace sparkdraft

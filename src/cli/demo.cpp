@@ -34,7 +34,9 @@ Command add_demo(CLI::App& app) {
   add_bounded(sub, "--requests", opts->requests, "Number of requests (rows)", 1, 256);
   add_bounded(sub, "--rounds", opts->rounds, "Drafting rounds", 1, 1000);
   add_seed(sub, opts->seed, "Scenario seed (prompts, hidden states, sampling seeds)");
-  sub->add_option("--tp", opts->tp, "Vocab-parallel ranks of the Markov loop (power of two)")
+  sub->add_option(
+         "--tp", opts->tp,
+         "TP thread ranks (power of two): the vocabulary, and the layers where the config splits")
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
   sub->add_option("--threads", opts->threads,

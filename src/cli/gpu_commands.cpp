@@ -135,13 +135,15 @@ Command add_plan(CLI::App& app) {
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
   add_bounded(sub, "--max-reqs", opts->max_reqs, "Rows per call", 1, kMaxReqs);
-  add_bounded(sub, "--tp", opts->tp, "Vocab-parallel ranks (cpu backend)", 1, kMaxTp);
+  add_bounded(sub, "--tp", opts->tp,
+              "TP thread ranks (cpu backend: the vocabulary, and the layers where they split)", 1,
+              kMaxTp);
   return {
       sub, [opts]() -> int {
         TinyCheckpoint tiny;
         auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
         if (opts->backend == "cpu") {
-          std::printf("%s", cpu_plan(opts->tp).text().c_str());
+          std::printf("%s", cpu_plan(ckpt->config(), opts->tp).text().c_str());
           return 0;
         }
 #if defined(SPARKDRAFT_HAVE_CUDA)

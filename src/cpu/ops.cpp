@@ -291,25 +291,37 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
 }
 
 // ---- gemm ---------------------------------------------------------------------------
+void gemm_slices_f32(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride, int M, int N,
+                     int K, float* out, int64_t out_stride, int k_slices, int threads) {
+  ops::check_gemm_args("gemm_slices_f32", x, x_stride, w, M, N, K, out, out_stride, k_slices);
+  require(w_stride >= K, "gemm_slices_f32", "needs w_stride >= K");
+  if (M == 0 || N == 0) return;
+  // part[m][s][n]: slice s's chain of (x[m], w[n]); one mma_gemm_rows per slice.
+  const int S = k_slices, len = K / S;
+  const int64_t part_stride = static_cast<int64_t>(S) * N;
+  std::vector<float> part(static_cast<size_t>(M) * static_cast<size_t>(part_stride));
+  for (int s = 0; s < S; ++s)
+    mma_gemm_rows(w + static_cast<int64_t>(s) * len, w_stride, N, x + static_cast<int64_t>(s) * len,
+                  x_stride, M, len, part.data() + static_cast<int64_t>(s) * N, part_stride,
+                  threads);
+  for (int m = 0; m < M; ++m) {
+    const float* row = part.data() + m * part_stride;
+    for (int n = 0; n < N; ++n) {
+      float p[ops::kGemmMaxKSlices];
+      for (int s = 0; s < S; ++s) p[s] = row[static_cast<int64_t>(s) * N + n];
+      out[m * out_stride + n] = canonical_tree_sum(p, S);
+    }
+  }
+}
+
 void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
           int64_t y_stride, int k_slices, int threads) {
   ops::check_gemm_args("gemm", x, x_stride, w, M, N, K, y, y_stride, k_slices);
   if (M == 0 || N == 0) return;
-  // out[m][s][n]: slice s's chain of (x[m], w[n]); one mma_gemm_rows per slice.
-  const int S = k_slices, len = K / S;
-  const int64_t out_stride = static_cast<int64_t>(S) * N;
-  std::vector<float> out(static_cast<size_t>(M) * static_cast<size_t>(out_stride));
-  for (int s = 0; s < S; ++s)
-    mma_gemm_rows(w + static_cast<int64_t>(s) * len, K, N, x + static_cast<int64_t>(s) * len,
-                  x_stride, M, len, out.data() + static_cast<int64_t>(s) * N, out_stride, threads);
-  for (int m = 0; m < M; ++m) {
-    const float* row = out.data() + m * out_stride;
-    for (int n = 0; n < N; ++n) {
-      float p[ops::kGemmMaxKSlices];
-      for (int s = 0; s < S; ++s) p[s] = row[static_cast<int64_t>(s) * N + n];
-      y[m * y_stride + n] = to_bf16(canonical_tree_sum(p, S));
-    }
-  }
+  std::vector<float> sum(static_cast<size_t>(M) * N);
+  gemm_slices_f32(x, x_stride, w, K, M, N, K, sum.data(), N, k_slices, threads);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) y[m * y_stride + n] = to_bf16(sum[static_cast<size_t>(m) * N + n]);
 }
 
 // ---- Markov head, step logits, sampling -----------------------------------------------

@@ -1,12 +1,20 @@
 // The whole draft job on the CPU backend (SPEC section 1): the step of
-// runtime/step.h over the reference ops of cpu/ops.h (every part eager), on the
-// packed weights both backends share (runtime/packed_weights.h): the reference the
-// CUDA eager path is held to, and the embedded default on a machine without a GPU.
+// runtime/step.h over the reference ops of cpu/ops.h (every part eager,
+// runtime/cpu_ops.h), on the packed weights both backends share
+// (runtime/packed_weights.h): the reference the CUDA eager path is held to, and
+// the embedded default on a machine without a GPU.
 //
-// Tensor parallelism here shards only the vocabulary (lm_head and Markov w2):
-// the layers stay replicated, so the backbone runs once and its output feeds
-// every rank's slice; the Markov loop runs on ranks as threads (comm.h) with one
-// packet all-gather per step and the cache all-gather after the loop.
+// Tensor parallelism (DraftOptions::tp, SPEC section 6): ranks are threads of
+// run_thread_group (comm.h). Where the config splits (runtime/layer_shard.h) the
+// layers shard too: each rank holds its heads' QKV(+gate) rows, its gate_up
+// columns, its K columns of o_proj and down_proj and its KV heads of every KV
+// cache, runs the context chain and the backbone on them (o_proj and down_proj
+// complete the canonical slice tree with all_reduce_sum), then its vocabulary
+// shard of lm_head and the Markov loop, all in one thread group. Where it does
+// not, the layers are replicated: the backbone runs once and its output feeds
+// every rank's vocabulary shard. Either way the bits are TP 1's.
+#include "runtime/cpu_draft.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -15,6 +23,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/layer_shard.h"
 #include "runtime/markov_loop.h"
 #include "runtime/packed_weights.h"
 #include "runtime/step.h"
@@ -31,85 +40,128 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The CPU op table: the reference ops on host buffers (the matrix products on the
-// tensor-core twin), stage clocks for the timings.
-class CpuOps final : public StepOps {
- public:
-  explicit CpuOps(int threads) : th_(threads) {}
-  Clock::time_point marks[3];
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
-  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys,
-            int k_slices) override {
-    cpu::gemm(x, xs, w, M, N, K, y, ys, k_slices, th_);
-  }
-  void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* weight, NormGain gain,
-                float eps, bf16* y, int64_t ys) override {
-    cpu::rms_norm(x, xs, rows, n, weight, gain, eps, y, ys, th_);
-  }
-  void head_rms_norm(bf16* x, int64_t ts, int tokens, int heads, int hd, const bf16* weight,
-                     NormGain gain, float eps) override {
-    cpu::head_rms_norm(x, ts, tokens, heads, hd, weight, gain, eps, th_);
-  }
-  void rope(bf16* x, int64_t xs, int tokens, int heads, int hd, const int64_t* positions,
-            const float* table, RopeStyle style) override {
-    cpu::rope(x, xs, tokens, heads, hd, positions, table, style, th_);
-  }
-  void kv_insert(const bf16* k, int64_t ks, const bf16* v, int64_t vs, int tokens, int kv_heads,
-                 int hd, const int64_t* slots, bf16* cache) override {
-    cpu::kv_insert(k, ks, v, vs, tokens, kv_heads, hd, slots, cache);
-  }
-  void prepare_query_block(const ops::QueryBlockParams& p) override { cpu::prepare_query_block(p); }
-  void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) override {
-    cpu::embed(ids, rows, table, hidden, out);
-  }
-  void widen(const bf16* x, int64_t n, float* out) override { cpu::widen(x, n, out); }
-  void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
-                 bf16* out) override {
-    cpu::attention(p, q, cache, out, th_);
-  }
-  void o_norm_gate(bf16* o, int tokens, int heads, int hd, const bf16* o_norm_weight, bool o_norm,
-                   NormGain gain, float eps, const bf16* g, int64_t g_stride) override {
-    cpu::o_norm_gate(o, tokens, heads, hd, o_norm_weight, o_norm, gain, eps, g, g_stride, th_);
-  }
-  void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
-                         bf16* next) override {
-    cpu::residual_boundary(p, branch, residual, next, th_);
-  }
-  void silu_mul(const bf16* gu, int rows, int inter, bf16* y) override {
-    cpu::silu_mul(gu, rows, inter, y, th_);
-  }
-  void gate_up_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int rows, int inter, int K,
-                      bf16* gu, bf16* y) override {
-    eager_gate_up_swiglu(*this, x, x_stride, w, rows, inter, K, gu, y);
-  }
-  void qkv_front(const ops::QkvFrontParams& p) override { eager_qkv_front(*this, p); }
-  void embed_norm(const ops::EmbedNormParams& p) override { eager_embed_norm(*this, p); }
-  void mark(int stage) override { marks[stage] = Clock::now(); }
-
- private:
-  int th_;
+// One layer rank's part of the model: its step, its packed weights, its KV caches.
+struct LayerRank {
+  DraftStep step;
+  PackedWeights packed;
+  std::vector<std::vector<bf16>> kv;  // [layer][slots * kv_heads/t * 2 * hd]
+  StepWeights sw;
+  std::vector<bf16> hidden;  // the last propose's final hidden states
 };
 
-class CpuDraft final : public DraftBackend {
+class CpuDraft final : public CpuDraftBackend {
  public:
-  CpuDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options)
-      : ckpt_(std::move(ckpt)),
-        c_(ckpt_->config()),
-        o_(options),
-        w_(ckpt_->weights()),
-        step_(c_, o_) {
+  CpuDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
+           CpuOpsFactory make_ops)
+      : ckpt_(std::move(ckpt)), c_(ckpt_->config()), o_(options), w_(ckpt_->weights()) {
     c_.validate();
     validate_options(c_, o_);
     if (o_.threads <= 0) o_.threads = std::max(1u, std::thread::hardware_concurrency());
     if (ckpt_->nonfinite_scan_pending()) ckpt_->scan_nonfinite_on_host(o_.threads);
     if (c_.markov_rank <= 0)
       throw ConfigError("the CPU backend needs a Markov head (markov_rank > 0)");
-    packed_ = PackedWeights::pack(c_, w_);
-    const size_t per_layer =
-        static_cast<size_t>(o_.num_pages) * o_.page_size * c_.num_kv_heads * 2 * c_.head_dim;
+    make_ops_ = make_ops ? std::move(make_ops) : [](int threads, Communicator* comm) {
+      return std::make_unique<CpuOps>(threads, comm);
+    };
+    layer_tp_ = sparkdraft::layer_tp_size(c_, o_.tp);
+    plan_ = cpu_plan(c_, o_.tp);
     try {
-      kv_.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
       rope_.resize(static_cast<size_t>(o_.max_positions()) * c_.head_dim);
+    } catch (const std::bad_alloc&) {
+      throw InvalidArgument("DraftOptions: the RoPE table for " +
+                            std::to_string(o_.max_positions()) + " positions cannot be allocated");
+    }
+    cpu::rope_table(c_.rope_theta, c_.head_dim, o_.max_positions(), rope_.data());
+    transform_ = ops::LogitTransform::from_config(c_);
+    ranks_.reserve(static_cast<size_t>(layer_tp_));  // sw points into each rank's vectors
+    for (int r = 0; r < layer_tp_; ++r) ranks_.push_back(make_rank(LayerShard{r, layer_tp_}));
+  }
+
+  std::string name() const override { return "cpu"; }
+  const ModelConfig& config() const override { return c_; }
+  const DraftOptions& options() const override { return o_; }
+  StageTimings last_timings() const override { return t_; }
+  const StepPlan& plan() const override { return plan_; }
+  int layer_tp_size() const override { return layer_tp_; }
+
+  // The TP 1 layout [slots, kv_heads, 2 * hd], each slot's heads gathered from the
+  // ranks in rank order (rank r holds heads [r*Hkv/t, (r+1)*Hkv/t)).
+  std::vector<bf16> kv_cache(int layer) const override {
+    if (layer < 0 || layer >= c_.num_layers)
+      throw InvalidArgument("kv_cache: layer " + std::to_string(layer) + " of " +
+                            std::to_string(c_.num_layers));
+    if (layer_tp_ == 1) return ranks_[0].kv[static_cast<size_t>(layer)];
+    const size_t shard = static_cast<size_t>(c_.num_kv_heads / layer_tp_) * 2 * c_.head_dim;
+    const size_t slots = ranks_[0].kv[static_cast<size_t>(layer)].size() / shard;
+    std::vector<bf16> full(slots * shard * layer_tp_);
+    for (size_t s = 0; s < slots; ++s)
+      for (int r = 0; r < layer_tp_; ++r)
+        std::memcpy(&full[(s * layer_tp_ + r) * shard],
+                    &ranks_[static_cast<size_t>(r)].kv[static_cast<size_t>(layer)][s * shard],
+                    shard * sizeof(bf16));
+    return full;
+  }
+  std::vector<bf16> kv_cache_shard(int tp_rank, int layer) const override {
+    return rank(tp_rank).kv.at(static_cast<size_t>(layer));
+  }
+  std::vector<bf16> last_hidden(int tp_rank) const override { return rank(tp_rank).hidden; }
+
+  void store_context(const ContextBatch& b) override {
+    validate_context(c_, o_, b);
+    const auto t0 = Clock::now();
+    if (b.num_tokens == 0) return;
+    if (layer_tp_ == 1) {
+      context_tp_rank(ranks_[0], nullptr, b, o_.threads);
+    } else {
+      run_thread_group(layer_tp_, [&](Communicator& comm) {
+        context_tp_rank(ranks_[static_cast<size_t>(comm.tp_rank())], &comm, b, rank_threads());
+      });
+    }
+    t_.context_ms = ms_since(t0);
+  }
+
+  void propose(const ProposeBatch& b, const ProposeOutputs& out) override {
+    validate_propose(c_, o_, b);
+    if (!out.draft_tokens || !out.draft_logits)
+      throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
+    const MarkovRows rows = markov_rows(b, c_.block_size);
+    MarkovInputs in{&c_, &w_, &transform_, &rows, o_.cache_slots, o_.threads};
+    if (layer_tp_ == 1) {
+      // Replicated layers: the backbone once, then the vocabulary over o_.tp ranks.
+      block_tp_rank(ranks_[0], nullptr, b, o_.threads);
+      run_vocab_parallel_markov(in, o_.tp, ranks_[0].hidden.data(), out, &t_.lm_head_ms,
+                                &t_.markov_ms);
+      return;
+    }
+    // Sharded layers: each rank runs its layer shard and then its vocabulary shard.
+    in.threads = rank_threads();
+    run_thread_group(layer_tp_, [&](Communicator& comm) {
+      LayerRank& lr = ranks_[static_cast<size_t>(comm.tp_rank())];
+      block_tp_rank(lr, &comm, b, rank_threads());
+      run_markov_tp_rank(in, &comm, lr.hidden.data(), out, &t_.lm_head_ms, &t_.markov_ms);
+    });
+  }
+
+ private:
+  int rank_threads() const { return std::max(1, o_.threads / layer_tp_); }
+
+  const LayerRank& rank(int tp_rank) const {
+    if (tp_rank < 0 || tp_rank >= layer_tp_)
+      throw InvalidArgument("CPU backend: layer rank " + std::to_string(tp_rank) + " of " +
+                            std::to_string(layer_tp_));
+    return ranks_[static_cast<size_t>(tp_rank)];
+  }
+
+  LayerRank make_rank(const LayerShard& shard) {
+    LayerRank lr{DraftStep(c_, o_, shard), PackedWeights::pack(c_, w_, shard), {}, {}, {}};
+    const size_t per_layer =
+        static_cast<size_t>(o_.num_pages) * o_.page_size * shard.kv_heads(c_) * 2 * c_.head_dim;
+    try {
+      lr.kv.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
     } catch (const std::bad_alloc&) {
       throw InvalidArgument("DraftOptions: the KV cache (" + std::to_string(c_.num_layers) +
                             " layers x " + std::to_string(per_layer * sizeof(bf16)) +
@@ -121,21 +173,26 @@ class CpuDraft final : public DraftBackend {
                             " elements per layer for num_pages " + std::to_string(o_.num_pages) +
                             ", page_size " + std::to_string(o_.page_size) + ") is too large");
     }
-    cpu::rope_table(c_.rope_theta, c_.head_dim, o_.max_positions(), rope_.data());
-    transform_ = ops::LogitTransform::from_config(c_);
-    sw_.embed = w_.embed;
-    sw_.fc = w_.fc;
-    sw_.hidden_norm = w_.hidden_norm;
-    sw_.final_norm = w_.final_norm;
-    sw_.context_kv = packed_.context_kv.data();
-    sw_.rope = rope_.data();
+    StepWeights& sw = lr.sw;
+    sw.embed = w_.embed;
+    sw.fc = w_.fc;
+    sw.hidden_norm = w_.hidden_norm;
+    sw.final_norm = w_.final_norm;
+    sw.context_kv = lr.packed.context_kv.data();
+    sw.rope = rope_.data();
+    // o_proj and down_proj: the rank's K columns of the full matrices, in place.
+    const int64_t q = c_.q_size(), I = c_.intermediate_size;
+    const int64_t q0 = static_cast<int64_t>(shard.tp_rank) * shard.heads(c_) * c_.head_dim;
+    const int64_t i0 = static_cast<int64_t>(shard.tp_rank) * shard.intermediate(c_);
     for (int l = 0; l < c_.num_layers; ++l) {
       const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
       StepLayer s;
-      s.qkv = packed_.qkv[static_cast<size_t>(l)].data();
-      s.gate_up = packed_.gate_up[static_cast<size_t>(l)].data();
-      s.o_proj = lw.o_proj;
-      s.down_proj = lw.down_proj;
+      s.qkv = lr.packed.qkv[static_cast<size_t>(l)].data();
+      s.gate_up = lr.packed.gate_up[static_cast<size_t>(l)].data();
+      s.o_proj = lw.o_proj + q0;
+      s.o_proj_stride = q;
+      s.down_proj = lw.down_proj + i0;
+      s.down_proj_stride = I;
       s.input_norm = lw.input_norm;
       s.post_attn_norm = lw.post_attn_norm;
       s.pre_ffn_norm = lw.pre_ffn_norm;
@@ -147,79 +204,69 @@ class CpuDraft final : public DraftBackend {
       s.attn_beta = lw.attn_beta;
       s.mlp_alpha = lw.mlp_alpha;
       s.mlp_beta = lw.mlp_beta;
-      s.kv_cache = kv_[static_cast<size_t>(l)].data();
-      sw_.layers.push_back(s);
+      s.kv_cache = lr.kv[static_cast<size_t>(l)].data();
+      sw.layers.push_back(s);
     }
+    return lr;
   }
 
-  std::string name() const override { return "cpu"; }
-  const ModelConfig& config() const override { return c_; }
-  const DraftOptions& options() const override { return o_; }
-  StageTimings last_timings() const override { return t_; }
-  std::vector<bf16> kv_cache(int layer) const override { return kv_.at(layer); }
-  const StepPlan& plan() const override { return plan_; }
-
-  void store_context(const ContextBatch& b) override {
-    validate_context(c_, o_, b);
-    const auto t0 = Clock::now();
-    if (b.num_tokens == 0) return;
-    const ContextSizes n = step_.context_sizes(b.num_tokens);
+  void context_tp_rank(LayerRank& lr, Communicator* comm, const ContextBatch& b, int threads) {
+    const ContextSizes n = lr.step.context_sizes(b.num_tokens);
     std::vector<bf16> h(n.h), normed(n.normed), layer_in(n.layer_in), kv(n.kv);
-    CpuOps ops(o_.threads);
-    step_.context_chain(ops, sw_,
-                        ContextBuffers{h.data(), normed.data(), layer_in.data(), kv.data()},
-                        b.num_tokens, b.hidden, b.positions, b.slots);
-    t_.context_ms = ms_since(t0);
+    std::unique_ptr<CpuOps> ops = make_ops_(threads, comm);
+    lr.step.context_chain(*ops, lr.sw,
+                          ContextBuffers{h.data(), normed.data(), layer_in.data(), kv.data()},
+                          b.num_tokens, b.hidden, b.positions, b.slots);
   }
 
-  void propose(const ProposeBatch& b, const ProposeOutputs& out) override {
-    validate_propose(c_, o_, b);
-    if (!out.draft_tokens || !out.draft_logits)
-      throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
+  // The query block and the backbone of one layer rank; leaves the final hidden
+  // states in lr.hidden. Rank 0 (or the only run) records the timings.
+  void block_tp_rank(LayerRank& lr, Communicator* comm, const ProposeBatch& b, int threads) {
     const int R = b.num_rows, T = R * c_.block_size;
-    const BlockSizes n = step_.block_sizes(T);
+    const BlockSizes n = lr.step.block_sizes(T);
     std::vector<int64_t> ids(n.per_token), positions(n.per_token), slots(n.per_token);
     std::vector<int32_t> token_request(n.per_token);
     std::vector<int64_t> kv_lens(static_cast<size_t>(R)), safe_anchor(static_cast<size_t>(R)),
         safe_position(static_cast<size_t>(R));
-    std::vector<bf16> x(n.x), h(n.h), qkv(n.qkv), attn(n.attn), branch(n.branch), gu(n.gu),
-        act(n.act);
+    std::vector<bf16> x(n.x), qkv(n.qkv), attn(n.attn), branch(n.branch), gu(n.gu), act(n.act);
+    lr.hidden.assign(n.h, bf16{0});
     std::vector<float> residual_f32(n.residual_f32);
-    BlockBuffers buf{ids.data(),     positions.data(),   slots.data(),         token_request.data(),
-                     kv_lens.data(), safe_anchor.data(), safe_position.data(), x.data(),
-                     h.data(),       qkv.data(),         attn.data(),          branch.data(),
-                     gu.data(),      act.data(),         residual_f32.data()};
-    CpuOps ops(o_.threads);
-    step_.block(ops, sw_, buf, b);
-    t_.embed_ms = std::chrono::duration<double, std::milli>(ops.marks[1] - ops.marks[0]).count();
-    t_.backbone_ms = std::chrono::duration<double, std::milli>(ops.marks[2] - ops.marks[1]).count();
-
-    const MarkovRows rows = markov_rows(b, c_.block_size);
-    MarkovInputs in{&c_, &w_, &transform_, &rows, o_.cache_slots, o_.threads};
-    run_vocab_parallel_markov(in, o_.tp, h.data(), out, &t_.lm_head_ms, &t_.markov_ms);
+    BlockBuffers buf{
+        ids.data(),       positions.data(),   slots.data(),         token_request.data(),
+        kv_lens.data(),   safe_anchor.data(), safe_position.data(), x.data(),
+        lr.hidden.data(), qkv.data(),         attn.data(),          branch.data(),
+        gu.data(),        act.data(),         residual_f32.data()};
+    std::unique_ptr<CpuOps> ops = make_ops_(threads, comm);
+    lr.step.block(*ops, lr.sw, buf, b);
+    if (comm && comm->tp_rank() != 0) return;
+    t_.embed_ms = ms_between(ops->marks[0], ops->marks[1]);
+    t_.backbone_ms = ms_between(ops->marks[1], ops->marks[2]);
   }
 
- private:
   std::shared_ptr<const Checkpoint> ckpt_;
   ModelConfig c_;
   DraftOptions o_;
   const DraftWeights& w_;
-  DraftStep step_;
-  PackedWeights packed_;
-  std::vector<std::vector<bf16>> kv_;
+  CpuOpsFactory make_ops_;
+  int layer_tp_ = 1;
   std::vector<float> rope_;
-  StepWeights sw_;
+  std::vector<LayerRank> ranks_;
   ops::LogitTransform transform_;
   StageTimings t_;
-  StepPlan plan_ = cpu_plan(o_.tp);
+  StepPlan plan_;
 };
 
 }  // namespace
 
+std::unique_ptr<CpuDraftBackend> make_cpu_draft(std::shared_ptr<const Checkpoint> ckpt,
+                                                const DraftOptions& options, CpuOpsFactory ops) {
+  if (!ckpt) throw InvalidArgument("make_cpu_backend: no checkpoint");
+  return std::make_unique<CpuDraft>(std::move(ckpt), options, std::move(ops));
+}
+
 std::unique_ptr<DraftBackend> make_cpu_backend(std::shared_ptr<const Checkpoint> ckpt,
                                                const DraftOptions& options) {
-  if (!ckpt) throw InvalidArgument("make_cpu_backend: no checkpoint");
-  return std::make_unique<CpuDraft>(std::move(ckpt), options);
+  return make_cpu_draft(std::move(ckpt), options);
 }
 
 }  // namespace sparkdraft

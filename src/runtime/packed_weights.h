@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/layer_shard.h"
 #include "sparkdraft/checkpoint.h"
 
 namespace sparkdraft {
@@ -21,23 +22,32 @@ namespace sparkdraft {
 struct QkvLayout {
   int q = 0, g = 0, k = 0, v = 0, width = 0;  // column offsets in the QKV output and its width
   static QkvLayout of(const ModelConfig& c);
+  // The layout of a shard of `heads` query and `kv_heads` KV heads (runtime/layer_shard.h).
+  static QkvLayout of(const ModelConfig& c, int heads, int kv_heads);
 };
 
 // A packed matrix is its source tensors' rows one after another: these pieces, in
 // order. The host packing and the CUDA backend's device placement both follow them.
+// With a LayerShard the pieces are that rank's rows only (its heads' q, g, k and v
+// rows, its gate and up rows, its KV heads' context k and v rows), in the same
+// layout: the packed matrices of a model with the shard's heads and columns.
 struct PackPiece {
   const bf16* src;
   size_t count;  // elements
 };
-std::vector<PackPiece> qkv_pieces(const ModelConfig& c, const LayerWeights& lw);
-std::vector<PackPiece> gate_up_pieces(const ModelConfig& c, const LayerWeights& lw);
-std::vector<PackPiece> context_kv_pieces(const ModelConfig& c, const DraftWeights& w);
+std::vector<PackPiece> qkv_pieces(const ModelConfig& c, const LayerWeights& lw,
+                                  const LayerShard& shard = {});
+std::vector<PackPiece> gate_up_pieces(const ModelConfig& c, const LayerWeights& lw,
+                                      const LayerShard& shard = {});
+std::vector<PackPiece> context_kv_pieces(const ModelConfig& c, const DraftWeights& w,
+                                         const LayerShard& shard = {});
 
 struct PackedWeights {
   std::vector<std::vector<bf16>> qkv;      // [L][width * H]
   std::vector<std::vector<bf16>> gate_up;  // [L][2I * H]
   std::vector<bf16> context_kv;            // [L * 2 * kv * H]
-  static PackedWeights pack(const ModelConfig& c, const DraftWeights& w);
+  static PackedWeights pack(const ModelConfig& c, const DraftWeights& w,
+                            const LayerShard& shard = {});
 };
 
 }  // namespace sparkdraft

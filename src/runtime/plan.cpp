@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "runtime/layer_shard.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
@@ -23,14 +24,28 @@ std::string StepPlan::text() const {
   return os.str();
 }
 
-StepPlan cpu_plan(int tp) {
+StepPlan cpu_plan(const ModelConfig& c, int tp) {
+  const std::string ranks = std::to_string(tp) + " thread ranks";
+  const std::string why = layer_shard_refusal(c, tp);
+  const bool sharded = tp > 1 && why.empty();
+  PlanPart layers{"layers", sharded ? "sharded" : "replicated", ""};
+  if (sharded)
+    layers.reason = "over " + ranks +
+                    ": QKV and the KV caches by heads, gate_up by columns, o_proj and down_proj "
+                    "by canonical K slices with the slice tree completed by a tree all-reduce";
+  else if (tp > 1)
+    layers.reason = why + "; the vocabulary still shards";
+  else
+    layers.reason = "one rank";
   StepPlan plan;
   plan.backend = "cpu";
   plan.parts = {
-      {"context chain", "eager", "the reference ops of cpu/ops.h"},
+      {"context chain", "eager",
+       "the reference ops of cpu/ops.h" +
+           std::string(sharded ? "; K/V by KV heads over " + ranks : "")},
       {"backbone", "eager", "the reference ops; GEMMs as tensor-core chains on the CPU twin"},
-      {"lm_head", "eager",
-       tp > 1 ? "vocab-parallel over " + std::to_string(tp) + " thread ranks" : "one rank"},
+      layers,
+      {"lm_head", "eager", tp > 1 ? "vocab-parallel over " + ranks : "one rank"},
       {"markov loop", "eager",
        "bias as tensor-core chains on the CPU twin (core/mma.h)" +
            std::string(tp > 1 ? ", one packet all-gather per step over the thread ranks" : "")},

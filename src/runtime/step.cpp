@@ -3,23 +3,57 @@
 
 #include <algorithm>
 
+#include "sparkdraft/error.h"
 #include "sparkdraft/ops/gemm.h"
 
 namespace sparkdraft {
 
-DraftStep::DraftStep(const ModelConfig& c, const DraftOptions& o)
-    : c_(c), o_(o), qkv_(QkvLayout::of(c)) {}
+namespace {
+
+LayerShard checked(const ModelConfig& c, LayerShard shard) {
+  if (shard.tp_size < 1 || shard.tp_rank < 0 || shard.tp_rank >= shard.tp_size)
+    throw InvalidArgument("DraftStep: TP rank " + std::to_string(shard.tp_rank) + " of " +
+                          std::to_string(shard.tp_size) + " ranks");
+  const std::string why = layer_shard_refusal(c, shard.tp_size);
+  if (!why.empty())
+    throw InvalidArgument("DraftStep: the layers do not shard over " +
+                          std::to_string(shard.tp_size) + " ranks: " + why);
+  return shard;
+}
+
+}  // namespace
+
+void StepOps::gemm_all_reduce(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride,
+                              int M, int N, int K, bf16* y, int64_t y_stride, int k_slices) {
+  if (layer_tp_size() != 1 || w_stride != K)
+    throw InvalidArgument(
+        "gemm_all_reduce: this op table runs replicated layers (one rank, w_stride == K)");
+  gemm(x, x_stride, w, M, N, K, y, y_stride, k_slices);
+}
+
+DraftStep::DraftStep(const ModelConfig& c, const DraftOptions& o, LayerShard shard)
+    : c_(c),
+      o_(o),
+      shard_(checked(c, shard)),
+      heads_(shard_.heads(c)),
+      kv_heads_(shard_.kv_heads(c)),
+      inter_(shard_.intermediate(c)),
+      q_(heads_ * c.head_dim),
+      kv_(kv_heads_ * c.head_dim),
+      o_slices_(shard_.o_slices(c)),
+      down_slices_(shard_.down_slices(c)),
+      qkv_(QkvLayout::of(c, heads_, kv_heads_)) {}
 
 ContextSizes DraftStep::context_sizes(int tokens) const {
-  const size_t t = static_cast<size_t>(tokens), H = c_.hidden_size, kv = c_.kv_size();
+  const size_t t = static_cast<size_t>(tokens), H = c_.hidden_size, kv = kv_;
   const size_t width = c_.context_layer_norm ? 2 * kv : c_.num_layers * 2 * kv;
   return {t * H, t * H, c_.context_layer_norm ? t * H : 0, t * width};
 }
 
 BlockSizes DraftStep::block_sizes(int tokens) const {
-  const size_t t = static_cast<size_t>(tokens), H = c_.hidden_size, I = c_.intermediate_size;
+  const size_t t = static_cast<size_t>(tokens), H = c_.hidden_size, I = inter_;
   const bool f32 = c_.stream_dtype == StreamDType::f32;
-  return {t,     t * H,     t * H, t * qkv_.width, t * c_.q_size(),
+  return {t,     t * H,     t * H, t * qkv_.width, t * static_cast<size_t>(q_),
           t * H, t * 2 * I, t * I, f32 ? t * H : 0};
 }
 
@@ -59,14 +93,14 @@ ops::QkvFrontParams DraftStep::front_params(const StepWeights& w, int first, int
                                             const int64_t* positions, const int64_t* slots) const {
   ops::QkvFrontParams p;
   p.tokens = tokens;
-  p.kv_heads = c_.num_kv_heads;
+  p.kv_heads = kv_heads_;
   p.head_dim = c_.head_dim;
   p.token_stride = stride;
   p.layers = layers;
   for (int i = 0; i < layers; ++i) {
     const StepLayer& lw = w.layers[static_cast<size_t>(first + i)];
     bf16* ki = k + static_cast<int64_t>(i) * layer_step;
-    p.layer[i] = {ki, ki + c_.kv_size(), lw.k_norm, lw.kv_cache};
+    p.layer[i] = {ki, ki + kv_, lw.k_norm, lw.kv_cache};
   }
   p.qk_norm = c_.qk_norm;
   p.v_norm = c_.v_norm;
@@ -83,7 +117,7 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
                               int tokens, const bf16* hidden, const int64_t* positions,
                               const int64_t* slots) const {
   if (tokens == 0) return;
-  const int T = tokens, H = c_.hidden_size, kv = c_.kv_size(), L = c_.num_layers;
+  const int T = tokens, H = c_.hidden_size, kv = kv_, L = c_.num_layers;
   const int in_width = c_.taps() * c_.target_hidden_size;
   ops.gemm(hidden, in_width, w.fc, T, H, in_width, buf.h, H, 1);
   ops.rms_norm(buf.h, H, T, H, w.hidden_norm, c_.norm_gain, c_.rms_norm_eps, buf.normed, H);
@@ -133,8 +167,8 @@ ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int3
   ops::AttentionParams ap;
   ap.tokens = rows * c_.block_size;
   ap.requests = rows;
-  ap.heads = c_.num_heads;
-  ap.kv_heads = c_.num_kv_heads;
+  ap.heads = heads_;
+  ap.kv_heads = kv_heads_;
   ap.head_dim = c_.head_dim;
   ap.page_size = o_.page_size;
   ap.max_pages = o_.max_pages_per_req;
@@ -152,8 +186,11 @@ ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int3
 void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
                       const ProposeBatch& b) const {
   const int R = b.num_rows, N = c_.block_size, T = R * N, H = c_.hidden_size;
-  const int I = c_.intermediate_size, hd = c_.head_dim, L = c_.num_layers;
-  const int W = qkv_.width, q = c_.q_size();
+  const int I = inter_, hd = c_.head_dim, L = c_.num_layers;
+  const int W = qkv_.width, q = q_;
+  if (ops.layer_tp_size() != shard_.tp_size)
+    throw InvalidArgument("DraftStep: a step of " + std::to_string(shard_.tp_size) +
+                          " layer ranks on an op table of " + std::to_string(ops.layer_tp_size()));
   ops.mark(0);
 
   // The query block: anchor then N-1 mask tokens at positions a .. a+N-1.
@@ -192,9 +229,6 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
   void* residual = f32 ? static_cast<void*>(buf.residual_f32) : static_cast<void*>(buf.x);
 
   const bool sandwich = c_.layer_style == LayerStyle::sandwich;
-  // o_proj and down_proj: the canonical K slices at every TP size (SPEC section 6).
-  const int o_slices = sparkdraft::ops::canonical_k_slices(q);
-  const int down_slices = sparkdraft::ops::canonical_k_slices(I);
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
     // Attention: QKV(+gate) GEMM, QK-norm, RoPE, KV insert, attention, o-norm/gate, o_proj.
@@ -202,20 +236,24 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     bf16* qh = buf.qkv + qkv_.q;
     ops::QkvFrontParams fp =
         front_params(w, l, 1, buf.qkv + qkv_.k, 0, W, T, buf.positions, buf.slots);
-    fp.heads = c_.num_heads;
+    fp.heads = heads_;
     fp.q = qh;
     fp.q_norm = lw.q_norm;
     ops.qkv_front(fp);
     ops.attention(attention_params(R, l, b.block_tables, buf), qh, lw.kv_cache, buf.attn);
     if (c_.o_norm || c_.output_gate)
-      ops.o_norm_gate(buf.attn, T, c_.num_heads, hd, lw.o_norm, c_.o_norm, c_.o_norm_gain(),
+      ops.o_norm_gate(buf.attn, T, heads_, hd, lw.o_norm, c_.o_norm, c_.o_norm_gain(),
                       c_.rms_norm_eps, c_.output_gate ? buf.qkv + qkv_.g : nullptr, W);
-    ops.gemm(buf.attn, q, lw.o_proj, T, H, q, buf.branch, H, o_slices);
+    // o_proj and down_proj: this rank's canonical K slices, the tree completed over
+    // the ranks (SPEC section 6), one bf16 rounding; the boundary on every rank.
+    ops.gemm_all_reduce(buf.attn, q, lw.o_proj, lw.o_proj_stride ? lw.o_proj_stride : q, T, H, q,
+                        buf.branch, H, o_slices_);
     boundary(ops, buf.branch, residual, buf.h, T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,
              sandwich ? lw.pre_ffn_norm : lw.post_attn_norm);
     // SwiGLU MLP.
     ops.gate_up_swiglu(buf.h, H, lw.gate_up, T, I, H, buf.gu, buf.act);
-    ops.gemm(buf.act, I, lw.down_proj, T, H, I, buf.branch, H, down_slices);
+    ops.gemm_all_reduce(buf.act, I, lw.down_proj, lw.down_proj_stride ? lw.down_proj_stride : I, T,
+                        H, I, buf.branch, H, down_slices_);
     const bf16* next = l + 1 < L ? w.layers[static_cast<size_t>(l) + 1].input_norm : w.final_norm;
     boundary(ops, buf.branch, residual, buf.h, T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta,
              next);

@@ -6,12 +6,19 @@
 // (lm_head and the Markov loop) is the backend's: vocab-parallel thread ranks on
 // the CPU, the fused or eager loop on the GPU.
 //
+// Layer tensor parallelism (SPEC section 6, runtime/layer_shard.h): a DraftStep
+// built for a LayerShard runs one TP rank's heads, intermediate columns and KV
+// heads; o_proj and down_proj go through StepOps::gemm_all_reduce, whose op table
+// completes the canonical slice tree over the ranks. The same calls run at every
+// TP size, TP 1 (the whole model, the GPU backend) included.
+//
 // Read it top to bottom in step.cpp: one forward pass, one call per op.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "runtime/layer_shard.h"
 #include "runtime/packed_weights.h"
 #include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
@@ -33,6 +40,18 @@ class StepOps {
   // ops::canonical_k_slices(K); every other projection 1).
   virtual void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
                     int64_t y_stride, int k_slices) = 0;
+  // o_proj and down_proj (ops/gemm.h, SPEC section 6): y = bf16 of the canonical
+  // tree of every TP rank's K slices. The rank this op table runs holds `k_slices`
+  // consecutive canonical slices, its K columns: x [M, K] and w [N, K] (row stride
+  // w_stride) are those columns. A sharded op table (layer_tp_size() > 1) computes
+  // each slice's chain from +0, adds them in its subtree (fp32), completes the tree
+  // with Communicator::all_reduce_sum and rounds once. The default is the op table
+  // of replicated layers (one rank holds every slice, w_stride == K):
+  // gemm(x, x_stride, w, M, N, K, y, y_stride, k_slices), what the GPU runs.
+  virtual void gemm_all_reduce(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride,
+                               int M, int N, int K, bf16* y, int64_t y_stride, int k_slices);
+  // The TP ranks the layers are sharded over in this op table (1: replicated).
+  virtual int layer_tp_size() const { return 1; }
   virtual void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight,
                         NormGain gain, float eps, bf16* y, int64_t y_stride) = 0;
   virtual void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
@@ -80,7 +99,10 @@ struct StepLayer {
   const bf16 *q_norm = nullptr, *k_norm = nullptr, *o_norm = nullptr;
   const float *attn_alpha = nullptr, *attn_beta = nullptr, *mlp_alpha = nullptr,
               *mlp_beta = nullptr;
-  bf16* kv_cache = nullptr;  // [pages * page_size, kv_heads, 2 * head_dim]
+  // Row strides of o_proj and down_proj (0: the shard's K, a packed matrix); a
+  // rank's shard is its K columns of the full matrix (stride q_size / I).
+  int64_t o_proj_stride = 0, down_proj_stride = 0;
+  bf16* kv_cache = nullptr;  // [pages * page_size, kv_heads, 2 * head_dim], the shard's KV heads
 };
 struct StepWeights {
   const bf16 *embed = nullptr, *fc = nullptr, *hidden_norm = nullptr, *final_norm = nullptr;
@@ -89,7 +111,8 @@ struct StepWeights {
   std::vector<StepLayer> layers;
 };
 
-// Scratch of the context chain for T tokens (sizes in context_buffer_sizes).
+// The buffers hold one rank's shard where the step is sharded (qkv, attn, gu, act,
+// the context kv). Scratch of the context chain for T tokens (sizes in context_buffer_sizes).
 struct ContextBuffers {
   bf16 *h = nullptr, *normed = nullptr, *layer_in = nullptr, *kv = nullptr;
 };
@@ -113,7 +136,11 @@ struct BlockSizes {
 
 class DraftStep {
  public:
-  DraftStep(const ModelConfig& c, const DraftOptions& o);
+  // `shard`: the TP rank whose part of the layers this step runs (the default, TP
+  // 1: all of it). Refuses (InvalidArgument) a shard the config cannot split into
+  // (layer_shard_refusal).
+  DraftStep(const ModelConfig& c, const DraftOptions& o, LayerShard shard = {});
+  const LayerShard& shard() const { return shard_; }
   ContextSizes context_sizes(int tokens) const;
   BlockSizes block_sizes(int tokens) const;
 
@@ -146,6 +173,10 @@ class DraftStep {
 
   ModelConfig c_;
   DraftOptions o_;
+  LayerShard shard_;
+  // This shard's part: query heads, KV heads, intermediate columns, q and kv widths,
+  // canonical K slices of o_proj and down_proj, and its QKV(+gate) layout.
+  int heads_, kv_heads_, inter_, q_, kv_, o_slices_, down_slices_;
   QkvLayout qkv_;
 };
 

@@ -115,6 +115,62 @@ TEST(CpuGemm, CanonicalSlicesEqualTheLiteralTree) {
     }
 }
 
+// gemm_slices_f32 on a TP rank's K columns (slices [s0, s0 + n) of 8, w's rows of
+// the full K) is the fp32 subtree of the literal 8-slice tree, unrounded; the
+// subtrees of the ranks, added by the tree over ranks, are the whole tree.
+TEST(CpuGemm, SlicesF32OfASliceRangeIsItsSubtreeOfTheTree) {
+  const uint64_t seed = 0x5B7EE;
+  test::Gen gen(seed);
+  const int M = 5, N = 19, K = 8 * 48, len = K / 8;
+  const Problem p = make(gen, M, N, K, 3, 0, true);
+  std::vector<float> q(static_cast<size_t>(M) * N * 8);  // [m][n][slice]
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      for (int s = 0; s < 8; ++s)
+        q[(static_cast<size_t>(m) * N + n) * 8 + s] =
+            mma_chain(p.x.data() + m * p.x_stride + s * len,
+                      p.w.data() + static_cast<int64_t>(n) * K + s * len, len);
+  for (int t : {1, 2, 4, 8}) {
+    std::vector<std::vector<float>> sub(t);
+    for (int r = 0; r < t; ++r) {
+      const int s0 = 8 * r / t, n_slices = 8 / t;
+      sub[r].assign(static_cast<size_t>(M) * (N + 2), -7.0f);  // out_stride N + 2
+      cpu::gemm_slices_f32(p.x.data() + s0 * len, p.x_stride, p.w.data() + s0 * len, K, M, N,
+                           n_slices * len, sub[r].data(), N + 2, n_slices, 1 + r % 2);
+      std::vector<float> expected = sub[r];
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          const float* v = &q[(static_cast<size_t>(m) * N + n) * 8 + s0];
+          float e = v[0];
+          if (n_slices == 2) e = v[0] + v[1];
+          if (n_slices == 4) e = (v[0] + v[1]) + (v[2] + v[3]);
+          if (n_slices == 8) e = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+          expected[static_cast<size_t>(m) * (N + 2) + n] = e;
+        }
+      // Any NaN matches any NaN: fp32 adds of two NaNs keep one operand's bits.
+      EXPECT_TRUE(test::same_bits(sub[r], expected, {N + 2, true}))
+          << "seed " << seed << " tp " << t << " rank " << r;
+    }
+    // The tree over ranks of the subtrees, rounded: gemm with 8 slices.
+    std::vector<bf16> whole = p.y0, y(static_cast<size_t>(M) * p.y_stride);
+    cpu::gemm(p.x.data(), p.x_stride, p.w.data(), M, N, K, whole.data(), p.y_stride, 8);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        float r4[8];
+        for (int r = 0; r < t; ++r) r4[r] = sub[r][static_cast<size_t>(m) * (N + 2) + n];
+        float e = r4[0];
+        if (t == 2) e = r4[0] + r4[1];
+        if (t == 4) e = (r4[0] + r4[1]) + (r4[2] + r4[3]);
+        if (t == 8) e = ((r4[0] + r4[1]) + (r4[2] + r4[3])) + ((r4[4] + r4[5]) + (r4[6] + r4[7]));
+        EXPECT_EQ(to_bf16(e).bits, whole[m * p.y_stride + n].bits)
+            << "seed " << seed << " tp " << t << " m " << m << " n " << n;
+      }
+  }
+  std::vector<float> out(4);
+  EXPECT_THROW(cpu::gemm_slices_f32(p.x.data(), K, p.w.data(), K - 1, 1, 1, K, out.data(), 1, 8),
+               InvalidArgument);  // w_stride < K
+}
+
 // The slices are not a no-op: on the same data S = 8 and S = 1 differ somewhere
 // (one chain over K truncates differently from 8 chains and a tree).
 TEST(CpuGemm, SlicesChangeTheBits) {

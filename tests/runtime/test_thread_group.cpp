@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/bits.h"
+#include "common/errors.h"
 #include "common/random.h"
 #include "common/tree.h"
 #include "sparkdraft/comm.h"
@@ -155,6 +157,29 @@ TEST(ThreadGroup, AnErrorOnOneRankIsRethrownAndNobodyHangs) {
                                 }),
                InvalidArgument);
   EXPECT_THROW(run_thread_group(0, [](Communicator&) {}), InvalidArgument);
+}
+
+// The rethrown error names the rank that failed and keeps its type, also when the
+// others were waiting inside an all-reduce; one rank alone is not renamed.
+TEST(ThreadGroup, TheErrorNamesTheRankThatFailed) {
+  const std::string msg = test::error_of<ConfigError>([] {
+    run_thread_group(4, [](Communicator& comm) {
+      if (comm.tp_rank() == 3) throw ConfigError("bad shard");
+      float x = 1.0f;
+      comm.all_reduce_sum(&x, 1);
+    });
+  });
+  EXPECT_EQ(msg, "TP rank 3 of 4: bad shard");
+  const std::string other = test::error_of<Error>([] {
+    run_thread_group(2, [](Communicator& comm) {
+      if (comm.tp_rank() == 1) throw std::runtime_error("not ours");
+      comm.barrier();
+    });
+  });
+  EXPECT_EQ(other, "TP rank 1 of 2: not ours");
+  EXPECT_EQ(test::error_of<InvalidArgument>(
+                [] { run_thread_group(1, [](Communicator&) { throw InvalidArgument("alone"); }); }),
+            "alone");
 }
 
 }  // namespace

@@ -62,6 +62,14 @@ void silu_mul(const bf16* gu, int rows, int inter, bf16* y, int threads = 1);
 // canonical K slice, the slice tree, then bf16. Threads split the N rows.
 void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
           int64_t y_stride, int k_slices, int threads = 1);
+// The fp32 sum before gemm's rounding: out[m * out_stride + n] = the canonical tree
+// (core/reduce.h canonical_tree_sum) of the k_slices slice chains of x[m] and w[n]
+// over K, no bf16 rounding. w has row stride w_stride >= K. With K the columns of
+// canonical slices [s0, s0 + k_slices) of a longer K (a TP rank's K columns, SPEC
+// section 6: an aligned power-of-two range), this is that range's subtree of the
+// whole tree; gemm(k_slices) is bf16 of it. Same argument rules as gemm.
+void gemm_slices_f32(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride, int M, int N,
+                     int K, float* out, int64_t out_stride, int k_slices, int threads = 1);
 
 // ---- ops/attention.h ------------------------------------------------------------------
 // The header's definition (src/cpu/attention.cpp). Also refuses, naming the token,
