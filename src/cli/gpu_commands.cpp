@@ -15,6 +15,7 @@
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/tiny_checkpoint.h"
+#include "sparkdraft/check.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
@@ -84,37 +85,64 @@ int write_bench_json(const std::string& path, const nlohmann::json& all) {
 
 Command add_check(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, style;
-    int requests = 3, rounds = 3;
+    std::string checkpoint, style, backend = "cuda";
+    int requests = 3, rounds = 3, tp = 1;
     uint64_t seed = 1;
     bool allow_nonfinite = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "check",
-      "Bit-for-bit check of the exactness contract on the GPU: the CPU backend (every matrix "
-      "product, GEMMs, attention and the Markov bias, on its own tensor-core twin; nothing "
-      "borrowed from "
-      "the GPU) vs the GPU eager path vs the GPU fused path, on draft tokens, "
-      "the draft-logits cache and every KV cache, over a multi-round scenario. Exit 1 on any "
-      "difference, 4 without a GPU.");
+      "Bit-for-bit check of the exactness contract over a multi-round scenario, on draft "
+      "tokens, the draft-logits cache and every KV cache. --backend cuda (the default, needs a "
+      "GPU): the CPU backend (every matrix product, GEMMs, attention and the Markov bias, on its "
+      "own tensor-core twin; nothing borrowed from the GPU) vs the GPU eager path vs the GPU "
+      "fused path. --backend cpu --tp N (no GPU needed): the CPU backend at N thread ranks (the "
+      "layers sharded where the config splits, the vocabulary always) vs the CPU backend at TP "
+      "1. Exit 1 on any difference, 4 without a GPU for --backend cuda.");
   add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
   add_bounded(sub, "--requests", opts->requests, "Requests", 1, 64);
   add_bounded(sub, "--rounds", opts->rounds, "Rounds", 1, 100);
   add_seed(sub, opts->seed, "Scenario seed");
+  sub->add_option("--backend", opts->backend,
+                  "cuda: CPU vs GPU eager vs GPU fused; cpu: the CPU at --tp N vs TP 1")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
+  sub->add_option("--tp", opts->tp,
+                  "TP ranks: 1 with --backend cuda (the GPU drafts at TP 1); 2 or more with "
+                  "--backend cpu")
+      ->check(power_of_two(kMaxTp))
+      ->capture_default_str();
   return {sub, [opts]() -> int {
+            const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
+            if (opts->backend == "cpu") {
+              if (opts->tp < 2)
+                throw InvalidArgument(
+                    "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
+                    "1; give --tp 2, 4, 8, ...");
+              TinyCheckpoint tiny;
+              auto ckpt =
+                  load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+              const CheckReport report = check_tp_invariance(ckpt, s, opts->tp);
+              std::fputs(report.text().c_str(), stdout);
+              return report.ok() ? 0 : 1;
+            }
+            if (opts->tp != 1)
+              throw InvalidArgument("check --tp " + std::to_string(opts->tp) +
+                                    ": the GPU backend drafts at TP 1 (GPU tensor parallelism is "
+                                    "not built yet); --backend cpu --tp " +
+                                    std::to_string(opts->tp) + " checks the CPU backend's TP " +
+                                    std::to_string(opts->tp) + " against TP 1");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
             auto ckpt =
                 load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny, true);
-            const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
-            const cuda::CheckReport report = cuda::check_draft(ckpt, s);
+            const CheckReport report = cuda::check_draft(ckpt, s);
             std::fputs(report.text().c_str(), stdout);
             return report.ok() ? 0 : 1;
 #else
-            (void)opts;
-            no_cuda("check");
+            no_cuda("check --backend cuda (--backend cpu --tp N needs no GPU)");
 #endif
           }};
 }

@@ -82,6 +82,18 @@ TEST(Cli, DemoWithoutCheckpointMakesATinyOne) {
   EXPECT_NE(r.out.find("done: 3 requests x 3 rounds"), std::string::npos) << r.out;
 }
 
+// check --backend cpu --tp N needs no GPU: the CPU backend's TP N against TP 1.
+TEST(Cli, CheckCpuTpNAgainstTp1) {
+  Result r = run("check --backend cpu --tp 2 --rounds 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* needle : {"cpu tp 1 vs cpu tp 2", "comparisons bit for bit equal",
+                             "layers sharded", "made a tiny synthetic checkpoint"})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " missing from:\n" << r.out;
+  r = run("check --backend cpu --tp 8 --style muse --rounds 1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("layers replicated"), std::string::npos) << r.out;
+}
+
 TEST(Cli, BadInputFailsWithAMessage) {
   Result r = run("make-checkpoint --preset nope --out /tmp/sparkdraft-never");
   EXPECT_NE(r.rc, 0);

@@ -85,6 +85,10 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("", kExitUsage, {"subcommand"});
   expect_refused("demo --backend tpu", kExitUsage, {"tpu"});
   expect_refused("check --style gemma", kExitUsage, {"--style", "gemma"});
+  expect_refused("check --tp 3 --backend cpu", kExitUsage, {"tp 3"});
+  expect_refused("check --backend cpu", kExitUsage, {"--backend cpu", "--tp N (2 or more)"});
+  expect_refused("check --tp 2", kExitUsage, {"--tp 2", "the GPU backend drafts at TP 1"});
+  expect_refused("check --backend tpu", kExitUsage, {"--backend", "tpu"});
   expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput,
                  {"'nope'"});
   EXPECT_FALSE(fs::exists("/tmp/sparkdraft-never"));

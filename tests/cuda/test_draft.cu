@@ -49,10 +49,10 @@ void check_preset(const std::string& preset, const std::string& style, int reque
   s.request_ids.clear();
   for (int r = 0; r < requests; ++r) s.request_ids.push_back(r);
   s.rounds = rounds;
-  const cuda::CheckReport report = cuda::check_draft(ckpt, s);
+  const CheckReport report = cuda::check_draft(ckpt, s);
   std::printf("%s/%s:\n%s", preset.c_str(), style.c_str(), report.text().c_str());
   EXPECT_TRUE(report.ok()) << report.text();
-  EXPECT_TRUE(report.markov_fused) << "the fused Markov loop should run on " << preset;
+  EXPECT_EQ(report.mode, "Markov loop fused") << "the fused Markov loop should run on " << preset;
 }
 
 bool big_presets() {

@@ -27,6 +27,7 @@
 #include "runtime/cpu_draft.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/layer_shard.h"
+#include "sparkdraft/check.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/comm.h"
 #include "sparkdraft/cpu/ops.h"
@@ -448,6 +449,36 @@ TEST(TpLayersFaults, ARankThatThrowsStopsEveryRankWithAnErrorNamingIt) {
         message, {"TP rank " + std::to_string(f.rank) + " of " + std::to_string(f.tp) + ": ",
                   "injected fault"});
   }
+}
+
+// `sparkdraft check --backend cpu --tp N`'s comparison (sparkdraft/check.h): on a
+// shape that shards, every line is equal at TP 2, 4 and 8 and the report says the
+// layers were sharded; a report with a differing line is not ok.
+TEST(TpLayersCheck, CheckTpInvarianceReportsShardedLayersEqualToTp1) {
+  const uint64_t seed = 0x7C4ECC;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  TempDir dir;
+  auto ckpt = checkpoint_of(shardable("muse"), dir, seed);
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2};
+  s.rounds = 2;
+  s.seed = seed;
+  for (int tp : {2, 4, 8}) {
+    const CheckReport report = check_tp_invariance(ckpt, s, tp);
+    EXPECT_TRUE(report.ok()) << report.text();
+    // 2 rounds x 3 requests x (tokens, logits) + 2 layers' KV caches.
+    EXPECT_EQ(report.lines.size(), 14u) << report.text();
+    test::expect_mentions(report.text(), {"TP " + std::to_string(tp) + " vs TP 1", "layers sharded",
+                                          "check: all 14 of 14 comparisons bit for bit equal"});
+  }
+  EXPECT_THROW(check_tp_invariance(ckpt, s, 1), InvalidArgument);
+  CheckReport bad = check_tp_invariance(ckpt, s, 2);
+  bad.lines[3].equal = false;
+  bad.lines[3].detail = "index 0: found 0x1 expected 0x2";
+  EXPECT_FALSE(bad.ok());
+  test::expect_mentions(bad.text(), {"DIFFERENT", "index 0: found 0x1 expected 0x2",
+                                     "check: 13 of 14 comparisons bit for bit equal"});
+  EXPECT_FALSE(CheckReport{}.ok()) << "a report without comparisons proves nothing";
 }
 
 }  // namespace
