@@ -1,6 +1,7 @@
 // Typed errors of the library. Library code throws; only tools (the CLI) exit.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -49,5 +50,30 @@ class DeviceError : public Error {
  public:
   using Error::Error;
 };
+
+// The error `e` with `prefix` before its message and its type kept (the typed
+// errors above; any other std::exception becomes an Error; anything else is
+// returned unchanged): how a group of ranks reports which rank failed.
+inline std::exception_ptr prefixed_error(const std::exception_ptr& e, const std::string& prefix) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const ConfigError& x) {
+    return std::make_exception_ptr(ConfigError(prefix + x.what()));
+  } catch (const CheckpointError& x) {
+    return std::make_exception_ptr(CheckpointError(prefix + x.what()));
+  } catch (const InvalidArgument& x) {
+    return std::make_exception_ptr(InvalidArgument(prefix + x.what()));
+  } catch (const IoError& x) {
+    return std::make_exception_ptr(IoError(prefix + x.what()));
+  } catch (const Unavailable& x) {
+    return std::make_exception_ptr(Unavailable(prefix + x.what()));
+  } catch (const DeviceError& x) {
+    return std::make_exception_ptr(DeviceError(prefix + x.what()));
+  } catch (const std::exception& x) {
+    return std::make_exception_ptr(Error(prefix + x.what()));
+  } catch (...) {
+    return e;
+  }
+}
 
 }  // namespace sparkdraft

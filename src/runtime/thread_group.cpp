@@ -114,33 +114,6 @@ class ThreadComm final : public Communicator {
   int tp_size_;
 };
 
-// The error of rank `tp_rank`, its message prefixed with "TP rank r of n: " and its
-// type kept (the typed errors of error.h; any other std::exception becomes an
-// Error, anything else passes unchanged).
-std::exception_ptr naming_rank(std::exception_ptr e, int tp_rank, int tp_size) {
-  const std::string at =
-      "TP rank " + std::to_string(tp_rank) + " of " + std::to_string(tp_size) + ": ";
-  try {
-    std::rethrow_exception(e);
-  } catch (const ConfigError& x) {
-    return std::make_exception_ptr(ConfigError(at + x.what()));
-  } catch (const CheckpointError& x) {
-    return std::make_exception_ptr(CheckpointError(at + x.what()));
-  } catch (const InvalidArgument& x) {
-    return std::make_exception_ptr(InvalidArgument(at + x.what()));
-  } catch (const IoError& x) {
-    return std::make_exception_ptr(IoError(at + x.what()));
-  } catch (const Unavailable& x) {
-    return std::make_exception_ptr(Unavailable(at + x.what()));
-  } catch (const DeviceError& x) {
-    return std::make_exception_ptr(DeviceError(at + x.what()));
-  } catch (const std::exception& x) {
-    return std::make_exception_ptr(Error(at + x.what()));
-  } catch (...) {
-    return e;
-  }
-}
-
 }  // namespace
 
 void run_thread_group(int tp_size, const std::function<void(Communicator&)>& fn) {
@@ -158,7 +131,10 @@ void run_thread_group(int tp_size, const std::function<void(Communicator&)>& fn)
       } catch (const GroupAborted&) {
         // Another rank failed first; its error is reported.
       } catch (...) {
-        errors[r] = tp_size > 1 ? naming_rank(std::current_exception(), r, tp_size)
+        // The message names the rank ("TP rank r of n: "), the type is kept.
+        errors[r] = tp_size > 1 ? prefixed_error(std::current_exception(),
+                                                 "TP rank " + std::to_string(r) + " of " +
+                                                     std::to_string(tp_size) + ": ")
                                 : std::current_exception();
         rv.abort();
       }

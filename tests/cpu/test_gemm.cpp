@@ -62,7 +62,7 @@ std::vector<bf16> reference(const Problem& p, int S) {
   const int len = p.K / S;
   for (int m = 0; m < p.M; ++m)
     for (int n = 0; n < p.N; ++n) {
-      float q[8];
+      float q[8] = {};
       for (int s = 0; s < S; ++s)
         q[s] = mma_chain(p.x.data() + m * p.x_stride + s * len,
                          p.w.data() + static_cast<int64_t>(n) * p.K + s * len, len);
@@ -156,7 +156,7 @@ TEST(CpuGemm, SlicesF32OfASliceRangeIsItsSubtreeOfTheTree) {
     cpu::gemm(p.x.data(), p.x_stride, p.w.data(), M, N, K, whole.data(), p.y_stride, 8);
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
-        float r4[8];
+        float r4[8] = {};
         for (int r = 0; r < t; ++r) r4[r] = sub[r][static_cast<size_t>(m) * (N + 2) + n];
         float e = r4[0];
         if (t == 2) e = r4[0] + r4[1];

@@ -436,33 +436,6 @@ std::string nccl_version() {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
-namespace {
-
-// Rethrows `error` with `prefix` before its message, keeping sparkdraft's types.
-[[noreturn]] void rethrow_with_prefix(const std::exception_ptr& error, const std::string& prefix) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(prefix + e.what());
-  } catch (const ConfigError& e) {
-    throw ConfigError(prefix + e.what());
-  } catch (const CheckpointError& e) {
-    throw CheckpointError(prefix + e.what());
-  } catch (const IoError& e) {
-    throw IoError(prefix + e.what());
-  } catch (const Unavailable& e) {
-    throw Unavailable(prefix + e.what());
-  } catch (const DeviceError& e) {
-    throw DeviceError(prefix + e.what());
-  } catch (const std::exception& e) {
-    throw Error(prefix + e.what());
-  } catch (...) {
-    throw Error(prefix + "an exception that is not a std::exception");
-  }
-}
-
-}  // namespace
-
 void run_nccl_group(const std::vector<int>& devices, const std::function<void(NcclComm&)>& fn,
                     const NcclOptions& options) {
   require_nvls_off();
@@ -555,11 +528,12 @@ void run_nccl_group(const std::vector<int>& devices, const std::function<void(Nc
   // The error that stopped the group first (a rank's, else the watchdog's), then
   // any other by rank.
   if (group->root_rank >= 0 && errors[static_cast<size_t>(group->root_rank)])
-    rethrow_with_prefix(errors[static_cast<size_t>(group->root_rank)], prefix(group->root_rank));
+    std::rethrow_exception(
+        prefixed_error(errors[static_cast<size_t>(group->root_rank)], prefix(group->root_rank)));
   if (!group->watchdog_error.empty()) throw DeviceError(group->watchdog_error);
   for (int r = 0; r < n; ++r)
     if (errors[static_cast<size_t>(r)])
-      rethrow_with_prefix(errors[static_cast<size_t>(r)], prefix(r));
+      std::rethrow_exception(prefixed_error(errors[static_cast<size_t>(r)], prefix(r)));
 }
 
 }  // namespace sparkdraft::cuda
