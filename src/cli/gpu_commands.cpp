@@ -164,10 +164,17 @@ Command add_plan(CLI::App& app) {
       ->capture_default_str();
   add_bounded(sub, "--max-reqs", opts->max_reqs, "Rows per call", 1, kMaxReqs);
   add_bounded(sub, "--tp", opts->tp,
-              "TP thread ranks (cpu backend: the vocabulary, and the layers where they split)", 1,
-              kMaxTp);
+              "TP thread ranks (cpu backend: the vocabulary, and the layers where they split; the "
+              "cuda backend drafts at 1)",
+              1, kMaxTp);
   return {
       sub, [opts]() -> int {
+        if (opts->backend == "cuda" && opts->tp != 1)
+          throw InvalidArgument("plan --tp " + std::to_string(opts->tp) +
+                                ": the GPU backend drafts at TP 1 (GPU tensor parallelism is not "
+                                "built yet); --backend cpu --tp " +
+                                std::to_string(opts->tp) +
+                                " prints the CPU backend's plan at that TP size");
         TinyCheckpoint tiny;
         auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
         if (opts->backend == "cpu") {

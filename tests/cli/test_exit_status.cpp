@@ -88,6 +88,7 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("check --tp 3 --backend cpu", kExitUsage, {"tp 3"});
   expect_refused("check --backend cpu", kExitUsage, {"--backend cpu", "--tp N (2 or more)"});
   expect_refused("check --tp 2", kExitUsage, {"--tp 2", "the GPU backend drafts at TP 1"});
+  expect_refused("plan --tp 2", kExitUsage, {"--tp 2", "the GPU backend drafts at TP 1"});
   expect_refused("check --backend tpu", kExitUsage, {"--backend", "tpu"});
   expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput,
                  {"'nope'"});
