@@ -40,6 +40,9 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/loopback.h"
 #include "sparkdraft/cuda/markov.h"
+#if defined(SPARKDRAFT_HAVE_NCCL)
+#include "sparkdraft/cuda/nccl_comm.h"
+#endif
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
@@ -751,6 +754,70 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
     }
   }
 }
+
+#if defined(SPARKDRAFT_HAVE_NCCL)
+// The vocab-parallel loop over NCCL, one GPU and one thread per rank (SPEC section 6):
+// every rank builds the same seeded inputs on its GPU (make_inputs is deterministic),
+// keeps shard r of w2 and of the base logits, and runs VocabParallelMarkov over its
+// NcclComm (per step one packet all-gather, then the cache all-gather); every rank's
+// tokens and gathered cache are bit for bit the single-GPU eager loop's. Ranks 2, 4
+// and 8 as far as the machine has GPUs.
+TEST(MarkovVocabParallel, OverNcclOneGpuPerRankEqualsEager) {
+  SD_REQUIRE_GPUS(2);
+  int n = 0;
+  for (const int tp : {2, 4, 8}) {
+    if (tp > test::gpu_count()) break;
+    std::vector<int> devices(static_cast<size_t>(tp));
+    for (int r = 0; r < tp; ++r) devices[static_cast<size_t>(r)] = r;
+    for (const int rows : {1, 7, 32}) {
+      LoopCase c;
+      c.vocab = rows == 7 ? 151936 : 1000;
+      c.markov_rank = rows == 7 ? 256 : 64;
+      c.rows = rows;
+      c.steps = 7;
+      c.transform = rows % 4;
+      c.nan = rows != 7;
+      c.ties = true;
+      c.padding = rows >= 7;
+      c.seed = 900 + n++;
+      SCOPED_TRACE(c.describe() + " over NCCL, " + std::to_string(tp) + " GPUs");
+      SD_CUDA_CHECK(cudaSetDevice(0));
+      LoopOutputs expected;
+      {
+        DeviceStream stream;
+        LoopInputs in = make_inputs(c, stream.get());
+        expected = run_loop(c, in, RunOptions{LoopKind::eager}, stream.get());
+      }
+      std::vector<LoopOutputs> got(static_cast<size_t>(tp));
+      cuda::run_nccl_group(devices, [&](cuda::NcclComm& comm) {
+        const int r = comm.tp_rank(), width = c.vocab / tp;
+        DeviceStream stream;
+        const cudaStream_t s = stream.get();
+        LoopInputs in = make_inputs(c, s);
+        DeviceBuffer<bf16> base(static_cast<size_t>(c.rows) * c.steps * width);
+        SD_CUDA_CHECK(cudaMemcpy2DAsync(
+            base.data(), width * sizeof(bf16), in.base.data() + static_cast<int64_t>(r) * width,
+            c.vocab * sizeof(bf16), width * sizeof(bf16), static_cast<size_t>(c.rows) * c.steps,
+            cudaMemcpyDeviceToDevice, s));
+        const cuda::MarkovShard shard{
+            in.w2.data() + static_cast<int64_t>(r) * width * c.markov_rank, base.data()};
+        const size_t cache_len = static_cast<size_t>(c.cache_slots()) * c.steps * c.vocab;
+        DeviceBuffer<int64_t> tokens(static_cast<size_t>(c.rows) * c.steps);
+        DeviceBuffer<bf16> cache(std::vector<bf16>(cache_len, bf16{kUntouched}), s);
+        tokens.zero(s);
+        const cuda::MarkovBatch batch = batch_of(c, in, tokens.data(), cache.data());
+        cuda::VocabParallelMarkov loop(in.head, comm, c.rows, c.steps);
+        loop.run(batch, std::span<const cuda::MarkovShard>(&shard, 1), s);
+        SD_CUDA_CHECK(cudaStreamSynchronize(s));
+        got[static_cast<size_t>(r)] = LoopOutputs{tokens.download(s), cache.download(s)};
+      });
+      for (int r = 0; r < tp; ++r)
+        EXPECT_TRUE(same_outputs(c, got[static_cast<size_t>(r)], expected, false))
+            << "rank " << r << " of " << tp << " (NCCL) vs the eager loop on one GPU";
+    }
+  }
+}
+#endif
 
 TEST(MarkovFused, MatchesEagerSmallVocabEveryBucket) {
   SD_REQUIRE_GPU();
