@@ -76,6 +76,14 @@ class Communicator {
 // stops there). With tp_size > 1 the rethrown error names the rank: its message
 // starts "TP rank r of n: " and it keeps its type (error.h; any other
 // std::exception is rethrown as an Error).
-void run_thread_group(int tp_size, const std::function<void(Communicator&)>& fn);
+//
+// Waits on peers never hang: a rank waiting in a collective fails with an Error
+// naming the collective and the ranks that did not come when a rank has returned
+// from fn without calling it (the ranks called different collectives), or when
+// timeout_s passes first (a rank stuck elsewhere); the group then stops as for any
+// error.
+inline constexpr double kThreadGroupTimeoutS = 600.0;
+void run_thread_group(int tp_size, const std::function<void(Communicator&)>& fn,
+                      double timeout_s = kThreadGroupTimeoutS);
 
 }  // namespace sparkdraft

@@ -2,11 +2,13 @@
 // in rank order, the all-reduce in the fixed tree of SPEC section 6, errors surface.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/bits.h"
@@ -180,6 +182,52 @@ TEST(ThreadGroup, TheErrorNamesTheRankThatFailed) {
   EXPECT_EQ(test::error_of<InvalidArgument>(
                 [] { run_thread_group(1, [](Communicator&) { throw InvalidArgument("alone"); }); }),
             "alone");
+}
+
+// Waits on peers never hang: ranks waiting in a collective that another rank never
+// calls fail as soon as that rank returns; a rank stuck elsewhere is reported
+// after the timeout. Either error names the collective and the missing rank.
+TEST(ThreadGroup, ARankThatSkipsACollectiveFailsTheOthersAtOnce) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = test::error_of<Error>([] {
+    run_thread_group(4, [](Communicator& comm) {
+      float x = 1.0f;
+      comm.all_reduce_sum(&x, 1);
+      if (comm.tp_rank() != 1) comm.barrier();  // rank 1 returns without it
+    });
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Whichever waiting rank fails first stops the others; its error is the one rethrown.
+  test::expect_mentions(msg, {" of 4: collective 2 (barrier)", "waits for", " rank 1,",
+                              "returned without calling it"});
+  EXPECT_EQ(msg.find("TP rank 1 "), std::string::npos) << msg;
+  EXPECT_LT(s, 5.0) << "the waiting ranks must not wait for the timeout";
+}
+
+TEST(ThreadGroup, AStuckRankIsReportedAfterTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = test::error_of<Error>([] {
+    run_thread_group(
+        4,
+        [](Communicator& comm) {
+          if (comm.tp_rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+          float x = 1.0f;
+          comm.all_reduce_sum(&x, 1);
+        },
+        0.2);
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  test::expect_mentions(msg, {" of 4: collective 1 (all_reduce_sum)", "waits for", " rank 1,",
+                              "did not come within 0.2 s"});
+  EXPECT_EQ(msg.find("TP rank 1 "), std::string::npos) << msg;
+  EXPECT_GE(s, 0.2);
+  EXPECT_LT(s, 10.0);
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()})
+    EXPECT_THROW(run_thread_group(
+                     2, [](Communicator&) {}, bad),
+                 InvalidArgument)
+        << bad;
 }
 
 }  // namespace
