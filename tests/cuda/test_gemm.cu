@@ -284,6 +284,58 @@ void fill(DeviceBuffer<bf16>& b, uint32_t seed, cudaStream_t s) {
   SD_CHECK_LAUNCH();
 }
 
+// The bulk kernel's tuning (cuda::gemm_bulk_tuned: stage width, fewest stages,
+// producer lanes) changes only how the operands are staged: every setting gives
+// the CPU's bits, on stages that end inside a 16-k step (K % 16 == 8), K slices
+// (1 to 8), 1 to 8 tokens, rows past N and tokens past M.
+const cuda::GemmBulkTuning kBulkTunings[] = {{0, 2, 1},    {0, 2, 32},   {0, 4, 1},   {0, 4, 32},
+                                             {512, 2, 1},  {512, 2, 32}, {256, 4, 1}, {256, 4, 32},
+                                             {128, 6, 32}, {64, 8, 1},   {64, 8, 32}};
+
+std::string describe(const cuda::GemmBulkTuning& t) {
+  return "stage_k " + std::to_string(t.stage_k) + " min_stages " + std::to_string(t.min_stages) +
+         " producer_lanes " + std::to_string(t.producer_lanes);
+}
+
+TEST(CudaGemm, BulkTuningEqualsCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  uint64_t seed = 0xB01C00;
+  int runs = 0;
+  struct Shape {
+    int M, N, K, S;
+  };
+  for (const Shape sh : {Shape{1, 16, 64, 1}, Shape{7, 100, 200, 1}, Shape{8, 333, 1032, 1},
+                         Shape{3, 48, 4096, 8}, Shape{7, 64, 2048, 4}, Shape{5, 40, 1024, 2}}) {
+    test::Gen gen(++seed);
+    const Problem p = make(gen, sh.M, sh.N, sh.K, false);
+    const std::vector<bf16> want = cpu_result(p, sh.S);
+    DeviceProblem d(p, s);
+    for (const cuda::GemmBulkTuning& t : kBulkTunings) {
+      SCOPED_TRACE(describe(p, sh.S, seed) + " " + describe(t));
+      d.reset(s);
+      cuda::gemm_bulk_tuned(t, d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(), p.y_stride, sh.S,
+                            s);
+      EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}));
+      ++runs;
+    }
+  }
+  std::printf("[gemm] bulk tunings vs cpu::gemm: %d runs\n", runs);
+  // Refused: no such stage, too few stages, a lane count the kernel lacks, and 512-k
+  // stages of which 4 do not fit in a third of an SM (6144 rows: 384 CTAs).
+  test::Gen gen(7);
+  const Problem p = make(gen, 7, 6144, 256, false);
+  DeviceProblem d(p, s);
+  for (const cuda::GemmBulkTuning bad :
+       {cuda::GemmBulkTuning{100, 2, 1}, cuda::GemmBulkTuning{0, 1, 1},
+        cuda::GemmBulkTuning{0, 2, 7}, cuda::GemmBulkTuning{512, 4, 1}})
+    EXPECT_THROW(cuda::gemm_bulk_tuned(bad, d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(),
+                                       p.y_stride, 1, s),
+                 InvalidArgument)
+        << describe(bad);
+}
+
 // The Qwen3-8B draft's projections (N, K, canonical K slices) the speed tests time.
 struct Projection {
   const char* name;
@@ -398,6 +450,43 @@ TEST(GemmSpeed, EveryVariant) {
         std::printf(" %8.1f (%5.0f)", us, 2.0 * sh.N * sh.K / us * 1e-3);
       }
       std::printf("\n");
+    }
+  }
+}
+
+// The bulk kernel's tunings on the projections it runs at one request (M 7): the
+// data for its default (launch_bulk's sizing). Each setting is checked against the
+// default's bits first; prints us and GB/s of weights; no assertion on speed.
+TEST(GemmSpeed, BulkTuning) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  cuda::GraphTimer timer(s, cuda::query_gpu());
+  const int M = 7;
+  std::printf("[gemm bulk tuning] us (GB/s of weights) at M %d, median of 10, L2 flushed\n", M);
+  for (const Projection& sh : kQwen3Projections) {
+    DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
+    fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);
+    DeviceBuffer<bf16> x(static_cast<size_t>(M) * sh.K), y(static_cast<size_t>(M) * sh.N),
+        y0(static_cast<size_t>(M) * sh.N);
+    fill(x, 0x777u + static_cast<uint32_t>(M), s);
+    cuda::gemm_bulk_tuned({}, x.data(), sh.K, w.data(), M, sh.N, sh.K, y0.data(), sh.N, sh.S, s);
+    const std::vector<bf16> want = y0.download(s);
+    for (const cuda::GemmBulkTuning& t : kBulkTunings) {
+      const auto run = [&] {
+        cuda::gemm_bulk_tuned(t, x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
+      };
+      try {
+        run();
+      } catch (const InvalidArgument& e) {
+        std::printf("[gemm bulk tuning] %-10s %-44s refused: %s\n", sh.name, describe(t).c_str(),
+                    e.what());
+        continue;
+      }
+      ASSERT_TRUE(test::same_bits(y.download(s), want)) << sh.name << " " << describe(t);
+      const double us = timer.median_us(run, 1, 10);
+      std::printf("[gemm bulk tuning] %-10s %-44s %8.1f us (%5.0f GB/s)\n", sh.name,
+                  describe(t).c_str(), us, 2.0 * sh.N * sh.K / us * 1e-3);
     }
   }
 }

@@ -100,9 +100,10 @@ int sm_count() {
 
 // The bulk kernel: the ring sized so that every CTA of the grid can be resident
 // at once (up to 4 a SM): the widest stage (512, 256, 128 or 64 k) that leaves at
-// least 2 stages in the share of shared memory a CTA gets, up to kBulkMaxStages.
+// least 2 stages in the share of shared memory a CTA gets, up to kBulkMaxStages
+// (GemmBulkTuning overrides the stage, the fewest stages and the producer lanes).
 template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU = false>
-void launch_bulk(Args a, cudaStream_t stream) {
+void launch_bulk(Args a, cudaStream_t stream, const GemmBulkTuning& tuning = {}) {
   using B = gemm_detail::Bulk<MT, NT, WG, LEVELS>;
   ops::require(a.slices <= B::kMaxSlices, "cuda::gemm", "too many K slices for this variant");
   constexpr int kOutRows = kSwiGLU ? B::kWRows / 2 : B::kWRows;
@@ -115,16 +116,22 @@ void launch_bulk(Args a, cudaStream_t stream) {
   // A stage costs its barriers more than its bytes (the SwiGLU tile went from 185
   // to 105 us at M 7 with 256-k stages instead of 128): the widest stage that
   // leaves 2 in flight.
-  constexpr int kMaxPerSm = 4, kMinStages = 2;
+  constexpr int kMaxPerSm = 4;
+  const int min_stages = tuning.min_stages;
   const int per_sm = static_cast<int>(std::clamp<int64_t>((ctas + sms - 1) / sms, 1, kMaxPerSm));
   const int budget = (227 << 10) / per_sm - gemm_detail::kBulkHeader - (1 << 10);
   for (int stage_k : {512, 256, 128, 64}) {
+    if (tuning.stage_k != 0 && stage_k != tuning.stage_k) continue;
     a.stage_k = stage_k;
     a.pitch = 2 * stage_k + 16;
     a.stage_bytes = B::kRows * a.pitch;
     a.stages = std::min(gemm_detail::kBulkMaxStages, budget / a.stage_bytes);
-    if (a.stages >= kMinStages) break;
+    if (a.stages >= min_stages) break;
   }
+  ops::require(tuning.stage_k == 0 || a.stages >= min_stages, "cuda::gemm",
+               "bulk stage_k " + std::to_string(tuning.stage_k) + " leaves " +
+                   std::to_string(a.stages) + " stages, fewer than min_stages " +
+                   std::to_string(min_stages));
   a.stages = std::max(a.stages, 2);
   a.slice_chunks = (a.slice_len + a.stage_k - 1) / a.stage_k;
   LaunchShape shape;
@@ -133,7 +140,9 @@ void launch_bulk(Args a, cudaStream_t stream) {
   shape.smem =
       static_cast<size_t>(gemm_detail::kBulkHeader) + static_cast<size_t>(a.stages) * a.stage_bytes;
   shape.stream = stream;
-  const auto kernel = gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS, kSwiGLU>;
+  const auto kernel = tuning.producer_lanes == 32
+                          ? gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS, kSwiGLU, 32>
+                          : gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS, kSwiGLU, 1>;
   allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
   launch_kernel("gemm_bulk_kernel", kernel, shape, a);
 }
@@ -221,6 +230,26 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
     case GemmVariant::bulk_n8: launch_bulk<1, 1, 1, 3>(a, stream); break;
     default: launch<1, 4, 1, false>(a, stream); break;
   }
+}
+
+void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stride, const bf16* w,
+                     int M, int N, int K, bf16* y, int64_t y_stride, int k_slices,
+                     cudaStream_t stream) {
+  ops::check_gemm_args("cuda::gemm_bulk_tuned", x, x_stride, w, M, N, K, y, y_stride, k_slices);
+  ops::require(gemm_ring_ok(x, x_stride, w, K), "cuda::gemm_bulk_tuned",
+               "needs K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
+  ops::require(tuning.stage_k == 0 || tuning.stage_k == 64 || tuning.stage_k == 128 ||
+                   tuning.stage_k == 256 || tuning.stage_k == 512,
+               "cuda::gemm_bulk_tuned", "stage_k must be 0, 64, 128, 256 or 512");
+  ops::require(tuning.min_stages >= 2 && tuning.min_stages <= gemm_detail::kBulkMaxStages,
+               "cuda::gemm_bulk_tuned",
+               "min_stages must be in [2, " + std::to_string(gemm_detail::kBulkMaxStages) + "]");
+  ops::require(tuning.producer_lanes == 1 || tuning.producer_lanes == 32, "cuda::gemm_bulk_tuned",
+               "producer_lanes must be 1 or 32");
+  if (M == 0 || N == 0) return;
+  mma_self_test();
+  launch_bulk<1, 1, 1, 3>(make_args(x, x_stride, w, M, N, K, y, y_stride, k_slices), stream,
+                          tuning);
 }
 
 void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inter, int K, bf16* y,
