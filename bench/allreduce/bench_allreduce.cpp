@@ -70,35 +70,15 @@ bool same_float(float a, float b) {
   return f32_bits(a) == f32_bits(b) || (std::isnan(a) && std::isnan(b));
 }
 
-class Events {
- public:
-  Events() {
-    SD_CUDA_CHECK(cudaEventCreate(&start));
-    SD_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~Events() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  cudaEvent_t start = nullptr, stop = nullptr;
-};
-
 // The median over `repeats` launches of `graph` (after `warmup`), each started
 // after a host barrier of the group so that the ranks begin together.
-double time_graph(NcclComm& comm, const GraphExec& graph, cudaStream_t stream, const Events& ev,
+double time_graph(NcclComm& comm, const GraphExec& graph, cudaStream_t stream, const EventPair& ev,
                   int warmup, int repeats) {
   std::vector<double> us;
   for (int i = 0; i < warmup + repeats; ++i) {
     comm.barrier();
-    SD_CUDA_CHECK(cudaEventRecord(ev.start, stream));
-    graph.launch(stream);
-    SD_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
-    SD_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-    float ms = 0;
-    SD_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
-    if (i >= warmup) us.push_back(1000.0 * ms);
+    const double t = event_time_us(stream, ev, [&] { graph.launch(stream); });
+    if (i >= warmup) us.push_back(t);
   }
   return median(us);
 }
@@ -158,7 +138,7 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
           const int r = comm.tp_rank();
           DeviceStream stream;
           const cudaStream_t s = stream.get();
-          Events ev;
+          EventPair ev;
           if (r == 0) {
             gpu = query_gpu();
             gpu.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);

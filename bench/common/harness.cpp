@@ -16,36 +16,6 @@
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {
-namespace {
-
-// Microseconds between two events recorded around what `body` queues on `stream`.
-template <class Body>
-double time_us(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, const Body& body) {
-  SD_CUDA_CHECK(cudaEventRecord(start, stream));
-  body();
-  SD_CUDA_CHECK(cudaEventRecord(stop, stream));
-  SD_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  SD_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  return 1000.0 * ms;
-}
-
-struct EventPair {
-  EventPair() {
-    SD_CUDA_CHECK(cudaEventCreate(&start));
-    SD_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  cudaEvent_t start = nullptr, stop = nullptr;
-};
-
-}  // namespace
-
 GpuInfo query_gpu() {
   GpuInfo g;
   int device = 0;
@@ -96,7 +66,7 @@ double copy_bandwidth_gbs(cudaStream_t stream) {
   EventPair ev;
   std::vector<double> us;
   for (int i = 0; i < 12; ++i) {
-    const double t = time_us(stream, ev.start, ev.stop, [&] {
+    const double t = event_time_us(stream, ev, [&] {
       SD_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream));
     });
     if (i >= 2) us.push_back(t);
@@ -124,7 +94,7 @@ double GraphTimer::median_us(const std::function<void()>& queue, int warmup, int
   std::vector<double> us;
   for (int i = 0; i < repeats; ++i) {
     flush_.zero(stream_);
-    us.push_back(time_us(stream_, start_, stop_, queue));
+    us.push_back(event_time_us(stream_, start_, stop_, queue));
   }
   return median(us);
 }

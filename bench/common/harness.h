@@ -17,10 +17,43 @@
 
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/cuda/check.h"
 
 namespace sparkdraft::cuda {
 
 class GraphExec;
+
+// A start and a stop event (created, destroyed with the object).
+struct EventPair {
+  EventPair() {
+    SD_CUDA_CHECK(cudaEventCreate(&start));
+    SD_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  cudaEvent_t start = nullptr, stop = nullptr;
+};
+
+// Microseconds between two events recorded around what `body` queues on `stream`
+// (waits for the stop event).
+template <class Body>
+double event_time_us(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, const Body& body) {
+  SD_CUDA_CHECK(cudaEventRecord(start, stream));
+  body();
+  SD_CUDA_CHECK(cudaEventRecord(stop, stream));
+  SD_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  SD_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return 1000.0 * ms;
+}
+template <class Body>
+double event_time_us(cudaStream_t stream, const EventPair& ev, const Body& body) {
+  return event_time_us(stream, ev.start, ev.stop, body);
+}
 
 // The device a benchmark runs on, as the results print and record it.
 struct GpuInfo {
