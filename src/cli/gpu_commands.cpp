@@ -299,7 +299,7 @@ Command add_bench_step(CLI::App* bench) {
   struct Opts {
     std::string preset = "tiny", checkpoint, preset_dir, json;
     std::vector<int> rows{1, 8, 32};
-    int ctx = 4096, repeats = 20;
+    int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
     bool spec_suite = false, allow_nonfinite = false;
   };
@@ -344,9 +344,17 @@ Command add_bench_step(CLI::App* bench) {
       ->excludes(ctx)
       ->excludes(rows);
   checkpoint->excludes("--preset");
+  sub->add_option("--tp", opts->tp,
+                  "TP ranks (one GPU each); the GPU backend drafts at TP 1 today, so only 1 runs")
+      ->check(power_of_two(kMaxTp))
+      ->capture_default_str();
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
   return {sub, [opts]() -> int {
+            if (opts->tp != 1)
+              throw InvalidArgument("bench step --tp " + std::to_string(opts->tp) +
+                                    ": the GPU backend drafts at TP 1 (GPU tensor parallelism is "
+                                    "not built yet)");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("bench step");
             struct Target {

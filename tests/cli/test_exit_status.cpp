@@ -89,6 +89,8 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("check --backend cpu", kExitUsage, {"--backend cpu", "--tp N (2 or more)"});
   expect_refused("check --tp 2", kExitUsage, {"--tp 2", "the GPU backend drafts at TP 1"});
   expect_refused("plan --tp 2", kExitUsage, {"--tp 2", "the GPU backend drafts at TP 1"});
+  expect_refused("bench step --tp 2", kExitUsage, {"--tp 2", "the GPU backend drafts at TP 1"});
+  expect_refused("bench step --tp 3", kExitUsage, {"tp 3"});
   expect_refused("check --backend tpu", kExitUsage, {"--backend", "tpu"});
   expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput,
                  {"'nope'"});
