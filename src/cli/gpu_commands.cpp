@@ -66,6 +66,16 @@ void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string&
   add_allow_nonfinite(sub, allow_nonfinite);
 }
 
+// The GPU commands' --tp: 1 runs; more is refused (InvalidArgument, before anything
+// prints) with the reason and, when given, what to run instead.
+void require_gpu_tp1(const char* command, int tp, const std::string& instead) {
+  if (tp == 1) return;
+  throw InvalidArgument(std::string(command) + " --tp " + std::to_string(tp) +
+                        ": the GPU backend drafts at TP 1 (GPU tensor parallelism is not built "
+                        "yet)" +
+                        (instead.empty() ? "" : "; " + instead));
+}
+
 #if defined(SPARKDRAFT_HAVE_CUDA)
 void require_gpu(const char* what) {
   if (!cuda::cuda_available())
@@ -127,12 +137,10 @@ Command add_check(CLI::App& app) {
               std::fputs(report.text().c_str(), stdout);
               return report.ok() ? 0 : 1;
             }
-            if (opts->tp != 1)
-              throw InvalidArgument("check --tp " + std::to_string(opts->tp) +
-                                    ": the GPU backend drafts at TP 1 (GPU tensor parallelism is "
-                                    "not built yet); --backend cpu --tp " +
-                                    std::to_string(opts->tp) + " checks the CPU backend's TP " +
-                                    std::to_string(opts->tp) + " against TP 1");
+            require_gpu_tp1("check", opts->tp,
+                            "--backend cpu --tp " + std::to_string(opts->tp) +
+                                " checks the CPU backend's TP " + std::to_string(opts->tp) +
+                                " against TP 1");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
@@ -169,12 +177,10 @@ Command add_plan(CLI::App& app) {
               1, kMaxTp);
   return {
       sub, [opts]() -> int {
-        if (opts->backend == "cuda" && opts->tp != 1)
-          throw InvalidArgument("plan --tp " + std::to_string(opts->tp) +
-                                ": the GPU backend drafts at TP 1 (GPU tensor parallelism is not "
-                                "built yet); --backend cpu --tp " +
-                                std::to_string(opts->tp) +
-                                " prints the CPU backend's plan at that TP size");
+        if (opts->backend == "cuda")
+          require_gpu_tp1("plan", opts->tp,
+                          "--backend cpu --tp " + std::to_string(opts->tp) +
+                              " prints the CPU backend's plan at that TP size");
         TinyCheckpoint tiny;
         auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
         if (opts->backend == "cpu") {
@@ -351,10 +357,7 @@ Command add_bench_step(CLI::App* bench) {
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
   return {sub, [opts]() -> int {
-            if (opts->tp != 1)
-              throw InvalidArgument("bench step --tp " + std::to_string(opts->tp) +
-                                    ": the GPU backend drafts at TP 1 (GPU tensor parallelism is "
-                                    "not built yet)");
+            require_gpu_tp1("bench step", opts->tp, "");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("bench step");
             struct Target {
