@@ -52,15 +52,21 @@ __device__ __forceinline__ float rms_scale(float ss, int n, float eps) {
   return rsqrt_f32(__fadd_rn(__fdiv_rn(ss, static_cast<float>(n)), eps));
 }
 
-// (x * r) * g_i with g_i = w_i, 1 + w_i, or no multiply; the caller rounds to bf16.
-__device__ __forceinline__ float apply_norm(float x, float r, const bf16* w, NormGain gain, int i) {
+// (x * r) * g with g = w, 1 + w, or no multiply (w the gain weight's element as
+// fp32; unused with gain none); the caller rounds to bf16.
+__device__ __forceinline__ float apply_norm_value(float x, float r, float w, NormGain gain) {
   const float xr = __fmul_rn(x, r);
   switch (gain) {
-    case NormGain::weight: return __fmul_rn(xr, to_f32(w[i]));
-    case NormGain::one_plus_weight: return __fmul_rn(xr, __fadd_rn(1.0f, to_f32(w[i])));
+    case NormGain::weight: return __fmul_rn(xr, w);
+    case NormGain::one_plus_weight: return __fmul_rn(xr, __fadd_rn(1.0f, w));
     case NormGain::none: break;
   }
   return xr;
+}
+
+// The same with g_i read from the weight row w (not read with gain none).
+__device__ __forceinline__ float apply_norm(float x, float r, const bf16* w, NormGain gain, int i) {
+  return apply_norm_value(x, r, gain == NormGain::none ? 0.0f : to_f32(w[i]), gain);
 }
 
 // ---- host side ----------------------------------------------------------------------
