@@ -23,12 +23,15 @@
 #include "sparkdraft/scenario.h"
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
+#include <cuda_runtime.h>
+
 #include "allreduce/bench_allreduce.h"
 #include "common/harness.h"
 #include "markov/bench_markov.h"
 #include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/cuda/mma.h"
 #include "step/bench_step.h"
 #if defined(SPARKDRAFT_HAVE_NCCL)
 #include "sparkdraft/cuda/nccl_comm.h"
@@ -191,6 +194,16 @@ Command add_plan(CLI::App& app) {
         std::printf("%s", cuda::make_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs)
                               .text()
                               .c_str());
+        int gpus = 0;
+        if (cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
+          const cuda::WgmmaStatus& wg = cuda::wgmma_self_test();
+          std::printf("gemm: %s past 8 tokens (%s)\n",
+                      wg.usable ? "the wgmma tiles" : "the mma.sync ring tiles", wg.why.c_str());
+        } else {
+          std::printf(
+              "gemm: no GPU here, so the wgmma self-test did not run (it decides "
+              "between the wgmma and the mma.sync tiles past 8 tokens)\n");
+        }
 #if defined(SPARKDRAFT_HAVE_NCCL)
         std::printf("nccl: %s (the runtime library; NVLink multicast off)\n",
                     cuda::nccl_version().c_str());

@@ -25,6 +25,7 @@
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
+#include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/ops/gemm.h"
 
 namespace sparkdraft {
@@ -112,7 +113,12 @@ struct DeviceProblem {
 
 const GemmVariant kForced[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
                                GemmVariant::ring_n64, GemmVariant::ring_big, GemmVariant::ring_wide,
-                               GemmVariant::bulk_n8,  GemmVariant::general};
+                               GemmVariant::bulk_n8,  GemmVariant::wg_n64,   GemmVariant::wg_n128,
+                               GemmVariant::wg_n256,  GemmVariant::general};
+
+bool is_wg(GemmVariant v) {
+  return v == GemmVariant::wg_n64 || v == GemmVariant::wg_n128 || v == GemmVariant::wg_n256;
+}
 
 // Runs `automatic` and every variant that can take the problem; each must give
 // the CPU's bits. Returns the number of variants run.
@@ -130,7 +136,12 @@ int check_all_variants(const Problem& p, int S, uint64_t seed, cudaStream_t s) {
       << ")";
   ++ran;
   for (GemmVariant v : kForced) {
-    if (v != GemmVariant::general && !bulk) {
+    if (is_wg(v) && !cuda::wgmma_self_test().usable) {
+      EXPECT_THROW(d.run(v, S, s), DeviceError) << cuda::gemm_variant_name(v);
+      continue;
+    }
+    if ((v != GemmVariant::general && !bulk) ||
+        (is_wg(v) && S > 1 && p.K % (64 * S) != 0)) {  // wg: whole 64-k stages a slice
       EXPECT_THROW(d.run(v, S, s), InvalidArgument) << cuda::gemm_variant_name(v);
       continue;
     }
@@ -182,7 +193,7 @@ TEST(CudaGemm, SwigluEqualsGemmThenSiluMul) {
   const uint64_t seed = 0x5A1CE;
   test::Gen gen(seed);
   int cases = 0;
-  for (int M : {1, 7, 8, 9, 16, 17, 32, 33, 56, 64, 65, 130})
+  for (int M : {1, 7, 8, 9, 16, 17, 32, 33, 56, 64, 65, 130, 224})
     for (int I : {1, 8, 13, 100, 1536, 4096})
       for (int K : {16, 128, 1024}) {
         if (static_cast<int64_t>(M) * 2 * I * K > (int64_t{1} << 24)) continue;
@@ -427,13 +438,19 @@ TEST(GemmSpeed, GateUpSwigluFusedVsTwoPasses) {
 // behind gemm_pick. Prints us per variant; no assertion on speed.
 TEST(GemmSpeed, EveryVariant) {
   SD_REQUIRE_GPU();
-  const GemmVariant variants[] = {
+  std::vector<GemmVariant> variants = {
       GemmVariant::ring_n8,  GemmVariant::ring_n16,  GemmVariant::ring_n32, GemmVariant::ring_n64,
       GemmVariant::ring_big, GemmVariant::ring_wide, GemmVariant::bulk_n8};
+  const bool wg = cuda::wgmma_self_test().usable;
+  if (wg)
+    variants.insert(variants.end(),
+                    {GemmVariant::wg_n64, GemmVariant::wg_n128, GemmVariant::wg_n256});
   DeviceStream stream;
   cudaStream_t s = stream.get();
   cuda::GraphTimer timer(s, cuda::query_gpu());
-  std::printf("[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8\n");
+  std::printf("[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8%s\n",
+              wg ? ", wg n64 n128 n256" : "");
+  if (!wg) std::printf("[gemm variants] no wg variants: %s\n", cuda::wgmma_self_test().why.c_str());
   for (const Projection& sh : kQwen3Projections) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);
     fill(w, 0x1234u + static_cast<uint32_t>(sh.N), s);

@@ -2,12 +2,11 @@
 // if a test proves it gives the bits of the m16n8k16 chain on the device).
 //
 // One CTA of one warpgroup per tile runs wgmma.mma_async.m64nNk16.f32.bf16.bf16
-// (N = 8 and N = 256; A from shared memory or from registers, B from shared
-// memory, no swizzle; common/wgmma.cuh) with the accumulator started from a
-// nonzero C, and chains of S = 1 or 4 consecutive k16 wgmmas into the same
-// accumulator (K = 16 S). Every output is compared bit for bit with the twin's
-// chain (core/mma.h: step s adds k = 16s .. 16s+15 to step s-1's result) and with
-// an mma.sync.m16n8k16 chain over the same data on the device.
+// (N = 8, 64 (the GEMM's wg variants) and 256; A from shared memory or from registers, B from
+// shared memory, no swizzle; common/wgmma.cuh) with the accumulator started from a nonzero C, and
+// chains of S = 1 or 4 consecutive k16 wgmmas into the same accumulator (K = 16 S). Every output is
+// compared bit for bit with the twin's chain (core/mma.h: step s adds k = 16s .. 16s+15 to step
+// s-1's result) and with an mma.sync.m16n8k16 chain over the same data on the device.
 //
 // The inputs are the mma probe's cases (core/mma_probe.h), every family, so both
 // probes are fed identically: tile t, step s takes the A of cases
@@ -65,6 +64,8 @@ template <int N>
 __device__ __forceinline__ void wg_ss(float* d, uint64_t da, uint64_t db) {
   if constexpr (N == 8)
     cuda::wgmma_m64n8k16_ss(d, da, db);
+  else if constexpr (N == 64)
+    cuda::wgmma_m64n64k16_ss(d, da, db);
   else
     cuda::wgmma_m64n256k16_ss(d, da, db);
 }
@@ -72,6 +73,8 @@ template <int N>
 __device__ __forceinline__ void wg_rs(float* d, const uint32_t a[4], uint64_t db) {
   if constexpr (N == 8)
     cuda::wgmma_m64n8k16_rs(d, a, db);
+  else if constexpr (N == 64)
+    cuda::wgmma_m64n64k16_rs(d, a, db);
   else
     cuda::wgmma_m64n256k16_rs(d, a, db);
 }
@@ -283,6 +286,8 @@ std::vector<uint32_t> run_wgmma_ns(DeviceTiles& dt, int64_t count, bool reg_a, i
 std::vector<uint32_t> run_wgmma(const Tiles& T, DeviceTiles& dt, bool reg_a, int swap) {
   if (T.n == 8 && T.steps == 1) return run_wgmma_ns<8, 1>(dt, T.count, reg_a, swap);
   if (T.n == 8 && T.steps == 4) return run_wgmma_ns<8, 4>(dt, T.count, reg_a, swap);
+  if (T.n == 64 && T.steps == 1) return run_wgmma_ns<64, 1>(dt, T.count, reg_a, swap);
+  if (T.n == 64 && T.steps == 4) return run_wgmma_ns<64, 4>(dt, T.count, reg_a, swap);
   if (T.n == 256 && T.steps == 1) return run_wgmma_ns<256, 1>(dt, T.count, reg_a, swap);
   if (T.n == 256 && T.steps == 4) return run_wgmma_ns<256, 4>(dt, T.count, reg_a, swap);
   ADD_FAILURE() << "no wgmma kernel for n " << T.n << ", steps " << T.steps;
@@ -295,6 +300,10 @@ std::vector<uint32_t> run_mma_sync(const Tiles& T, DeviceTiles& dt) {
     mma_tile_kernel<8, 1><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
   else if (T.n == 8 && T.steps == 4)
     mma_tile_kernel<8, 4><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
+  else if (T.n == 64 && T.steps == 1)
+    mma_tile_kernel<64, 1><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
+  else if (T.n == 64 && T.steps == 4)
+    mma_tile_kernel<64, 4><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
   else if (T.n == 256 && T.steps == 1)
     mma_tile_kernel<256, 1><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
   else
@@ -310,7 +319,8 @@ struct Shape {
   int n, steps;
   int64_t tiles;
 };
-constexpr Shape kShapes[] = {{8, 1, 2048}, {256, 1, 64}, {8, 4, 512}, {256, 4, 64}};
+constexpr Shape kShapes[] = {{8, 1, 2048}, {256, 1, 64}, {8, 4, 512},
+                             {256, 4, 64}, {64, 1, 256}, {64, 4, 64}};
 constexpr int kShapeCount = sizeof(kShapes) / sizeof(kShapes[0]);
 constexpr int kVariantCount = 2 * kShapeCount;  // variant v: shape v / 2, reg A iff v odd
 

@@ -5,6 +5,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "sparkdraft/core/mma.h"
 #include "sparkdraft/core/mma_probe.h"
 #include "sparkdraft/cuda/buffer.h"
@@ -46,6 +49,42 @@ __global__ void mma_probe_kernel(const MmaCase* cases, int64_t count, uint32_t* 
   out[g * 8 + 2 * t + 1] = __float_as_uint(d[1]);
   out[(g + 8) * 8 + 2 * t] = __float_as_uint(d[2]);
   out[(g + 8) * 8 + 2 * t + 1] = __float_as_uint(d[3]);
+}
+
+__global__ void wgmma_compiled_kernel(int* out) { *out = wgmma_compiled() ? 1 : 0; }
+
+// Tile `tile` (one CTA of 128 threads) of the wgmma self-test: A rows 16 i ..
+// 16 i + 15 = case 8 tile + i's a (i < 4), B tokens 8 j .. 8 j + 7 = case 8 tile + j's
+// b (j < 8), C block (i, j) = case 8 tile + j's c; D [64][64] = one
+// wgmma.m64n64k16 from C, both operands in shared memory in the GEMM's layout.
+__global__ void __launch_bounds__(128) wgmma_probe_kernel(const MmaCase* cases, uint32_t* d_out) {
+  __shared__ __align__(1024) unsigned char sm[128 * 128];
+  const int tile = blockIdx.x, tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const MmaCase* cs = cases + 8 * tile;
+  bf16* const e = reinterpret_cast<bf16*>(sm);
+  for (int i = tid; i < 128 * 16; i += 128) {  // row r, k 0..15: chunks 0 and 1
+    const int r = i / 16, k = i % 16;
+    const bf16 v = r < 64 ? cs[r / 16].a[r % 16][k] : cs[(r - 64) / 8].b[(r - 64) % 8][k];
+    e[(wgmma_core_offset(r, k / 8) + 2 * (k % 8)) / 2] = v;
+  }
+  fence_proxy_async();
+  __syncthreads();
+  float d[32];
+  for (int x = 0; x < 32; ++x) {
+    const int i = x % 4, j = x / 4, row = 16 * w + g + 8 * (i >> 1), col = 8 * j + 2 * t + (i & 1);
+    d[x] = __uint_as_float(cs[j].c[row % 16][col % 8]);
+  }
+  const uint32_t base = smem_u32(sm);
+  wgmma_fence();
+  wgmma_m64n64k16_ss(d, wgmma_desc(base, kWgmmaLbo, kWgmmaSbo),
+                     wgmma_desc(base + wgmma_core_offset(64, 0), kWgmmaLbo, kWgmmaSbo));
+  wgmma_commit();
+  wgmma_wait<0>();
+  for (int x = 0; x < 32; ++x) {
+    const int i = x % 4, j = x / 4, row = 16 * w + g + 8 * (i >> 1), col = 8 * j + 2 * t + (i & 1);
+    d_out[static_cast<size_t>(tile) * 4096 + row * 64 + col] = __float_as_uint(d[x]);
+  }
 }
 
 std::string describe(MmaDist dist, int64_t index, const MmaCase& cs, int m, int n, uint32_t dev,
@@ -113,6 +152,71 @@ void mma_self_test() {
           ". No product computed here could be reproduced on the CPU: refusing to run.");
   }
   passed.insert(device);
+}
+
+const WgmmaStatus& wgmma_self_test() {
+  static std::mutex mutex;
+  static std::map<int, WgmmaStatus> done;
+  int device = 0;
+  SD_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = done.find(device);
+  if (it != done.end()) return it->second;
+  WgmmaStatus st;
+  cudaDeviceProp p{};
+  SD_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  DeviceBuffer<int> flag(std::vector<int>{0});
+  if (p.major == 9 && p.minor == 0) {
+    wgmma_compiled_kernel<<<1, 1>>>(flag.data());
+    SD_CHECK_LAUNCH();
+  }
+  if (p.major != 9 || p.minor != 0) {
+    st.why = "wgmma is an sm_90 instruction; device " + std::to_string(device) + " is sm_" +
+             std::to_string(p.major) + std::to_string(p.minor);
+  } else if (flag.download()[0] != 1) {
+    st.why = "this build has no sm_90a code (SPARKDRAFT_CUDA_ARCH=90a gives it)";
+  } else {
+    constexpr int kTiles = 2;  // 16 cases of each family
+    int64_t outputs = 0, mismatches = 0;
+    std::string first;
+    for (int dd = 0; dd < kMmaDistCount && mismatches == 0; ++dd) {
+      const MmaDist dist = static_cast<MmaDist>(dd);
+      std::vector<MmaCase> cases(8 * kTiles);
+      for (size_t i = 0; i < cases.size(); ++i) make_mma_case(dist, 0x5eedu, i, cases[i]);
+      DeviceBuffer<MmaCase> d_cases(cases);
+      DeviceBuffer<uint32_t> d_out(static_cast<size_t>(kTiles) * 4096);
+      wgmma_probe_kernel<<<kTiles, 128>>>(d_cases.data(), d_out.data());
+      SD_CHECK_LAUNCH();
+      SD_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<uint32_t> dev = d_out.download();
+      for (int tile = 0; tile < kTiles; ++tile)
+        for (int row = 0; row < 64; ++row)
+          for (int col = 0; col < 64; ++col) {
+            const MmaCase& ca = cases[static_cast<size_t>(8 * tile + row / 16)];
+            const MmaCase& cb = cases[static_cast<size_t>(8 * tile + col / 8)];
+            const uint32_t twin =
+                mma_step_bits(cb.c[row % 16][col % 8], ca.a[row % 16], cb.b[col % 8]);
+            const uint32_t got = dev[static_cast<size_t>(tile) * 4096 + row * 64 + col];
+            ++outputs;
+            if (got != twin && mismatches++ == 0) {
+              std::ostringstream os;
+              os << mma_dist_name(dist) << " tile " << tile << " d[" << row << "][" << col
+                 << "]: wgmma 0x" << std::hex << got << ", twin 0x" << twin;
+              first = os.str();
+            }
+          }
+    }
+    if (mismatches == 0) {
+      st.usable = true;
+      st.why = "wgmma.m64n64k16 equals the twin on " + std::to_string(outputs) +
+               " outputs of the start-up self-test";
+    } else {
+      st.why = "wgmma.m64n64k16 differs from the twin in " + std::to_string(mismatches) +
+               " outputs of the start-up self-test (first: " + first +
+               "); the GEMM runs the mma.sync variants";
+    }
+  }
+  return done.emplace(device, st).first->second;
 }
 
 }  // namespace sparkdraft::cuda

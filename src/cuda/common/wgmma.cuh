@@ -1,7 +1,9 @@
 // wgmma (sm_90a) for the device probe of wgmma against the tensor-core twin
 // (tests/cuda/test_wgmma.cu, docs/mma-twin.md). SPEC section 3: a kernel of the
 // contract may use wgmma only where that probe shows it gives the bits of the
-// m16n8k16 chain on the device; today no kernel does.
+// m16n8k16 chain on the device (docs/mma-twin.md: the probe's shapes are m64n8k16,
+// m64n64k16 and m64n256k16); the GEMM's wg variant (gemm/wg_tile.cuh) runs
+// m64n64k16, and cuda::wgmma_self_test checks it on every device before use.
 //
 // Layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 // - The warpgroup is 4 consecutive warps (128 threads, the first warp's index a
@@ -96,6 +98,79 @@ __device__ __forceinline__ void wgmma_m64n8k16_rs(float* d, const uint32_t a[4],
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
+      : "memory");
+#else
+  (void)d, (void)a, (void)desc_b;
+  __trap();
+#endif
+}
+
+// The no-swizzle K-major layout of the GEMM's stages (gemm/wg_tile.cuh) and of
+// the self-test: rows of 64 k (8 chunks of 16 bytes); chunk c of row r at byte
+// ((r / 8) * 8 + c) * 128 + (r % 8) * 16, so each 8-row x 16-byte core matrix is
+// 128 contiguous bytes, LBO (next core matrix in K) = 128, SBO (next 8 rows) = 1024.
+inline constexpr uint32_t kWgmmaLbo = 128, kWgmmaSbo = 1024;
+__host__ __device__ constexpr uint32_t wgmma_core_offset(int r, int c) {
+  return static_cast<uint32_t>((((r >> 3) << 3) + c) * 128 + (r & 7) * 16);
+}
+
+// Pins n accumulator registers in place around a run of wgmmas (an empty asm that
+// reads and writes each), so that the compiler moves none of them while a wgmma is
+// in flight (it would serialize the wgmmas, ptxas C7514).
+template <int n>
+__device__ __forceinline__ void wgmma_fence_operands(float (&r)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// Waits until at most N committed wgmma groups of this warpgroup are in flight
+// (N = 0: all done; the accumulators may then be read).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if SD_HAVE_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// D (64 x 64, 32 registers per thread) += A (64 x 16, shared memory) * B (64 x 16,
+// shared memory): one wgmma.mma_async.m64n64k16 (the GEMM's instruction), not yet
+// committed.
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b) {
+#if SD_HAVE_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(1)
+      : "memory");
+#else
+  (void)d, (void)desc_a, (void)desc_b;
+  __trap();
+#endif
+}
+
+// D (64 x 64) += A (64 x 16, registers: mma.m16n8k16's A fragment of the warp's 16
+// rows) * B (64 x 16, shared memory).
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float* d, const uint32_t a[4], uint64_t desc_b) {
+#if SD_HAVE_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, "
+      "1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
       : "memory");
 #else

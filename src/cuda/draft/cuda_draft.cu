@@ -186,6 +186,7 @@ struct CudaDraft::Impl {
     c.validate();
     validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
     mma_self_test();         // refuses a device whose tensor cores the CPU twin does not reproduce
+    wgmma_self_test();       // whether the GEMMs may run wgmma (before any graph capture)
     if (o.tp != 1)
       throw InvalidArgument(
           "the CUDA backend drafts at tp 1; the vocab-parallel GPU Markov loop runs through "

@@ -12,9 +12,11 @@
 
 #include "cuda/common/launch.h"
 #include "cuda/gemm/tile.cuh"
+#include "cuda/gemm/wg_tile.cuh"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/cuda/mma.h"
+#include "sparkdraft/error.h"
 #include "sparkdraft/ops/gemm.h"
 
 namespace sparkdraft::cuda {
@@ -147,6 +149,66 @@ void launch_bulk(Args a, cudaStream_t stream, const GemmBulkTuning& tuning = {})
   launch_kernel("gemm_bulk_kernel", kernel, shape, a);
 }
 
+// The wg kernel (wg_tile.cuh): K slices in sequence (whole stages a slice), the
+// ring as deep as the tile's share of shared memory allows (3 to 8 stages; about
+// 200 KB a CTA for the 384-row tile, one CTA an SM; about 110 KB for the others,
+// two an SM), the slice tree's three levels past it.
+template <int WGS, int NB, bool kSwiGLU = false>
+void launch_wg(Args a, cudaStream_t stream) {
+  using T = gemm_detail::WgTile<WGS, NB>;
+  constexpr int kOutRows = kSwiGLU ? 64 : T::kWRows;
+  // The slice tree's levels fit in shared memory for one warpgroup's tiles.
+  constexpr bool kSliceTile = WGS == 1 && !kSwiGLU;
+  size_t levels_bytes = 0;
+  a.seq_slices = 0;
+  if (a.slices > 1) {
+    ops::require(kSliceTile, "cuda::gemm", "this wg tile runs one chain over K (no K slices)");
+    ops::require(a.K % (a.slices * gemm_detail::kStageK) == 0, "cuda::gemm",
+                 "the wg variants run K slices in sequence: K must be a multiple of 64 * k_slices");
+    a.seq_slices = a.slices;
+    levels_bytes = size_t{3} * T::kLevelBytes;
+  }
+  a.slices = 1;
+  a.slice_len = a.K;
+  const int budget = T::kRows >= 384 ? (200 << 10) : (110 << 10);
+  a.stages = std::clamp((budget - static_cast<int>(levels_bytes)) / T::kStageBytes, 3,
+                        gemm_detail::kWgMaxStages);
+  const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
+  ops::require(row_blocks <= 65535, "cuda::gemm",
+               "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
+  LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
+                    static_cast<unsigned>(row_blocks));
+  shape.block = dim3(static_cast<unsigned>(T::kThreads));
+  shape.smem = static_cast<size_t>(a.stages) * T::kStageBytes + levels_bytes;
+  shape.stream = stream;
+  auto run = [&](auto kernel) {
+    allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
+    launch_kernel("gemm_wg_kernel", kernel, shape, a);
+  };
+  if constexpr (kSliceTile) {
+    if (a.seq_slices > 1) return run(gemm_detail::gemm_wg_kernel<WGS, NB, false, true>);
+  }
+  run(gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU, false>);
+}
+
+// The wg tiles: 64, 128 or 256 tokens a CTA; with K slices one warpgroup (64
+// weight rows) and at most 128 tokens, so that the slice tree's levels fit.
+void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
+  if (a.slices > 1) {
+    if (v == GemmVariant::wg_n64)
+      launch_wg<1, 1>(a, stream);
+    else
+      launch_wg<1, 2>(a, stream);
+    return;
+  }
+  switch (v) {
+    case GemmVariant::wg_n64: launch_wg<1, 1>(a, stream); break;
+    case GemmVariant::wg_n128: launch_wg<2, 2>(a, stream); break;
+    default: launch_wg<2, 4>(a, stream); break;
+  }
+}
+
 // The kernels' arguments for one call (the launchers fill in the ring sizing).
 Args make_args(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
                int64_t y_stride, int k_slices) {
@@ -192,6 +254,11 @@ GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int
                       int k_slices) {
   if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
+  if (wgmma_self_test().usable) {
+    if (k_slices == 1)
+      return M > 128 ? GemmVariant::wg_n256 : M > 64 ? GemmVariant::wg_n128 : GemmVariant::wg_n64;
+    if (M > 64 && K % (k_slices * gemm_detail::kStageK) == 0) return GemmVariant::wg_n128;
+  }
   if (M <= 16) return GemmVariant::ring_n16;
   if (M <= 32) return GemmVariant::ring_n32;
   if (M <= 64) return k_slices <= 4 && N >= 8192 ? GemmVariant::ring_big : GemmVariant::ring_n64;
@@ -228,6 +295,16 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
         launch<2, 2, 4, true>(a, stream);
       break;
     case GemmVariant::bulk_n8: launch_bulk<1, 1, 1, 3>(a, stream); break;
+    case GemmVariant::wg_n64:
+    case GemmVariant::wg_n128:
+    case GemmVariant::wg_n256: {
+      const WgmmaStatus& wg = wgmma_self_test();
+      if (!wg.usable)
+        throw DeviceError("cuda::gemm: the " + std::string(gemm_variant_name(variant)) +
+                          " variant cannot run here: " + wg.why);
+      launch_wg_variant(variant, a, stream);
+      break;
+    }
     default: launch<1, 4, 1, false>(a, stream); break;
   }
 }
@@ -268,6 +345,9 @@ void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inte
     return;
   }
   switch (gemm_pick(x, x_stride, w, M, 2 * inter, K, 1)) {
+    case GemmVariant::wg_n64: launch_wg<2, 1, true>(a, stream); break;
+    case GemmVariant::wg_n128: launch_wg<2, 2, true>(a, stream); break;
+    case GemmVariant::wg_n256: launch_wg<2, 4, true>(a, stream); break;
     case GemmVariant::ring_n64: launch<2, 2, 4, true, true>(a, stream); break;
     case GemmVariant::ring_big: launch<4, 4, 2, true, true>(a, stream); break;
     case GemmVariant::ring_wide: launch<4, 4, 4, true, true>(a, stream); break;
@@ -290,6 +370,9 @@ const char* gemm_variant_name(GemmVariant v) {
     case GemmVariant::ring_big: return "ring_big";
     case GemmVariant::ring_wide: return "ring_wide";
     case GemmVariant::bulk_n8: return "bulk_n8";
+    case GemmVariant::wg_n64: return "wg_n64";
+    case GemmVariant::wg_n128: return "wg_n128";
+    case GemmVariant::wg_n256: return "wg_n256";
     case GemmVariant::general: return "general";
   }
   return "?";
