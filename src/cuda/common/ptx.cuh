@@ -118,6 +118,24 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
 #endif
 }
 
+// A 2-D box of the tensor map `map` (a __grid_constant__ kernel parameter) at
+// element coordinates (c0 inner, c1 outer) global -> shared by the tensor-copy
+// unit (TMA); its bytes (the whole box: zeros where it leaves the tensor) complete
+// that many transactions on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1,
+                                            uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#else
+  (void)dst, (void)map, (void)c0, (void)c1, (void)bar;
+  __trap();
+#endif
+}
+
 // ---- cache-hinted and volatile accesses -----------------------------------------------
 // Streaming (evict-first) load and store: data touched once, so that L2 keeps what
 // the next kernel reads again.

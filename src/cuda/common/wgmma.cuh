@@ -106,8 +106,8 @@ __device__ __forceinline__ void wgmma_m64n8k16_rs(float* d, const uint32_t a[4],
 #endif
 }
 
-// The no-swizzle K-major layout of the GEMM's stages (gemm/wg_tile.cuh) and of
-// the self-test: rows of 64 k (8 chunks of 16 bytes); chunk c of row r at byte
+// The no-swizzle K-major layout of cuda::wgmma_self_test's tiles: rows of 64 k (8 chunks of 16
+// bytes); chunk c of row r at byte
 // ((r / 8) * 8 + c) * 128 + (r % 8) * 16, so each 8-row x 16-byte core matrix is
 // 128 contiguous bytes, LBO (next core matrix in K) = 128, SBO (next 8 rows) = 1024.
 inline constexpr uint32_t kWgmmaLbo = 128, kWgmmaSbo = 1024;
@@ -122,6 +122,16 @@ template <int n>
 __device__ __forceinline__ void wgmma_fence_operands(float (&r)[n]) {
 #pragma unroll
   for (int i = 0; i < n; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// A shared-memory matrix descriptor for the 128-byte swizzle, K-major (layout type
+// 1): rows of 128 bytes (64 bf16 of k) whose 16-byte chunk c sits at chunk
+// c ^ (row % 8), 8-row atoms of 1024 bytes (SBO), every atom 1024-byte aligned
+// (base offset 0); the layout the TMA writes with CU_TENSOR_MAP_SWIZZLE_128B. The
+// k16 step h of a row block starts 32 h bytes into it.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
+  return static_cast<uint64_t>((smem_addr >> 4) & 0x3fffu) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
 // Waits until at most N committed wgmma groups of this warpgroup are in flight

@@ -1,6 +1,8 @@
 // cuda::gemm: the launcher of the tensor-core GEMM (tile.cuh), its variant choice
 // and its ring sizing (cp.async ring and bulk-copy ring) (cuda/kernels.h states the design;
 // ops/gemm.h the contract).
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -149,6 +151,41 @@ void launch_bulk(Args a, cudaStream_t stream, const GemmBulkTuning& tuning = {})
   launch_kernel("gemm_bulk_kernel", kernel, shape, a);
 }
 
+// cuTensorMapEncodeTiled from the driver (through the runtime: nothing links libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    SD_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                   cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || p == nullptr)
+      throw DeviceError(
+          "cuda::gemm: the driver has no cuTensorMapEncodeTiled (the wg variants need it)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// The TMA view of a bf16 matrix [rows, cols] with a row pitch of `pitch` elements,
+// in boxes of 64 columns x box_rows rows, 128-byte swizzle, zeros outside.
+CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int64_t pitch, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch) * sizeof(bf16)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(gemm_detail::kStageK),
+                             static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box, elem,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw DeviceError("cuda::gemm: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
+                      ") for a [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                      "] matrix of pitch " + std::to_string(pitch));
+  return m;
+}
+
 // The wg kernel (wg_tile.cuh): K slices in sequence (whole stages a slice), the
 // ring as deep as the tile's share of shared memory allows (3 to 8 stages; about
 // 200 KB a CTA for the 384-row tile, one CTA an SM; about 110 KB for the others,
@@ -161,30 +198,34 @@ void launch_wg(Args a, cudaStream_t stream) {
   constexpr bool kSliceTile = WGS == 1 && !kSwiGLU;
   size_t levels_bytes = 0;
   a.seq_slices = 0;
+  ops::require(a.K % (a.slices * gemm_detail::kStageK) == 0, "cuda::gemm",
+               "the wg variants run whole 64-k stages (K slices in sequence): K must be a "
+               "multiple of 64 * k_slices");
   if (a.slices > 1) {
     ops::require(kSliceTile, "cuda::gemm", "this wg tile runs one chain over K (no K slices)");
-    ops::require(a.K % (a.slices * gemm_detail::kStageK) == 0, "cuda::gemm",
-                 "the wg variants run K slices in sequence: K must be a multiple of 64 * k_slices");
     a.seq_slices = a.slices;
     levels_bytes = size_t{3} * T::kLevelBytes;
   }
   a.slices = 1;
   a.slice_len = a.K;
-  const int budget = T::kRows >= 384 ? (200 << 10) : (110 << 10);
+  const int budget = (T::kRows >= 384 ? (200 << 10) : (110 << 10)) - gemm_detail::kWgHeader;
   a.stages = std::clamp((budget - static_cast<int>(levels_bytes)) / T::kStageBytes, 3,
                         gemm_detail::kWgMaxStages);
   const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
+  const CUtensorMap tw = tensor_map(a.w, kSwiGLU ? 2 * int64_t{a.N} : a.N, a.K, a.K, kOutRows);
+  const CUtensorMap tx = tensor_map(a.x, a.M, a.K, a.x_stride, T::kTokens);
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
                     static_cast<unsigned>(row_blocks));
   shape.block = dim3(static_cast<unsigned>(T::kThreads));
-  shape.smem = static_cast<size_t>(a.stages) * T::kStageBytes + levels_bytes;
+  shape.smem =
+      gemm_detail::kWgHeader + static_cast<size_t>(a.stages) * T::kStageBytes + levels_bytes;
   shape.stream = stream;
   auto run = [&](auto kernel) {
     allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
-    launch_kernel("gemm_wg_kernel", kernel, shape, a);
+    launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
   };
   if constexpr (kSliceTile) {
     if (a.seq_slices > 1) return run(gemm_detail::gemm_wg_kernel<WGS, NB, false, true>);
@@ -254,10 +295,10 @@ GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int
                       int k_slices) {
   if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
-  if (wgmma_self_test().usable) {
+  if (K % (k_slices * gemm_detail::kStageK) == 0 && wgmma_self_test().usable) {
     if (k_slices == 1)
       return M > 128 ? GemmVariant::wg_n256 : M > 64 ? GemmVariant::wg_n128 : GemmVariant::wg_n64;
-    if (M > 64 && K % (k_slices * gemm_detail::kStageK) == 0) return GemmVariant::wg_n128;
+    if (M > 64) return GemmVariant::wg_n128;
   }
   if (M <= 16) return GemmVariant::ring_n16;
   if (M <= 32) return GemmVariant::ring_n32;
