@@ -70,7 +70,10 @@ namespace sparkdraft::cuda {
 // where the layout needs it; M <= 8: bulk_n8 (k_slices 1) or ring_n8; M <= 16
 // ring_n16; M <= 32 ring_n32; M <= 64 ring_big if k_slices <= 4 and N >= 8192, else
 // ring_n64; past 64 tokens ring_wide (k_slices <= 2, or in sequence), ring_big
-// (<= 4), ring_n64.
+// (<= 4), ring_n64. Where cuda::wgmma_self_test passes and K % (64 k_slices) == 0,
+// past 8 tokens the wg tiles instead: wg_n64 up to 64 tokens (with K slices: the
+// ring up to 64 tokens, wg_n64 past), then wg_n256 for N >= 65536, wg_n128 while
+// its CTAs number at least 66, else wg_n64 (measured: gemm.cu gemm_pick).
 // general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
 // from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more

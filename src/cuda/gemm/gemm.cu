@@ -291,14 +291,27 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
 // included, their 8 slices then run in sequence in one group (82 vs 117 us and 223
 // vs 268 us at M 224; in sequence they lose at 56 tokens: 81 vs 37 us). The general kernel
 // takes what the ring cannot (K % 8 != 0, odd strides, misaligned pointers).
+// Where wgmma runs (sm_90a, K % (64 k_slices) == 0; session 5 run 4, same test) the
+// wg tiles win past 8 tokens: at M 56 wg_n64 (qkv 38 vs 57 us, gate_up 84 vs 99,
+// lm_head 344 vs 477, fc 161 vs 227) but o_proj and down (8 K slices) keep ring_n64
+// (37 vs 44, 81 vs 117); at M 224 wg_n256 for the vocabulary (lm_head 583 vs 1344),
+// wg_n128 where its 128 x 128 CTAs still number half the SMs (qkv 49 vs 92, gate_up
+// 115 vs 235), else wg_n64 (fc 184 vs 335; with K slices o_proj 50 vs 82, down 132
+// vs 223).
 GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
                       int k_slices) {
   if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
   if (K % (k_slices * gemm_detail::kStageK) == 0 && wgmma_self_test().usable) {
-    if (k_slices == 1)
-      return M > 128 ? GemmVariant::wg_n256 : M > 64 ? GemmVariant::wg_n128 : GemmVariant::wg_n64;
-    if (M > 64) return GemmVariant::wg_n128;
+    if (k_slices > 1) {
+      if (M > 64) return GemmVariant::wg_n64;
+    } else if (M <= 64) {
+      return GemmVariant::wg_n64;
+    } else {
+      const int64_t ctas_n128 = (static_cast<int64_t>(N) + 127) / 128 * ((M + 127) / 128);
+      if (N >= 65536) return GemmVariant::wg_n256;
+      return ctas_n128 >= 66 ? GemmVariant::wg_n128 : GemmVariant::wg_n64;
+    }
   }
   if (M <= 16) return GemmVariant::ring_n16;
   if (M <= 32) return GemmVariant::ring_n32;
@@ -386,9 +399,11 @@ void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inte
     return;
   }
   switch (gemm_pick(x, x_stride, w, M, 2 * inter, K, 1)) {
+    // The wg tiles: 64 tokens up to 64, then 128 (the 256-token tile took 307.7 us
+    // where gate_up + silu_mul took 152.7 at M 224, run 4 of 2026-12-01 session 5).
     case GemmVariant::wg_n64: launch_wg<2, 1, true>(a, stream); break;
-    case GemmVariant::wg_n128: launch_wg<2, 2, true>(a, stream); break;
-    case GemmVariant::wg_n256: launch_wg<2, 4, true>(a, stream); break;
+    case GemmVariant::wg_n128:
+    case GemmVariant::wg_n256: launch_wg<2, 2, true>(a, stream); break;
     case GemmVariant::ring_n64: launch<2, 2, 4, true, true>(a, stream); break;
     case GemmVariant::ring_big: launch<4, 4, 2, true, true>(a, stream); break;
     case GemmVariant::ring_wide: launch<4, 4, 4, true, true>(a, stream); break;
