@@ -215,7 +215,9 @@ void launch_wg(Args a, cudaStream_t stream) {
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
   const CUtensorMap tw = tensor_map(a.w, kSwiGLU ? 2 * int64_t{a.N} : a.N, a.K, a.K, kOutRows);
-  const CUtensorMap tx = tensor_map(a.x, a.M, a.K, a.x_stride, T::kTokens);
+  const int box_tokens = static_cast<int>(std::min<int64_t>(T::kTokens, (a.M + 7) / 8 * 8));
+  a.stage_bytes = (T::kWRows + box_tokens) * gemm_detail::kRowBytes;  // what a stage receives
+  const CUtensorMap tx = tensor_map(a.x, a.M, a.K, a.x_stride, box_tokens);
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
                     static_cast<unsigned>(row_blocks));

@@ -95,7 +95,7 @@ struct Args {
   int group_bytes;   // shared memory per slice group (its ring, later its fp32 partials)
   int stage_k;       // bulk kernel: k per stage (a multiple of 32)
   int pitch;         // bulk kernel: bytes per row of a stage, 2 * stage_k + 16
-  int stage_bytes;   // bulk kernel: rows * pitch
+  int stage_bytes;   // bulk kernel: rows * pitch; wg kernel: the bytes a stage receives
   int slice_chunks;  // bulk kernel: stages per slice, ceil(slice_len / stage_k)
   int seq_slices;    // ring kernel: K slices run one after the other in one group (0: none)
 };

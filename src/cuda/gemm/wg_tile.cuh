@@ -16,8 +16,11 @@
 // Ring: thread 0 fills `stages` stages of 64 k of every row with two 2-D TMA
 // copies (weight rows, then tokens; with kSwiGLU the gate and the up rows are two
 // boxes), in the 128-byte swizzle that wgmma reads (common/wgmma.cuh
-// wgmma_desc_sw128); the tensor maps end at K, N (2N) and M, so the TMA writes
-// zeros past them. Stage c's full mbarrier completes with its bytes; each
+// wgmma_desc_sw128); the tensor maps end at N (2N) and M, so the TMA writes
+// zeros past them. When the tokens fit one CTA, their box is only round_up(M, 8)
+// rows (a.stage_bytes = the bytes a stage receives): the token rows past it are
+// never written, and their stale bytes reach only outputs that are not stored.
+// Stage c's full mbarrier completes with its bytes; each
 // consumer warp arrives on its empty mbarrier once the wgmma group that read it is
 // done, and thread 0 refills the slot with stage c + stages when every warp did
 // (`stages` stages are in flight while one is computed).
@@ -61,7 +64,8 @@ inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align th
 // 128 * WGS; dynamic shared memory kWgHeader + stages * kStageBytes (+ 3
 // kLevelBytes with kSlices: a.seq_slices > 1 K slices; without, one chain over K).
 // tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x (kSwiGLU ? 64 : 64 WGS)
-// rows; tx: the tokens [M, K] (row pitch x_stride) in boxes of 64 k x 64 NB rows.
+// rows; tx: the tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB,
+// round_up(M, 8)) rows.
 template <int WGS, int NB, bool kSwiGLU, bool kSlices>
 __global__ void __launch_bounds__(128 * WGS)
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(128 * WGS)
     const int slot = chunk % a.stages;
     const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes, bar = bars + 8 * slot;
     const int k = (chunk / slice_chunks) * slice_len + (chunk % slice_chunks) * kStageK;
-    mbarrier_arrive_expect_tx(bar, T::kStageBytes);
+    mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(a.stage_bytes));
     if constexpr (kSwiGLU) {
       tma_load_2d(st, &tw, k, n0, bar);
       tma_load_2d(st + 64 * kRowBytes, &tw, k, a.N + n0, bar);
