@@ -71,9 +71,10 @@ namespace sparkdraft::cuda {
 // ring_n16; M <= 32 ring_n32; M <= 64 ring_big if k_slices <= 4 and N >= 8192, else
 // ring_n64; past 64 tokens ring_wide (k_slices <= 2, or in sequence), ring_big
 // (<= 4), ring_n64. Where cuda::wgmma_self_test passes and K % (64 k_slices) == 0,
-// past 8 tokens the wg tiles instead: wg_n64 up to 64 tokens (with K slices: the
-// ring up to 64 tokens, wg_n64 past), then wg_n256 for N >= 65536, wg_n128 while
-// its CTAs number at least 66, else wg_n64 (measured: gemm.cu gemm_pick).
+// the wg tiles instead: up to 64 tokens wg_n128 for N >= 16384, else bulk_n8 up to
+// 8 tokens and wg_n64 from 9 (with K slices: the ring up to 64 tokens, wg_n64
+// past); past 64 tokens wg_n256 for N >= 65536, wg_n128 while its CTAs number at
+// least 66, else wg_n64 (measured: gemm.cu gemm_pick).
 // general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
 // from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more
@@ -135,8 +136,8 @@ void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stri
 // w is the [2*inter, K] gate_up weight, y [M, y_stride] gets
 //   y[m][i] = bf16(silu_f32(f32(bf16(chain(x[m], w[i])))) * f32(bf16(chain(x[m], w[inter+i]))))
 // the bits of cuda::gemm into [M, 2*inter] followed by cuda::silu_mul, without the
-// [M, 2*inter] intermediate (the bulk kernel up to 8 tokens, then the ring tile
-// gemm_pick gives, each CTA holding gate rows and their up rows). Needs
+// [M, 2*inter] intermediate (the bulk kernel up to 8 tokens, then the wg or ring
+// tile gemm_pick gives, each CTA holding gate rows and their up rows). Needs
 // gemm_ring_ok (InvalidArgument otherwise).
 void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inter, int K, bf16* y,
                  int64_t y_stride, cudaStream_t stream);

@@ -100,7 +100,7 @@ class CudaOps final : public StepOps {
   }
   void gate_up_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int rows, int inter, int K,
                       bf16* gu, bf16* y) override {
-    if (fusion.mlp && rows > kMlpFusedAbove)
+    if (fusion.mlp && rows > kMlpFusedAbove && rows <= kMlpFusedUpTo)
       cuda::gemm_swiglu(x, x_stride, w, rows, inter, K, y, inter, s_);
     else
       eager_gate_up_swiglu(*this, x, x_stride, w, rows, inter, K, gu, y);
@@ -121,10 +121,11 @@ class CudaOps final : public StepOps {
     if (ev_) SD_CUDA_CHECK(cudaEventRecord(ev_->e[stage], s_));
   }
 
-  // The fused gate_up + SwiGLU runs past 8 tokens; up to 8 the two passes are faster
-  // on the H200 (GemmSpeed.GateUpSwigluFusedVsTwoPasses: 80 vs 106 us at M 7; at
-  // 56 and 224 tokens the two are within 3%).
-  static constexpr int kMlpFusedAbove = 8;
+  // The fused gate_up + SwiGLU runs from 9 to 64 tokens; elsewhere the two passes
+  // are faster on the H200 (GemmSpeed.GateUpSwigluFusedVsTwoPasses, session 5 run
+  // 5: 79 vs 107 us at M 7, fused 75 vs 90 at M 56, 134 vs 188 at M 224 with the wg
+  // tiles; with the ring tiles the two were within 3% at 56 and 224).
+  static constexpr int kMlpFusedAbove = 8, kMlpFusedUpTo = 64;
   // What runs fused: the plan's "embed norm", "qkv front", "context front" and "mlp".
   struct Fusion {
     bool embed_norm = false, qkv_front = false, context_front = false, mlp = false;
@@ -604,8 +605,8 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
       c.hidden_size % 8 == 0 ? ""
                              : "hidden size " + std::to_string(c.hidden_size) +
                                    " is not a multiple of 8 (the GEMM kernels' 16-byte rows)",
-      "past 8 tokens the gate_up GEMM with the SwiGLU in its epilogue (no [rows, 2I] "
-      "intermediate); up to 8 tokens the gate_up GEMM then silu_mul (faster there)",
+      "from 9 to 64 tokens the gate_up GEMM with the SwiGLU in its epilogue (no [rows, 2I] "
+      "intermediate); otherwise the gate_up GEMM then silu_mul (faster there)",
       "gate_up GEMM, then silu_mul"));
   plan.parts.push_back({"lm_head", "eager", "one tensor-core chain GEMM"});
   if (!co.fused_markov)

@@ -293,18 +293,22 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
 // included, their 8 slices then run in sequence in one group (82 vs 117 us and 223
 // vs 268 us at M 224; in sequence they lose at 56 tokens: 81 vs 37 us). The general kernel
 // takes what the ring cannot (K % 8 != 0, odd strides, misaligned pointers).
-// Where wgmma runs (sm_90a, K % (64 k_slices) == 0; session 5 run 4, same test) the
-// wg tiles win past 8 tokens: at M 56 wg_n64 (qkv 38 vs 57 us, gate_up 84 vs 99,
-// lm_head 344 vs 477, fc 161 vs 227) but o_proj and down (8 K slices) keep ring_n64
-// (37 vs 44, 81 vs 117); at M 224 wg_n256 for the vocabulary (lm_head 583 vs 1344),
-// wg_n128 where its 128 x 128 CTAs still number half the SMs (qkv 49 vs 92, gate_up
-// 115 vs 235), else wg_n64 (fc 184 vs 335; with K slices o_proj 50 vs 82, down 132
-// vs 223).
+// Where wgmma runs (sm_90a, K % (64 k_slices) == 0; session 5 runs 4 and 5, same
+// test) the wg tiles win: up to 64 tokens wg_n128 for N >= 16384 (M 7: lm_head 315
+// vs 383 us bulk_n8, gate_up 71 vs 75; M 56: 325 vs 477 ring_big, 71 vs 99), else
+// bulk_n8 up to 8 tokens (qkv 28 vs 37, fc 71 vs 162) and wg_n64 from 9 (qkv 39 vs
+// 57, fc 163 vs 227); o_proj and down (8 K slices) keep the ring up to 64 tokens
+// (M 56: 36 vs 45, 82 vs 116); past 64 tokens wg_n256 for the vocabulary (lm_head
+// 570 vs 1340), wg_n128 where its 128 x 128 CTAs still number half the SMs (qkv 49
+// vs 92, gate_up 114 vs 234), else wg_n64 (fc 180 vs 333; with K slices o_proj 50
+// vs 82, down 133 vs 224).
 GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
                       int k_slices) {
   if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
+  const bool wg = K % (k_slices * gemm_detail::kStageK) == 0 && wgmma_self_test().usable;
+  if (wg && k_slices == 1 && M <= 64 && N >= 16384) return GemmVariant::wg_n128;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
-  if (K % (k_slices * gemm_detail::kStageK) == 0 && wgmma_self_test().usable) {
+  if (wg) {
     if (k_slices > 1) {
       if (M > 64) return GemmVariant::wg_n64;
     } else if (M <= 64) {
@@ -394,18 +398,24 @@ void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inte
   mma_self_test();
   Args a = make_args(x, x_stride, w, M, inter, K, y, y_stride, 1);
   // The tile gemm_pick gives the gate_up product (N = 2 * inter), with its weight
-  // rows paired: the bulk kernel up to 8 tokens, then the ring tiles (ring_n32's
-  // from 9 to 32 tokens: ring_n16 has one m16 tile a warp, nothing to pair).
+  // rows paired: the bulk kernel up to 8 tokens, then the wg tiles where wgmma
+  // runs, else the ring tiles (ring_n32's from 9 to 32 tokens: ring_n16 has one m16
+  // tile a warp, nothing to pair).
   if (M <= 8) {
     launch_bulk<1, 1, 2, 0, true>(a, stream);
     return;
   }
-  switch (gemm_pick(x, x_stride, w, M, 2 * inter, K, 1)) {
-    // The wg tiles: 64 tokens up to 64, then 128 (the 256-token tile took 307.7 us
-    // where gate_up + silu_mul took 152.7 at M 224, run 4 of 2026-12-01 session 5).
-    case GemmVariant::wg_n64: launch_wg<2, 1, true>(a, stream); break;
-    case GemmVariant::wg_n128:
-    case GemmVariant::wg_n256: launch_wg<2, 2, true>(a, stream); break;
+  const GemmVariant v = gemm_pick(x, x_stride, w, M, 2 * inter, K, 1);
+  if (v == GemmVariant::wg_n64 || v == GemmVariant::wg_n128 || v == GemmVariant::wg_n256) {
+    // The wg tiles: 64 tokens up to 64 (75 us at M 56), then 128 (the 256-token
+    // tile took 308 us where gate_up + silu_mul took 153 at M 224: session 5 run 4).
+    if (M <= 64)
+      launch_wg<2, 1, true>(a, stream);
+    else
+      launch_wg<2, 2, true>(a, stream);
+    return;
+  }
+  switch (v) {
     case GemmVariant::ring_n64: launch<2, 2, 4, true, true>(a, stream); break;
     case GemmVariant::ring_big: launch<4, 4, 2, true, true>(a, stream); break;
     case GemmVariant::ring_wide: launch<4, 4, 4, true, true>(a, stream); break;
