@@ -197,12 +197,14 @@ Command add_plan(CLI::App& app) {
         int gpus = 0;
         if (cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
           const cuda::WgmmaStatus& wg = cuda::wgmma_self_test();
-          std::printf("gemm: %s past 8 tokens (%s)\n",
-                      wg.usable ? "the wgmma tiles" : "the mma.sync ring tiles", wg.why.c_str());
+          std::printf("gemm: %s (%s)\n",
+                      wg.usable ? "the wgmma tiles where cuda::gemm_pick measured them faster"
+                                : "the mma.sync tiles only",
+                      wg.why.c_str());
         } else {
           std::printf(
-              "gemm: no GPU here, so the wgmma self-test did not run (it decides "
-              "between the wgmma and the mma.sync tiles past 8 tokens)\n");
+              "gemm: no GPU here, so the wgmma self-test did not run (it decides whether the "
+              "wgmma tiles may run)\n");
         }
 #if defined(SPARKDRAFT_HAVE_NCCL)
         std::printf("nccl: %s (the runtime library; NVLink multicast off)\n",
