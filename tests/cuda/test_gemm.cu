@@ -114,10 +114,11 @@ struct DeviceProblem {
 const GemmVariant kForced[] = {GemmVariant::ring_n8,  GemmVariant::ring_n16, GemmVariant::ring_n32,
                                GemmVariant::ring_n64, GemmVariant::ring_big, GemmVariant::ring_wide,
                                GemmVariant::bulk_n8,  GemmVariant::wg_n64,   GemmVariant::wg_n128,
-                               GemmVariant::wg_n256,  GemmVariant::general};
+                               GemmVariant::wg_n256,  GemmVariant::wg_k,     GemmVariant::general};
 
 bool is_wg(GemmVariant v) {
-  return v == GemmVariant::wg_n64 || v == GemmVariant::wg_n128 || v == GemmVariant::wg_n256;
+  return v == GemmVariant::wg_n64 || v == GemmVariant::wg_n128 || v == GemmVariant::wg_n256 ||
+         v == GemmVariant::wg_k;
 }
 
 // Runs `automatic` and every variant that can take the problem; each must give
@@ -443,13 +444,13 @@ TEST(GemmSpeed, EveryVariant) {
       GemmVariant::ring_big, GemmVariant::ring_wide, GemmVariant::bulk_n8};
   const bool wg = cuda::wgmma_self_test().usable;
   if (wg)
-    variants.insert(variants.end(),
-                    {GemmVariant::wg_n64, GemmVariant::wg_n128, GemmVariant::wg_n256});
+    variants.insert(variants.end(), {GemmVariant::wg_n64, GemmVariant::wg_n128,
+                                     GemmVariant::wg_n256, GemmVariant::wg_k});
   DeviceStream stream;
   cudaStream_t s = stream.get();
   cuda::GraphTimer timer(s, cuda::query_gpu());
   std::printf("[gemm variants] us (GB/s of weights): ring n8 n16 n32 n64 big wide, bulk n8%s\n",
-              wg ? ", wg n64 n128 n256" : "");
+              wg ? ", wg n64 n128 n256 k" : "");
   if (!wg) std::printf("[gemm variants] no wg variants: %s\n", cuda::wgmma_self_test().why.c_str());
   for (const Projection& sh : kQwen3Projections) {
     DeviceBuffer<bf16> w(static_cast<size_t>(sh.N) * sh.K);

@@ -105,6 +105,10 @@ enum class GemmVariant {
   wg_n64,
   wg_n128,
   wg_n256,
+  // wgmma as above, K slices in parallel: min(4, k_slices) warpgroups over the same
+  // 64 weight rows and 64 tokens, each slice group with its own TMA ring, their
+  // results added by the canonical tree (one K slice: as wg_n64)
+  wg_k,
   general
 };
 void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,

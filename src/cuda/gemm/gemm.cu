@@ -190,26 +190,34 @@ CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int64_t pit
 // ring as deep as the tile's share of shared memory allows (3 to 8 stages; about
 // 200 KB a CTA for the 384-row tile, one CTA an SM; about 110 KB for the others,
 // two an SM), the slice tree's three levels past it.
-template <int WGS, int NB, bool kSwiGLU = false>
+template <int WGS, int NB, bool kSwiGLU = false, bool kGroups = false>
 void launch_wg(Args a, cudaStream_t stream) {
-  using T = gemm_detail::WgTile<WGS, NB>;
-  constexpr int kOutRows = kSwiGLU ? 64 : T::kWRows;
+  // kGroups: WGS slice groups, each a one-warpgroup ring (wg_tile.cuh).
+  using T = gemm_detail::WgTile<kGroups ? 1 : WGS, NB>;
+  constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
+  constexpr int kRings = kGroups ? WGS : 1;
   // The slice tree's levels fit in shared memory for one warpgroup's tiles.
-  constexpr bool kSliceTile = WGS == 1 && !kSwiGLU;
+  constexpr bool kSliceTile = WGS == 1 && !kSwiGLU && !kGroups;
   size_t levels_bytes = 0;
   a.seq_slices = 0;
   ops::require(a.K % (a.slices * gemm_detail::kStageK) == 0, "cuda::gemm",
                "the wg variants run whole 64-k stages (K slices in sequence): K must be a "
                "multiple of 64 * k_slices");
-  if (a.slices > 1) {
+  if constexpr (kGroups) {
+    ops::require(
+        a.slices % WGS == 0 && a.slices / WGS <= 2, "cuda::gemm",
+        "wg_k: the K slices must split into " + std::to_string(WGS) + " groups of at most 2");
+    a.seq_slices = a.slices;
+  } else if (a.slices > 1) {
     ops::require(kSliceTile, "cuda::gemm", "this wg tile runs one chain over K (no K slices)");
     a.seq_slices = a.slices;
     levels_bytes = size_t{3} * T::kLevelBytes;
   }
   a.slices = 1;
   a.slice_len = a.K;
-  const int budget = (T::kRows >= 384 ? (200 << 10) : (110 << 10)) - gemm_detail::kWgHeader;
-  a.stages = std::clamp((budget - static_cast<int>(levels_bytes)) / T::kStageBytes, 3,
+  const int budget =
+      (T::kRows >= 384 || kGroups ? (200 << 10) : (110 << 10)) - gemm_detail::kWgHeader;
+  a.stages = std::clamp((budget - static_cast<int>(levels_bytes)) / (kRings * T::kStageBytes), 3,
                         gemm_detail::kWgMaxStages);
   const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
   ops::require(row_blocks <= 65535, "cuda::gemm",
@@ -221,23 +229,36 @@ void launch_wg(Args a, cudaStream_t stream) {
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
                     static_cast<unsigned>(row_blocks));
-  shape.block = dim3(static_cast<unsigned>(T::kThreads));
-  shape.smem =
-      gemm_detail::kWgHeader + static_cast<size_t>(a.stages) * T::kStageBytes + levels_bytes;
+  shape.block = dim3(static_cast<unsigned>(128 * WGS));
+  shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes +
+               levels_bytes;
   shape.stream = stream;
   auto run = [&](auto kernel) {
     allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
     launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
   };
-  if constexpr (kSliceTile) {
-    if (a.seq_slices > 1) return run(gemm_detail::gemm_wg_kernel<WGS, NB, false, true>);
+  if constexpr (kGroups) {
+    run(gemm_detail::gemm_wg_kernel<WGS, NB, false, false, true>);
+  } else {
+    if constexpr (kSliceTile) {
+      if (a.seq_slices > 1) return run(gemm_detail::gemm_wg_kernel<WGS, NB, false, true>);
+    }
+    run(gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU, false>);
   }
-  run(gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU, false>);
 }
 
 // The wg tiles: 64, 128 or 256 tokens a CTA; with K slices one warpgroup (64
 // weight rows) and at most 128 tokens, so that the slice tree's levels fit.
 void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
+  if (v == GemmVariant::wg_k) {  // min(4, k_slices) slice groups; one slice: wg_n64
+    if (a.slices >= 4)
+      launch_wg<4, 1, false, true>(a, stream);
+    else if (a.slices == 2)
+      launch_wg<2, 1, false, true>(a, stream);
+    else
+      launch_wg<1, 1>(a, stream);
+    return;
+  }
   if (a.slices > 1) {
     if (v == GemmVariant::wg_n64)
       launch_wg<1, 1>(a, stream);
@@ -310,7 +331,7 @@ GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
   if (wg) {
     if (k_slices > 1) {
-      if (M > 64) return GemmVariant::wg_n64;
+      return GemmVariant::wg_k;
     } else if (M <= 64) {
       return GemmVariant::wg_n64;
     } else {
@@ -357,7 +378,8 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
     case GemmVariant::bulk_n8: launch_bulk<1, 1, 1, 3>(a, stream); break;
     case GemmVariant::wg_n64:
     case GemmVariant::wg_n128:
-    case GemmVariant::wg_n256: {
+    case GemmVariant::wg_n256:
+    case GemmVariant::wg_k: {
       const WgmmaStatus& wg = wgmma_self_test();
       if (!wg.usable)
         throw DeviceError("cuda::gemm: the " + std::string(gemm_variant_name(variant)) +
@@ -441,6 +463,7 @@ const char* gemm_variant_name(GemmVariant v) {
     case GemmVariant::wg_n64: return "wg_n64";
     case GemmVariant::wg_n128: return "wg_n128";
     case GemmVariant::wg_n256: return "wg_n256";
+    case GemmVariant::wg_k: return "wg_k";
     case GemmVariant::general: return "general";
   }
   return "?";

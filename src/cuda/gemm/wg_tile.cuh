@@ -60,33 +60,46 @@ struct WgTile {
 
 inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align the ring to 1 KB
 
-// grid (ceil(M / (64 NB)), ceil(N / rows)), rows = 64 (kSwiGLU) or 64 WGS; block
-// 128 * WGS; dynamic shared memory kWgHeader + stages * kStageBytes (+ 3
-// kLevelBytes with kSlices: a.seq_slices > 1 K slices; without, one chain over K).
-// tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x (kSwiGLU ? 64 : 64 WGS)
-// rows; tx: the tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB,
-// round_up(M, 8)) rows.
-template <int WGS, int NB, bool kSwiGLU, bool kSlices>
+// grid (ceil(M / (64 NB)), ceil(N / rows)), rows = 64 (kSwiGLU, kGroups) or 64 WGS;
+// block 128 * WGS; dynamic shared memory kWgHeader + stages * kStageBytes (+ 3
+// kLevelBytes with kSlices: a.seq_slices > 1 K slices in sequence; without, one
+// chain over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
+// kGroups: the WGS warpgroups are slice groups over the same 64 rows and tokens:
+// group g runs slices [g S / WGS, (g + 1) S / WGS) (at most 2: folded in registers)
+// through its own ring, barriers and producer thread (its first thread), and the
+// groups' results are added by canonical_tree_sum in group 0 through shared memory
+// (the S slices' canonical tree: the groups hold aligned subtrees of it).
+// tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x rows rows; tx: the
+// tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB, round_up(M, 8))
+// rows.
+template <int WGS, int NB, bool kSwiGLU, bool kSlices, bool kGroups = false>
 __global__ void __launch_bounds__(128 * WGS)
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
-  using T = WgTile<WGS, NB>;
+  using T = WgTile<kGroups ? 1 : WGS, NB>;  // the layout of one ring's stage
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kSwiGLU && kSlices), "SwiGLU: one chain over K");
-  constexpr int kOutRows = kSwiGLU ? 64 : T::kWRows;
-  constexpr int kConsumerWarps = 4 * WGS;
+  static_assert(!(kGroups && (kSwiGLU || kSlices)), "slice groups: plain, no sequential tree");
+  constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
+  constexpr int kRings = kGroups ? WGS : 1;
+  constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
+  const int grp = kGroups ? wg : 0;  // this thread's ring
+  const bool producer = kGroups ? tid % 128 == 0 : tid == 0;
   const int m0 = blockIdx.x * T::kTokens, n0 = blockIdx.y * kOutRows;
-  const int S = kSlices ? a.seq_slices : 1;
+  const int S = kSlices || kGroups ? a.seq_slices : 1;
+  const int per = S / kRings;  // slices of one ring
   const int slice_len = a.K / S;
   const int slice_chunks = slice_len / kStageK;
-  const int chunks = S * slice_chunks;
-  // full[s] at bars + 8 s, empty[s] at bars + 8 (kWgMaxStages + s); the ring from
-  // the first 1 KB boundary past them.
-  const uint32_t bars = smem_u32(smem), empties = bars + 8 * kWgMaxStages;
-  const uint32_t ring = (bars + 16 * kWgMaxStages + 1023) & ~1023u;
-  if (tid == 0) {
+  const int chunks = per * slice_chunks;
+  // Ring r's full[s] at base + 16 r kWgMaxStages + 8 s, its empty[s] 8 kWgMaxStages
+  // further; the rings from the first 1 KB boundary past the barriers.
+  const uint32_t base = smem_u32(smem);
+  const uint32_t bars = base + 16 * kWgMaxStages * grp, empties = bars + 8 * kWgMaxStages;
+  const uint32_t rings = (base + 16 * kWgMaxStages * kRings + 1023) & ~1023u;
+  const uint32_t ring = rings + static_cast<uint32_t>(grp * a.stages) * T::kStageBytes;
+  if (producer) {
     for (int st = 0; st < a.stages; ++st) {
       mbarrier_init(bars + 8 * st, 1);
       mbarrier_init(empties + 8 * st, kConsumerWarps);
@@ -95,11 +108,12 @@ __global__ void __launch_bounds__(128 * WGS)
   }
   __syncthreads();
 
-  // Stage `chunk` (thread 0): k = slice * slice_len + 64 * (chunk % slice_chunks).
+  // Stage `chunk` of this ring (its producer): k = slice * slice_len + 64 * (chunk %
+  // slice_chunks), slice = the ring's first slice + chunk / slice_chunks.
   auto issue = [&](int chunk) {
     const int slot = chunk % a.stages;
     const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes, bar = bars + 8 * slot;
-    const int k = (chunk / slice_chunks) * slice_len + (chunk % slice_chunks) * kStageK;
+    const int k = (grp * per + chunk / slice_chunks) * slice_len + (chunk % slice_chunks) * kStageK;
     mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(a.stage_bytes));
     if constexpr (kSwiGLU) {
       tma_load_2d(st, &tw, k, n0, bar);
@@ -109,15 +123,15 @@ __global__ void __launch_bounds__(128 * WGS)
     }
     tma_load_2d(st + T::kWRows * kRowBytes, &tx, k, m0, bar);
   };
-  if (tid == 0)
+  if (producer)
     for (int c = 0; c < a.stages && c < chunks; ++c) issue(c);
 
-  float acc[T::kAcc];
+  float acc[T::kAcc], part[kGroups ? T::kAcc : 1];  // part: a group's first slice
 #pragma unroll
   for (int e = 0; e < T::kAcc; ++e) acc[e] = 0.0f;
 
   // Level l, element e of thread tid at [(l * kAcc + e) * kThreads + tid].
-  float* const levels = reinterpret_cast<float*>(smem + (ring - bars) +
+  float* const levels = reinterpret_cast<float*>(smem + (ring - base) +
                                                  static_cast<size_t>(a.stages) * T::kStageBytes) +
                         tid;
   auto fold = [&](int s) {
@@ -142,8 +156,8 @@ __global__ void __launch_bounds__(128 * WGS)
     }
   };
 
-  const uint32_t a_off = static_cast<uint32_t>(wg) * 64 * kRowBytes;  // rows 64 wg ..
-  const uint32_t b_off = T::kWRows * kRowBytes;                       // the tokens
+  const uint32_t a_off = kGroups ? 0u : static_cast<uint32_t>(wg) * 64 * kRowBytes;  // its rows
+  const uint32_t b_off = T::kWRows * kRowBytes;                                      // the tokens
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int slot = chunk % a.stages;
     mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
@@ -165,20 +179,50 @@ __global__ void __launch_bounds__(128 * WGS)
     wgmma_wait<0>();
     __syncwarp();
     if (lane == 0) mbarrier_arrive(empties + 8 * slot);
-    if (tid == 0 && chunk + a.stages < chunks) {
+    if (producer && chunk + a.stages < chunks) {
       mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
       issue(chunk + a.stages);
     }
     if (kSlices && (chunk + 1) % slice_chunks == 0) fold(chunk / slice_chunks);
+    if constexpr (kGroups) {
+      if (per == 2 && chunk + 1 == slice_chunks) {  // the group's first slice is done
+#pragma unroll
+        for (int e = 0; e < T::kAcc; ++e) {
+          part[e] = acc[e];
+          acc[e] = 0.0f;  // the next slice's chain starts from +0
+        }
+      }
+    }
   }
   wgmma_wait<0>();
+  if constexpr (kGroups) {
+    if (per == 2)
+#pragma unroll
+      for (int e = 0; e < T::kAcc; ++e) acc[e] = __fadd_rn(part[e], acc[e]);
+    // Group g > 0 leaves its subtree in the (free) rings; group 0 adds them.
+    __syncthreads();  // every group is past its last wgmma, no copy in flight
+    float* const ex = reinterpret_cast<float*>(smem + (rings - base));
+    if (wg > 0)
+#pragma unroll
+      for (int e = 0; e < T::kAcc; ++e) ex[((wg - 1) * T::kAcc + e) * 128 + tid % 128] = acc[e];
+    __syncthreads();
+    if (wg > 0) return;
+#pragma unroll
+    for (int e = 0; e < T::kAcc; ++e) {
+      float p[WGS];
+      p[0] = acc[e];
+#pragma unroll
+      for (int h = 1; h < WGS; ++h) p[h] = ex[((h - 1) * T::kAcc + e) * 128 + tid];
+      acc[e] = canonical_tree_sum(p, WGS);
+    }
+  }
 
   // Thread (warp w of its warpgroup, lane 4 g + t): acc[32 nb + 4 j + i] is weight
   // row 16 w + g + 8 (i / 2) of the warpgroup and token 64 nb + 8 j + 2 t + i % 2.
   const int w = (tid / 32) % 4, g = lane / 4, t = lane % 4;
   if constexpr (kSwiGLU) {
     __syncthreads();  // every warpgroup is past its last wgmma: the ring is free
-    float* up = reinterpret_cast<float*>(smem + (ring - bars));
+    float* up = reinterpret_cast<float*>(smem + (rings - base));
     if (wg == 1)
 #pragma unroll
       for (int e = 0; e < T::kAcc; ++e) up[e * 128 + tid - 128] = acc[e];
@@ -196,7 +240,7 @@ __global__ void __launch_bounds__(128 * WGS)
 #pragma unroll
     for (int e = 0; e < T::kAcc; ++e) {
       const int i = e % 4, j = (e / 4) % 8, nb = e / 32;
-      const int n = n0 + 64 * wg + 16 * w + g + 8 * (i >> 1);
+      const int n = n0 + 64 * wg + 16 * w + g + 8 * (i >> 1);  // kGroups: wg == 0
       const int m = m0 + 64 * nb + 8 * j + 2 * t + (i & 1);
       if (n < a.N && m < a.M) a.y[static_cast<int64_t>(m) * a.y_stride + n] = to_bf16(acc[e]);
     }
