@@ -318,11 +318,11 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
 // test) the wg tiles win: up to 64 tokens wg_n128 for N >= 16384 (M 7: lm_head 315
 // vs 383 us bulk_n8, gate_up 71 vs 75; M 56: 325 vs 477 ring_big, 71 vs 99), else
 // bulk_n8 up to 8 tokens (qkv 28 vs 37, fc 71 vs 162) and wg_n64 from 9 (qkv 39 vs
-// 57, fc 163 vs 227); o_proj and down (8 K slices) keep the ring up to 64 tokens
-// (M 56: 36 vs 45, 82 vs 116); past 64 tokens wg_n256 for the vocabulary (lm_head
-// 570 vs 1340), wg_n128 where its 128 x 128 CTAs still number half the SMs (qkv 49
-// vs 92, gate_up 114 vs 234), else wg_n64 (fc 180 vs 333; with K slices o_proj 50
-// vs 82, down 133 vs 224).
+// 57, fc 163 vs 227); past 64 tokens wg_n256 for the vocabulary (lm_head 570 vs
+// 1340), wg_n128 where its 128 x 128 CTAs still number half the SMs (qkv 49 vs 92,
+// gate_up 114 vs 234), else wg_n64 (fc 180 vs 333). With K slices (o_proj, down)
+// ring_n8 up to 8 tokens (M 7: 17 vs 23 and 40 vs 54 us for wg_k), then wg_k (run
+// 7: M 56 24 vs 37 ring_n64 and 55 vs 81; M 224 43 vs 51 wg_n64 and 106 vs 133).
 GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
                       int k_slices) {
   if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
