@@ -14,6 +14,9 @@
 #                and racecheck over the GEMM and attention tests (not a default stage: minutes)
 #   profile      ncu's time of every kernel of one qwen3-8b propose at 1 and 32 requests, and
 #                tools/ncu_step_breakdown.py's table of it (not a default stage: about a minute)
+#   gemm         the GEMM sweep (every variant forced, bit for bit against cpu::gemm) and the
+#                GemmSpeed tables behind cuda::gemm_pick (not a default stage: about 30 s; the
+#                tests stage runs the same tests but keeps no table in the summary)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -86,6 +89,12 @@ for stage in "${stages[@]}"; do
         sed -n '3,6p' "$out/ncu_breakdown_rows$rows.txt" | tee -a "$summary"
       done
       note "profile: rc $rc"
+      ;;
+    gemm)
+      ./build/sparkdraft_cuda_tests --gtest_filter='CudaGemm.*:GemmSpeed.*' >"$out/gemm.log" 2>&1
+      rc=$?
+      note "gemm: rc $rc, $(grep -E '^\[gemm\] [0-9]+ problems' "$out/gemm.log")"
+      grep -E '^\[gemm (speed|variants|swiglu speed)\]' "$out/gemm.log" | cut -c1-330 | tee -a "$summary"
       ;;
     *)
       echo "tools/gpu_verify.sh: unknown stage '$stage'" >&2
