@@ -72,40 +72,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
-// D (64 x 8, 4 registers per thread) += A (64 x 16, shared memory) * B (8 x 16,
-// shared memory): one wgmma.mma_async.m64n8k16, not yet committed.
-__device__ __forceinline__ void wgmma_m64n8k16_ss(float* d, uint64_t desc_a, uint64_t desc_b) {
-#if SD_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(desc_a), "l"(desc_b), "r"(1)
-      : "memory");
-#else
-  (void)d, (void)desc_a, (void)desc_b;
-  __trap();
-#endif
-}
-
-// D (64 x 8) += A (64 x 16, registers: mma.m16n8k16's A fragment of the warp's 16
-// rows) * B (8 x 16, shared memory).
-__device__ __forceinline__ void wgmma_m64n8k16_rs(float* d, const uint32_t a[4], uint64_t desc_b) {
-#if SD_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
-      : "memory");
-#else
-  (void)d, (void)a, (void)desc_b;
-  __trap();
-#endif
-}
-
 // The no-swizzle K-major layout of cuda::wgmma_self_test's tiles: rows of 64 k (8 chunks of 16
 // bytes); chunk c of row r at byte
 // ((r / 8) * 8 + c) * 128 + (r % 8) * 16, so each 8-row x 16-byte core matrix is
@@ -143,135 +109,79 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// D (64 x 64, 32 registers per thread) += A (64 x 16, shared memory) * B (64 x 16,
-// shared memory): one wgmma.mma_async.m64n64k16 (the GEMM's instruction), not yet
-// committed.
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b) {
-#if SD_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(1)
-      : "memory");
-#else
-  (void)d, (void)desc_a, (void)desc_b;
-  __trap();
-#endif
-}
+// The wgmma.mma_async forms the kernels and the probe issue, all bf16 x bf16 -> f32
+// with D += A * B (scale-d 1), not yet committed:
+//   wgmma_m64n{8,64,256}k16_ss(d, desc_a, desc_b)  A and B from shared memory
+//   wgmma_m64n{8,64,256}k16_rs(d, a, desc_b)       A from registers (mma.m16n8k16's A
+//                                                    fragment of the warp's 16 rows)
+// d: the N/2 accumulator registers of the layout above. One macro writes each form:
+// OPS names the operands after the accumulators, PRED the scale-d operand, DLIST the
+// accumulators ("+f"(d[i]), SD_WGMMA_D*) and REGS their "{%0, ...}" (SD_WGMMA_R*).
+#define SD_WGMMA_D4(b) "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3])
+#define SD_WGMMA_D32(b)                                                        \
+  SD_WGMMA_D4(b), SD_WGMMA_D4(b + 4), SD_WGMMA_D4(b + 8), SD_WGMMA_D4(b + 12), \
+      SD_WGMMA_D4(b + 16), SD_WGMMA_D4(b + 20), SD_WGMMA_D4(b + 24), SD_WGMMA_D4(b + 28)
+#define SD_WGMMA_D128 SD_WGMMA_D32(0), SD_WGMMA_D32(32), SD_WGMMA_D32(64), SD_WGMMA_D32(96)
+#define SD_WGMMA_R4 "{%0, %1, %2, %3}"
+#define SD_WGMMA_R32                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define SD_WGMMA_R128                                                                      \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "  \
+  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "  \
+  "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "    \
+  "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "   \
+  "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define SD_WGMMA_ASM(N, REGS, OPS, PRED, TAIL)                                               \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " PRED                                                   \
+  ", 0;\n"                                                                                   \
+  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS ", " OPS ", p, 1, 1" TAIL \
+  ";\n}\n"
 
-// D (64 x 64) += A (64 x 16, registers: mma.m16n8k16's A fragment of the warp's 16
-// rows) * B (64 x 16, shared memory).
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float* d, const uint32_t a[4], uint64_t desc_b) {
 #if SD_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, "
-      "1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
-      : "memory");
+#define SD_WGMMA_SS(N, REGS, OPS, PRED, ...)                                       \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_ss(float* d, uint64_t desc_a, \
+                                                        uint64_t desc_b) {         \
+    asm volatile(SD_WGMMA_ASM(N, REGS, OPS, PRED, ", 0, 0")                        \
+                 : __VA_ARGS__                                                     \
+                 : "l"(desc_a), "l"(desc_b), "r"(1)                                \
+                 : "memory");                                                      \
+  }
+#define SD_WGMMA_RS(N, REGS, OPS, PRED, ...)                                           \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_rs(float* d, const uint32_t a[4], \
+                                                        uint64_t desc_b) {             \
+    asm volatile(SD_WGMMA_ASM(N, REGS, OPS, PRED, ", 0")                               \
+                 : __VA_ARGS__                                                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)     \
+                 : "memory");                                                          \
+  }
 #else
-  (void)d, (void)a, (void)desc_b;
-  __trap();
+#define SD_WGMMA_SS(N, REGS, OPS, PRED, ...)                                       \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_ss(float* d, uint64_t desc_a, \
+                                                        uint64_t desc_b) {         \
+    (void)d, (void)desc_a, (void)desc_b;                                           \
+    __trap();                                                                      \
+  }
+#define SD_WGMMA_RS(N, REGS, OPS, PRED, ...)                                           \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_rs(float* d, const uint32_t a[4], \
+                                                        uint64_t desc_b) {             \
+    (void)d, (void)a, (void)desc_b;                                                    \
+    __trap();                                                                          \
+  }
 #endif
-}
 
-// D (64 x 256, 128 registers per thread) += A (64 x 16, shared memory) * B (256 x 16,
-// shared memory): one wgmma.mma_async.m64n256k16, not yet committed.
-__device__ __forceinline__ void wgmma_m64n256k16_ss(float* d, uint64_t desc_a, uint64_t desc_b) {
-#if SD_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
-      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
-      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
-      "%123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(1)
-      : "memory");
-#else
-  (void)d, (void)desc_a, (void)desc_b;
-  __trap();
-#endif
-}
+SD_WGMMA_SS(8, SD_WGMMA_R4, "%4, %5", "%6", SD_WGMMA_D4(0))
+SD_WGMMA_RS(8, SD_WGMMA_R4, "{%4, %5, %6, %7}, %8", "%9", SD_WGMMA_D4(0))
+SD_WGMMA_SS(64, SD_WGMMA_R32, "%32, %33", "%34", SD_WGMMA_D32(0))
+SD_WGMMA_RS(64, SD_WGMMA_R32, "{%32, %33, %34, %35}, %36", "%37", SD_WGMMA_D32(0))
+SD_WGMMA_SS(256, SD_WGMMA_R128, "%128, %129", "%130", SD_WGMMA_D128)
+SD_WGMMA_RS(256, SD_WGMMA_R128, "{%128, %129, %130, %131}, %132", "%133", SD_WGMMA_D128)
 
-// D (64 x 256) += A (64 x 16, registers: mma.m16n8k16's A fragment of the warp's 16
-// rows) * B (256 x 16, shared memory).
-__device__ __forceinline__ void wgmma_m64n256k16_rs(float* d, const uint32_t a[4],
-                                                    uint64_t desc_b) {
-#if SD_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
-      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
-      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
-      "%123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
-      : "memory");
-#else
-  (void)d, (void)a, (void)desc_b;
-  __trap();
-#endif
-}
+#undef SD_WGMMA_SS
+#undef SD_WGMMA_RS
+#undef SD_WGMMA_ASM
 
 }  // namespace sparkdraft::cuda
