@@ -296,17 +296,14 @@ void fill(DeviceBuffer<bf16>& b, uint32_t seed, cudaStream_t s) {
   SD_CHECK_LAUNCH();
 }
 
-// The bulk kernel's tuning (cuda::gemm_bulk_tuned: stage width, fewest stages,
-// producer lanes) changes only how the operands are staged: every setting gives
-// the CPU's bits, on stages that end inside a 16-k step (K % 16 == 8), K slices
-// (1 to 8), 1 to 8 tokens, rows past N and tokens past M.
-const cuda::GemmBulkTuning kBulkTunings[] = {{0, 2, 1},    {0, 2, 32},   {0, 4, 1},   {0, 4, 32},
-                                             {512, 2, 1},  {512, 2, 32}, {256, 4, 1}, {256, 4, 32},
-                                             {128, 6, 32}, {64, 8, 1},   {64, 8, 32}};
+// The bulk kernel's tuning (cuda::gemm_bulk_tuned: stage width, fewest stages)
+// changes only how the operands are staged: every setting gives the CPU's bits, on
+// stages that end inside a 16-k step (K % 16 == 8), K slices (1 to 8), 1 to 8 tokens,
+// rows past N and tokens past M.
+const cuda::GemmBulkTuning kBulkTunings[] = {{0, 2}, {0, 4}, {512, 2}, {256, 4}, {128, 6}, {64, 8}};
 
 std::string describe(const cuda::GemmBulkTuning& t) {
-  return "stage_k " + std::to_string(t.stage_k) + " min_stages " + std::to_string(t.min_stages) +
-         " producer_lanes " + std::to_string(t.producer_lanes);
+  return "stage_k " + std::to_string(t.stage_k) + " min_stages " + std::to_string(t.min_stages);
 }
 
 TEST(CudaGemm, BulkTuningEqualsCpu) {
@@ -334,14 +331,13 @@ TEST(CudaGemm, BulkTuningEqualsCpu) {
     }
   }
   std::printf("[gemm] bulk tunings vs cpu::gemm: %d runs\n", runs);
-  // Refused: no such stage, too few stages, a lane count the kernel lacks, and 512-k
-  // stages of which 4 do not fit in a third of an SM (6144 rows: 384 CTAs).
+  // Refused: no such stage, too few stages, and 512-k stages of which 4 do not fit in
+  // a third of an SM (6144 rows: 384 CTAs).
   test::Gen gen(7);
   const Problem p = make(gen, 7, 6144, 256, false);
   DeviceProblem d(p, s);
   for (const cuda::GemmBulkTuning bad :
-       {cuda::GemmBulkTuning{100, 2, 1}, cuda::GemmBulkTuning{0, 1, 1},
-        cuda::GemmBulkTuning{0, 2, 7}, cuda::GemmBulkTuning{512, 4, 1}})
+       {cuda::GemmBulkTuning{100, 2}, cuda::GemmBulkTuning{0, 1}, cuda::GemmBulkTuning{512, 4}})
     EXPECT_THROW(cuda::gemm_bulk_tuned(bad, d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(),
                                        p.y_stride, 1, s),
                  InvalidArgument)

@@ -121,18 +121,18 @@ GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int
                       int k_slices);
 bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
 
-// The bulk_n8 kernel's ring and producer, for the tuning sweep of the tests
-// (CudaGemm.BulkTuningEqualsCpu, GemmSpeed.BulkTuning); cuda::gemm runs the default.
+// The bulk_n8 kernel's ring, for the tuning sweep of the tests
+// (CudaGemm.BulkTuningEqualsCpu, GemmSpeed.BulkTuning); cuda::gemm runs the default,
+// which the sweep measured fastest (docs/gpu-results.md, fifth session, run 1; a
+// 32-lane producer it also tried helped only the narrow stages and is gone).
 //   stage_k          k of a ring stage (512, 256, 128 or 64); 0: the widest that
 //                    leaves min_stages in the CTA's share of shared memory
 //   min_stages       the fewest stages that share must hold (2 or more)
-//   producer_lanes   lanes of the producer warp that issue a stage's row copies (1 or 32)
 // Every setting gives the same bits (only the staging changes); a stage_k whose
 // min_stages do not fit is refused with InvalidArgument.
 struct GemmBulkTuning {
   int stage_k = 0;
   int min_stages = 2;
-  int producer_lanes = 1;
 };
 void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stride, const bf16* w,
                      int M, int N, int K, bf16* y, int64_t y_stride, int k_slices,

@@ -144,9 +144,7 @@ void launch_bulk(Args a, cudaStream_t stream, const GemmBulkTuning& tuning = {})
   shape.smem =
       static_cast<size_t>(gemm_detail::kBulkHeader) + static_cast<size_t>(a.stages) * a.stage_bytes;
   shape.stream = stream;
-  const auto kernel = tuning.producer_lanes == 32
-                          ? gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS, kSwiGLU, 32>
-                          : gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS, kSwiGLU, 1>;
+  const auto kernel = gemm_detail::gemm_bulk_kernel<MT, NT, WG, LEVELS, kSwiGLU>;
   allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
   launch_kernel("gemm_bulk_kernel", kernel, shape, a);
 }
@@ -403,8 +401,6 @@ void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stri
   ops::require(tuning.min_stages >= 2 && tuning.min_stages <= gemm_detail::kBulkMaxStages,
                "cuda::gemm_bulk_tuned",
                "min_stages must be in [2, " + std::to_string(gemm_detail::kBulkMaxStages) + "]");
-  ops::require(tuning.producer_lanes == 1 || tuning.producer_lanes == 32, "cuda::gemm_bulk_tuned",
-               "producer_lanes must be 1 or 32");
   if (M == 0 || N == 0) return;
   mma_self_test();
   launch_bulk<1, 1, 1, 3>(make_args(x, x_stride, w, M, N, K, y, y_stride, k_slices), stream,

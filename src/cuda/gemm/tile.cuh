@@ -366,10 +366,7 @@ __device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&p)
 // and warp 1 the matching up rows N + n0 .. of the [2N, K] weight (N = inter), so
 // each warp streams as fast as bulk_n8's; at the end warp 1 hands its fp32 results
 // to warp 0 through shared memory, which writes ops/mlp.h's SwiGLU of the pair.
-// kLanes: how many lanes of the producer warp issue a stage's row copies (1: lane
-// 0 issues them all; 32: lane l the rows l, l + 32, ..., after lane 0 armed the
-// stage's barrier). The same bytes land in the same places either way.
-template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU, int kLanes = 1>
+template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU>
 __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
   using B = Bulk<MT, NT, WG, LEVELS>;
   static_assert(!kSwiGLU || (MT == 1 && WG == 2 && LEVELS == 0), "SwiGLU: gate + up warp");
@@ -400,44 +397,6 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
   // consumers are done with a slot, arms its full barrier with the stage's bytes
   // and copies the stage's rows: the weight rows n0 .. n0 + nw and the tokens
   // m0 .. m0 + nx (rows past N and tokens past M are not copied).
-  static_assert(kLanes == 1 || kLanes == 32, "one producer lane or the whole warp");
-  if constexpr (kLanes == 32) {
-    if (__shfl_sync(0xffffffffu, warp, 0) == WG) {
-      const int nw = min(kOutRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
-      const int64_t w_gpitch = 2 * static_cast<int64_t>(a.K);
-      const int64_t x_gpitch = 2 * static_cast<int64_t>(a.x_stride);
-      const unsigned char* w_src = reinterpret_cast<const unsigned char*>(a.w) + n0 * w_gpitch;
-      const unsigned char* x_src = reinterpret_cast<const unsigned char*>(a.x) + m0 * x_gpitch;
-      const uint32_t x_dst = ring + B::kWRows * a.pitch;
-      for (int c = 0; c < chunks; ++c) {
-        const int slot = c % a.stages;
-        if (c >= a.stages)
-          mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>(((c / a.stages) + 1) & 1));
-        const int len = chunk_len(c);
-        const uint32_t bytes = static_cast<uint32_t>(2 * len), so = slot * a.stage_bytes;
-        const uint32_t bar = bars + 8 * slot;
-        if (lane == 0)
-          mbarrier_arrive_expect_tx(bar,
-                                    static_cast<uint32_t>((kSwiGLU ? 2 : 1) * nw + nx) * bytes);
-        __syncwarp();
-        const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
-                                  static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
-        // Ring row r < kWRows: as the one-lane producer's below; then the tokens.
-        for (int r = lane; r < B::kWRows + nx; r += 32) {
-          if (r < B::kWRows) {
-            const int n = kSwiGLU ? r % 16 : r;
-            if (n >= nw) continue;
-            const int64_t row = kSwiGLU && r >= 16 ? static_cast<int64_t>(a.N) + n : n;
-            bulk_copy_g2s(ring + so + r * a.pitch, w_src + koff + row * w_gpitch, bytes, bar);
-          } else {
-            const int t = r - B::kWRows;
-            bulk_copy_g2s(x_dst + so + t * a.pitch, x_src + koff + t * x_gpitch, bytes, bar);
-          }
-        }
-      }
-      return;
-    }
-  }
   if (__shfl_sync(0xffffffffu, warp, 0) == WG) {
     if (lane != 0) return;
     const int nw = min(kOutRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
