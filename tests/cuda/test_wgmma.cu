@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(128)
       wg_ss<N>(d, cuda::wgmma_desc(sa0 + 256 * s, lbo, sbo), db);
   }
   cuda::wgmma_commit();
-  cuda::wgmma_wait0();
+  cuda::wgmma_wait<0>();
 #pragma unroll
   for (int j = 0; j < N / 8; ++j) {
     Dt[r0 * N + 8 * j + 2 * t] = __float_as_uint(d[4 * j + 0]);

@@ -24,7 +24,7 @@
 // Every wgmma is asynchronous: wgmma_fence() after the accumulator registers (and a
 // register A) were written and before the first wgmma; shared memory written by
 // ordinary stores needs fence_proxy_async() and a barrier before a wgmma reads it;
-// wgmma_commit() then wgmma_wait0() before D is read.
+// wgmma_commit() then wgmma_wait<0>() before D is read.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,9 +59,12 @@ __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_wait0() {
+// Waits until at most N committed wgmma groups of this warpgroup are in flight
+// (N = 0: all done; the accumulators may then be read).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
 #if SD_HAVE_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
 // Orders this thread's ordinary shared-memory stores before later async-proxy
@@ -98,15 +101,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&r)[n]) {
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
   return static_cast<uint64_t>((smem_addr >> 4) & 0x3fffu) | (uint64_t{1} << 16) |
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-
-// Waits until at most N committed wgmma groups of this warpgroup are in flight
-// (N = 0: all done; the accumulators may then be read).
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#if SD_HAVE_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
 }
 
 // The wgmma.mma_async forms the kernels and the probe issue, all bf16 x bf16 -> f32
