@@ -570,6 +570,18 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
   plan.parts.push_back({"backbone", "eager",
                         "one kernel per op, the fronts below aside (GEMMs: the tensor-core chain, "
                         "o_proj and down in canonical K slices)"});
+  // Ops that are one kernel in both backends (nothing to fall back to).
+  plan.parts.push_back(
+      {"residual boundary", "fused",
+       "one kernel per boundary: the branch's post-norm where the layer has one, the residual "
+       "update and the next input norm (the eager backend runs the same kernel)"});
+  if (c.o_norm || c.output_gate)
+    plan.parts.push_back({"o-norm gate", "fused",
+                          std::string("one kernel per layer after attention: ") +
+                              (c.o_norm && c.output_gate ? "the o-norm and the output gate"
+                               : c.o_norm                ? "the o-norm"
+                                                         : "the output gate") +
+                              " (the eager backend runs the same kernel)"});
   // The fused backbone's parts (cuda/backbone.h), each with the reason it does not run.
   const auto front_part = [&](const char* part, const std::string& refusal,
                               const std::string& fused, const std::string& eager) -> PlanPart {
