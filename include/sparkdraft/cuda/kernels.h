@@ -102,8 +102,7 @@ enum class GemmVariant {
   // wgmma.m64n64k16 fed by the TMA (src/cuda/gemm/wg_tile.cuh; only where
   // cuda::wgmma_self_test passes: sm_90a; K % (64 k_slices) == 0): 64 tokens and 64
   // weight rows a CTA (one warpgroup), 128 x 128 (two), 256 tokens x 128 rows (two);
-  // with K slices one warpgroup of 64 rows against 64 (wg_n64) or 128 tokens, the
-  // slices in sequence
+  // with K slices each of them runs as wg_k
   wg_n64,
   wg_n128,
   wg_n256,

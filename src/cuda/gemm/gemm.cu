@@ -184,39 +184,32 @@ CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int64_t pit
   return m;
 }
 
-// The wg kernel (wg_tile.cuh): K slices in sequence (whole stages a slice), the
-// ring as deep as the tile's share of shared memory allows (3 to 8 stages; about
-// 200 KB a CTA for the 384-row tile, one CTA an SM; about 110 KB for the others,
-// two an SM), the slice tree's three levels past it.
+// The wg kernel (wg_tile.cuh): the ring as deep as the tile's share of shared
+// memory allows (3 to 8 stages; about 200 KB a CTA for the 384-row tile and the
+// slice groups, one CTA an SM; about 110 KB for the others, two an SM).
 template <int WGS, int NB, bool kSwiGLU = false, bool kGroups = false>
 void launch_wg(Args a, cudaStream_t stream) {
   // kGroups: WGS slice groups, each a one-warpgroup ring (wg_tile.cuh).
   using T = gemm_detail::WgTile<kGroups ? 1 : WGS, NB>;
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
-  // The slice tree's levels fit in shared memory for one warpgroup's tiles.
-  constexpr bool kSliceTile = WGS == 1 && !kSwiGLU && !kGroups;
-  size_t levels_bytes = 0;
-  a.seq_slices = 0;
   ops::require(a.K % (a.slices * gemm_detail::kStageK) == 0, "cuda::gemm",
-               "the wg variants run whole 64-k stages (K slices in sequence): K must be a "
-               "multiple of 64 * k_slices");
+               "the wg variants run whole 64-k stages (and K slices): K must be a multiple of "
+               "64 * k_slices");
+  a.seq_slices = 0;
   if constexpr (kGroups) {
     ops::require(
         a.slices % WGS == 0 && a.slices / WGS <= 2, "cuda::gemm",
         "wg_k: the K slices must split into " + std::to_string(WGS) + " groups of at most 2");
     a.seq_slices = a.slices;
-  } else if (a.slices > 1) {
-    ops::require(kSliceTile, "cuda::gemm", "this wg tile runs one chain over K (no K slices)");
-    a.seq_slices = a.slices;
-    levels_bytes = size_t{3} * T::kLevelBytes;
+  } else {
+    ops::require(a.slices == 1, "cuda::gemm", "this wg tile runs one chain over K (no K slices)");
   }
   a.slices = 1;
   a.slice_len = a.K;
   const int budget =
       (T::kRows >= 384 || kGroups ? (200 << 10) : (110 << 10)) - gemm_detail::kWgHeader;
-  a.stages = std::clamp((budget - static_cast<int>(levels_bytes)) / (kRings * T::kStageBytes), 3,
-                        gemm_detail::kWgMaxStages);
+  a.stages = std::clamp(budget / (kRings * T::kStageBytes), 3, gemm_detail::kWgMaxStages);
   const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
@@ -228,44 +221,26 @@ void launch_wg(Args a, cudaStream_t stream) {
   shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
                     static_cast<unsigned>(row_blocks));
   shape.block = dim3(static_cast<unsigned>(128 * WGS));
-  shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes +
-               levels_bytes;
+  shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes;
   shape.stream = stream;
   auto run = [&](auto kernel) {
     allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
     launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
   };
-  if constexpr (kGroups) {
-    run(gemm_detail::gemm_wg_kernel<WGS, NB, false, false, true>);
-  } else {
-    if constexpr (kSliceTile) {
-      if (a.seq_slices > 1) return run(gemm_detail::gemm_wg_kernel<WGS, NB, false, true>);
-    }
-    run(gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU, false>);
-  }
+  if constexpr (kGroups)
+    run(gemm_detail::gemm_wg_kernel<WGS, NB, false, true>);
+  else
+    run(gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU>);
 }
 
-// The wg tiles: 64, 128 or 256 tokens a CTA; with K slices one warpgroup (64
-// weight rows) and at most 128 tokens, so that the slice tree's levels fit.
+// The wg tiles: 64, 128 or 256 tokens a CTA; K slices (any wg variant) in
+// min(4, k_slices) slice groups.
 void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
-  if (v == GemmVariant::wg_k) {  // min(4, k_slices) slice groups; one slice: wg_n64
-    if (a.slices >= 4)
-      launch_wg<4, 1, false, true>(a, stream);
-    else if (a.slices == 2)
-      launch_wg<2, 1, false, true>(a, stream);
-    else
-      launch_wg<1, 1>(a, stream);
-    return;
-  }
-  if (a.slices > 1) {
-    if (v == GemmVariant::wg_n64)
-      launch_wg<1, 1>(a, stream);
-    else
-      launch_wg<1, 2>(a, stream);
-    return;
-  }
+  if (a.slices >= 4) return launch_wg<4, 1, false, true>(a, stream);
+  if (a.slices == 2) return launch_wg<2, 1, false, true>(a, stream);
   switch (v) {
-    case GemmVariant::wg_n64: launch_wg<1, 1>(a, stream); break;
+    case GemmVariant::wg_n64:
+    case GemmVariant::wg_k: launch_wg<1, 1>(a, stream); break;
     case GemmVariant::wg_n128: launch_wg<2, 2>(a, stream); break;
     default: launch_wg<2, 4>(a, stream); break;
   }

@@ -25,13 +25,9 @@
 // done, and thread 0 refills the slot with stage c + stages when every warp did
 // (`stages` stages are in flight while one is computed).
 //
-// K slices (k_slices = S > 1, each a whole number of stages) run one after the
-// other; after slice s the fp32 results are folded into core/reduce.h's
-// canonical_tree_sum as a binary counter (after slice s, add the stored partial
-// of each level whose bit of s is set; store at the first clear bit), the three
-// levels in shared memory past the ring, each thread reading back only what it
-// wrote. Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte aligned w
-// and x (the tensor maps' strides and bases).
+// K slices (k_slices = S > 1, each a whole number of stages) run in slice groups
+// (kGroups, below). Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte
+// aligned w and x (the tensor maps' strides and bases).
 #pragma once
 
 #include <cuda.h>
@@ -50,20 +46,18 @@ inline constexpr int kWgMaxStages = 8;  // the header holds 2 mbarriers a stage
 template <int WGS, int NB>
 struct WgTile {
   static constexpr int kThreads = 128 * WGS;
-  static constexpr int kWRows = 64 * WGS;                  // weight rows per CTA
-  static constexpr int kTokens = 64 * NB;                  // tokens per CTA
-  static constexpr int kRows = kWRows + kTokens;           // rows of a stage
-  static constexpr int kStageBytes = kRows * kRowBytes;    // 64 k of every row
-  static constexpr int kAcc = 32 * NB;                     // fp32 accumulators per thread
-  static constexpr int kLevelBytes = kThreads * kAcc * 4;  // one level of the slice tree
+  static constexpr int kWRows = 64 * WGS;                // weight rows per CTA
+  static constexpr int kTokens = 64 * NB;                // tokens per CTA
+  static constexpr int kRows = kWRows + kTokens;         // rows of a stage
+  static constexpr int kStageBytes = kRows * kRowBytes;  // 64 k of every row
+  static constexpr int kAcc = 32 * NB;                   // fp32 accumulators per thread
 };
 
 inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align the ring to 1 KB
 
 // grid (ceil(M / (64 NB)), ceil(N / rows)), rows = 64 (kSwiGLU, kGroups) or 64 WGS;
-// block 128 * WGS; dynamic shared memory kWgHeader + stages * kStageBytes (+ 3
-// kLevelBytes with kSlices: a.seq_slices > 1 K slices in sequence; without, one
-// chain over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
+// block 128 * WGS; dynamic shared memory kWgHeader + stages * kStageBytes (one chain
+// over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
 // kGroups: the WGS warpgroups are slice groups over the same 64 rows and tokens:
 // group g runs slices [g S / WGS, (g + 1) S / WGS) (at most 2: folded in registers)
 // through its own ring, barriers and producer thread (its first thread), and the
@@ -72,14 +66,13 @@ inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align th
 // tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x rows rows; tx: the
 // tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB, round_up(M, 8))
 // rows.
-template <int WGS, int NB, bool kSwiGLU, bool kSlices, bool kGroups = false>
+template <int WGS, int NB, bool kSwiGLU, bool kGroups = false>
 __global__ void __launch_bounds__(128 * WGS)
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
   using T = WgTile<kGroups ? 1 : WGS, NB>;  // the layout of one ring's stage
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
-  static_assert(!(kSwiGLU && kSlices), "SwiGLU: one chain over K");
-  static_assert(!(kGroups && (kSwiGLU || kSlices)), "slice groups: plain, no sequential tree");
+  static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
   constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
@@ -88,7 +81,7 @@ __global__ void __launch_bounds__(128 * WGS)
   const int grp = kGroups ? wg : 0;  // this thread's ring
   const bool producer = kGroups ? tid % 128 == 0 : tid == 0;
   const int m0 = blockIdx.x * T::kTokens, n0 = blockIdx.y * kOutRows;
-  const int S = kSlices || kGroups ? a.seq_slices : 1;
+  const int S = kGroups ? a.seq_slices : 1;
   const int per = S / kRings;  // slices of one ring
   const int slice_len = a.K / S;
   const int slice_chunks = slice_len / kStageK;
@@ -130,32 +123,6 @@ __global__ void __launch_bounds__(128 * WGS)
 #pragma unroll
   for (int e = 0; e < T::kAcc; ++e) acc[e] = 0.0f;
 
-  // Level l, element e of thread tid at [(l * kAcc + e) * kThreads + tid].
-  float* const levels = reinterpret_cast<float*>(smem + (ring - base) +
-                                                 static_cast<size_t>(a.stages) * T::kStageBytes) +
-                        tid;
-  auto fold = [&](int s) {
-    bool stored = false;
-#pragma unroll
-    for (int l = 0; l < 3; ++l) {
-      if (stored) continue;
-      float* const lv = levels + l * T::kAcc * T::kThreads;
-      if ((s >> l) & 1) {
-#pragma unroll
-        for (int e = 0; e < T::kAcc; ++e) acc[e] = __fadd_rn(lv[e * T::kThreads], acc[e]);
-      } else {
-        if (s + 1 < S) {
-#pragma unroll
-          for (int e = 0; e < T::kAcc; ++e) {
-            lv[e * T::kThreads] = acc[e];
-            acc[e] = 0.0f;  // the next slice's chain starts from +0
-          }
-        }
-        stored = true;
-      }
-    }
-  };
-
   const uint32_t a_off = kGroups ? 0u : static_cast<uint32_t>(wg) * 64 * kRowBytes;  // its rows
   const uint32_t b_off = T::kWRows * kRowBytes;                                      // the tokens
   for (int chunk = 0; chunk < chunks; ++chunk) {
@@ -183,7 +150,6 @@ __global__ void __launch_bounds__(128 * WGS)
       mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
       issue(chunk + a.stages);
     }
-    if (kSlices && (chunk + 1) % slice_chunks == 0) fold(chunk / slice_chunks);
     if constexpr (kGroups) {
       if (per == 2 && chunk + 1 == slice_chunks) {  // the group's first slice is done
 #pragma unroll
