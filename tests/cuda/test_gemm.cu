@@ -185,6 +185,62 @@ TEST(CudaGemm, SweepEqualsCpuBitForBit) {
   std::printf("[gemm] %d problems, %d kernel runs, all equal to cpu::gemm\n", cases, runs);
 }
 
+// cuda::gemm_f32 (a TP rank's unrounded subtree) == cpu::gemm_slices_f32, fp32 bit
+// for bit (a NaN matches any NaN: the GPU's arithmetic returns the canonical NaN, x86
+// propagates payloads), for automatic and every variant that takes the problem (the
+// epilogue's fp32 store in each tile); bf16(it) through cuda::narrow == cuda::gemm.
+// NaN / inf / -0 / subnormal inputs from make(); y's padding untouched.
+TEST(CudaGemm, F32SubtreeEqualsCpuSlicesBitForBit) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  const uint64_t seed = 0x6E3302;
+  test::Gen gen(seed);
+  int runs = 0;
+  for (int M : {1, 7, 9, 56, 65, 224})
+    for (int N : {17, 100, 4096})
+      for (int K : {128, 512, 1024}) {
+        if (static_cast<int64_t>(M) * N * K > (int64_t{1} << 26)) continue;
+        for (int S : {1, 2, 4, 8}) {
+          SCOPED_TRACE("gemm_f32 seed " + std::to_string(seed) + " M " + std::to_string(M) + " N " +
+                       std::to_string(N) + " K " + std::to_string(K) + " k_slices " +
+                       std::to_string(S));
+          const Problem p = make(gen, M, N, K, false);
+          const int64_t ys = N + 5;
+          std::vector<float> y0(static_cast<size_t>(M) * ys);
+          for (float& v : y0) v = static_cast<float>(gen.uniform(70.0f, 80.0f));  // padding
+          std::vector<float> want = y0;
+          cpu::gemm_slices_f32(p.x.data(), p.x_stride, p.w.data(), K, M, N, K, want.data(), ys, S,
+                               cpu_threads());
+          DeviceBuffer<bf16> x(p.x), w(p.w);
+          DeviceBuffer<float> y(y0);
+          for (GemmVariant v : {GemmVariant::automatic, GemmVariant::ring_n8, GemmVariant::ring_n16,
+                                GemmVariant::ring_n32, GemmVariant::ring_n64, GemmVariant::ring_big,
+                                GemmVariant::ring_wide, GemmVariant::bulk_n8, GemmVariant::wg_n64,
+                                GemmVariant::wg_n128, GemmVariant::wg_n256, GemmVariant::wg_k,
+                                GemmVariant::general}) {
+            if (is_wg(v) && !cuda::wgmma_self_test().usable) continue;
+            if (is_wg(v) && K % (64 * S) != 0) continue;
+            y.upload(y0.data(), y0.size(), 0, s);
+            cuda::gemm_f32_with(v, x.data(), p.x_stride, w.data(), M, N, K, y.data(), ys, S, s);
+            EXPECT_TRUE(test::same_bits(y.download(s), want, {ys, true}))
+                << cuda::gemm_variant_name(v);
+            ++runs;
+          }
+          // The rounding after the all-reduce: narrow(gemm_f32) == gemm, bit for bit.
+          DeviceBuffer<float> sum(static_cast<size_t>(M) * N);
+          cuda::gemm_f32(x.data(), p.x_stride, w.data(), M, N, K, sum.data(), N, S, s);
+          DeviceBuffer<bf16> narrowed(static_cast<size_t>(M) * N),
+              direct(static_cast<size_t>(M) * N);
+          cuda::narrow(sum.data(), static_cast<int64_t>(M) * N, narrowed.data(), s);
+          cuda::gemm(x.data(), p.x_stride, w.data(), M, N, K, direct.data(), N, S, s);
+          EXPECT_TRUE(test::same_bits(narrowed.download(s), direct.download(s))) << "narrow";
+          if (HasFailure()) return;
+        }
+      }
+  std::printf("[gemm_f32] %d kernel runs, all equal to cpu::gemm_slices_f32\n", runs);
+}
+
 // gate_up + SwiGLU in one pass == cpu::gemm into [M, 2I] then cpu::silu_mul, bit for
 // bit (NaN / inf / -0 / subnormal inputs from make(); y's padding untouched).
 TEST(CudaGemm, SwigluEqualsGemmThenSiluMul) {

@@ -86,6 +86,17 @@ namespace sparkdraft::cuda {
 void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
           int64_t y_stride, int k_slices, cudaStream_t stream);
 
+// The same products with the fp32 sums stored unrounded into y [M, y_stride] fp32:
+// y[m][n] = the canonical tree of the k_slices slices' chains (one chain when
+// k_slices is 1), before the bf16 rounding. A TP rank's subtree of its canonical
+// K slices (ops/gemm.h; the all-reduce completes the tree, then one rounding).
+// Every variant but the SwiGLU tiles; the same refusals as cuda::gemm. The bits are
+// cpu::gemm_slices_f32's, except that a NaN keeps NaN but not its payload (the GPU's
+// arithmetic returns the canonical NaN; the bf16 rounding after makes every NaN
+// the canonical bf16 NaN on both).
+void gemm_f32(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, float* y,
+              int64_t y_stride, int k_slices, cudaStream_t stream);
+
 // The variants cuda::gemm chooses from (tests force each; forcing a ring or bulk
 // variant on arguments it cannot take throws InvalidArgument).
 enum class GemmVariant {
@@ -114,6 +125,8 @@ enum class GemmVariant {
 };
 void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
                int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream);
+void gemm_f32_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M,
+                   int N, int K, float* y, int64_t y_stride, int k_slices, cudaStream_t stream);
 // What `automatic` runs for these arguments, and whether the ring and bulk
 // variants can (the same layouts).
 GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
@@ -188,6 +201,9 @@ void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* ou
 
 // cpu::widen: out[i] = f32(x[i]). One thread per element.
 void widen(const bf16* x, int64_t n, float* out, cudaStream_t stream);
+// out[i] = to_bf16(x[i]) (core/bf16.h: round to nearest even, any NaN the canonical
+// bf16 NaN): the one rounding after a TP all-reduce. One thread per element.
+void narrow(const float* x, int64_t n, bf16* out, cudaStream_t stream);
 
 // cpu::prepare_query_block (ops/query_block.h) on device pointers. One thread per token.
 void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream);

@@ -35,6 +35,11 @@ __global__ void widen_kernel(const bf16* x, int64_t n, float* out) {
   if (i < n) out[i] = to_f32(x[i]);
 }
 
+__global__ void narrow_kernel(const float* x, int64_t n, bf16* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = to_bf16(x[i]);
+}
+
 __global__ void __launch_bounds__(detail::kRowThreads)
     head_norm_kernel(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
                      const bf16* weight, NormGain gain, float eps) {
@@ -63,6 +68,13 @@ void widen(const bf16* x, int64_t n, float* out, cudaStream_t stream) {
   detail::require(n >= 0, "widen", "needs n >= 0");
   if (n == 0) return;
   widen_kernel<<<detail::blocks_for(n, 256, "widen"), 256, 0, stream>>>(x, n, out);
+  SD_CHECK_LAUNCH();
+}
+
+void narrow(const float* x, int64_t n, bf16* out, cudaStream_t stream) {
+  detail::require(n >= 0, "narrow", "needs n >= 0");
+  if (n == 0) return;
+  narrow_kernel<<<detail::blocks_for(n, 256, "narrow"), 256, 0, stream>>>(x, n, out);
   SD_CHECK_LAUNCH();
 }
 

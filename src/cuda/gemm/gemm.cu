@@ -320,16 +320,17 @@ GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int
   return k_slices <= 4 ? GemmVariant::ring_big : GemmVariant::ring_n64;
 }
 
-void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
-               int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream) {
-  ops::check_gemm_args("cuda::gemm", x, x_stride, w, M, N, K, y, y_stride, k_slices);
-  if (M == 0 || N == 0) return;
+namespace {
+
+// One call of either output type (y bf16, or y32 fp32 when a.y32 is set).
+void run_gemm(GemmVariant variant, Args a, cudaStream_t stream) {
   mma_self_test();  // once per device: refuses a device the CPU twin does not reproduce
-  if (variant == GemmVariant::automatic) variant = gemm_pick(x, x_stride, w, M, N, K, k_slices);
+  const int K = a.K, k_slices = a.slices;
+  if (variant == GemmVariant::automatic)
+    variant = gemm_pick(a.x, a.x_stride, a.w, a.M, a.N, K, k_slices);
   ops::require(
-      variant == GemmVariant::general || gemm_ring_ok(x, x_stride, w, K), "cuda::gemm",
+      variant == GemmVariant::general || gemm_ring_ok(a.x, a.x_stride, a.w, K), "cuda::gemm",
       "the ring and bulk variants need K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
-  Args a = make_args(x, x_stride, w, M, N, K, y, y_stride, k_slices);
   switch (variant) {
     case GemmVariant::ring_n8: launch<1, 1, 1, true>(a, stream); break;
     case GemmVariant::ring_n16: launch<1, 2, 1, true>(a, stream); break;
@@ -362,6 +363,29 @@ void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16*
     }
     default: launch<1, 4, 1, false>(a, stream); break;
   }
+}
+
+}  // namespace
+
+void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
+               int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream) {
+  ops::check_gemm_args("cuda::gemm", x, x_stride, w, M, N, K, y, y_stride, k_slices);
+  if (M == 0 || N == 0) return;
+  run_gemm(variant, make_args(x, x_stride, w, M, N, K, y, y_stride, k_slices), stream);
+}
+
+void gemm_f32_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M,
+                   int N, int K, float* y, int64_t y_stride, int k_slices, cudaStream_t stream) {
+  ops::check_gemm_args("cuda::gemm_f32", x, x_stride, w, M, N, K, y, y_stride, k_slices);
+  if (M == 0 || N == 0) return;
+  Args a = make_args(x, x_stride, w, M, N, K, nullptr, y_stride, k_slices);
+  a.y32 = y;
+  run_gemm(variant, a, stream);
+}
+
+void gemm_f32(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, float* y,
+              int64_t y_stride, int k_slices, cudaStream_t stream) {
+  gemm_f32_with(GemmVariant::automatic, x, x_stride, w, M, N, K, y, y_stride, k_slices, stream);
 }
 
 void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stride, const bf16* w,

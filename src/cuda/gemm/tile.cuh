@@ -98,6 +98,7 @@ struct Args {
   int stage_bytes;   // bulk kernel: rows * pitch; wg kernel: the bytes a stage receives
   int slice_chunks;  // bulk kernel: stages per slice, ceil(slice_len / stage_k)
   int seq_slices;    // ring kernel: K slices run one after the other in one group (0: none)
+  float* y32;        // not null: the fp32 sums are stored there (y_stride apart), unrounded
 };
 
 // Byte offset of chunk c (0..7) of row r in a stage.
@@ -135,6 +136,14 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 __device__ __forceinline__ bf16 swiglu(float gate_acc, float up_acc) {
   const float gate = to_f32(to_bf16(gate_acc)), up = to_f32(to_bf16(up_acc));
   return to_bf16(__fmul_rn(silu_f32(gate), up));
+}
+
+// Stores one output: bf16(v) into y, or v itself into y32 (cuda::gemm_f32).
+__device__ __forceinline__ void store_out(const Args& a, int64_t i, float v) {
+  if (a.y32)
+    a.y32[i] = v;
+  else
+    a.y[i] = to_bf16(v);
 }
 
 __device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
@@ -176,7 +185,7 @@ __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
         for (int i = 0; i < 4; ++i) {
           const int n = n0 + mt * 16 + g + 8 * (i >> 1);
           const int m = m0 + wt * T::kWarpTokens + nt * 8 + 2 * t + (i & 1);
-          if (n < a.N && m < a.M) a.y[m * a.y_stride + n] = to_bf16(acc[mt][nt][i]);
+          if (n < a.N && m < a.M) store_out(a, m * a.y_stride + n, acc[mt][nt][i]);
         }
     return;
   }
@@ -197,7 +206,7 @@ __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
     float p[kMaxSlices];
     for (int s = 0; s < a.slices; ++s)
       p[s] = reinterpret_cast<const float*>(smem + s * a.group_bytes)[o];
-    a.y[m * a.y_stride + n] = to_bf16(canonical_tree_sum(p, a.slices));
+    store_out(a, m * a.y_stride + n, canonical_tree_sum(p, a.slices));
   }
 }
 
@@ -553,7 +562,7 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
           const int n = n0 + (warp * MT + mt) * 16 + g + 8 * (i >> 1);
           const int m = m0 + nt * 8 + 2 * t + (i & 1);
           if (n < a.N && m < a.M)
-            a.y[static_cast<int64_t>(m) * a.y_stride + n] = to_bf16(acc[mt][nt][i]);
+            store_out(a, static_cast<int64_t>(m) * a.y_stride + n, acc[mt][nt][i]);
         }
   }
 }

@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(128 * WGS)
       const int i = e % 4, j = (e / 4) % 8, nb = e / 32;
       const int n = n0 + 64 * wg + 16 * w + g + 8 * (i >> 1);  // kGroups: wg == 0
       const int m = m0 + 64 * nb + 8 * j + 2 * t + (i & 1);
-      if (n < a.N && m < a.M) a.y[static_cast<int64_t>(m) * a.y_stride + n] = to_bf16(acc[e]);
+      if (n < a.N && m < a.M) store_out(a, static_cast<int64_t>(m) * a.y_stride + n, acc[e]);
     }
   }
 }
