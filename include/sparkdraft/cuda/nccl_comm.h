@@ -125,7 +125,7 @@ class NcclComm final : public Communicator {
   void enqueue(const char* what, const std::function<ncclResult_t()>& nccl_call);
   // Grows the all_reduce_sum scratch to `count` floats per rank (allocates and
   // synchronizes this device: never inside a capture). Smaller counts do nothing.
-  void reserve_reduce(size_t count);
+  void reserve_reduce(size_t count) override;
 
   struct Impl;
 
