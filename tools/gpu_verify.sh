@@ -17,6 +17,9 @@
 #   gemm         the GEMM sweep (every variant forced, bit for bit against cpu::gemm) and the
 #                GemmSpeed tables behind cuda::gemm_pick (not a default stage: about 30 s; the
 #                tests stage runs the same tests but keeps no table in the summary)
+#   tp           the GPU tensor-parallel tests (CudaTp.*, gemm_f32), then `sparkdraft check
+#                --tp N` on the qwen3-8b and muse presets at TP 2, 4 and 8 against TP 1 (ranks
+#                on devices 0 .. N-1 where the machine has N GPUs, else sharing device 0)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +98,28 @@ for stage in "${stages[@]}"; do
       rc=$?
       note "gemm: rc $rc, $(grep -E '^\[gemm\] [0-9]+ problems' "$out/gemm.log")"
       grep -E '^\[gemm (speed|variants|swiglu speed)\]' "$out/gemm.log" | cut -c1-330 | tee -a "$summary"
+      ;;
+    tp)
+      ./build/sparkdraft_cuda_tests --gtest_filter='CudaTp.*:CudaGemm.F32*:NcclComm.*:SharedDeviceComm.*' \
+        >"$out/tp_tests.log" 2>&1
+      rc=$?
+      note "tp tests: rc $rc, $(grep -E '^\[  PASSED  \]' "$out/tp_tests.log" | tail -1)" \
+        "$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$out/tp_tests.log") failed," \
+        "$(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$out/tp_tests.log") skipped"
+      grep -E '^\[  (FAILED|SKIPPED) \] [A-Za-z]' "$out/tp_tests.log" | sort -u | tee -a "$summary"
+      gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+      for preset in qwen3-8b muse; do
+        dir="$presets/sparkdraft-bench-$preset"
+        [[ -f "$dir/config.json" ]] ||
+          ./build/sparkdraft make-checkpoint --preset "$preset" --out "$dir" >"$out/make_$preset.log" 2>&1
+        for tp in 2 4 8; do
+          devices=0
+          [[ "$gpus" -ge "$tp" ]] && devices=$(seq -s, 0 $((tp - 1)))
+          ./build/sparkdraft check --checkpoint "$dir" --tp "$tp" --devices "$devices" \
+            >"$out/check_tp${tp}_$preset.log" 2>&1
+          note "check --tp $tp --devices $devices $preset: rc $?; $(grep 'check:' "$out/check_tp${tp}_$preset.log")"
+        done
+      done
       ;;
     *)
       echo "tools/gpu_verify.sh: unknown stage '$stage'" >&2

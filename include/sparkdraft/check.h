@@ -11,6 +11,8 @@
 //                         needed; the layers shard where the config splits
 //                         (runtime/layer_shard.h), the vocabulary always.
 //   cuda::check_draft     CPU vs GPU eager vs GPU fused (sparkdraft/cuda/check_draft.h).
+//   cuda::check_tp        the GPU backend at TP n against the GPU at TP 1, hidden
+//                         states of every rank included (sparkdraft/cuda/check_draft.h).
 #pragma once
 
 #include <memory>
@@ -42,6 +44,11 @@ struct CheckSide {
   std::vector<ScenarioRound> rounds;
   std::vector<std::vector<bf16>> kv;  // [layer] the backend's kv_cache(layer)
 };
+
+// One comparison of two bf16 arrays, bit for bit (sizes first, then the first
+// differing index with both bit patterns).
+CheckLine compare_bf16(const std::string& what, const std::vector<bf16>& found,
+                       const std::vector<bf16>& expected);
 
 // Runs the scenario on `backend` (built with scenario_draft_options) and keeps
 // its outputs and KV caches.

@@ -32,8 +32,6 @@ std::string CheckReport::text() const {
   return os.str();
 }
 
-namespace {
-
 CheckLine compare_bf16(const std::string& what, const std::vector<bf16>& found,
                        const std::vector<bf16>& expected) {
   CheckLine line{what, true, ""};
@@ -54,6 +52,8 @@ CheckLine compare_bf16(const std::string& what, const std::vector<bf16>& found,
     }
   return line;
 }
+
+namespace {
 
 CheckLine compare_tokens(const std::string& what, const std::vector<int64_t>& found,
                          const std::vector<int64_t>& expected) {

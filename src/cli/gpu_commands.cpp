@@ -69,14 +69,14 @@ void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string&
   add_allow_nonfinite(sub, allow_nonfinite);
 }
 
-// The GPU commands' --tp: 1 runs; more is refused (InvalidArgument, before anything
-// prints) with the reason and, when given, what to run instead.
-void require_gpu_tp1(const char* command, int tp, const std::string& instead) {
-  if (tp == 1) return;
-  throw InvalidArgument(std::string(command) + " --tp " + std::to_string(tp) +
-                        ": the GPU backend drafts at TP 1 (GPU tensor parallelism is not built "
-                        "yet)" +
-                        (instead.empty() ? "" : "; " + instead));
+// --devices: the GPU of each TP rank (one for all of them: the ranks share it).
+void add_devices(CLI::App* sub, std::vector<int>& devices) {
+  sub->add_option("--devices", devices,
+                  "GPU of each TP rank, e.g. --devices 0 1; one device for every rank (the ranks "
+                  "then share it as threads, eager and without a graph); default: ranks on "
+                  "devices 0 .. tp-1 (NCCL, one GPU a rank)")
+      ->check(CLI::Range(0, 1023))
+      ->delimiter(',');
 }
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
@@ -100,6 +100,7 @@ Command add_check(CLI::App& app) {
   struct Opts {
     std::string checkpoint, style, backend = "cuda";
     int requests = 3, rounds = 3, tp = 1;
+    std::vector<int> devices;
     uint64_t seed = 1;
     bool allow_nonfinite = false;
   };
@@ -110,7 +111,9 @@ Command add_check(CLI::App& app) {
       "tokens, the draft-logits cache and every KV cache. --backend cuda (the default, needs a "
       "GPU): the CPU backend (every matrix product, GEMMs, attention and the Markov bias, on its "
       "own tensor-core twin; nothing borrowed from the GPU) vs the GPU eager path vs the GPU "
-      "fused path. --backend cpu --tp N (no GPU needed): the CPU backend at N thread ranks (the "
+      "fused path. --tp N (N >= 2) with --backend cuda: the GPU backend at N TP ranks (--devices: "
+      "one GPU a rank over NCCL, or the ranks sharing one GPU) vs the GPU at TP 1, hidden states "
+      "included. --backend cpu --tp N (no GPU needed): the CPU backend at N thread ranks (the "
       "layers sharded where the config splits, the vocabulary always) vs the CPU backend at TP "
       "1. Exit 1 on any difference, 4 without a GPU for --backend cuda.");
   add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
@@ -122,40 +125,40 @@ Command add_check(CLI::App& app) {
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
   sub->add_option("--tp", opts->tp,
-                  "TP ranks: 1 with --backend cuda (the GPU drafts at TP 1); 2 or more with "
-                  "--backend cpu")
+                  "TP ranks: 1 (CPU vs GPU eager vs fused) or 2 or more (TP N vs TP 1) with "
+                  "--backend cuda; 2 or more with --backend cpu")
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
-  return {sub, [opts]() -> int {
-            const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
-            if (opts->backend == "cpu") {
-              if (opts->tp < 2)
-                throw InvalidArgument(
-                    "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
-                    "1; give --tp 2, 4, 8, ...");
-              TinyCheckpoint tiny;
-              auto ckpt =
-                  load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
-              const CheckReport report = check_tp_invariance(ckpt, s, opts->tp);
-              std::fputs(report.text().c_str(), stdout);
-              return report.ok() ? 0 : 1;
-            }
-            require_gpu_tp1("check", opts->tp,
-                            "--backend cpu --tp " + std::to_string(opts->tp) +
-                                " checks the CPU backend's TP " + std::to_string(opts->tp) +
-                                " against TP 1");
+  add_devices(sub, opts->devices);
+  return {
+      sub, [opts]() -> int {
+        const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
+        if (opts->backend == "cpu") {
+          if (opts->tp < 2)
+            throw InvalidArgument(
+                "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
+                "1; give --tp 2, 4, 8, ...");
+          TinyCheckpoint tiny;
+          auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+          const CheckReport report = check_tp_invariance(ckpt, s, opts->tp);
+          std::fputs(report.text().c_str(), stdout);
+          return report.ok() ? 0 : 1;
+        }
+        if (!opts->devices.empty() && opts->tp == 1)
+          throw InvalidArgument("check --devices names the GPUs of --tp N ranks (N >= 2)");
 #if defined(SPARKDRAFT_HAVE_CUDA)
-            require_gpu("check");
-            TinyCheckpoint tiny;
-            auto ckpt =
-                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny, true);
-            const CheckReport report = cuda::check_draft(ckpt, s);
-            std::fputs(report.text().c_str(), stdout);
-            return report.ok() ? 0 : 1;
+        require_gpu("check");
+        TinyCheckpoint tiny;
+        auto ckpt =
+            load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny, true);
+        const CheckReport report = opts->tp == 1 ? cuda::check_draft(ckpt, s)
+                                                 : cuda::check_tp(ckpt, s, opts->tp, opts->devices);
+        std::fputs(report.text().c_str(), stdout);
+        return report.ok() ? 0 : 1;
 #else
             no_cuda("check");  // --backend cpu --tp N runs in this build
 #endif
-          }};
+      }};
 }
 
 Command add_plan(CLI::App& app) {
@@ -175,48 +178,53 @@ Command add_plan(CLI::App& app) {
       ->capture_default_str();
   add_bounded(sub, "--max-reqs", opts->max_reqs, "Rows per call", 1, kMaxReqs);
   add_bounded(sub, "--tp", opts->tp,
-              "TP thread ranks (cpu backend: the vocabulary, and the layers where they split; the "
-              "cuda backend drafts at 1)",
+              "TP ranks (cpu: thread ranks; cuda: one GPU a rank): the vocabulary, and the layers "
+              "where they split",
               1, kMaxTp);
-  return {
-      sub, [opts]() -> int {
-        if (opts->backend == "cuda")
-          require_gpu_tp1("plan", opts->tp,
-                          "--backend cpu --tp " + std::to_string(opts->tp) +
-                              " prints the CPU backend's plan at that TP size");
-        TinyCheckpoint tiny;
-        auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
-        if (opts->backend == "cpu") {
-          std::printf("%s", cpu_plan(ckpt->config(), opts->tp).text().c_str());
-          return 0;
-        }
+  return {sub, [opts]() -> int {
+            TinyCheckpoint tiny;
+            auto ckpt =
+                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+            if (opts->backend == "cpu") {
+              std::printf("%s", cpu_plan(ckpt->config(), opts->tp).text().c_str());
+              return 0;
+            }
 #if defined(SPARKDRAFT_HAVE_CUDA)
-        std::printf("%s", cuda::make_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs)
-                              .text()
-                              .c_str());
-        int gpus = 0;
-        if (cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
-          const cuda::WgmmaStatus& wg = cuda::wgmma_self_test();
-          std::printf("gemm: %s (%s)\n",
-                      wg.usable ? "the wgmma tiles where cuda::gemm_pick measured them faster"
-                                : "the mma.sync tiles only",
-                      wg.why.c_str());
-        } else {
-          std::printf(
-              "gemm: no GPU here, so the wgmma self-test did not run (it decides whether the "
-              "wgmma tiles may run)\n");
-        }
+            {
+              DraftOptions o;
+              o.max_reqs = opts->max_reqs;
+              o.tp = opts->tp;
+              validate_options(ckpt->config(), o);  // the tp the backend would refuse
+            }
+            cuda::PlanTp tp;
+            tp.tp_size = opts->tp;
+            std::printf(
+                "%s", cuda::make_plan(ckpt->config(), cuda::CudaDraftOptions{}, opts->max_reqs, tp)
+                          .text()
+                          .c_str());
+            int gpus = 0;
+            if (cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
+              const cuda::WgmmaStatus& wg = cuda::wgmma_self_test();
+              std::printf("gemm: %s (%s)\n",
+                          wg.usable ? "the wgmma tiles where cuda::gemm_pick measured them faster"
+                                    : "the mma.sync tiles only",
+                          wg.why.c_str());
+            } else {
+              std::printf(
+                  "gemm: no GPU here, so the wgmma self-test did not run (it decides whether the "
+                  "wgmma tiles may run)\n");
+            }
 #if defined(SPARKDRAFT_HAVE_NCCL)
-        std::printf("nccl: %s (the runtime library; NVLink multicast off)\n",
-                    cuda::nccl_version().c_str());
+            std::printf("nccl: %s (the runtime library; NVLink multicast off)\n",
+                        cuda::nccl_version().c_str());
 #else
         std::printf("nccl: not built (no NCCL library at configure time)\n");
 #endif
-        return 0;
+            return 0;
 #else
             no_cuda("plan (the cuda backend; --backend cpu prints the CPU plan)");
 #endif
-      }};
+          }};
 }
 
 namespace {
@@ -366,13 +374,18 @@ Command add_bench_step(CLI::App* bench) {
       ->excludes(rows);
   checkpoint->excludes("--preset");
   sub->add_option("--tp", opts->tp,
-                  "TP ranks (one GPU each); the GPU backend drafts at TP 1 today, so only 1 runs")
+                  "TP ranks (one GPU each); only 1 is timed today (the TP step runs through "
+                  "`check --tp N`)")
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
   return {sub, [opts]() -> int {
-            require_gpu_tp1("bench step", opts->tp, "");
+            if (opts->tp != 1)
+              throw InvalidArgument("bench step --tp " + std::to_string(opts->tp) +
+                                    ": the TP step is not timed yet (it needs one GPU a rank); "
+                                    "`check --tp " +
+                                    std::to_string(opts->tp) + "` runs it against TP 1");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("bench step");
             struct Target {

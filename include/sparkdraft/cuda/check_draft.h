@@ -22,4 +22,12 @@ namespace sparkdraft::cuda {
 
 CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s);
 
+// `sparkdraft check --tp N`: the GPU backend at TP tp_size (make_cuda_backend on
+// `devices`: one GPU a rank over NCCL, or every rank sharing one GPU) against the
+// GPU backend at TP 1, both with the fused Markov loop: every round's tokens and
+// cache, every layer's KV cache (TP 1 layout), and every rank's final hidden states
+// of the last round, bit for bit. InvalidArgument for tp_size < 2.
+CheckReport check_tp(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, int tp_size,
+                     const std::vector<int>& devices);
+
 }  // namespace sparkdraft::cuda

@@ -3,6 +3,17 @@
 // CPU backend also uses (runtime/packed_weights.h), then the Markov loop: fused when its plan
 // accepts the draft, else eager with the reason logged once.
 //
+// Tensor parallelism (SPEC section 6): a CudaDraft runs one TP rank. At TP 1 (no
+// communicator) it holds the whole model. Given a rank's communicator (NCCL,
+// cuda/nccl_comm.h, e.g. one an engine hands over; or the shared-device group,
+// cuda/shared_device_comm.h) it holds and loads only that rank's shards: the layers
+// by heads / intermediate columns / canonical K slices / KV heads where the config
+// splits (runtime/layer_shard.h; else replicated), lm_head and Markov w2 by
+// vocabulary; the vocab-parallel Markov loop leaves the full tokens and cache on
+// every rank. Every rank of the group makes the same calls in the same order.
+// Tokens, cache, KV caches and hidden states are TP 1's bit for bit.
+// make_cuda_backend runs every rank of a TP size in one process (a thread per rank).
+//
 // Two entry points:
 //   * the DraftBackend interface on host buffers (CLI, tests): validates, uploads,
 //     runs the device call (replaying a CUDA graph per row count when enabled),
@@ -17,6 +28,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "sparkdraft/comm.h"
 
 #include "sparkdraft/draft.h"
 #include "sparkdraft/plan.h"
@@ -33,13 +47,21 @@ struct CudaDraftOptions {
   // Most tokens one store_context_device call takes: its scratch is allocated at
   // construction (the host store_context has no such bound).
   int max_context_tokens = 1024;
+  // A checkpoint loaded with a deferred NaN/inf scan is scanned by the backend: on
+  // the device copies at TP 1, on the host copies by a rank of TP > 1 (it holds
+  // shards only). true: the caller has scanned it already (make_cuda_backend does,
+  // once for all its ranks), and the backend scans nothing.
+  bool nonfinite_scanned = false;
 };
 inline constexpr int kMaxContextTokens = 1 << 20;
 
 class CudaDraft final : public DraftBackend {
  public:
+  // options.tp 1 without a communicator; else comm runs rank comm->tp_rank() of
+  // options.tp ranks (one local rank, device memory; it outlives this object), on
+  // the current device. InvalidArgument otherwise.
   CudaDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
-            const CudaDraftOptions& cuda_options = {});
+            const CudaDraftOptions& cuda_options = {}, Communicator* comm = nullptr);
   ~CudaDraft() override;
 
   std::string name() const override;
@@ -49,6 +71,14 @@ class CudaDraft final : public DraftBackend {
   void propose(const ProposeBatch& batch, const ProposeOutputs& out) override;
   StageTimings last_timings() const override;
   std::vector<bf16> kv_cache(int layer) const override;
+
+  // The TP rank this object runs, and the ranks its layers shard over (1: the
+  // layers replicated). kv_cache(layer) is this rank's shard: its KV heads of every
+  // slot (the TP 1 layout gathers the ranks' shards slot by slot).
+  int tp_rank() const;
+  int layer_tp_size() const;
+  // The last propose's final-normed hidden states [rows * N, H] (the same on every rank).
+  std::vector<bf16> last_hidden() const;
 
   // The device entry point of the context chain: the batch of store_context with
   // device pointers, queued on the caller's stream; no allocation, no host
@@ -74,9 +104,34 @@ class CudaDraft final : public DraftBackend {
 // Markov loop's refusal given (what a built loop found, weights' alignment
 // included), or computed from the config alone (host logic, no GPU needed; what
 // `sparkdraft plan` prints).
+struct PlanTp {
+  int tp_size = 1;
+  bool graph_capturable = true;  // the communicator's collectives can be captured
+};
 StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options,
-                   const std::string& markov_refusal);
-StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options, int max_rows);
+                   const std::string& markov_refusal, const PlanTp& tp = {});
+StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options, int max_rows,
+                   const PlanTp& tp = {});
+
+// Every TP rank of options.tp in this process, one thread and one CudaDraft rank each
+// (options.tp 1: a CudaDraft). `devices` names each rank's GPU: empty = ranks on
+// devices 0..tp-1 (refused when the machine has fewer); all distinct = one GPU per
+// rank over NCCL (run_nccl_group; built with NCCL only); all the same = the ranks
+// share that GPU as threads (cuda/shared_device_comm.h: eager, no graph). The
+// backend's host API returns rank 0's outputs and the KV caches in the TP 1
+// layout. An error on one rank stops every rank, and the error names the rank;
+// after it the backend refuses every call with that error.
+std::unique_ptr<DraftBackend> make_cuda_backend(std::shared_ptr<const Checkpoint> ckpt,
+                                                const DraftOptions& options,
+                                                const CudaDraftOptions& cuda_options = {},
+                                                const std::vector<int>& devices = {});
+// The TP backend's extra view for `sparkdraft check`: a rank's hidden states.
+class CudaTpView {
+ public:
+  virtual ~CudaTpView() = default;
+  virtual int tp_size() const = 0;
+  virtual std::vector<bf16> last_hidden(int tp_rank) const = 0;
+};
 
 // Whether a CUDA device is usable in this process.
 bool cuda_available();

@@ -1,7 +1,11 @@
 // The GPU draft backend (see sparkdraft/cuda/draft.h): the step of runtime/step.h
 // over the eager CUDA kernels (the same calls the CPU backend makes, on the same
 // packed weights), then lm_head and the Markov loop, each part as the plan says.
-// This file holds only what is the GPU's: buffers, the op table, graphs, timing.
+// One object runs one TP rank: at TP 1 the whole model; at TP t (a communicator
+// given) its layer shard (runtime/layer_shard.h; o_proj and down complete the
+// canonical slice tree through the communicator), its vocabulary shard of lm_head
+// and of the Markov loop (the vocab-parallel loop). This file holds only what is the
+// GPU's: buffers, the op table, graphs, timing.
 #include "sparkdraft/cuda/draft.h"
 
 #include <algorithm>
@@ -20,6 +24,7 @@
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/ops/gemm.h"
 
 namespace sparkdraft::cuda {
 
@@ -55,6 +60,33 @@ class CudaOps final : public StepOps {
  public:
   CudaOps(cudaStream_t s, void* attn_ws, size_t attn_ws_bytes, StageEvents* ev)
       : s_(s), ws_(attn_ws), ws_bytes_(attn_ws_bytes), ev_(ev) {}
+
+  // The layers sharded over comm's ranks: gemm_all_reduce's fp32 partials in
+  // `reduce` (at most reduce_count floats).
+  void shard_layers(Communicator* comm, int layer_tp, float* reduce, size_t reduce_count) {
+    comm_ = comm;
+    layer_tp_ = layer_tp;
+    reduce_ = reduce;
+    reduce_count_ = reduce_count;
+  }
+  int layer_tp_size() const override { return layer_tp_; }
+  // This rank's subtree of its canonical K slices in fp32 (cuda::gemm_f32), the
+  // tree completed over the ranks (Communicator::all_reduce_sum), one rounding.
+  void gemm_all_reduce(const bf16* x, int64_t xs, const bf16* w, int64_t ws, int M, int N, int K,
+                       bf16* y, int64_t ys, int k_slices) override {
+    if (layer_tp_ == 1) return StepOps::gemm_all_reduce(x, xs, w, ws, M, N, K, y, ys, k_slices);
+    ops::check_gemm_args("gemm_all_reduce", x, xs, w, M, N, K, y, ys, k_slices);
+    const size_t count = static_cast<size_t>(M) * N;
+    if (ws != K || ys != N || count > reduce_count_)
+      throw InvalidArgument(
+          "gemm_all_reduce: the GPU op table takes packed shards (w_stride == K), dense outputs "
+          "(y_stride == N) and at most its reduce buffer's " +
+          std::to_string(reduce_count_) + " outputs");
+    if (count == 0) return;
+    cuda::gemm_f32(x, xs, w, M, N, K, reduce_, N, k_slices, s_);
+    comm_->all_reduce_sum(reduce_, count, s_);
+    cuda::narrow(reduce_, static_cast<int64_t>(count), y, s_);
+  }
 
   void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys,
             int k_slices) override {
@@ -136,7 +168,45 @@ class CudaOps final : public StepOps {
   void* ws_;
   size_t ws_bytes_;
   StageEvents* ev_;
+  Communicator* comm_ = nullptr;
+  int layer_tp_ = 1;
+  float* reduce_ = nullptr;
+  size_t reduce_count_ = 0;
 };
+
+// The rank this object runs and its layer shard, after the refusals that must
+// come before any allocation.
+struct RankShape {
+  int tp_size = 1, tp_rank = 0;
+  LayerShard layers;  // {0, 1} where the layers are replicated
+};
+
+RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communicator* comm) {
+  ModelConfig c = config;
+  c.validate();
+  validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
+  RankShape r;
+  if (!comm) {
+    if (o.tp != 1)
+      throw InvalidArgument("CudaDraft runs one TP rank: at tp " + std::to_string(o.tp) +
+                            " give it that rank's communicator (cuda/nccl_comm.h, "
+                            "cuda/shared_device_comm.h), or use make_cuda_backend for every rank");
+    return r;
+  }
+  if (comm->tp_size() != o.tp)
+    throw InvalidArgument("CudaDraft: DraftOptions::tp is " + std::to_string(o.tp) +
+                          " but the communicator has " + std::to_string(comm->tp_size()) +
+                          " ranks");
+  if (comm->local_ranks().size() != 1 || comm->memory() != CommMemory::device)
+    throw InvalidArgument(
+        "CudaDraft: the communicator must run one rank with device memory (NCCL or the "
+        "shared-device group; the loopback runs every rank)");
+  r.tp_size = comm->tp_size();
+  r.tp_rank = comm->tp_rank();
+  const int layer_tp = layer_tp_size(c, r.tp_size);
+  r.layers = layer_tp == 1 ? LayerShard{} : LayerShard{r.tp_rank, layer_tp};
+  return r;
+}
 
 }  // namespace
 
@@ -145,6 +215,9 @@ struct CudaDraft::Impl {
   ModelConfig c;
   DraftOptions o;
   CudaDraftOptions co;
+  Communicator* comm;  // null at TP 1
+  RankShape rs;
+  int vocab_shard;  // V / tp: this rank's lm_head and w2 rows [tp_rank * vocab_shard, ...)
   DraftStep step;
   StepPlan plan;
   cudaStream_t stream = nullptr;
@@ -163,6 +236,8 @@ struct CudaDraft::Impl {
   DeviceBuffer<int32_t> token_request;
   DeviceBuffer<bf16> x, h, qkv_out, attn_out, branch, gu, act, base;
   DeviceBuffer<float> residual_f32;
+  DeviceBuffer<float> reduce_f32;  // sharded layers: gemm_all_reduce's fp32 partials [T, H]
+  int last_rows = 0;               // rows of the last propose (last_hidden)
   BlockBuffers block;
   DeviceBuffer<unsigned char> attn_ws;
   size_t attn_ws_bytes = 0;
@@ -177,39 +252,60 @@ struct CudaDraft::Impl {
   DeviceBuffer<int64_t> ctx_pos, ctx_slots;
   DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;
 
-  std::unique_ptr<MarkovLoop> markov;
-  CudaOps::Fusion fusion;           // from the plan
-  std::map<int, GraphExec> graphs;  // by row count
+  std::unique_ptr<MarkovLoop> markov;              // TP 1
+  std::unique_ptr<VocabParallelMarkov> vp_markov;  // TP > 1
+  CudaOps::Fusion fusion;                          // from the plan
+  std::map<int, GraphExec> graphs;                 // by row count
 
   Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts,
-       const CudaDraftOptions& copts)
-      : ckpt(std::move(ck)), c(ckpt->config()), o(opts), co(copts), step(c, o) {
-    c.validate();
-    validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
-    mma_self_test();         // refuses a device whose tensor cores the CPU twin does not reproduce
-    wgmma_self_test();       // whether the GEMMs may run wgmma (before any graph capture)
-    if (o.tp != 1)
+       const CudaDraftOptions& copts, Communicator* cm)
+      : ckpt(std::move(ck)),
+        c(ckpt->config()),
+        o(opts),
+        co(copts),
+        comm(cm),
+        rs(rank_shape(c, o, cm)),
+        vocab_shard(c.vocab_size / rs.tp_size),
+        step(c, o, rs.layers) {
+    mma_self_test();    // refuses a device whose tensor cores the CPU twin does not reproduce
+    wgmma_self_test();  // whether the GEMMs may run wgmma (before any graph capture)
+    if (rs.tp_size > 1 && !co.fused_markov)
       throw InvalidArgument(
-          "the CUDA backend drafts at tp 1; the vocab-parallel GPU Markov loop runs through "
-          "`sparkdraft check` and the loopback tests (multi-GPU TP is a later issue)");
+          "CudaDraft: at tp > 1 the Markov loop is the vocab-parallel one, which is fused only "
+          "(fused_markov must be on)");
     if (o.threads <= 0) o.threads = 1;
     if (co.max_context_tokens < 1 || co.max_context_tokens > kMaxContextTokens)
       throw InvalidArgument("CudaDraftOptions: max_context_tokens must be in [1, " +
                             std::to_string(kMaxContextTokens) + "], got " +
                             std::to_string(co.max_context_tokens));
     SD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // The deferred NaN/inf scan: a rank of TP > 1 holds shards only, so it scans the
+    // host copies (make_cuda_backend scans once before its ranks start).
+    const bool scan = ckpt->nonfinite_scan_pending() && !co.nonfinite_scanned;
+    if (scan && rs.tp_size > 1) ckpt->scan_nonfinite_on_host(0);
     upload_weights();
-    if (ckpt->nonfinite_scan_pending()) scan_nonfinite_on_device();
+    if (scan && rs.tp_size == 1) scan_nonfinite_on_device();
     allocate_block(static_cast<int>(o.max_reqs) * c.block_size);
     const ContextSizes cn = step.context_sizes(co.max_context_tokens);
     dev_ctx_h = DeviceBuffer<bf16>(cn.h);
     dev_ctx_normed = DeviceBuffer<bf16>(cn.normed);
     dev_ctx_in = DeviceBuffer<bf16>(cn.layer_in);
     dev_ctx_kv = DeviceBuffer<bf16>(cn.kv);
-    markov = std::make_unique<MarkovLoop>(markov_head(), o.max_reqs, c.block_size);
-    markov->workspace().set_pdl(co.pdl);
-    plan = make_plan(c, co, markov->refusal());
-    if (plan.runs("markov loop", "fused") != (co.fused_markov && markov->fused()))
+    std::string markov_refusal;
+    if (rs.tp_size == 1) {
+      markov = std::make_unique<MarkovLoop>(markov_head(), o.max_reqs, c.block_size);
+      markov->workspace().set_pdl(co.pdl);
+      markov_refusal = markov->refusal();
+    } else {
+      vp_markov =
+          std::make_unique<VocabParallelMarkov>(markov_head(), *comm, o.max_reqs, c.block_size);
+      vp_markov->workspace().set_pdl(co.pdl);
+    }
+    PlanTp tp;
+    tp.tp_size = rs.tp_size;
+    tp.graph_capturable = !comm || comm->graph_capturable();
+    plan = make_plan(c, co, markov_refusal, tp);
+    if (plan.runs("markov loop", "fused") != (co.fused_markov && markov_refusal.empty()))
       throw std::logic_error("CudaDraft: the plan and the Markov loop disagree on fusion");
     fusion = {plan.runs("embed norm", "fused"), plan.runs("qkv front", "fused"),
               plan.runs("context front", "fused"), plan.runs("mlp", "fused")};
@@ -267,28 +363,48 @@ struct CudaDraft::Impl {
         throw NonFiniteWeights(nonfinite_message(tensors[i], static_cast<int64_t>(found[i])));
   }
 
+  // Columns [col0, col0 + cols) of a host matrix [rows, stride] as a packed device
+  // matrix [rows, cols] (a rank's K columns of o_proj and down_proj).
+  DeviceBuffer<bf16> upload_columns(const bf16* host, size_t rows, size_t stride, size_t col0,
+                                    size_t cols) {
+    if (cols == stride) return upload(host, rows * cols);
+    DeviceBuffer<bf16> b(rows * cols);
+    SD_CUDA_CHECK(cudaMemcpy2DAsync(b.data(), cols * sizeof(bf16), host + col0,
+                                    stride * sizeof(bf16), cols * sizeof(bf16), rows,
+                                    cudaMemcpyHostToDevice, stream));
+    SD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return b;
+  }
+
   void upload_weights() {
     const DraftWeights& w = ckpt->weights();
     const size_t H = c.hidden_size, V = c.vocab_size, K = c.markov_rank, L = c.num_layers;
     const size_t q = c.q_size(), I = c.intermediate_size, hd = c.head_dim;
     const size_t in_width = static_cast<size_t>(c.taps()) * c.target_hidden_size;
+    const LayerShard& ls = rs.layers;
+    const size_t Vs = static_cast<size_t>(vocab_shard);
+    const size_t v0 = static_cast<size_t>(rs.tp_rank) * Vs;
+    const size_t q_local = static_cast<size_t>(ls.heads(c)) * hd;
+    const size_t q0 = static_cast<size_t>(ls.tp_rank) * q_local;
+    const size_t I_local = static_cast<size_t>(ls.intermediate(c));
+    const size_t i0 = static_cast<size_t>(ls.tp_rank) * I_local;
     embed = upload(w.embed, V * H);
-    lm_head = upload(w.lm_head, V * H);
+    lm_head = upload(w.lm_head + v0 * H, Vs * H);  // this rank's vocabulary rows
     fc = upload(w.fc, H * in_width);
     if (w.hidden_norm) hidden_norm = upload(w.hidden_norm, H);
     if (w.final_norm) final_norm = upload(w.final_norm, H);
     w1 = upload(w.markov_w1, V * K);
-    w2 = upload(w.markov_w2, V * K);
-    context_kv = upload_pieces(context_kv_pieces(c, w));
+    w2 = upload(w.markov_w2 + v0 * K, Vs * K);
+    context_kv = upload_pieces(context_kv_pieces(c, w, ls));
     auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
     auto optf = [&](const float* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<float>(); };
     for (size_t l = 0; l < L; ++l) {
       const LayerWeights& lw = w.layers[l];
       DeviceLayer d;
-      d.qkv = upload_pieces(qkv_pieces(c, lw));
-      d.gate_up = upload_pieces(gate_up_pieces(c, lw));
-      d.o_proj = upload(lw.o_proj, H * q);
-      d.down_proj = upload(lw.down_proj, H * I);
+      d.qkv = upload_pieces(qkv_pieces(c, lw, ls));
+      d.gate_up = upload_pieces(gate_up_pieces(c, lw, ls));
+      d.o_proj = upload_columns(lw.o_proj, H, q, q0, q_local);
+      d.down_proj = upload_columns(lw.down_proj, H, I, i0, I_local);
       d.input_norm = opt(lw.input_norm, H);
       d.post_attn_norm = opt(lw.post_attn_norm, H);
       d.pre_ffn_norm = opt(lw.pre_ffn_norm, H);
@@ -307,7 +423,7 @@ struct CudaDraft::Impl {
     rope = DeviceBuffer<float>(table);
     const size_t slots_per_layer = static_cast<size_t>(o.num_pages) * o.page_size;
     for (size_t l = 0; l < L; ++l) {
-      kv.emplace_back(slots_per_layer * c.num_kv_heads * 2 * hd);
+      kv.emplace_back(slots_per_layer * ls.kv_heads(c) * 2 * hd);
       SD_CUDA_CHECK(cudaMemsetAsync(kv.back().data(), 0, kv.back().bytes(), stream));
     }
     sw.embed = embed.data();
@@ -357,12 +473,16 @@ struct CudaDraft::Impl {
     gu = DeviceBuffer<bf16>(n.gu);
     act = DeviceBuffer<bf16>(n.act);
     if (n.residual_f32) residual_f32 = DeviceBuffer<float>(n.residual_f32);
+    if (rs.layers.tp_size > 1) {
+      reduce_f32 = DeviceBuffer<float>(static_cast<size_t>(T) * c.hidden_size);
+      comm->reserve_reduce(reduce_f32.size());
+    }
     block =
         BlockBuffers{ids.data(),     positions.data(),   slots.data(),         token_request.data(),
                      kv_lens.data(), safe_anchor.data(), safe_position.data(), x.data(),
                      h.data(),       qkv_out.data(),     attn_out.data(),      branch.data(),
                      gu.data(),      act.data(),         residual_f32.data()};
-    base = DeviceBuffer<bf16>(static_cast<size_t>(T) * c.vocab_size);
+    base = DeviceBuffer<bf16>(static_cast<size_t>(T) * vocab_shard);
     in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
     // The workspace bound: the most any batch of 1 .. max_reqs rows needs at the
     // longest context, over every layer (the launcher's split depends on the rows).
@@ -412,8 +532,7 @@ struct CudaDraft::Impl {
 
   // The context chain of a batch of device pointers on `s`, into `scratch`.
   void run_context(const ContextBatch& d, const ContextBuffers& scratch, cudaStream_t s) {
-    CudaOps ops(s, attn_ws.data(), attn_ws_bytes, nullptr);
-    ops.fusion = fusion;
+    CudaOps ops = make_ops(s, nullptr);
     step.context_chain(ops, sw, scratch, d.num_tokens, d.hidden, d.positions, d.slots);
   }
 
@@ -431,6 +550,13 @@ struct CudaDraft::Impl {
                 s);
   }
 
+  CudaOps make_ops(cudaStream_t s, StageEvents* ev) {
+    CudaOps ops(s, attn_ws.data(), attn_ws_bytes, ev);
+    ops.fusion = fusion;
+    ops.shard_layers(comm, rs.layers.tp_size, reduce_f32.data(), reduce_f32.size());
+    return ops;
+  }
+
   // The device call: every stage on `s`, optionally bracketed by events.
   void run_device(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s,
                   StageEvents* ev) {
@@ -438,10 +564,10 @@ struct CudaDraft::Impl {
     if (R < 1 || R > o.max_reqs)
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
                             std::to_string(o.max_reqs) + "]");
-    CudaOps ops(s, attn_ws.data(), attn_ws_bytes, ev);
-    ops.fusion = fusion;
+    CudaOps ops = make_ops(s, ev);
     step.block(ops, sw, block, b);
-    ops.gemm(h.data(), H, lm_head.data(), T, c.vocab_size, H, base.data(), c.vocab_size, 1);
+    last_rows = R;
+    ops.gemm(h.data(), H, lm_head.data(), T, vocab_shard, H, base.data(), vocab_shard, 1);
     ops.mark(3);
     MarkovBatch mb;
     mb.rows = R;
@@ -454,7 +580,10 @@ struct CudaDraft::Impl {
     mb.base_logits = base.data();
     mb.draft_tokens = out.draft_tokens;
     mb.cache = out.draft_logits;
-    if (plan.runs("markov loop", "fused"))
+    if (vp_markov) {
+      const MarkovShard shard{w2.data(), base.data()};
+      vp_markov->run(mb, std::span<const MarkovShard>(&shard, 1), s);
+    } else if (plan.runs("markov loop", "fused"))
       markov->run(mb, s);
     else
       eager_markov_loop(markov_head(), mb, markov->workspace(), s);
@@ -529,8 +658,8 @@ struct CudaDraft::Impl {
 };
 
 CudaDraft::CudaDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
-                     const CudaDraftOptions& cuda_options)
-    : impl_(std::make_unique<Impl>(std::move(ckpt), options, cuda_options)) {}
+                     const CudaDraftOptions& cuda_options, Communicator* comm)
+    : impl_(std::make_unique<Impl>(std::move(ckpt), options, cuda_options, comm)) {}
 CudaDraft::~CudaDraft() = default;
 
 std::string CudaDraft::name() const { return "cuda"; }
@@ -548,6 +677,15 @@ void CudaDraft::propose_device(const ProposeBatch& b, const ProposeOutputs& out,
   impl_->run_device(b, out, s, nullptr);
 }
 bool CudaDraft::markov_fused() const { return impl_->plan.runs("markov loop", "fused"); }
+int CudaDraft::tp_rank() const { return impl_->rs.tp_rank; }
+int CudaDraft::layer_tp_size() const { return impl_->rs.layers.tp_size; }
+
+std::vector<bf16> CudaDraft::last_hidden() const {
+  const Impl& m = *impl_;
+  std::vector<bf16> host(static_cast<size_t>(m.last_rows) * m.c.block_size * m.c.hidden_size);
+  m.h.download(host.data(), host.size(), 0, m.stream);
+  return host;
+}
 
 std::vector<bf16> CudaDraft::kv_cache(int layer) const {
   const auto& buf = impl_->kv.at(layer);
@@ -559,9 +697,23 @@ std::vector<bf16> CudaDraft::kv_cache(int layer) const {
 const StepPlan& CudaDraft::plan() const { return impl_->plan; }
 
 StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
-                   const std::string& markov_refusal) {
+                   const std::string& markov_refusal, const PlanTp& tp) {
   StepPlan plan;
   plan.backend = "cuda";
+  if (tp.tp_size > 1) {
+    const std::string why = layer_shard_refusal(c, tp.tp_size);
+    const std::string t = std::to_string(tp.tp_size);
+    plan.parts.push_back(
+        why.empty()
+            ? PlanPart{"tensor parallel", "layers+vocab",
+                       t + " ranks: QKV by heads, gate_up by columns, o_proj and "
+                           "down by canonical K slices (fp32 subtree, the tree completed by an "
+                           "all-gather of the partials), KV caches by KV heads; lm_head and "
+                           "Markov w2 by vocabulary"}
+            : PlanPart{"tensor parallel", "vocab",
+                       t + " ranks: the layers replicated (" + why +
+                           "); lm_head and Markov w2 by vocabulary"});
+  }
   plan.parts.push_back({"context chain", "eager",
                         std::string("fc GEMM, hidden_norm, ") +
                             (c.context_layer_norm ? "per-layer input norm + K/V GEMM per layer"
@@ -624,22 +776,36 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
   if (!co.fused_markov)
     plan.parts.push_back({"markov loop", "eager", "the fused loop is switched off"});
   else if (markov_refusal.empty())
-    plan.parts.push_back({"markov loop", "fused",
-                          std::string("one kernel per step over the vocabulary") +
-                              (co.pdl ? ", programmatic dependent launch" : "")});
+    plan.parts.push_back(
+        {"markov loop", "fused",
+         std::string(tp.tp_size > 1 ? "vocab-parallel: per step one kernel over the rank's "
+                                      "vocabulary shard, one packet all-gather, the pick"
+                                    : "one kernel per step over the vocabulary") +
+             (co.pdl ? ", programmatic dependent launch" : "")});
   else
     plan.parts.push_back({"markov loop", "eager", "the fused loop refuses: " + markov_refusal});
-  plan.parts.push_back({"cuda graph", co.cuda_graph ? "on" : "off",
-                        co.cuda_graph ? "the whole step, one graph per row count" : ""});
+  if (co.cuda_graph && !tp.graph_capturable)
+    plan.parts.push_back({"cuda graph", "off",
+                          "the ranks share one GPU as host threads and meet on the host in each "
+                          "collective (cuda/shared_device_comm.h): nothing to capture"});
+  else
+    plan.parts.push_back({"cuda graph", co.cuda_graph ? "on" : "off",
+                          co.cuda_graph ? (tp.tp_size > 1 ? "the whole step, one graph per row "
+                                                            "count on every rank"
+                                                          : "the whole step, one graph per row "
+                                                            "count")
+                                        : ""});
   return plan;
 }
 
-StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_rows) {
+StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_rows,
+                   const PlanTp& tp) {
   MarkovPlanInput in;
   in.vocab = c.vocab_size;
   in.markov_rank = c.markov_rank;
   in.max_rows = max_rows;
-  return make_plan(c, co, fused_markov_refusal(in));
+  in.tp_size = tp.tp_size;
+  return make_plan(c, co, fused_markov_refusal(in), tp);
 }
 
 }  // namespace sparkdraft::cuda

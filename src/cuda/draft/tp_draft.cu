@@ -1,0 +1,323 @@
+// make_cuda_backend (sparkdraft/cuda/draft.h): every TP rank in this process, one
+// thread and one CudaDraft rank each. The ranks' threads live as long as the
+// backend: a group runner (run_nccl_group for one GPU per rank, run_thread_group
+// with a SharedDeviceComm per rank for ranks sharing one GPU) runs a serve loop on
+// each rank; a call hands the same job to every rank and waits for all of them.
+//
+// Faults: a job that throws on one rank ends that rank's serve loop with the error;
+// the group runner then stops every rank (NCCL: the communicators aborted; the
+// thread group: every wait in a collective released) and rethrows that error named
+// by the rank ("TP rank r of n: ", "rank r (device d): "). The call that ran the
+// job rethrows it, and every later call refuses with it.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/layer_shard.h"
+#include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/draft.h"
+#include "sparkdraft/cuda/shared_device_comm.h"
+#include "sparkdraft/error.h"
+#if defined(SPARKDRAFT_HAVE_NCCL)
+#include "sparkdraft/cuda/nccl_comm.h"
+#endif
+
+namespace sparkdraft::cuda {
+namespace {
+
+// The rank threads and the jobs handed to them.
+class RankPool {
+ public:
+  using Job = std::function<void(int tp_rank, Communicator& comm)>;
+
+  // Starts the ranks (one thread each, device devices[r] current on rank r's).
+  explicit RankPool(const std::vector<int>& devices) : devices_(devices) {
+    const int tp = static_cast<int>(devices.size());
+    const bool shared = std::set<int>(devices.begin(), devices.end()).size() == 1;
+    runner_ = std::thread([this, tp, shared] {
+      try {
+        if (shared) {
+          run_thread_group(tp, [&](Communicator& host) {
+            SharedDeviceComm comm(host, devices_[static_cast<size_t>(host.tp_rank())]);
+            serve(comm.tp_rank(), comm);
+          });
+        } else {
+#if defined(SPARKDRAFT_HAVE_NCCL)
+          run_nccl_group(devices_, [&](NcclComm& comm) { serve(comm.tp_rank(), comm); });
+#else
+          throw InvalidArgument("make_cuda_backend: one GPU per rank needs NCCL, and this build "
+                                "has none");
+#endif
+        }
+      } catch (...) {
+        std::lock_guard lock(mu_);
+        error_ = std::current_exception();
+      }
+      std::lock_guard lock(mu_);
+      finished_ = true;
+      cv_.notify_all();
+    });
+  }
+
+  ~RankPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    runner_.join();
+  }
+
+  // Runs job on every rank and waits for all of them; rethrows the group's error
+  // (the failing rank's, named) if the group stopped.
+  void run(const Job& job) {
+    std::unique_lock lock(mu_);
+    if (finished_) rethrow_locked();
+    job_ = &job;
+    ++job_id_;
+    done_ = 0;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return done_ == size() || finished_; });
+    job_ = nullptr;
+    if (done_ != size() || finished_) {
+      cv_.wait(lock, [&] { return finished_; });
+      rethrow_locked();
+    }
+  }
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  int device(int tp_rank) const { return devices_[static_cast<size_t>(tp_rank)]; }
+
+ private:
+  void rethrow_locked() {
+    if (error_) std::rethrow_exception(error_);
+    throw DeviceError("the TP ranks have stopped");
+  }
+
+  // One rank's loop: wait for a job, run it, report; a job's error ends the loop.
+  void serve(int tp_rank, Communicator& comm) {
+    SD_CUDA_CHECK(cudaSetDevice(device(tp_rank)));
+    long seen = 0;
+    for (;;) {
+      const Job* job = nullptr;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || failed_ || job_id_ != seen; });
+        if (stop_ || failed_) return;
+        seen = job_id_;
+        job = job_;
+      }
+      try {
+        (*job)(tp_rank, comm);
+      } catch (...) {
+        std::lock_guard lock(mu_);
+        failed_ = true;  // the ranks that finish this job stop instead of waiting for the next
+        cv_.notify_all();
+        throw;
+      }
+      std::lock_guard lock(mu_);
+      ++done_;
+      cv_.notify_all();
+    }
+  }
+
+  std::vector<int> devices_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const Job* job_ = nullptr;
+  long job_id_ = 0;
+  int done_ = 0;
+  bool stop_ = false, failed_ = false, finished_ = false;
+  std::exception_ptr error_;
+  std::thread runner_;
+};
+
+class CudaTpDraft final : public DraftBackend, public CudaTpView {
+ public:
+  CudaTpDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
+              const CudaDraftOptions& cuda_options, const std::vector<int>& devices)
+      : c_(ckpt->config()), o_(options), pool_(devices) {
+    // The deferred NaN/inf scan once, before the ranks read the host copies.
+    CudaDraftOptions rank_options = cuda_options;
+    if (ckpt->nonfinite_scan_pending() && !cuda_options.nonfinite_scanned) {
+      ckpt->scan_nonfinite_on_host(0);
+      rank_options.nonfinite_scanned = true;
+    }
+    ranks_.resize(static_cast<size_t>(pool_.size()));
+    try {
+      pool_.run([&](int r, Communicator& comm) {
+        ranks_[static_cast<size_t>(r)] =
+            std::make_unique<CudaDraft>(ckpt, options, rank_options, &comm);
+      });
+    } catch (...) {
+      release_ranks();
+      throw;
+    }
+    o_ = ranks_[0]->options();
+    // Rank 0's outputs go to the caller; the others' to these (the same bits).
+    const size_t N = c_.block_size, V = c_.vocab_size;
+    others_.resize(ranks_.size());
+    for (size_t r = 1; r < ranks_.size(); ++r) {
+      others_[r].tokens.resize(static_cast<size_t>(o_.max_reqs) * N);
+      others_[r].cache.resize(static_cast<size_t>(o_.cache_slots) * N * V);
+    }
+  }
+
+  ~CudaTpDraft() override { release_ranks(); }
+
+  std::string name() const override { return "cuda tp " + std::to_string(pool_.size()); }
+  const ModelConfig& config() const override { return c_; }
+  const DraftOptions& options() const override { return o_; }
+  const StepPlan& plan() const override { return ranks_[0]->plan(); }
+  StageTimings last_timings() const override { return ranks_[0]->last_timings(); }
+
+  void store_context(const ContextBatch& b) override {
+    validate_context(c_, o_, b);
+    pool_.run([&](int r, Communicator&) { ranks_[static_cast<size_t>(r)]->store_context(b); });
+  }
+
+  void propose(const ProposeBatch& b, const ProposeOutputs& out) override {
+    validate_propose(c_, o_, b);
+    if (!out.draft_tokens || !out.draft_logits)
+      throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
+    pool_.run([&](int r, Communicator&) {
+      // Every rank produces the full outputs; rank 0's reach the caller, the others'
+      // their own host buffers (only the rows the batch uses are downloaded).
+      Outputs& mine = others_[static_cast<size_t>(r)];
+      ranks_[static_cast<size_t>(r)]->propose(
+          b, r == 0 ? out : ProposeOutputs{mine.tokens.data(), mine.cache.data()});
+    });
+  }
+
+  // The TP 1 layout [slots, kv_heads, 2 * hd]: per slot the ranks' KV heads in
+  // rank order (rank r holds heads [r*Hkv/t, (r+1)*Hkv/t)).
+  std::vector<bf16> kv_cache(int layer) const override {
+    if (layer < 0 || layer >= c_.num_layers)
+      throw InvalidArgument("kv_cache: layer " + std::to_string(layer) + " of " +
+                            std::to_string(c_.num_layers));
+    const int t = ranks_[0]->layer_tp_size();
+    std::vector<std::vector<bf16>> shards(static_cast<size_t>(t));
+    for (int r = 0; r < t; ++r) shards[static_cast<size_t>(r)] = on_rank(r, [&](const CudaDraft& d) {
+      return d.kv_cache(layer);
+    });
+    if (t == 1) return std::move(shards[0]);
+    const size_t shard = static_cast<size_t>(c_.num_kv_heads / t) * 2 * c_.head_dim;
+    const size_t slots = shards[0].size() / shard;
+    std::vector<bf16> full(slots * shard * t);
+    for (size_t s = 0; s < slots; ++s)
+      for (int r = 0; r < t; ++r)
+        std::memcpy(&full[(s * t + r) * shard], &shards[static_cast<size_t>(r)][s * shard],
+                    shard * sizeof(bf16));
+    return full;
+  }
+
+  int tp_size() const override { return pool_.size(); }
+  std::vector<bf16> last_hidden(int tp_rank) const override {
+    if (tp_rank < 0 || tp_rank >= pool_.size())
+      throw InvalidArgument("last_hidden: rank " + std::to_string(tp_rank) + " of " +
+                            std::to_string(pool_.size()));
+    return on_rank(tp_rank, [](const CudaDraft& d) { return d.last_hidden(); });
+  }
+
+ private:
+  // Reads a rank's device state from this thread, its device current meanwhile.
+  template <class F>
+  std::vector<bf16> on_rank(int r, F&& f) const {
+    int previous = 0;
+    SD_CUDA_CHECK(cudaGetDevice(&previous));
+    SD_CUDA_CHECK(cudaSetDevice(pool_.device(r)));
+    struct Restore {
+      int device;
+      ~Restore() { cudaSetDevice(device); }
+    } restore{previous};
+    return f(*ranks_[static_cast<size_t>(r)]);
+  }
+
+  // Each rank frees its CudaDraft on its own thread (its graphs hold NCCL kernels of
+  // its communicator, which the serve loop still owns); after a failure, here.
+  void release_ranks() {
+    try {
+      pool_.run([&](int r, Communicator&) { ranks_[static_cast<size_t>(r)].reset(); });
+    } catch (...) {
+      for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+        if (!ranks_[static_cast<size_t>(r)]) continue;
+        cudaSetDevice(pool_.device(r));
+        ranks_[static_cast<size_t>(r)].reset();
+      }
+    }
+  }
+
+  ModelConfig c_;
+  DraftOptions o_;
+  RankPool pool_;
+  std::vector<std::unique_ptr<CudaDraft>> ranks_;
+  struct Outputs {
+    std::vector<int64_t> tokens;
+    std::vector<bf16> cache;
+  };
+  std::vector<Outputs> others_;  // [rank]; rank 0's stays empty
+};
+
+// The devices of options.tp ranks (empty: 0..tp-1), refused unless all distinct or
+// all the same, and present.
+std::vector<int> rank_devices(int tp, std::vector<int> devices) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1)
+    throw DeviceError("make_cuda_backend: no CUDA device");
+  if (devices.empty()) {
+    if (tp > count)
+      throw InvalidArgument("make_cuda_backend: tp " + std::to_string(tp) + " needs " +
+                            std::to_string(tp) + " GPUs (one a rank) and this machine has " +
+                            std::to_string(count) +
+                            "; name the devices to share one GPU among the ranks (e.g. "
+                            "--devices 0 for every rank on device 0)");
+    for (int r = 0; r < tp; ++r) devices.push_back(r);
+  }
+  if (devices.size() == 1 && tp > 1) devices.assign(static_cast<size_t>(tp), devices[0]);
+  if (static_cast<int>(devices.size()) != tp)
+    throw InvalidArgument("make_cuda_backend: " + std::to_string(devices.size()) +
+                          " devices for tp " + std::to_string(tp) +
+                          " (give one device per rank, or one for all of them)");
+  for (int d : devices)
+    if (d < 0 || d >= count)
+      throw InvalidArgument("make_cuda_backend: device " + std::to_string(d) +
+                            " does not exist (this machine has " + std::to_string(count) +
+                            " GPUs)");
+  const size_t distinct = std::set<int>(devices.begin(), devices.end()).size();
+  if (distinct != 1 && distinct != devices.size())
+    throw InvalidArgument(
+        "make_cuda_backend: the ranks' devices must be all distinct (NCCL, one GPU a rank) or "
+        "all the same (the ranks share one GPU)");
+  return devices;
+}
+
+}  // namespace
+
+std::unique_ptr<DraftBackend> make_cuda_backend(std::shared_ptr<const Checkpoint> ckpt,
+                                                const DraftOptions& options,
+                                                const CudaDraftOptions& cuda_options,
+                                                const std::vector<int>& devices) {
+  if (!ckpt) throw InvalidArgument("make_cuda_backend: no checkpoint");
+  if (options.tp == 1 && devices.size() <= 1) {
+    if (devices.size() == 1) SD_CUDA_CHECK(cudaSetDevice(devices[0]));
+    return std::make_unique<CudaDraft>(std::move(ckpt), options, cuda_options);
+  }
+  {
+    ModelConfig c = ckpt->config();
+    c.validate();
+    validate_options(c, options);  // before any rank starts
+  }
+  return std::make_unique<CudaTpDraft>(std::move(ckpt), options, cuda_options,
+                                       rank_devices(options.tp, devices));
+}
+
+}  // namespace sparkdraft::cuda
