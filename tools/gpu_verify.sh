@@ -100,7 +100,7 @@ for stage in "${stages[@]}"; do
       grep -E '^\[gemm (speed|variants|swiglu speed)\]' "$out/gemm.log" | cut -c1-330 | tee -a "$summary"
       ;;
     tp)
-      ./build/sparkdraft_cuda_tests --gtest_filter='CudaTp.*:CudaGemm.F32*:NcclComm.*:P2pComm.*' \
+      ./build/sparkdraft_cuda_tests --gtest_filter='CudaTp.*:CudaGemm.F32*:NcclComm.*:SharedDeviceComm.*' \
         >"$out/tp_tests.log" 2>&1
       rc=$?
       note "tp tests: rc $rc, $(grep -E '^\[  PASSED  \]' "$out/tp_tests.log" | tail -1)" \

@@ -60,10 +60,14 @@ class Communicator {
   // wait for).
   virtual void barrier() = 0;
 
+  // Whether the collectives can be captured in a CUDA graph: a device communicator
+  // whose collectives never wait on the host (NCCL, the loopback), not one whose
+  // ranks meet on the host inside each collective (cuda/shared_device_comm.h).
+  virtual bool graph_capturable() const { return memory() == CommMemory::device; }
   // Makes all_reduce_sum take `count` floats per local rank where it needs a
-  // scratch (NCCL; the peer-to-peer group refuses what its mailbox cannot hold): allocates and
-  // synchronizes, so never inside a capture. Smaller counts, and communicators without a scratch,
-  // do nothing.
+  // scratch (NCCL, the shared-device group): allocates and synchronizes, so never
+  // inside a capture. Smaller counts, and communicators without a scratch, do
+  // nothing.
   virtual void reserve_reduce(size_t count) { (void)count; }
 
   // One local rank (throws InvalidArgument when this object runs several).

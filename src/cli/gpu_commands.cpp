@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -147,9 +146,6 @@ Command add_check(CLI::App& app) {
         }
         if (!opts->devices.empty() && opts->tp == 1)
           throw InvalidArgument("check --devices names the GPUs of --tp N ranks (N >= 2)");
-        // Ranks sharing a GPU wait on each other's kernels (cuda/p2p_comm.h): CUDA must
-        // load every kernel up front, so before its first call here.
-        if (opts->tp > 1) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 #if defined(SPARKDRAFT_HAVE_CUDA)
         require_gpu("check");
         TinyCheckpoint tiny;

@@ -5,8 +5,8 @@
 //
 // Tensor parallelism (SPEC section 6): a CudaDraft runs one TP rank. At TP 1 (no
 // communicator) it holds the whole model. Given a rank's communicator (NCCL,
-// cuda/nccl_comm.h, e.g. one an engine hands over; or the peer-to-peer group,
-// cuda/p2p_comm.h) it holds and loads only that rank's shards: the layers
+// cuda/nccl_comm.h, e.g. one an engine hands over; or the shared-device group,
+// cuda/shared_device_comm.h) it holds and loads only that rank's shards: the layers
 // by heads / intermediate columns / canonical K slices / KV heads where the config
 // splits (runtime/layer_shard.h; else replicated), lm_head and Markov w2 by
 // vocabulary; the vocab-parallel Markov loop leaves the full tokens and cache on
@@ -106,6 +106,7 @@ class CudaDraft final : public DraftBackend {
 // `sparkdraft plan` prints).
 struct PlanTp {
   int tp_size = 1;
+  bool graph_capturable = true;  // the communicator's collectives can be captured
 };
 StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options,
                    const std::string& markov_refusal, const PlanTp& tp = {});
@@ -116,7 +117,7 @@ StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options, i
 // (options.tp 1: a CudaDraft). `devices` names each rank's GPU: empty = ranks on
 // devices 0..tp-1 (refused when the machine has fewer); all distinct = one GPU per
 // rank over NCCL (run_nccl_group; built with NCCL only); all the same = the ranks
-// share that GPU as threads (cuda/p2p_comm.h). The
+// share that GPU as threads (cuda/shared_device_comm.h: eager, no graph). The
 // backend's host API returns rank 0's outputs and the KV caches in the TP 1
 // layout. An error on one rank stops every rank, and the error names the rank;
 // after it the backend refuses every call with that error.

@@ -190,7 +190,7 @@ RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communica
     if (o.tp != 1)
       throw InvalidArgument("CudaDraft runs one TP rank: at tp " + std::to_string(o.tp) +
                             " give it that rank's communicator (cuda/nccl_comm.h, "
-                            "cuda/p2p_comm.h), or use make_cuda_backend for every rank");
+                            "cuda/shared_device_comm.h), or use make_cuda_backend for every rank");
     return r;
   }
   if (comm->tp_size() != o.tp)
@@ -200,7 +200,7 @@ RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communica
   if (comm->local_ranks().size() != 1 || comm->memory() != CommMemory::device)
     throw InvalidArgument(
         "CudaDraft: the communicator must run one rank with device memory (NCCL or the "
-        "peer-to-peer group; the loopback runs every rank)");
+        "shared-device group; the loopback runs every rank)");
   r.tp_size = comm->tp_size();
   r.tp_rank = comm->tp_rank();
   const int layer_tp = layer_tp_size(c, r.tp_size);
@@ -303,6 +303,7 @@ struct CudaDraft::Impl {
     }
     PlanTp tp;
     tp.tp_size = rs.tp_size;
+    tp.graph_capturable = !comm || comm->graph_capturable();
     plan = make_plan(c, co, markov_refusal, tp);
     if (plan.runs("markov loop", "fused") != (co.fused_markov && markov_refusal.empty()))
       throw std::logic_error("CudaDraft: the plan and the Markov loop disagree on fusion");
@@ -783,12 +784,17 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
              (co.pdl ? ", programmatic dependent launch" : "")});
   else
     plan.parts.push_back({"markov loop", "eager", "the fused loop refuses: " + markov_refusal});
-  plan.parts.push_back({"cuda graph", co.cuda_graph ? "on" : "off",
-                        co.cuda_graph ? (tp.tp_size > 1 ? "the whole step, one graph per row "
-                                                          "count on every rank"
-                                                        : "the whole step, one graph per row "
-                                                          "count")
-                                      : ""});
+  if (co.cuda_graph && !tp.graph_capturable)
+    plan.parts.push_back({"cuda graph", "off",
+                          "the ranks share one GPU as host threads and meet on the host in each "
+                          "collective (cuda/shared_device_comm.h): nothing to capture"});
+  else
+    plan.parts.push_back({"cuda graph", co.cuda_graph ? "on" : "off",
+                          co.cuda_graph ? (tp.tp_size > 1 ? "the whole step, one graph per row "
+                                                            "count on every rank"
+                                                          : "the whole step, one graph per row "
+                                                            "count")
+                                        : ""});
   return plan;
 }
 

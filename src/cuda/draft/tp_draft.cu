@@ -1,8 +1,8 @@
 // make_cuda_backend (sparkdraft/cuda/draft.h): every TP rank in this process, one
 // thread and one CudaDraft rank each. The ranks' threads live as long as the
 // backend: a group runner (run_nccl_group for one GPU per rank, run_thread_group
-// with a P2pComm per rank for ranks sharing one GPU) runs a serve loop on each rank; a call hands
-// the same job to every rank and waits for all of them.
+// with a SharedDeviceComm per rank for ranks sharing one GPU) runs a serve loop on
+// each rank; a call hands the same job to every rank and waits for all of them.
 //
 // Faults: a job that throws on one rank ends that rank's serve loop with the error;
 // the group runner then stops every rank (NCCL: the communicators aborted; the
@@ -25,7 +25,7 @@
 #include "runtime/layer_shard.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/p2p_comm.h"
+#include "sparkdraft/cuda/shared_device_comm.h"
 #include "sparkdraft/error.h"
 #if defined(SPARKDRAFT_HAVE_NCCL)
 #include "sparkdraft/cuda/nccl_comm.h"
@@ -40,24 +40,22 @@ class RankPool {
   using Job = std::function<void(int tp_rank, Communicator& comm)>;
 
   // Starts the ranks (one thread each, device devices[r] current on rank r's).
-  // Ranks sharing one GPU talk through a P2pComm of p2p.capacity_bytes a slot.
-  RankPool(const std::vector<int>& devices, const P2pOptions& p2p) : devices_(devices) {
+  explicit RankPool(const std::vector<int>& devices) : devices_(devices) {
     const int tp = static_cast<int>(devices.size());
     const bool shared = std::set<int>(devices.begin(), devices.end()).size() == 1;
-    runner_ = std::thread([this, tp, shared, p2p] {
+    runner_ = std::thread([this, tp, shared] {
       try {
         if (shared) {
           run_thread_group(tp, [&](Communicator& host) {
-            P2pComm comm(host, devices_[static_cast<size_t>(host.tp_rank())], p2p);
+            SharedDeviceComm comm(host, devices_[static_cast<size_t>(host.tp_rank())]);
             serve(comm.tp_rank(), comm);
           });
         } else {
 #if defined(SPARKDRAFT_HAVE_NCCL)
           run_nccl_group(devices_, [&](NcclComm& comm) { serve(comm.tp_rank(), comm); });
 #else
-          throw InvalidArgument(
-              "make_cuda_backend: one GPU per rank needs NCCL, and this build "
-              "has none");
+          throw InvalidArgument("make_cuda_backend: one GPU per rank needs NCCL, and this build "
+                                "has none");
 #endif
         }
       } catch (...) {
@@ -143,24 +141,11 @@ class RankPool {
   std::thread runner_;
 };
 
-// The mailbox slot of ranks sharing a GPU: the largest collective of a step (the
-// o_proj / down partials of max_reqs rows, the cache shards gathered after the
-// Markov loop, the per-step packets).
-P2pOptions p2p_options(const ModelConfig& c, const DraftOptions& o) {
-  const size_t T = static_cast<size_t>(o.max_reqs) * c.block_size;
-  const size_t shard = static_cast<size_t>(c.vocab_size / o.tp);
-  size_t bytes = std::max({T * c.hidden_size * sizeof(float), T * shard * sizeof(bf16),
-                           static_cast<size_t>(o.max_reqs) * 64});
-  P2pOptions p;
-  p.capacity_bytes = (bytes + 15) / 16 * 16;
-  return p;
-}
-
 class CudaTpDraft final : public DraftBackend, public CudaTpView {
  public:
   CudaTpDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
               const CudaDraftOptions& cuda_options, const std::vector<int>& devices)
-      : c_(ckpt->config()), o_(options), pool_(devices, p2p_options(c_, options)) {
+      : c_(ckpt->config()), o_(options), pool_(devices) {
     // The deferred NaN/inf scan once, before the ranks read the host copies.
     CudaDraftOptions rank_options = cuda_options;
     if (ckpt->nonfinite_scan_pending() && !cuda_options.nonfinite_scanned) {
@@ -221,9 +206,9 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
                             std::to_string(c_.num_layers));
     const int t = ranks_[0]->layer_tp_size();
     std::vector<std::vector<bf16>> shards(static_cast<size_t>(t));
-    for (int r = 0; r < t; ++r)
-      shards[static_cast<size_t>(r)] =
-          on_rank(r, [&](const CudaDraft& d) { return d.kv_cache(layer); });
+    for (int r = 0; r < t; ++r) shards[static_cast<size_t>(r)] = on_rank(r, [&](const CudaDraft& d) {
+      return d.kv_cache(layer);
+    });
     if (t == 1) return std::move(shards[0]);
     const size_t shard = static_cast<size_t>(c_.num_kv_heads / t) * 2 * c_.head_dim;
     const size_t slots = shards[0].size() / shard;
