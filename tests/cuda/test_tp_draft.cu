@@ -6,8 +6,8 @@
 // (cuda/shared_device_comm.h); with two GPUs or more, one GPU a rank over NCCL. The
 // ranks' o_proj all-reduce is TP 1's slice tree bit for bit, and a rank holding
 // another rank's K slices (another order of the tree) is caught on cancelling
-// inputs; a draft whose ranks hold their shards out of order fails the comparison. The refusals of make_cuda_backend and of a rank without a
-// communicator name what is wrong.
+// inputs; a draft whose ranks hold their shards out of order fails the comparison. The refusals of
+// make_cuda_backend and of a rank without a communicator name what is wrong.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,10 +92,9 @@ TEST(CudaTp, SharedDeviceRanksEqualTp1BitForBit) {
                    std::to_string(tp));
       const CheckReport report = cuda::check_tp(ckpt, s, tp, {0});
       EXPECT_TRUE(report.ok()) << report.text();
-      test::expect_mentions(report.text(), {"layers+vocab", "hidden states, rank " +
-                                                                std::to_string(tp - 1)});
-      std::printf("[tp] %s tp %d: %zu comparisons equal\n", style.c_str(), tp,
-                  report.lines.size());
+      test::expect_mentions(report.text(),
+                            {"layers+vocab", "hidden states, rank " + std::to_string(tp - 1)});
+      std::printf("[tp] %s tp %d: %zu comparisons equal\n", style.c_str(), tp, report.lines.size());
     }
   }
 }
@@ -265,22 +264,27 @@ TEST(CudaTp, BadRankSetupsAreRefused) {
   auto ckpt = checkpoint_of(shardable("qwen3"), dir, 0x7B06);
   DraftOptions o;
   o.tp = 2;
+  expect_refusal<InvalidArgument>([&] { cuda::CudaDraft d(ckpt, o); },
+                                  {"CudaDraft runs one TP rank", "tp 2", "communicator"});
   expect_refusal<InvalidArgument>(
-      [&] { cuda::CudaDraft d(ckpt, o); }, {"CudaDraft runs one TP rank", "tp 2", "communicator"});
+      [&] {
+        cuda::make_cuda_backend(ckpt, o, {}, {0, 0, 0});
+      },
+      {"3 devices for tp 2"});
   expect_refusal<InvalidArgument>(
-      [&] { cuda::make_cuda_backend(ckpt, o, {}, {0, 0, 0}); }, {"3 devices for tp 2"});
-  expect_refusal<InvalidArgument>(
-      [&] { cuda::make_cuda_backend(ckpt, o, {}, {0, 4096}); }, {"device 4096 does not exist"});
+      [&] {
+        cuda::make_cuda_backend(ckpt, o, {}, {0, 4096});
+      },
+      {"device 4096 does not exist"});
   if (test::gpu_count() < 2)
     expect_refusal<InvalidArgument>([&] { cuda::make_cuda_backend(ckpt, o); },
-                                                 {"tp 2 needs 2 GPUs", "--devices 0"});
+                                    {"tp 2 needs 2 GPUs", "--devices 0"});
   cuda::CudaDraftOptions eager;
   eager.fused_markov = false;
-  expect_refusal<InvalidArgument>(
-      [&] { cuda::make_cuda_backend(ckpt, o, eager, {0}); }, {"fused only"});
+  expect_refusal<InvalidArgument>([&] { cuda::make_cuda_backend(ckpt, o, eager, {0}); },
+                                  {"fused only"});
   o.tp = 3;
-  expect_refusal<InvalidArgument>([&] { cuda::make_cuda_backend(ckpt, o, {}, {0}); },
-                                               {"tp"});
+  expect_refusal<InvalidArgument>([&] { cuda::make_cuda_backend(ckpt, o, {}, {0}); }, {"tp"});
 }
 
 }  // namespace

@@ -55,8 +55,7 @@ void SharedDeviceComm::wait_for_peers(cudaEvent_t mine, cudaStream_t stream) {
     if (k != tp_rank()) SD_CUDA_CHECK(cudaStreamWaitEvent(stream, events[static_cast<size_t>(k)]));
 }
 
-void SharedDeviceComm::all_gather(const void* const* send, void* recv, size_t bytes,
-                                  void* stream) {
+void SharedDeviceComm::all_gather(const void* const* send, void* recv, size_t bytes, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   // Every rank's send buffer is ready once its event has passed.
   SD_CUDA_CHECK(cudaEventRecord(ready_, s));
@@ -66,8 +65,8 @@ void SharedDeviceComm::all_gather(const void* const* send, void* recv, size_t by
   for (int k = 0; k < tp_size(); ++k) {
     const Mailbox& m = all[static_cast<size_t>(k)];
     if (k != tp_rank()) SD_CUDA_CHECK(cudaStreamWaitEvent(s, m.ready));
-    SD_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(k) * bytes,
-                                  m.send, bytes, cudaMemcpyDeviceToDevice, s));
+    SD_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + static_cast<size_t>(k) * bytes, m.send,
+                                  bytes, cudaMemcpyDeviceToDevice, s));
   }
   // No rank reuses its send buffer before every peer has read it.
   wait_for_peers(done_, s);

@@ -54,8 +54,9 @@ class RankPool {
 #if defined(SPARKDRAFT_HAVE_NCCL)
           run_nccl_group(devices_, [&](NcclComm& comm) { serve(comm.tp_rank(), comm); });
 #else
-          throw InvalidArgument("make_cuda_backend: one GPU per rank needs NCCL, and this build "
-                                "has none");
+          throw InvalidArgument(
+              "make_cuda_backend: one GPU per rank needs NCCL, and this build "
+              "has none");
 #endif
         }
       } catch (...) {
@@ -206,9 +207,9 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
                             std::to_string(c_.num_layers));
     const int t = ranks_[0]->layer_tp_size();
     std::vector<std::vector<bf16>> shards(static_cast<size_t>(t));
-    for (int r = 0; r < t; ++r) shards[static_cast<size_t>(r)] = on_rank(r, [&](const CudaDraft& d) {
-      return d.kv_cache(layer);
-    });
+    for (int r = 0; r < t; ++r)
+      shards[static_cast<size_t>(r)] =
+          on_rank(r, [&](const CudaDraft& d) { return d.kv_cache(layer); });
     if (t == 1) return std::move(shards[0]);
     const size_t shard = static_cast<size_t>(c_.num_kv_heads / t) * 2 * c_.head_dim;
     const size_t slots = shards[0].size() / shard;
