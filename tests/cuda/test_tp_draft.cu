@@ -21,6 +21,7 @@
 #include "common/errors.h"
 #include "common/files.h"
 #include "common/random.h"
+#include "common/tp_model.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/check.h"
 #include "sparkdraft/checkpoint.h"
@@ -39,30 +40,8 @@ namespace {
 
 using test::TempDir;
 
-// A shape whose layers shard at TP 1, 2, 4 and 8 (q = 128 and I = 256: 8
-// canonical slices each; heads and KV heads split over 8), vocabulary 512.
-ModelConfig shardable(const std::string& style) {
-  ModelConfig c = preset_config("tiny", style);
-  c.hidden_size = 128;
-  c.num_heads = 8;
-  c.num_kv_heads = 8;
-  c.head_dim = 16;
-  c.intermediate_size = 256;
-  c.vocab_size = 512;
-  c.mask_token_id = 511;
-  c.markov_rank = 32;
-  c.block_size = 5;
-  c.validate();
-  return c;
-}
-
-std::shared_ptr<const Checkpoint> checkpoint_of(const ModelConfig& c, const TempDir& dir,
-                                                uint64_t seed) {
-  SyntheticOptions so;
-  so.seed = seed;
-  write_synthetic_checkpoint(c, dir.path(), so);
-  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
-}
+using test::checkpoint_of;
+using test::shardable;
 
 // `requests` requests over `rounds` rounds, with a padding row before the last one.
 ScenarioOptions scenario_of(int requests, int rounds, uint64_t seed) {
@@ -168,32 +147,7 @@ TEST(CudaTp, RanksFedAnotherShardOrderFailTheComparison) {
   test::expect_mentions(report.text(), {"DIFFERENT", "draft logits"});
 }
 
-// o_proj-like inputs whose 8 canonical slices cancel: slice 2 is slice 0 negated
-// and slice 6 slice 4's, slices 0 and 4 scaled by 2^20, so that the large partials
-// cancel and the order in which the small ones are added shows in the bf16 result.
-struct Cancelling {
-  int M = 0, N = 48, K = 8 * 64;
-  std::vector<bf16> x, w;
-  Cancelling(test::Gen& gen, int rows) : M(rows) {
-    x = gen.normal_bf16s(static_cast<size_t>(M) * K, 1.0f);
-    w = gen.normal_bf16s(static_cast<size_t>(N) * K, 1.0f);
-    const int len = K / 8;
-    for (int m = 0; m < M; ++m)
-      for (int k = 0; k < len; ++k) {
-        x[m * K + 2 * len + k] = x[m * K + k];
-        x[m * K + 6 * len + k] = x[m * K + 4 * len + k];
-      }
-    for (int n = 0; n < N; ++n)
-      for (int k = 0; k < len; ++k) {
-        bf16& w0 = w[n * K + k];
-        bf16& w4 = w[n * K + 4 * len + k];
-        w0 = to_bf16(std::ldexp(to_f32(w0), 20));
-        w4 = to_bf16(std::ldexp(to_f32(w4), 20));
-        w[n * K + 2 * len + k] = to_bf16(-to_f32(w0));
-        w[n * K + 6 * len + k] = to_bf16(-to_f32(w4));
-      }
-  }
-};
+using Cancelling = test::CancellingSlices;
 
 // What the rank at position r of `tp` computes for o_proj when it holds the K
 // columns of rank shard_of[r]: its slices' subtree (cuda::gemm_f32), the tree over
@@ -228,7 +182,7 @@ TEST(CudaTp, AllReduceGemmIsTp1sTreeAndCatchesAnotherOrder) {
   const uint64_t seed = 0x7B07;
   test::Gen gen(seed);
   for (int M : {7, 9}) {
-    const Cancelling p(gen, M);
+    const Cancelling p(gen, M, 48, 8 * 64);
     cuda::DeviceStream stream;
     cuda::DeviceBuffer<bf16> x(p.x), w(p.w), y(static_cast<size_t>(M) * p.N);
     cuda::gemm(x.data(), p.K, w.data(), M, p.N, p.K, y.data(), p.N, 8, stream.get());

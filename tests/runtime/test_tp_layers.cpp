@@ -24,6 +24,7 @@
 #include "common/errors.h"
 #include "common/files.h"
 #include "common/random.h"
+#include "common/tp_model.h"
 #include "runtime/cpu_draft.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/layer_shard.h"
@@ -40,30 +41,8 @@ namespace {
 
 using test::TempDir;
 
-// A shape that shards at TP 1, 2, 4 and 8: q = 8 * 16 = 128 and I = 256 are
-// multiples of 128 (8 canonical slices each), heads and KV heads split over 8.
-ModelConfig shardable(const std::string& style, int heads = 8, int kv_heads = 8) {
-  ModelConfig c = preset_config("tiny", style);  // 2 layers, the style's options
-  c.hidden_size = 128;
-  c.num_heads = heads;
-  c.num_kv_heads = kv_heads;
-  c.head_dim = 16;
-  c.intermediate_size = 256;
-  c.vocab_size = 512;
-  c.mask_token_id = 511;
-  c.markov_rank = 32;
-  c.block_size = 5;
-  c.validate();
-  return c;
-}
-
-std::shared_ptr<const Checkpoint> checkpoint_of(const ModelConfig& c, const TempDir& dir,
-                                                uint64_t seed) {
-  SyntheticOptions so;
-  so.seed = seed;
-  write_synthetic_checkpoint(c, dir.path(), so);
-  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
-}
+using test::checkpoint_of;
+using test::shardable;
 
 // Everything a run leaves, per round: the drafts, every layer's KV cache (TP 1
 // layout), every layer rank's KV shards and final hidden states.
@@ -282,31 +261,9 @@ class RankOrderComm final : public Communicator {
   Communicator& in_;
 };
 
-// o_proj-like inputs whose 8 canonical slices cancel: slice 2 is slice 0 negated
-// (x the same, w negated) and slice 6 slice 4's, slices 0 and 4 scaled by 2^20,
-// so that the large partials cancel and the order of the small ones shows.
-struct Cancelling {
-  int M = 7, N = 48, K = 8 * 32;
-  std::vector<bf16> x, w;
-  explicit Cancelling(test::Gen& gen) {
-    x = gen.normal_bf16s(static_cast<size_t>(M) * K, 1.0f);
-    w = gen.normal_bf16s(static_cast<size_t>(N) * K, 1.0f);
-    const int len = K / 8;
-    for (int m = 0; m < M; ++m)
-      for (int k = 0; k < len; ++k) {
-        x[m * K + 2 * len + k] = x[m * K + k];
-        x[m * K + 6 * len + k] = x[m * K + 4 * len + k];
-      }
-    for (int n = 0; n < N; ++n)
-      for (int k = 0; k < len; ++k) {
-        bf16& w0 = w[n * K + k];
-        bf16& w4 = w[n * K + 4 * len + k];
-        w0 = to_bf16(std::ldexp(to_f32(w0), 20));
-        w4 = to_bf16(std::ldexp(to_f32(w4), 20));
-        w[n * K + 2 * len + k] = to_bf16(-to_f32(w0));
-        w[n * K + 6 * len + k] = to_bf16(-to_f32(w4));
-      }
-  }
+// The cancelling o_proj-like inputs (tests/common/tp_model.h) and TP 1's product.
+struct Cancelling : test::CancellingSlices {
+  explicit Cancelling(test::Gen& gen) : CancellingSlices(gen, 7) {}
   std::vector<bf16> tp1() const {
     std::vector<bf16> y(static_cast<size_t>(M) * N);
     cpu::gemm(x.data(), K, w.data(), M, N, K, y.data(), N, 8);
