@@ -1,28 +1,21 @@
 // make_cuda_backend (sparkdraft/cuda/draft.h): every TP rank in this process, one
-// thread and one CudaDraft rank each. The ranks' threads live as long as the
-// backend: a group runner (run_nccl_group for one GPU per rank, run_thread_group
-// with a SharedDeviceComm per rank for ranks sharing one GPU) runs a serve loop on
-// each rank; a call hands the same job to every rank and waits for all of them.
-//
-// Faults: a job that throws on one rank ends that rank's serve loop with the error;
-// the group runner then stops every rank (NCCL: the communicators aborted; the
-// thread group: every wait in a collective released) and rethrows that error named
-// by the rank ("TP rank r of n: ", "rank r (device d): "). The call that ran the
-// job rethrows it, and every later call refuses with it.
+// thread and one CudaDraft rank each, on a RankPool (runtime/rank_pool.h) whose group
+// runner is run_nccl_group for one GPU per rank, or run_thread_group with a
+// SharedDeviceComm per rank for ranks sharing one GPU; a call hands the same job to
+// every rank and waits for all of them. Faults are the pool's: an error on one rank
+// stops every rank (NCCL: the communicators aborted; the thread group: every wait in
+// a collective released), named by the rank ("TP rank r of n: ", "rank r (device
+// d): "); the call rethrows it, and so does every later call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <exception>
-#include <functional>
-#include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "runtime/layer_shard.h"
+#include "runtime/rank_pool.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/cuda/shared_device_comm.h"
@@ -34,119 +27,38 @@
 namespace sparkdraft::cuda {
 namespace {
 
-// The rank threads and the jobs handed to them.
-class RankPool {
- public:
-  using Job = std::function<void(int tp_rank, Communicator& comm)>;
-
-  // Starts the ranks (one thread each, device devices[r] current on rank r's).
-  explicit RankPool(const std::vector<int>& devices) : devices_(devices) {
-    const int tp = static_cast<int>(devices.size());
-    const bool shared = std::set<int>(devices.begin(), devices.end()).size() == 1;
-    runner_ = std::thread([this, tp, shared] {
-      try {
-        if (shared) {
-          run_thread_group(tp, [&](Communicator& host) {
-            SharedDeviceComm comm(host, devices_[static_cast<size_t>(host.tp_rank())]);
-            serve(comm.tp_rank(), comm);
-          });
-        } else {
+// The group runner of the ranks on `devices` (runtime/rank_pool.h): one GPU a rank
+// over NCCL, or ranks sharing one GPU through a SharedDeviceComm over the thread
+// group; each rank's device current on its thread.
+RankPool::Group rank_group(const std::vector<int>& devices) {
+  const bool shared = std::set<int>(devices.begin(), devices.end()).size() == 1;
+  return [devices, shared](const RankPool::Serve& serve) {
+    if (shared) {
+      run_thread_group(static_cast<int>(devices.size()), [&](Communicator& host) {
+        const int device = devices[static_cast<size_t>(host.tp_rank())];
+        SD_CUDA_CHECK(cudaSetDevice(device));
+        SharedDeviceComm comm(host, device);
+        serve(comm);
+      });
+      return;
+    }
 #if defined(SPARKDRAFT_HAVE_NCCL)
-          run_nccl_group(devices_, [&](NcclComm& comm) { serve(comm.tp_rank(), comm); });
+    run_nccl_group(devices, [&](NcclComm& comm) { serve(comm); });
 #else
-          throw InvalidArgument(
-              "make_cuda_backend: one GPU per rank needs NCCL, and this build "
-              "has none");
+    throw InvalidArgument(
+        "make_cuda_backend: one GPU per rank needs NCCL, and this build has none");
 #endif
-        }
-      } catch (...) {
-        std::lock_guard lock(mu_);
-        error_ = std::current_exception();
-      }
-      std::lock_guard lock(mu_);
-      finished_ = true;
-      cv_.notify_all();
-    });
-  }
-
-  ~RankPool() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-      cv_.notify_all();
-    }
-    runner_.join();
-  }
-
-  // Runs job on every rank and waits for all of them; rethrows the group's error
-  // (the failing rank's, named) if the group stopped.
-  void run(const Job& job) {
-    std::unique_lock lock(mu_);
-    if (finished_) rethrow_locked();
-    job_ = &job;
-    ++job_id_;
-    done_ = 0;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return done_ == size() || finished_; });
-    job_ = nullptr;
-    if (done_ != size() || finished_) {
-      cv_.wait(lock, [&] { return finished_; });
-      rethrow_locked();
-    }
-  }
-
-  int size() const { return static_cast<int>(devices_.size()); }
-  int device(int tp_rank) const { return devices_[static_cast<size_t>(tp_rank)]; }
-
- private:
-  void rethrow_locked() {
-    if (error_) std::rethrow_exception(error_);
-    throw DeviceError("the TP ranks have stopped");
-  }
-
-  // One rank's loop: wait for a job, run it, report; a job's error ends the loop.
-  void serve(int tp_rank, Communicator& comm) {
-    SD_CUDA_CHECK(cudaSetDevice(device(tp_rank)));
-    long seen = 0;
-    for (;;) {
-      const Job* job = nullptr;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || failed_ || job_id_ != seen; });
-        if (stop_ || failed_) return;
-        seen = job_id_;
-        job = job_;
-      }
-      try {
-        (*job)(tp_rank, comm);
-      } catch (...) {
-        std::lock_guard lock(mu_);
-        failed_ = true;  // the ranks that finish this job stop instead of waiting for the next
-        cv_.notify_all();
-        throw;
-      }
-      std::lock_guard lock(mu_);
-      ++done_;
-      cv_.notify_all();
-    }
-  }
-
-  std::vector<int> devices_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const Job* job_ = nullptr;
-  long job_id_ = 0;
-  int done_ = 0;
-  bool stop_ = false, failed_ = false, finished_ = false;
-  std::exception_ptr error_;
-  std::thread runner_;
-};
+  };
+}
 
 class CudaTpDraft final : public DraftBackend, public CudaTpView {
  public:
   CudaTpDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
               const CudaDraftOptions& cuda_options, const std::vector<int>& devices)
-      : c_(ckpt->config()), o_(options), pool_(devices) {
+      : c_(ckpt->config()),
+        o_(options),
+        devices_(devices),
+        pool_(static_cast<int>(devices.size()), rank_group(devices)) {
     // The deferred NaN/inf scan once, before the ranks read the host copies.
     CudaDraftOptions rank_options = cuda_options;
     if (ckpt->nonfinite_scan_pending() && !cuda_options.nonfinite_scanned) {
@@ -235,7 +147,7 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
   std::vector<bf16> on_rank(int r, F&& f) const {
     int previous = 0;
     SD_CUDA_CHECK(cudaGetDevice(&previous));
-    SD_CUDA_CHECK(cudaSetDevice(pool_.device(r)));
+    SD_CUDA_CHECK(cudaSetDevice(devices_[static_cast<size_t>(r)]));
     struct Restore {
       int device;
       ~Restore() { cudaSetDevice(device); }
@@ -251,7 +163,7 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
     } catch (...) {
       for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
         if (!ranks_[static_cast<size_t>(r)]) continue;
-        cudaSetDevice(pool_.device(r));
+        cudaSetDevice(devices_[static_cast<size_t>(r)]);
         ranks_[static_cast<size_t>(r)].reset();
       }
     }
@@ -259,6 +171,7 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
 
   ModelConfig c_;
   DraftOptions o_;
+  std::vector<int> devices_;
   RankPool pool_;
   std::vector<std::unique_ptr<CudaDraft>> ranks_;
   struct Outputs {
