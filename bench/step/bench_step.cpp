@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdint>
 #include <iomanip>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/error.h"
+#if defined(SPARKDRAFT_HAVE_NCCL)
+#include "sparkdraft/cuda/nccl_comm.h"
+#endif
 
 namespace sparkdraft::cuda {
 namespace {
@@ -80,16 +84,107 @@ std::string first_difference(const std::string& what, const StepOutputs& found,
                           expected.host_cache, n, v);
 }
 
-}  // namespace
+// The floor's parts, its total and the bandwidth it is taken over (one decimal).
+void print_floor(std::ostream& out, const char* title, const bench::StepFloorBytes& f,
+                 const FloorTiming& t) {
+  out << "  " << title << ":";
+  for (size_t i = 0; i < f.parts.size(); ++i)
+    out << (i ? ", " : " ") << f.parts[i].label << " " << f.parts[i].bytes / 1e6;
+  out << "; total " << t.bytes / 1e6 << "\n";
+  out << "  copy bandwidth " << t.copy_bandwidth_gbs << " GB/s -> floor " << t.floor_us << " us\n";
+}
 
-StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBenchOptions& o,
-                           std::ostream& out) {
+void check_options(const std::shared_ptr<const Checkpoint>& ckpt, const StepBenchOptions& o) {
   require(ckpt != nullptr, "no checkpoint");
   require(o.ctx >= 1 && o.rows >= 1 && o.rows <= kMaxReqs,
           "ctx must be >= 1 and rows in [1, " + std::to_string(kMaxReqs) + "]");
   require(o.repeats >= 1 && o.warmup >= 0, "repeats must be >= 1 and warmup >= 0");
   require(o.max_context_tokens >= 1 && o.max_context_tokens <= kMaxContextTokens,
           "max_context_tokens must be in [1, " + std::to_string(kMaxContextTokens) + "]");
+}
+
+// The backends' options: R requests of ctx + N positions; request r owns pages
+// r * pages_per_req + p.
+DraftOptions draft_options(const ModelConfig& c, const StepBenchOptions& o) {
+  DraftOptions d;
+  d.page_size = 16;
+  const int64_t pages_per_req = (o.ctx + c.block_size + d.page_size - 1) / d.page_size;
+  require(pages_per_req * o.rows <= INT_MAX, "rows x pages per request exceeds the int range");
+  d.max_reqs = o.rows;
+  d.max_pages_per_req = static_cast<int>(pages_per_req);
+  d.num_pages = static_cast<int>(pages_per_req * o.rows);
+  d.cache_slots = o.rows;
+  d.tp = 1;
+  return d;
+}
+
+// The context, on the current device: token t is request t / ctx at position
+// t % ctx, the same seeded hidden states stored in every draft, chunk by chunk.
+void store_context(const ModelConfig& c, const StepBenchOptions& o, const DraftOptions& d,
+                   const std::vector<CudaDraft*>& drafts, DeviceStream& stream) {
+  const cudaStream_t s = stream.get();
+  const int64_t width = static_cast<int64_t>(c.taps()) * c.target_hidden_size;
+  const int64_t ctx = o.ctx, total = static_cast<int64_t>(o.rows) * ctx,
+                chunk = std::min<int64_t>(o.max_context_tokens, total);
+  DeviceBuffer<bf16> hidden(static_cast<size_t>(chunk * width));
+  DeviceBuffer<int64_t> positions(static_cast<size_t>(chunk)), slots(static_cast<size_t>(chunk));
+  std::vector<int64_t> h_positions, h_slots;
+  for (int64_t first = 0, index = 0; first < total; first += chunk, ++index) {
+    const int64_t count = std::min(chunk, total - first);
+    h_positions.resize(static_cast<size_t>(count));
+    h_slots.resize(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t t = first + i, req = t / ctx, pos = t % ctx;
+      h_positions[i] = pos;
+      h_slots[i] = req * d.max_pages_per_req * d.page_size + pos;
+    }
+    positions.upload(h_positions, s);
+    slots.upload(h_slots, s);
+    fill_uniform_bf16(hidden.data(), static_cast<size_t>(count * width),
+                      o.seed * 1000003 + static_cast<uint64_t>(index), -2.0f, 2.0f, s);
+    const ContextBatch batch{static_cast<int>(count), hidden.data(), positions.data(),
+                             slots.data()};
+    for (CudaDraft* draft : drafts) draft->store_context_device(batch, s);
+  }
+  stream.synchronize();
+}
+
+// The step's inputs on the current device: anchors at position ctx, seeded anchor
+// tokens and seeds, temperature 1, cache slot r for row r.
+struct StepInputs {
+  DeviceBuffer<int64_t> anchors, positions, seeds, cache_slots;
+  DeviceBuffer<float> temperatures;
+  DeviceBuffer<int32_t> tables;
+  ProposeBatch batch;
+  StepInputs(const ModelConfig& c, const StepBenchOptions& o, const DraftOptions& d,
+             cudaStream_t s) {
+    const int64_t rows = o.rows;
+    std::vector<int64_t> h_seeds(rows), h_slots(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      h_seeds[i] = static_cast<int64_t>(o.seed % (uint64_t{1} << 40)) * 7919 + i;
+      h_slots[i] = i;
+    }
+    std::vector<int32_t> h_tables(static_cast<size_t>(rows * d.max_pages_per_req));
+    for (size_t i = 0; i < h_tables.size(); ++i) h_tables[i] = static_cast<int32_t>(i);
+    anchors = DeviceBuffer<int64_t>(static_cast<size_t>(rows));
+    fill_uniform_ids(anchors.data(), anchors.size(), o.seed + 2, 0, c.vocab_size, s);
+    positions = DeviceBuffer<int64_t>(std::vector<int64_t>(rows, o.ctx), s);
+    seeds = DeviceBuffer<int64_t>(h_seeds, s);
+    cache_slots = DeviceBuffer<int64_t>(h_slots, s);
+    temperatures = DeviceBuffer<float>(std::vector<float>(rows, 1.0f), s);
+    tables = DeviceBuffer<int32_t>(h_tables, s);
+    batch = ProposeBatch{o.rows,       anchors.data(),      positions.data(),
+                         seeds.data(), temperatures.data(), cache_slots.data(),
+                         tables.data()};
+  }
+};
+
+}  // namespace
+
+StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBenchOptions& o,
+                           std::ostream& out) {
+  check_options(ckpt, o);
+  require(o.tp == 1, "bench_step runs TP 1 (bench_step_tp runs more ranks)");
   const ModelConfig& c = ckpt->config();
   const int64_t n = c.block_size, v = c.vocab_size, rows = o.rows, ctx = o.ctx;
   const std::string label = o.preset.empty() ? o.checkpoint : o.preset;
@@ -101,16 +196,7 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
   r.markov_rank = c.markov_rank;
   r.steps = c.block_size;
 
-  // R requests of ctx + N positions; request r owns pages r * pages_per_req + p.
-  DraftOptions d;
-  d.page_size = 16;
-  const int64_t pages_per_req = (ctx + n + d.page_size - 1) / d.page_size;
-  require(pages_per_req * rows <= INT_MAX, "rows x pages per request exceeds the int range");
-  d.max_reqs = o.rows;
-  d.max_pages_per_req = static_cast<int>(pages_per_req);
-  d.num_pages = static_cast<int>(pages_per_req * rows);
-  d.cache_slots = o.rows;
-  d.tp = 1;
+  const DraftOptions d = draft_options(c, o);
   CudaDraftOptions eager_options, fused_options;
   eager_options.fused_markov = false;
   eager_options.fused_backbone = false;
@@ -122,52 +208,9 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
 
   DeviceStream stream;
   const cudaStream_t s = stream.get();
-
-  // The context: token t is request t / ctx at position t % ctx, the same seeded
-  // hidden states stored in both backends, chunk by chunk.
-  {
-    const int64_t width = static_cast<int64_t>(c.taps()) * c.target_hidden_size;
-    const int64_t total = rows * ctx, chunk = std::min<int64_t>(o.max_context_tokens, total);
-    DeviceBuffer<bf16> hidden(static_cast<size_t>(chunk * width));
-    DeviceBuffer<int64_t> positions(static_cast<size_t>(chunk)), slots(static_cast<size_t>(chunk));
-    std::vector<int64_t> h_positions, h_slots;
-    for (int64_t first = 0, index = 0; first < total; first += chunk, ++index) {
-      const int64_t count = std::min(chunk, total - first);
-      h_positions.resize(static_cast<size_t>(count));
-      h_slots.resize(static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t t = first + i, req = t / ctx, pos = t % ctx;
-        h_positions[i] = pos;
-        h_slots[i] = req * pages_per_req * d.page_size + pos;
-      }
-      positions.upload(h_positions, s);
-      slots.upload(h_slots, s);
-      fill_uniform_bf16(hidden.data(), static_cast<size_t>(count * width),
-                        o.seed * 1000003 + static_cast<uint64_t>(index), -2.0f, 2.0f, s);
-      const ContextBatch batch{static_cast<int>(count), hidden.data(), positions.data(),
-                               slots.data()};
-      eager.store_context_device(batch, s);
-      fused.store_context_device(batch, s);
-    }
-    stream.synchronize();
-  }
-
-  // The step's inputs: anchors at position ctx, cache slot r for row r.
-  std::vector<int64_t> seeds(rows), cache_slots(rows);
-  for (int64_t i = 0; i < rows; ++i) {
-    seeds[i] = static_cast<int64_t>(o.seed % (uint64_t{1} << 40)) * 7919 + i;
-    cache_slots[i] = i;
-  }
-  std::vector<int32_t> tables(static_cast<size_t>(rows * pages_per_req));
-  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
-  DeviceBuffer<int64_t> d_anchors(static_cast<size_t>(rows)),
-      d_positions(std::vector<int64_t>(rows, ctx), s), d_seeds(seeds, s),
-      d_cache_slots(cache_slots, s);
-  fill_uniform_ids(d_anchors.data(), d_anchors.size(), o.seed + 2, 0, v, s);
-  DeviceBuffer<float> d_temps(std::vector<float>(rows, 1.0f), s);
-  DeviceBuffer<int32_t> d_tables(tables, s);
-  const ProposeBatch batch{o.rows,         d_anchors.data(),     d_positions.data(), d_seeds.data(),
-                           d_temps.data(), d_cache_slots.data(), d_tables.data()};
+  store_context(c, o, d, {&eager, &fused}, stream);
+  const StepInputs inputs(c, o, d, s);
+  const ProposeBatch& batch = inputs.batch;
   const size_t n_tokens = static_cast<size_t>(rows * n), n_cache = n_tokens * v;
   StepOutputs eager_out(n_tokens, n_cache), fused_out(n_tokens, n_cache);
 
@@ -217,16 +260,146 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
       << (r.markov_fused ? "fused" : "eager (the fused loop refused this checkpoint)") << "\n";
   out << "  check: fused == eager bit for bit (draft tokens and draft-logits cache; warm-up call "
          "and graph launch)\n";
-  out << "  floor bytes (MB):";
-  for (size_t i = 0; i < f.parts.size(); ++i)
-    out << (i ? ", " : " ") << f.parts[i].label << " " << f.parts[i].bytes / 1e6;
-  out << "; total " << t.bytes / 1e6 << "\n";
-  out << "  copy bandwidth " << t.copy_bandwidth_gbs << " GB/s -> floor " << t.floor_us << " us\n";
+  print_floor(out, "floor bytes (MB)", f, t);
   out << std::setprecision(2);
   out << "  fused " << t.fused_us << " us (" << t.fused_ratio << "x floor)\n";
   out << "  eager " << t.eager_us << " us (" << t.eager_ratio << "x floor)\n";
   out << std::defaultfloat;
   return r;
+}
+
+StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const StepBenchOptions& o,
+                              std::ostream& out) {
+  check_options(ckpt, o);
+  require(o.tp >= 2, "bench_step_tp needs tp >= 2");
+  std::vector<int> devices = o.devices;
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  if (devices.empty())
+    for (int k = 0; k < o.tp; ++k) devices.push_back(k);
+  require(static_cast<int>(devices.size()) == o.tp &&
+              std::set<int>(devices.begin(), devices.end()).size() == devices.size(),
+          "the TP step is timed with one GPU a rank: give " + std::to_string(o.tp) +
+              " distinct devices (ranks sharing one GPU run eager, without a graph, and are no "
+              "TP speed figure; `check --tp N --devices 0` runs them)");
+  for (int dev : devices)
+    require(dev >= 0 && dev < gpus, "device " + std::to_string(dev) + " does not exist (" +
+                                        std::to_string(gpus) + " GPUs here)");
+#if !defined(SPARKDRAFT_HAVE_NCCL)
+  throw Unavailable("bench step --tp needs NCCL, and this build has none");
+#else
+  const ModelConfig& c = ckpt->config();
+  const int64_t n = c.block_size, v = c.vocab_size, rows = o.rows;
+  const std::string label = o.preset.empty() ? o.checkpoint : o.preset;
+  StepBenchResult r;
+  r.options = o;
+  r.options.devices = devices;
+  SD_CUDA_CHECK(cudaSetDevice(devices[0]));
+  r.gpu = query_gpu();
+  r.vocab = c.vocab_size;
+  r.markov_rank = c.markov_rank;
+  r.steps = c.block_size;
+  DraftOptions d = draft_options(c, o);
+  CudaDraftOptions fused_options;
+  fused_options.max_context_tokens = o.max_context_tokens;
+  const size_t n_tokens = static_cast<size_t>(rows * n), n_cache = n_tokens * v;
+
+  // TP 1 on the first device: the bits every rank must give, and its time.
+  StepOutputs expected(n_tokens, n_cache);
+  {
+    out << "bench step: " << label << ", ctx " << o.ctx << ", rows " << rows << ", tp " << o.tp
+        << ": TP 1 on device " << devices[0] << " first" << std::endl;
+    CudaDraft tp1(ckpt, d, fused_options);
+    r.markov_fused = tp1.markov_fused();
+    DeviceStream stream;
+    const cudaStream_t s = stream.get();
+    store_context(c, o, d, {&tp1}, stream);
+    const StepInputs inputs(c, o, d, s);
+    expected.zero(s);
+    tp1.propose_device(inputs.batch, expected.device(), s);
+    expected.download(s);
+    const GraphExec graph(
+        s, [&](cudaStream_t st) { tp1.propose_device(inputs.batch, expected.device(), st); });
+    GraphTimer timer(s, r.gpu);
+    r.tp1_us = timer.median_us(graph, o.warmup, o.repeats);
+  }
+
+  // Every rank: its shards, the same context and inputs on its GPU, the check, the
+  // timing. Every rank makes the same launches whatever its check found (its
+  // collectives wait for the others); a difference drops the timing after.
+  d.tp = o.tp;
+  out << "bench step: " << label << ", tp " << o.tp << ": building the ranks on devices";
+  for (int dev : devices) out << " " << dev;
+  out << ", storing the context" << std::endl;
+  std::vector<std::vector<double>> us(devices.size());
+  std::vector<std::string> differences(devices.size());
+  run_nccl_group(devices, [&](NcclComm& comm) {
+    const size_t k = static_cast<size_t>(comm.tp_rank());
+    CudaDraft rank(ckpt, d, fused_options, &comm);
+    DeviceStream stream;
+    const cudaStream_t s = stream.get();
+    store_context(c, o, d, {&rank}, stream);
+    const StepInputs inputs(c, o, d, s);
+    StepOutputs got(n_tokens, n_cache);
+    const std::string who = "tp " + std::to_string(o.tp) + " rank " + std::to_string(k);
+    got.zero(s);
+    rank.propose_device(inputs.batch, got.device(), s);
+    got.download(s);
+    differences[k] = first_difference(who + " warm-up call != TP 1", got, expected, n, v);
+    const GraphExec graph(
+        s, [&](cudaStream_t st) { rank.propose_device(inputs.batch, got.device(), st); });
+    got.zero(s);
+    graph.launch(s);
+    got.download(s);
+    if (differences[k].empty())
+      differences[k] = first_difference(who + " graph launch != TP 1", got, expected, n, v);
+    const GpuInfo gpu = query_gpu();
+    DeviceBuffer<unsigned char> flush(static_cast<size_t>(std::max(gpu.l2_bytes, 1 << 20)) * 2);
+    EventPair ev;
+    for (int i = 0; i < o.warmup; ++i) graph.launch(s);
+    stream.synchronize();
+    for (int i = 0; i < o.repeats; ++i) {
+      flush.zero(s);
+      stream.synchronize();
+      comm.barrier();  // the ranks start together
+      us[k].push_back(event_time_us(s, ev, [&] { graph.launch(s); }));
+    }
+  });
+  for (const std::string& diff : differences)
+    if (!diff.empty()) {
+      r.difference = diff;
+      return r;
+    }
+  std::vector<double> slowest(static_cast<size_t>(o.repeats), 0.0);
+  for (const std::vector<double>& rank_us : us)
+    for (size_t i = 0; i < rank_us.size(); ++i) slowest[i] = std::max(slowest[i], rank_us[i]);
+  FloorTiming& t = r.timing;
+  t.fused_us = median(slowest);
+  SD_CUDA_CHECK(cudaSetDevice(devices[0]));
+  r.gpu.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);
+  r.floor = bench::step_floor_bytes(c, o.rows, o.ctx, o.tp);
+  {
+    DeviceStream stream;
+    t.set_floor(r.floor.total(), copy_bandwidth_gbs(stream.get()));
+  }
+  t.eager_ratio = 0;
+
+  const bench::StepFloorBytes& f = r.floor;
+  out << std::fixed << std::setprecision(1);
+  out << "draft step bench, TP " << o.tp << " (one GPU a rank, NCCL) on " << gpu_line(r.gpu)
+      << "\n";
+  out << "  " << label << " (H " << c.hidden_size << ", L " << c.num_layers << ", V " << v
+      << ", markov_rank " << c.markov_rank << ", N " << n << "), ctx " << o.ctx << ", rows " << rows
+      << ", median of " << o.repeats << " (each repeat the slowest rank)\n";
+  out << "  check: every rank == TP 1 bit for bit (draft tokens and draft-logits cache; warm-up "
+         "call and graph launch)\n";
+  print_floor(out, "floor bytes of one GPU (MB)", f, t);
+  out << std::setprecision(2);
+  out << "  tp " << o.tp << " " << t.fused_us << " us (" << t.fused_ratio << "x floor); tp 1 "
+      << r.tp1_us << " us on device " << devices[0] << "\n";
+  out << std::defaultfloat;
+  return r;
+#endif
 }
 
 nlohmann::json step_bench_json(const StepBenchResult& r) {
@@ -238,7 +411,7 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
       {"checkpoint", o.checkpoint},
       {"ctx", o.ctx},
       {"rows", o.rows},
-      {"tp", 1},
+      {"tp", o.tp},
       {"vocab", r.vocab},
       {"markov_rank", r.markov_rank},
       {"steps", r.steps},
@@ -248,6 +421,12 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
       {"markov_fused", r.markov_fused},
       {"check", r.ok() ? "fused == eager bit for bit" : r.difference},
   };
+  if (o.tp > 1) {
+    j["devices"] = o.devices;
+    j["tp1_us"] = r.tp1_us;
+    j["check"] = r.ok() ? "every rank == tp 1 bit for bit" : r.difference;
+    j["floor"] = "one GPU's share";
+  }
   for (const bench::FloorPart& p : f.parts) j["bytes_parts"][p.name] = p.bytes;
   add_gpu_json(j, r.gpu);
   add_timing_json(j, r.timing);

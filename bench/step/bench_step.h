@@ -22,6 +22,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -40,6 +41,8 @@ struct StepBenchOptions {
   int warmup = 3;
   int max_context_tokens = 1024;  // tokens per store_context_device call
   uint64_t seed = 20240601;
+  int tp = 1;                // TP ranks (bench_step_tp: one GPU each)
+  std::vector<int> devices;  // bench_step_tp: the ranks' GPUs (empty: 0 .. tp-1)
 };
 
 struct StepBenchResult {
@@ -51,6 +54,10 @@ struct StepBenchResult {
   bool ok() const { return difference.empty(); }
   bench::StepFloorBytes floor;
   FloorTiming timing;  // bytes = floor.total()
+  // bench_step_tp: timing.fused_us is the TP step (per repeat the slowest rank),
+  // timing.eager_us is 0 (the vocab-parallel Markov loop is fused only), the floor
+  // is one GPU's; tp1_us is the same step at TP 1 on the first device.
+  double tp1_us = 0;
 };
 
 // Runs one row count on the current device and prints a short report to `out`.
@@ -58,6 +65,19 @@ struct StepBenchResult {
 // Throws InvalidArgument on options out of range.
 StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBenchOptions& options,
                            std::ostream& out);
+
+// The draft step at TP o.tp >= 2 with one GPU a rank (o.devices, distinct; NCCL
+// through run_nccl_group, a CUDA graph on every rank), after the TP 1 fused step on
+// the first device: every rank's draft tokens and draft-logits cache must equal TP 1's
+// bit for bit (warm-up call and graph launch; otherwise `difference` is set and the
+// timing dropped). Each repeat: the L2 flushed on every GPU, the ranks met on the
+// host (NcclComm::barrier), then each rank's graph timed with events; the step's time
+// is the slowest rank's, the result the median. The floor is one GPU's
+// (step_floor_bytes at o.tp) over the first GPU's copy bandwidth. InvalidArgument for
+// options out of range, devices that are not o.tp distinct GPUs; Unavailable without
+// NCCL.
+StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt,
+                              const StepBenchOptions& options, std::ostream& out);
 
 // One record of the JSON array `bench step --json` writes ("bench": "draft_step").
 nlohmann::json step_bench_json(const StepBenchResult& r);

@@ -19,6 +19,14 @@
 //   draft_logits   the draft-logits cache rows x N x V bf16 written
 // Not counted (small next to these): the embedding rows, the w1 rows, the
 // activations between ops, the tokens.
+//
+// At TP t (the floor of one GPU, SPEC section 7: its share of the weights and KV):
+// where the layers shard (runtime/layer_shard.h) each GPU reads 1/t of the QKV,
+// o_proj, gate_up and down weights and of the KV cache, and all of the norms and
+// residual coefficients (replicated); where they do not, all of them. lm_head, w2 and
+// the base logits are 1/t (the vocabulary shards); the draft-logits cache is written
+// whole on every GPU (the vocab-parallel loop gathers it). The all-reduce traffic is
+// not counted (`bench allreduce` reports it).
 #pragma once
 
 #include <string_view>
@@ -43,7 +51,8 @@ struct StepFloorBytes {
   double at(std::string_view name) const;
 };
 
-// The floor bytes of one draft step over `rows` requests of `ctx` context positions.
-StepFloorBytes step_floor_bytes(const ModelConfig& config, int rows, int ctx);
+// The floor bytes of one draft step over `rows` requests of `ctx` context positions,
+// on one GPU of tp_size (a power of two dividing the vocabulary).
+StepFloorBytes step_floor_bytes(const ModelConfig& config, int rows, int ctx, int tp_size = 1);
 
 }  // namespace sparkdraft::bench

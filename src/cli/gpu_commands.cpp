@@ -327,7 +327,7 @@ Command add_bench_markov(CLI::App* bench) {
 Command add_bench_step(CLI::App* bench) {
   struct Opts {
     std::string preset = "tiny", checkpoint, preset_dir, json;
-    std::vector<int> rows{1, 8, 32};
+    std::vector<int> rows{1, 8, 32}, devices;
     int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
     bool spec_suite = false, allow_nonfinite = false;
@@ -344,7 +344,10 @@ Command add_bench_step(CLI::App* bench) {
       "the device copy bandwidth measured in the same run. Before timing, checks that both "
       "backends' draft tokens and draft-logits cache are bit for bit equal (exit 1 on a "
       "difference, nothing timed). Median of repeats with cudaEvents, L2 flushed before each. "
-      "Prints the GPU, the clocks seen and a table; writes JSON.");
+      "Prints the GPU, the clocks seen and a table; writes JSON. --tp N (N >= 2): the fused step "
+      "at N TP ranks, one GPU each over NCCL (--devices), after the same step at TP 1: every "
+      "rank checked bit for bit against TP 1 first, then timed per repeat as the slowest rank, "
+      "against the floor of one GPU (its share of the weights and KV).");
   sub->add_option("--preset", opts->preset,
                   "Synthetic checkpoint shape: tiny (seconds), qwen3-8b (the published Qwen3-8B "
                   "draft, writes 4.7 GB once) or muse (the open Muse Spark draft shape, 13.9 GB)")
@@ -373,78 +376,88 @@ Command add_bench_step(CLI::App* bench) {
       ->excludes(ctx)
       ->excludes(rows);
   checkpoint->excludes("--preset");
-  sub->add_option("--tp", opts->tp,
-                  "TP ranks (one GPU each); only 1 is timed today (the TP step runs through "
-                  "`check --tp N`)")
+  sub->add_option("--tp", opts->tp, "TP ranks, one GPU each (NCCL)")
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
+  sub->add_option("--devices", opts->devices, "GPU of each TP rank, distinct (default: 0 .. tp-1)")
+      ->check(CLI::Range(0, 1023))
+      ->delimiter(',');
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
-  return {sub, [opts]() -> int {
-            if (opts->tp != 1)
-              throw InvalidArgument("bench step --tp " + std::to_string(opts->tp) +
-                                    ": the TP step is not timed yet (it needs one GPU a rank); "
-                                    "`check --tp " +
-                                    std::to_string(opts->tp) + "` runs it against TP 1");
+  return {
+      sub, [opts]() -> int {
+        if (!opts->devices.empty() && opts->tp == 1)
+          throw InvalidArgument("bench step --devices names the GPUs of --tp N ranks (N >= 2)");
 #if defined(SPARKDRAFT_HAVE_CUDA)
-            require_gpu("bench step");
-            struct Target {
-              std::string preset, dir;
-            };
-            std::vector<Target> targets;
-            if (!opts->checkpoint.empty())
-              targets.push_back({"", opts->checkpoint});
-            else
-              for (const std::string& p : opts->spec_suite
-                                              ? std::vector<std::string>{"qwen3-8b", "muse"}
-                                              : std::vector<std::string>{opts->preset})
-                targets.push_back({p, ""});
-            const std::vector<int> row_counts =
-                opts->spec_suite ? std::vector<int>{1, 8, 32} : opts->rows;
-            nlohmann::json all = nlohmann::json::array();
-            std::vector<cuda::StepBenchResult> results;
-            for (Target& t : targets) {
-              if (t.dir.empty()) t.dir = preset_checkpoint(t.preset, opts->preset_dir);
-              LoadOptions lo;
-              lo.allow_nonfinite = opts->allow_nonfinite;
-              lo.defer_nonfinite_scan = true;  // each backend scans its device copies
-              auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(t.dir, lo));
-              for (int r : row_counts) {
-                cuda::StepBenchOptions b;
-                b.preset = t.preset;
-                b.checkpoint = t.dir;
-                b.ctx = opts->spec_suite ? 4096 : opts->ctx;
-                b.rows = r;
-                b.repeats = opts->repeats;
-                b.seed = opts->seed;
-                const cuda::StepBenchResult res = cuda::bench_step(ckpt, b, std::cout);
-                if (!res.ok()) {
-                  std::fflush(stdout);
-                  std::fprintf(stderr, "sparkdraft: bench step: nothing timed: %s (seed %llu)\n",
-                               res.difference.c_str(), static_cast<unsigned long long>(b.seed));
-                  return kExitDifference;
-                }
-                all.push_back(cuda::step_bench_json(res));
-                results.push_back(res);
-              }
+        require_gpu("bench step");
+        struct Target {
+          std::string preset, dir;
+        };
+        std::vector<Target> targets;
+        if (!opts->checkpoint.empty())
+          targets.push_back({"", opts->checkpoint});
+        else
+          for (const std::string& p : opts->spec_suite
+                                          ? std::vector<std::string>{"qwen3-8b", "muse"}
+                                          : std::vector<std::string>{opts->preset})
+            targets.push_back({p, ""});
+        const std::vector<int> row_counts =
+            opts->spec_suite ? std::vector<int>{1, 8, 32} : opts->rows;
+        nlohmann::json all = nlohmann::json::array();
+        std::vector<cuda::StepBenchResult> results;
+        for (Target& t : targets) {
+          if (t.dir.empty()) t.dir = preset_checkpoint(t.preset, opts->preset_dir);
+          LoadOptions lo;
+          lo.allow_nonfinite = opts->allow_nonfinite;
+          lo.defer_nonfinite_scan = true;  // each backend scans its device copies
+          auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(t.dir, lo));
+          for (int r : row_counts) {
+            cuda::StepBenchOptions b;
+            b.preset = t.preset;
+            b.checkpoint = t.dir;
+            b.ctx = opts->spec_suite ? 4096 : opts->ctx;
+            b.rows = r;
+            b.repeats = opts->repeats;
+            b.seed = opts->seed;
+            b.tp = opts->tp;
+            b.devices = opts->devices;
+            const cuda::StepBenchResult res = b.tp == 1 ? cuda::bench_step(ckpt, b, std::cout)
+                                                        : cuda::bench_step_tp(ckpt, b, std::cout);
+            if (!res.ok()) {
+              std::fflush(stdout);
+              std::fprintf(stderr, "sparkdraft: bench step: nothing timed: %s (seed %llu)\n",
+                           res.difference.c_str(), static_cast<unsigned long long>(b.seed));
+              return kExitDifference;
             }
-            const cuda::GpuInfo& gpu = results.front().gpu;
-            std::printf("\n%s, memory clock %d MHz\n", gpu.name.c_str(), gpu.mem_clock_peak_mhz);
-            std::printf("%-10s %-6s %-5s %11s %11s %10s %11s %11s %9s %7s\n", "preset", "ctx",
-                        "rows", "eager us", "fused us", "floor us", "fused/floor", "eager/floor",
-                        "copy GB/s", "SM MHz");
-            for (const auto& r : results)
-              std::printf("%-10s %-6d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f %9.0f %7d\n",
-                          r.options.preset.empty() ? "(ckpt)" : r.options.preset.c_str(),
-                          r.options.ctx, r.options.rows, r.timing.eager_us, r.timing.fused_us,
-                          r.timing.floor_us, r.timing.fused_ratio, r.timing.eager_ratio,
-                          r.timing.copy_bandwidth_gbs, r.gpu.sm_clock_seen_mhz);
-            return write_bench_json(opts->json, all);
+            all.push_back(cuda::step_bench_json(res));
+            results.push_back(res);
+          }
+        }
+        const cuda::GpuInfo& gpu = results.front().gpu;
+        std::printf("\n%s, memory clock %d MHz\n", gpu.name.c_str(), gpu.mem_clock_peak_mhz);
+        if (opts->tp > 1) {
+          std::printf("%-10s %-6s %-5s %-3s %11s %11s %10s %11s %9s %7s\n", "preset", "ctx", "rows",
+                      "tp", "tp1 us", "tpN us", "floor us", "tpN/floor", "copy GB/s", "SM MHz");
+          for (const auto& r : results)
+            std::printf("%-10s %-6d %-5d %-3d %11.1f %11.1f %10.1f %11.3f %9.0f %7d\n",
+                        r.options.preset.empty() ? "(ckpt)" : r.options.preset.c_str(),
+                        r.options.ctx, r.options.rows, r.options.tp, r.tp1_us, r.timing.fused_us,
+                        r.timing.floor_us, r.timing.fused_ratio, r.timing.copy_bandwidth_gbs,
+                        r.gpu.sm_clock_seen_mhz);
+          return write_bench_json(opts->json, all);
+        }
+        for (const auto& r : results)
+          std::printf("%-10s %-6d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f %9.0f %7d\n",
+                      r.options.preset.empty() ? "(ckpt)" : r.options.preset.c_str(), r.options.ctx,
+                      r.options.rows, r.timing.eager_us, r.timing.fused_us, r.timing.floor_us,
+                      r.timing.fused_ratio, r.timing.eager_ratio, r.timing.copy_bandwidth_gbs,
+                      r.gpu.sm_clock_seen_mhz);
+        return write_bench_json(opts->json, all);
 #else
             (void)opts;
             no_cuda("bench step");
 #endif
-          }};
+      }};
 }
 
 Command add_bench_allreduce(CLI::App* bench) {

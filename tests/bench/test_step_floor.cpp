@@ -5,6 +5,7 @@
 // published Qwen3-8B draft shape at ctx 4096 (the SPEC's draft step rows).
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "common/floor.h"
@@ -48,6 +49,36 @@ TEST(StepFloor, Qwen3_8bAtContext4096ByHand) {
   EXPECT_EQ(one.total(), 3809081600.0);
   EXPECT_EQ(bench::step_floor_bytes(c, 8, 4096).total(), 4441956864.0);
   EXPECT_EQ(bench::step_floor_bytes(c, 32, 4096).total(), 6611814912.0);
+}
+
+// One GPU of TP 2 on the Qwen3-8B draft (its layers shard): per layer the matrices
+// 2 B x (6144 x 4096 + 4096 x 4096 + 2 x 12288 x 4096 + 4096 x 12288) / 2 = 192 937 984
+// plus the replicated norms 2 B x (2 x 4096 + 2 x 128) = 16 896, x 5 + the final norm
+// 8192; lm_head, KV, w2 and the base logits halved; the draft-logits cache whole.
+TEST(StepFloor, OneGpuOfTp2ByHand) {
+  const ModelConfig c = preset_config("qwen3-8b");
+  const bench::StepFloorBytes tp2 = bench::step_floor_bytes(c, 1, 4096, 2);
+  const test::FloorParts by_hand = {{"layer_weights", 964782592.0}, {"lm_head", 622329856.0},
+                                    {"kv_cache", 42014720.0},       {"markov_w2", 272269312.0},
+                                    {"base_logits", 2127104.0},     {"draft_logits", 2127104.0}};
+  for (const auto& [name, bytes] : by_hand) EXPECT_EQ(tp2.at(name), bytes) << name;
+  EXPECT_EQ(tp2.total(), 1905650688.0);
+}
+
+// Where the layers do not split (tiny: 2 KV heads over 4 ranks) every GPU reads all
+// of them and the whole KV cache; the vocabulary still shards. A TP that does not
+// divide the vocabulary is refused.
+TEST(StepFloor, ReplicatedLayersAreReadWholeOnEveryGpu) {
+  const ModelConfig c = preset_config("tiny");
+  const bench::StepFloorBytes one = bench::step_floor_bytes(c, 3, 40);
+  const bench::StepFloorBytes four = bench::step_floor_bytes(c, 3, 40, 4);
+  EXPECT_EQ(four.at("layer_weights"), one.at("layer_weights"));
+  EXPECT_EQ(four.at("kv_cache"), one.at("kv_cache"));
+  EXPECT_EQ(four.at("lm_head"), one.at("lm_head") / 4);
+  EXPECT_EQ(four.at("markov_w2"), one.at("markov_w2") / 4);
+  EXPECT_EQ(four.at("base_logits"), one.at("base_logits") / 4);
+  EXPECT_EQ(four.at("draft_logits"), one.at("draft_logits"));
+  EXPECT_THROW(bench::step_floor_bytes(c, 3, 40, 3), std::invalid_argument);
 }
 
 // The open Muse Spark draft shape: H 8192, L 5, 128/16 heads of 64, causal windows

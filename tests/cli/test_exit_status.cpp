@@ -89,7 +89,7 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("check --backend cpu", kExitUsage, {"--backend cpu", "--tp N (2 or more)"});
   expect_refused("check --devices 0", kExitUsage, {"--devices", "--tp N"});
   expect_refused("check --tp 2 --devices -1", kExitUsage, {"--devices"});
-  expect_refused("bench step --tp 2", kExitUsage, {"--tp 2", "not timed yet", "check --tp 2"});
+  expect_refused("bench step --devices 0 1", kExitUsage, {"--devices", "--tp N"});
   expect_refused("bench step --tp 3", kExitUsage, {"tp 3"});
   expect_refused("check --backend tpu", kExitUsage, {"--backend", "tpu"});
   expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput,
