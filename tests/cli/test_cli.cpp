@@ -94,6 +94,23 @@ TEST(Cli, CheckCpuTpNAgainstTp1) {
   EXPECT_NE(r.out.find("layers replicated"), std::string::npos) << r.out;
 }
 
+// plan --tp N (the GPU's plan is host logic: a CUDA build needs no GPU for it) says
+// how the ranks shard: tiny's layers split over 2 ranks, not over 4 (2 KV heads).
+TEST(Cli, PlanTpNSaysHowTheRanksShard) {
+  Result r = run("plan --tp 2");
+  if (r.rc == 4) GTEST_SKIP() << "this build has no CUDA backend: " << r.out;
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* needle : {"tensor parallel", "layers+vocab", "2 ranks: QKV by heads",
+                             "one graph per row count on every rank"})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " missing from:\n" << r.out;
+  r = run("plan --tp 4");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("4 ranks: the layers replicated (2 KV heads"), std::string::npos) << r.out;
+  r = run("plan --tp 3");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("power of two"), std::string::npos) << r.out;
+}
+
 TEST(Cli, BadInputFailsWithAMessage) {
   Result r = run("make-checkpoint --preset nope --out /tmp/sparkdraft-never");
   EXPECT_NE(r.rc, 0);
