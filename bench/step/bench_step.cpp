@@ -272,19 +272,11 @@ StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const Step
                               std::ostream& out) {
   check_options(ckpt, o);
   require(o.tp >= 2, "bench_step_tp needs tp >= 2");
-  std::vector<int> devices = o.devices;
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-  if (devices.empty())
-    for (int k = 0; k < o.tp; ++k) devices.push_back(k);
-  require(static_cast<int>(devices.size()) == o.tp &&
-              std::set<int>(devices.begin(), devices.end()).size() == devices.size(),
+  const std::vector<int> devices = tp_devices(o.tp, o.devices);
+  require(std::set<int>(devices.begin(), devices.end()).size() == devices.size(),
           "the TP step is timed with one GPU a rank: give " + std::to_string(o.tp) +
               " distinct devices (ranks sharing one GPU run eager, without a graph, and are no "
               "TP speed figure; `check --tp N --devices 0` runs them)");
-  for (int dev : devices)
-    require(dev >= 0 && dev < gpus, "device " + std::to_string(dev) + " does not exist (" +
-                                        std::to_string(gpus) + " GPUs here)");
 #if !defined(SPARKDRAFT_HAVE_NCCL)
   throw Unavailable("bench step --tp needs NCCL, and this build has none");
 #else

@@ -69,14 +69,9 @@ void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string&
   add_allow_nonfinite(sub, allow_nonfinite);
 }
 
-// --devices: the GPU of each TP rank (one for all of them: the ranks share it).
-void add_devices(CLI::App* sub, std::vector<int>& devices) {
-  sub->add_option("--devices", devices,
-                  "GPU of each TP rank, e.g. --devices 0 1; one device for every rank (the ranks "
-                  "then share it as threads, eager and without a graph); default: ranks on "
-                  "devices 0 .. tp-1 (NCCL, one GPU a rank)")
-      ->check(CLI::Range(0, 1023))
-      ->delimiter(',');
+// --devices: the GPU of each TP rank, comma- or space-separated.
+void add_devices(CLI::App* sub, std::vector<int>& devices, const std::string& help) {
+  sub->add_option("--devices", devices, help)->check(CLI::Range(0, 1023))->delimiter(',');
 }
 
 #if defined(SPARKDRAFT_HAVE_CUDA)
@@ -129,7 +124,10 @@ Command add_check(CLI::App& app) {
                   "--backend cuda; 2 or more with --backend cpu")
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
-  add_devices(sub, opts->devices);
+  add_devices(sub, opts->devices,
+              "GPU of each TP rank, e.g. --devices 0 1; one device for every rank (the ranks then "
+              "share it as threads, eager and without a graph); default: ranks on devices 0 .. "
+              "tp-1 (NCCL, one GPU a rank)");
   return {
       sub, [opts]() -> int {
         const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
@@ -379,9 +377,7 @@ Command add_bench_step(CLI::App* bench) {
   sub->add_option("--tp", opts->tp, "TP ranks, one GPU each (NCCL)")
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
-  sub->add_option("--devices", opts->devices, "GPU of each TP rank, distinct (default: 0 .. tp-1)")
-      ->check(CLI::Range(0, 1023))
-      ->delimiter(',');
+  add_devices(sub, opts->devices, "GPU of each TP rank, distinct (default: 0 .. tp-1)");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
   return {

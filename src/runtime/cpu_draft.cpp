@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -94,16 +93,9 @@ class CpuDraft final : public CpuDraftBackend {
     if (layer < 0 || layer >= c_.num_layers)
       throw InvalidArgument("kv_cache: layer " + std::to_string(layer) + " of " +
                             std::to_string(c_.num_layers));
-    if (layer_tp_ == 1) return ranks_[0].kv[static_cast<size_t>(layer)];
-    const size_t shard = static_cast<size_t>(c_.num_kv_heads / layer_tp_) * 2 * c_.head_dim;
-    const size_t slots = ranks_[0].kv[static_cast<size_t>(layer)].size() / shard;
-    std::vector<bf16> full(slots * shard * layer_tp_);
-    for (size_t s = 0; s < slots; ++s)
-      for (int r = 0; r < layer_tp_; ++r)
-        std::memcpy(&full[(s * layer_tp_ + r) * shard],
-                    &ranks_[static_cast<size_t>(r)].kv[static_cast<size_t>(layer)][s * shard],
-                    shard * sizeof(bf16));
-    return full;
+    std::vector<std::vector<bf16>> shards;
+    for (const LayerRank& lr : ranks_) shards.push_back(lr.kv[static_cast<size_t>(layer)]);
+    return gather_kv_shards(c_, std::move(shards));
   }
   std::vector<bf16> kv_cache_shard(int tp_rank, int layer) const override {
     return rank(tp_rank).kv.at(static_cast<size_t>(layer));

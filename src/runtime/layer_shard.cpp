@@ -1,5 +1,7 @@
 // Layer sharding (see layer_shard.h).
 #include "runtime/layer_shard.h"
+#include <cstring>
+#include <utility>
 
 #include "sparkdraft/ops/gemm.h"
 
@@ -42,6 +44,18 @@ std::string layer_shard_refusal(const ModelConfig& c, int tp_size) {
 
 int layer_tp_size(const ModelConfig& c, int tp_size) {
   return layer_shard_refusal(c, tp_size).empty() ? tp_size : 1;
+}
+
+std::vector<bf16> gather_kv_shards(const ModelConfig& c, std::vector<std::vector<bf16>> shards) {
+  const size_t t = shards.size();
+  if (t == 1) return std::move(shards[0]);
+  const size_t shard = static_cast<size_t>(c.num_kv_heads) / t * 2 * c.head_dim;
+  const size_t slots = shards[0].size() / shard;
+  std::vector<bf16> full(slots * shard * t);
+  for (size_t s = 0; s < slots; ++s)
+    for (size_t r = 0; r < t; ++r)
+      std::memcpy(&full[(s * t + r) * shard], &shards[r][s * shard], shard * sizeof(bf16));
+  return full;
 }
 
 }  // namespace sparkdraft

@@ -12,8 +12,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "sparkdraft/config.h"
+#include "sparkdraft/core/bf16.h"
 
 namespace sparkdraft {
 
@@ -37,5 +39,10 @@ std::string layer_shard_refusal(const ModelConfig& c, int tp_size);
 // The layer TP size a backend of `tp_size` ranks runs: tp_size where the layers
 // shard, else 1 (replicated layers; the vocabulary still shards).
 int layer_tp_size(const ModelConfig& c, int tp_size);
+
+// One layer's KV cache in the TP 1 layout [slots, kv_heads, 2 * head_dim] from the
+// ranks' shards (shards[r] = [slots, kv_heads / t, 2 * head_dim], rank r holding
+// heads [r * kv_heads / t, (r + 1) * kv_heads / t)): per slot the ranks in order.
+std::vector<bf16> gather_kv_shards(const ModelConfig& c, std::vector<std::vector<bf16>> shards);
 
 }  // namespace sparkdraft

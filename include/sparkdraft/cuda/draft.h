@@ -72,6 +72,10 @@ class CudaDraft final : public DraftBackend {
   StageTimings last_timings() const override;
   std::vector<bf16> kv_cache(int layer) const override;
 
+  // propose without reading the outputs back (they stay on the device): a TP rank
+  // whose peer returns them (make_cuda_backend's ranks other than 0).
+  void propose_without_outputs(const ProposeBatch& batch);
+
   // The TP rank this object runs, and the ranks its layers shard over (1: the
   // layers replicated). kv_cache(layer) is this rank's shard: its KV heads of every
   // slot (the TP 1 layout gathers the ranks' shards slot by slot).
@@ -125,6 +129,11 @@ std::unique_ptr<DraftBackend> make_cuda_backend(std::shared_ptr<const Checkpoint
                                                 const DraftOptions& options,
                                                 const CudaDraftOptions& cuda_options = {},
                                                 const std::vector<int>& devices = {});
+// The GPUs of tp ranks as make_cuda_backend resolves them: empty = 0 .. tp-1
+// (InvalidArgument when the machine has fewer), one device = every rank on it;
+// refused (InvalidArgument) unless tp entries, present, all distinct or all the same.
+std::vector<int> tp_devices(int tp, std::vector<int> devices);
+
 // The TP backend's extra view for `sparkdraft check`: a rank's hidden states.
 class CudaTpView {
  public:

@@ -600,9 +600,11 @@ struct CudaDraft::Impl {
     return head;
   }
 
-  void propose(const ProposeBatch& b, const ProposeOutputs& out) {
+  // The host API's step; the outputs are downloaded unless `out` is null (a TP rank
+  // whose peer returns them).
+  void propose(const ProposeBatch& b, const ProposeOutputs* out) {
     validate_propose(c, o, b);
-    if (!out.draft_tokens || !out.draft_logits)
+    if (out && (!out->draft_tokens || !out->draft_logits))
       throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
     const int R = b.num_rows, N = c.block_size;
     const size_t V = c.vocab_size;
@@ -647,11 +649,12 @@ struct CudaDraft::Impl {
       for (int i = 0; i < 4; ++i) SD_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev.e[i], ev.e[i + 1]));
       timings = StageTimings{context_ms, ms[0], ms[1], ms[2], ms[3]};
     }
-    out_tokens.download(out.draft_tokens, static_cast<size_t>(R) * N, 0, stream);
+    if (!out) return;
+    out_tokens.download(out->draft_tokens, static_cast<size_t>(R) * N, 0, stream);
     for (int r = 0; r < R; ++r) {
       const int64_t slot = b.cache_slots[r];
       if (slot < 0) continue;
-      cache.download(out.draft_logits + static_cast<size_t>(slot) * N * V, N * V,
+      cache.download(out->draft_logits + static_cast<size_t>(slot) * N * V, N * V,
                      static_cast<size_t>(slot) * N * V, stream);
     }
   }
@@ -670,8 +673,9 @@ void CudaDraft::store_context_device(const ContextBatch& b, cudaStream_t s) {
   impl_->store_context_device(b, s);
 }
 void CudaDraft::propose(const ProposeBatch& b, const ProposeOutputs& out) {
-  impl_->propose(b, out);
+  impl_->propose(b, &out);
 }
+void CudaDraft::propose_without_outputs(const ProposeBatch& b) { impl_->propose(b, nullptr); }
 StageTimings CudaDraft::last_timings() const { return impl_->timings; }
 void CudaDraft::propose_device(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s) {
   impl_->run_device(b, out, s, nullptr);

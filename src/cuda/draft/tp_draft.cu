@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -76,13 +75,6 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
       throw;
     }
     o_ = ranks_[0]->options();
-    // Rank 0's outputs go to the caller; the others' to these (the same bits).
-    const size_t N = c_.block_size, V = c_.vocab_size;
-    others_.resize(ranks_.size());
-    for (size_t r = 1; r < ranks_.size(); ++r) {
-      others_[r].tokens.resize(static_cast<size_t>(o_.max_reqs) * N);
-      others_[r].cache.resize(static_cast<size_t>(o_.cache_slots) * N * V);
-    }
   }
 
   ~CudaTpDraft() override { release_ranks(); }
@@ -102,12 +94,12 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
     validate_propose(c_, o_, b);
     if (!out.draft_tokens || !out.draft_logits)
       throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
+    // Every rank produces the full outputs; rank 0's reach the caller.
     pool_.run([&](int r, Communicator&) {
-      // Every rank produces the full outputs; rank 0's reach the caller, the others'
-      // their own host buffers (only the rows the batch uses are downloaded).
-      Outputs& mine = others_[static_cast<size_t>(r)];
-      ranks_[static_cast<size_t>(r)]->propose(
-          b, r == 0 ? out : ProposeOutputs{mine.tokens.data(), mine.cache.data()});
+      if (r == 0)
+        ranks_[0]->propose(b, out);
+      else
+        ranks_[static_cast<size_t>(r)]->propose_without_outputs(b);
     });
   }
 
@@ -117,20 +109,11 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
     if (layer < 0 || layer >= c_.num_layers)
       throw InvalidArgument("kv_cache: layer " + std::to_string(layer) + " of " +
                             std::to_string(c_.num_layers));
-    const int t = ranks_[0]->layer_tp_size();
-    std::vector<std::vector<bf16>> shards(static_cast<size_t>(t));
-    for (int r = 0; r < t; ++r)
-      shards[static_cast<size_t>(r)] =
-          on_rank(r, [&](const CudaDraft& d) { return d.kv_cache(layer); });
-    if (t == 1) return std::move(shards[0]);
-    const size_t shard = static_cast<size_t>(c_.num_kv_heads / t) * 2 * c_.head_dim;
-    const size_t slots = shards[0].size() / shard;
-    std::vector<bf16> full(slots * shard * t);
-    for (size_t s = 0; s < slots; ++s)
-      for (int r = 0; r < t; ++r)
-        std::memcpy(&full[(s * t + r) * shard], &shards[static_cast<size_t>(r)][s * shard],
-                    shard * sizeof(bf16));
-    return full;
+    std::vector<std::vector<bf16>> shards(static_cast<size_t>(ranks_[0]->layer_tp_size()));
+    for (size_t r = 0; r < shards.size(); ++r)
+      shards[r] =
+          on_rank(static_cast<int>(r), [&](const CudaDraft& d) { return d.kv_cache(layer); });
+    return gather_kv_shards(c_, std::move(shards));
   }
 
   int tp_size() const override { return pool_.size(); }
@@ -174,16 +157,11 @@ class CudaTpDraft final : public DraftBackend, public CudaTpView {
   std::vector<int> devices_;
   RankPool pool_;
   std::vector<std::unique_ptr<CudaDraft>> ranks_;
-  struct Outputs {
-    std::vector<int64_t> tokens;
-    std::vector<bf16> cache;
-  };
-  std::vector<Outputs> others_;  // [rank]; rank 0's stays empty
 };
 
-// The devices of options.tp ranks (empty: 0..tp-1), refused unless all distinct or
-// all the same, and present.
-std::vector<int> rank_devices(int tp, std::vector<int> devices) {
+}  // namespace
+
+std::vector<int> tp_devices(int tp, std::vector<int> devices) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1)
     throw DeviceError("make_cuda_backend: no CUDA device");
@@ -214,8 +192,6 @@ std::vector<int> rank_devices(int tp, std::vector<int> devices) {
   return devices;
 }
 
-}  // namespace
-
 std::unique_ptr<DraftBackend> make_cuda_backend(std::shared_ptr<const Checkpoint> ckpt,
                                                 const DraftOptions& options,
                                                 const CudaDraftOptions& cuda_options,
@@ -231,7 +207,7 @@ std::unique_ptr<DraftBackend> make_cuda_backend(std::shared_ptr<const Checkpoint
     validate_options(c, options);  // before any rank starts
   }
   return std::make_unique<CudaTpDraft>(std::move(ckpt), options, cuda_options,
-                                       rank_devices(options.tp, devices));
+                                       tp_devices(options.tp, devices));
 }
 
 }  // namespace sparkdraft::cuda
