@@ -17,9 +17,12 @@
 #   gemm         the GEMM sweep (every variant forced, bit for bit against cpu::gemm) and the
 #                GemmSpeed tables behind cuda::gemm_pick (not a default stage: about 30 s; the
 #                tests stage runs the same tests but keeps no table in the summary)
-#   tp           the GPU tensor-parallel tests (CudaTp.*, gemm_f32), then `sparkdraft check
-#                --tp N` on the qwen3-8b and muse presets at TP 2, 4 and 8 against TP 1 (ranks
-#                on devices 0 .. N-1 where the machine has N GPUs, else sharing device 0)
+#   tp           the GPU tensor-parallel tests (CudaTp.*, gemm_f32, the comms, PeerReduce.*, the
+#                vocab-parallel loop; the fused boundary on one GPU again under
+#                CUDA_MODULE_LOADING=EAGER), then `sparkdraft check --tp N` on the qwen3-8b and
+#                muse presets at TP 2, 4 and 8 against TP 1 (ranks on devices 0 .. N-1 where
+#                the machine has N GPUs, else sharing device 0; there also --tp-reduce fused
+#                at TP 2 and 4 under eager module loading)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -100,13 +103,19 @@ for stage in "${stages[@]}"; do
       grep -E '^\[gemm (speed|variants|swiglu speed)\]' "$out/gemm.log" | cut -c1-330 | tee -a "$summary"
       ;;
     tp)
-      ./build/sparkdraft_cuda_tests --gtest_filter='CudaTp.*:CudaGemm.F32*:NcclComm.*:SharedDeviceComm.*' \
-        >"$out/tp_tests.log" 2>&1
+      filter='CudaTp.*:CudaGemm.F32*:NcclComm.*:SharedDeviceComm.*:PeerReduce.*:MarkovVocabParallel.*'
+      ./build/sparkdraft_cuda_tests --gtest_filter="$filter" >"$out/tp_tests.log" 2>&1
       rc=$?
       note "tp tests: rc $rc, $(grep -E '^\[  PASSED  \]' "$out/tp_tests.log" | tail -1)" \
         "$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$out/tp_tests.log") failed," \
         "$(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$out/tp_tests.log") skipped"
       grep -E '^\[  (FAILED|SKIPPED) \] [A-Za-z]' "$out/tp_tests.log" | sort -u | tee -a "$summary"
+      # The fused peer boundary with the ranks sharing one GPU needs eager module loading.
+      CUDA_MODULE_LOADING=EAGER ./build/sparkdraft_cuda_tests \
+        --gtest_filter='CudaTp.FusedPeerBoundary*' >"$out/tp_fused_shared.log" 2>&1
+      note "fused boundary on one GPU (CUDA_MODULE_LOADING=EAGER): rc $?," \
+        "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/tp_fused_shared.log" | tr '\n' ' ')"
+      grep -E '^\[tp\]' "$out/tp_fused_shared.log" | tee -a "$summary"
       gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
       for preset in qwen3-8b muse; do
         dir="$presets/sparkdraft-bench-$preset"
@@ -118,6 +127,13 @@ for stage in "${stages[@]}"; do
           ./build/sparkdraft check --checkpoint "$dir" --tp "$tp" --devices "$devices" \
             >"$out/check_tp${tp}_$preset.log" 2>&1
           note "check --tp $tp --devices $devices $preset: rc $?; $(grep 'check:' "$out/check_tp${tp}_$preset.log")"
+          grep -o 'completed by [^;]*' "$out/check_tp${tp}_$preset.log" | head -1 | cut -c1-160 | tee -a "$summary"
+          if [[ "$devices" == 0 && "$tp" -le 4 ]]; then
+            CUDA_MODULE_LOADING=EAGER ./build/sparkdraft check --checkpoint "$dir" --tp "$tp" \
+              --devices 0 --tp-reduce fused >"$out/check_tp${tp}_fused_$preset.log" 2>&1
+            note "check --tp $tp --devices 0 --tp-reduce fused $preset: rc $?;" \
+              "$(grep -E 'check:|error' "$out/check_tp${tp}_fused_$preset.log" | head -2 | cut -c1-300)"
+          fi
         done
       done
       ;;

@@ -294,6 +294,8 @@ StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const Step
   DraftOptions d = draft_options(c, o);
   CudaDraftOptions fused_options;
   fused_options.max_context_tokens = o.max_context_tokens;
+  CudaDraftOptions rank_options = fused_options;
+  rank_options.tp_reduce = o.tp_reduce;
   const size_t n_tokens = static_cast<size_t>(rows * n), n_cache = n_tokens * v;
 
   // TP 1 on the first device: the bits every rank must give, and its time.
@@ -327,7 +329,8 @@ StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const Step
   std::vector<std::string> differences(devices.size());
   run_nccl_group(devices, [&](NcclComm& comm) {
     const size_t k = static_cast<size_t>(comm.tp_rank());
-    CudaDraft rank(ckpt, d, fused_options, &comm);
+    CudaDraft rank(ckpt, d, rank_options, &comm);
+    if (k == 0) r.fused_all_reduce = rank.fused_all_reduce();
     DeviceStream stream;
     const cudaStream_t s = stream.get();
     store_context(c, o, d, {&rank}, stream);
@@ -337,12 +340,14 @@ StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const Step
     got.zero(s);
     rank.propose_device(inputs.batch, got.device(), s);
     got.download(s);
+    rank.check_peers();
     differences[k] = first_difference(who + " warm-up call != TP 1", got, expected, n, v);
     const GraphExec graph(
         s, [&](cudaStream_t st) { rank.propose_device(inputs.batch, got.device(), st); });
     got.zero(s);
     graph.launch(s);
     got.download(s);
+    rank.check_peers();
     if (differences[k].empty())
       differences[k] = first_difference(who + " graph launch != TP 1", got, expected, n, v);
     const GpuInfo gpu = query_gpu();
@@ -356,6 +361,7 @@ StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const Step
       comm.barrier();  // the ranks start together
       us[k].push_back(event_time_us(s, ev, [&] { graph.launch(s); }));
     }
+    rank.check_peers();
   });
   for (const std::string& diff : differences)
     if (!diff.empty()) {
@@ -378,8 +384,9 @@ StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const Step
 
   const bench::StepFloorBytes& f = r.floor;
   out << std::fixed << std::setprecision(1);
-  out << "draft step bench, TP " << o.tp << " (one GPU a rank, NCCL) on " << gpu_line(r.gpu)
-      << "\n";
+  out << "draft step bench, TP " << o.tp << " (one GPU a rank, NCCL; o_proj and down "
+      << (r.fused_all_reduce ? "through the fused peer boundary" : "through the eager all-reduce")
+      << ") on " << gpu_line(r.gpu) << "\n";
   out << "  " << label << " (H " << c.hidden_size << ", L " << c.num_layers << ", V " << v
       << ", markov_rank " << c.markov_rank << ", N " << n << "), ctx " << o.ctx << ", rows " << rows
       << ", median of " << o.repeats << " (each repeat the slowest rank)\n";
@@ -416,6 +423,7 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
   if (o.tp > 1) {
     j["devices"] = o.devices;
     j["tp1_us"] = r.tp1_us;
+    j["all_reduce"] = r.fused_all_reduce ? "fused" : "eager";
     j["check"] = r.ok() ? "every rank == tp 1 bit for bit" : r.difference;
     j["floor"] = "one GPU's share";
   }

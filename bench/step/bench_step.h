@@ -28,6 +28,7 @@
 
 #include "common/harness.h"
 #include "sparkdraft/checkpoint.h"
+#include "sparkdraft/cuda/draft.h"
 #include "step/step_floor.h"
 
 namespace sparkdraft::cuda {
@@ -41,8 +42,9 @@ struct StepBenchOptions {
   int warmup = 3;
   int max_context_tokens = 1024;  // tokens per store_context_device call
   uint64_t seed = 20240601;
-  int tp = 1;                // TP ranks (bench_step_tp: one GPU each)
-  std::vector<int> devices;  // bench_step_tp: the ranks' GPUs (empty: 0 .. tp-1)
+  int tp = 1;                                // TP ranks (bench_step_tp: one GPU each)
+  std::vector<int> devices;                  // bench_step_tp: the ranks' GPUs (empty: 0 .. tp-1)
+  TpReduce tp_reduce = TpReduce::automatic;  // bench_step_tp: CudaDraftOptions::tp_reduce
 };
 
 struct StepBenchResult {
@@ -58,6 +60,7 @@ struct StepBenchResult {
   // timing.eager_us is 0 (the vocab-parallel Markov loop is fused only), the floor
   // is one GPU's; tp1_us is the same step at TP 1 on the first device.
   double tp1_us = 0;
+  bool fused_all_reduce = false;  // bench_step_tp: the ranks ran the fused peer boundary
 };
 
 // Runs one row count on the current device and prints a short report to `out`.

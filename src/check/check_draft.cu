@@ -37,7 +37,7 @@ CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOp
 }
 
 CheckReport check_tp(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, int tp_size,
-                     const std::vector<int>& devices) {
+                     const std::vector<int>& devices, TpReduce reduce) {
   if (tp_size < 2)
     throw InvalidArgument("check --tp: compares TP n >= 2 with TP 1, got tp " +
                           std::to_string(tp_size));
@@ -53,7 +53,9 @@ CheckReport check_tp(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptio
   CheckReport report;
   const std::string names = "gpu tp 1 vs gpu tp " + std::to_string(tp_size);
   {
-    auto tpn = make_cuda_backend(ckpt, o, CudaDraftOptions{}, devices);
+    CudaDraftOptions co;
+    co.tp_reduce = reduce;
+    auto tpn = make_cuda_backend(ckpt, o, co, devices);
     const StepPlan& plan = tpn->plan();
     const PlanPart& tp = plan.at("tensor parallel");
     const PlanPart& graph = plan.at("cuda graph");

@@ -69,6 +69,19 @@ void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string&
   add_allow_nonfinite(sub, allow_nonfinite);
 }
 
+// --tp-reduce: how the GPU's TP ranks complete o_proj's and down's all-reduce
+// (cuda::TpReduce).
+void add_tp_reduce(CLI::App* sub, std::string& reduce) {
+  sub->add_option("--tp-reduce", reduce,
+                  "how the TP ranks complete o_proj's and down's all-reduce: fused (the fused "
+                  "peer boundary: partials pushed into the peers' mailboxes, the tree and the "
+                  "residual boundary in one kernel), eager (an all-gather of the partials, then "
+                  "the tree), auto (fused where every rank has a GPU of its own reaching its "
+                  "peers). fused on ranks sharing one GPU needs CUDA_MODULE_LOADING=EAGER")
+      ->check(CLI::IsMember({"auto", "eager", "fused"}))
+      ->capture_default_str();
+}
+
 // --devices: the GPU of each TP rank, comma- or space-separated.
 void add_devices(CLI::App* sub, std::vector<int>& devices, const std::string& help) {
   sub->add_option("--devices", devices, help)->check(CLI::Range(0, 1023))->delimiter(',');
@@ -93,7 +106,7 @@ int write_bench_json(const std::string& path, const nlohmann::json& all) {
 
 Command add_check(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, style, backend = "cuda";
+    std::string checkpoint, style, backend = "cuda", tp_reduce = "auto";
     int requests = 3, rounds = 3, tp = 1;
     std::vector<int> devices;
     uint64_t seed = 1;
@@ -128,35 +141,38 @@ Command add_check(CLI::App& app) {
               "GPU of each TP rank, e.g. --devices 0 1; one device for every rank (the ranks then "
               "share it as threads, eager and without a graph); default: ranks on devices 0 .. "
               "tp-1 (NCCL, one GPU a rank)");
-  return {
-      sub, [opts]() -> int {
-        const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
-        if (opts->backend == "cpu") {
-          if (opts->tp < 2)
-            throw InvalidArgument(
-                "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
-                "1; give --tp 2, 4, 8, ...");
-          TinyCheckpoint tiny;
-          auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
-          const CheckReport report = check_tp_invariance(ckpt, s, opts->tp);
-          std::fputs(report.text().c_str(), stdout);
-          return report.ok() ? 0 : 1;
-        }
-        if (!opts->devices.empty() && opts->tp == 1)
-          throw InvalidArgument("check --devices names the GPUs of --tp N ranks (N >= 2)");
+  add_tp_reduce(sub, opts->tp_reduce);
+  return {sub, [opts]() -> int {
+            const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
+            if (opts->backend == "cpu") {
+              if (opts->tp < 2)
+                throw InvalidArgument(
+                    "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
+                    "1; give --tp 2, 4, 8, ...");
+              TinyCheckpoint tiny;
+              auto ckpt =
+                  load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+              const CheckReport report = check_tp_invariance(ckpt, s, opts->tp);
+              std::fputs(report.text().c_str(), stdout);
+              return report.ok() ? 0 : 1;
+            }
+            if (!opts->devices.empty() && opts->tp == 1)
+              throw InvalidArgument("check --devices names the GPUs of --tp N ranks (N >= 2)");
 #if defined(SPARKDRAFT_HAVE_CUDA)
-        require_gpu("check");
-        TinyCheckpoint tiny;
-        auto ckpt =
-            load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny, true);
-        const CheckReport report = opts->tp == 1 ? cuda::check_draft(ckpt, s)
-                                                 : cuda::check_tp(ckpt, s, opts->tp, opts->devices);
-        std::fputs(report.text().c_str(), stdout);
-        return report.ok() ? 0 : 1;
+            require_gpu("check");
+            TinyCheckpoint tiny;
+            auto ckpt =
+                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny, true);
+            const CheckReport report = opts->tp == 1
+                                           ? cuda::check_draft(ckpt, s)
+                                           : cuda::check_tp(ckpt, s, opts->tp, opts->devices,
+                                                            cuda::parse_tp_reduce(opts->tp_reduce));
+            std::fputs(report.text().c_str(), stdout);
+            return report.ok() ? 0 : 1;
 #else
             no_cuda("check");  // --backend cpu --tp N runs in this build
 #endif
-      }};
+          }};
 }
 
 Command add_plan(CLI::App& app) {
@@ -324,7 +340,7 @@ Command add_bench_markov(CLI::App* bench) {
 
 Command add_bench_step(CLI::App* bench) {
   struct Opts {
-    std::string preset = "tiny", checkpoint, preset_dir, json;
+    std::string preset = "tiny", checkpoint, preset_dir, json, tp_reduce = "auto";
     std::vector<int> rows{1, 8, 32}, devices;
     int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
@@ -378,6 +394,7 @@ Command add_bench_step(CLI::App* bench) {
       ->check(power_of_two(kMaxTp))
       ->capture_default_str();
   add_devices(sub, opts->devices, "GPU of each TP rank, distinct (default: 0 .. tp-1)");
+  add_tp_reduce(sub, opts->tp_reduce);
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
   return {
@@ -417,6 +434,7 @@ Command add_bench_step(CLI::App* bench) {
             b.seed = opts->seed;
             b.tp = opts->tp;
             b.devices = opts->devices;
+            b.tp_reduce = cuda::parse_tp_reduce(opts->tp_reduce);
             const cuda::StepBenchResult res = b.tp == 1 ? cuda::bench_step(ckpt, b, std::cout)
                                                         : cuda::bench_step_tp(ckpt, b, std::cout);
             if (!res.ok()) {

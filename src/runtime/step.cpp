@@ -31,6 +31,13 @@ void StepOps::gemm_all_reduce(const bf16* x, int64_t x_stride, const bf16* w, in
   gemm(x, x_stride, w, M, N, K, y, y_stride, k_slices);
 }
 
+void StepOps::gemm_all_reduce_boundary(const bf16* x, int64_t x_stride, const bf16* w,
+                                       int64_t w_stride, int K, int k_slices, bf16* branch,
+                                       const ops::BoundaryParams& p, void* residual, bf16* next) {
+  gemm_all_reduce(x, x_stride, w, w_stride, p.rows, p.hidden, K, branch, p.hidden, k_slices);
+  residual_boundary(p, branch, residual, next);
+}
+
 DraftStep::DraftStep(const ModelConfig& c, const DraftOptions& o, LayerShard shard)
     : c_(c),
       o_(o),
@@ -142,9 +149,9 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
   }
 }
 
-void DraftStep::boundary(StepOps& ops, const bf16* branch, void* residual, bf16* next, int tokens,
-                         const bf16* post_weight, const float* alpha, const float* beta,
-                         const bf16* pre_weight) const {
+ops::BoundaryParams DraftStep::boundary_params(int tokens, const bf16* post_weight,
+                                               const float* alpha, const float* beta,
+                                               const bf16* pre_weight) const {
   const bool sandwich = c_.layer_style == LayerStyle::sandwich;
   const bool np = c_.residual_kind == ResidualKind::norm_preserving;
   ops::BoundaryParams p;
@@ -158,7 +165,7 @@ void DraftStep::boundary(StepOps& ops, const bf16* branch, void* residual, bf16*
   p.pre_weight = pre_weight;
   p.gain = c_.norm_gain;
   p.eps = c_.rms_norm_eps;
-  ops.residual_boundary(p, branch, residual, next);
+  return p;
 }
 
 ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int32_t* block_tables,
@@ -246,17 +253,18 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
                       c_.rms_norm_eps, c_.output_gate ? buf.qkv + qkv_.g : nullptr, W);
     // o_proj and down_proj: this rank's canonical K slices, the tree completed over
     // the ranks (SPEC section 6), one bf16 rounding; the boundary on every rank.
-    ops.gemm_all_reduce(buf.attn, q, lw.o_proj, lw.o_proj_stride ? lw.o_proj_stride : q, T, H, q,
-                        buf.branch, H, o_slices_);
-    boundary(ops, buf.branch, residual, buf.h, T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,
-             sandwich ? lw.pre_ffn_norm : lw.post_attn_norm);
+    ops.gemm_all_reduce_boundary(buf.attn, q, lw.o_proj, lw.o_proj_stride ? lw.o_proj_stride : q, q,
+                                 o_slices_, buf.branch,
+                                 boundary_params(T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,
+                                                 sandwich ? lw.pre_ffn_norm : lw.post_attn_norm),
+                                 residual, buf.h);
     // SwiGLU MLP.
     ops.gate_up_swiglu(buf.h, H, lw.gate_up, T, I, H, buf.gu, buf.act);
-    ops.gemm_all_reduce(buf.act, I, lw.down_proj, lw.down_proj_stride ? lw.down_proj_stride : I, T,
-                        H, I, buf.branch, H, down_slices_);
     const bf16* next = l + 1 < L ? w.layers[static_cast<size_t>(l) + 1].input_norm : w.final_norm;
-    boundary(ops, buf.branch, residual, buf.h, T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta,
-             next);
+    ops.gemm_all_reduce_boundary(
+        buf.act, I, lw.down_proj, lw.down_proj_stride ? lw.down_proj_stride : I, I, down_slices_,
+        buf.branch, boundary_params(T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta, next), residual,
+        buf.h);
   }
   ops.mark(2);
 }

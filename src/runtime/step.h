@@ -50,6 +50,14 @@ class StepOps {
   // gemm(x, x_stride, w, M, N, K, y, y_stride, k_slices), what the GPU runs.
   virtual void gemm_all_reduce(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride,
                                int M, int N, int K, bf16* y, int64_t y_stride, int k_slices);
+  // o_proj or down_proj and the residual boundary after it: gemm_all_reduce(x, ...,
+  // y = branch [p.rows, p.hidden], y_stride = p.hidden), then residual_boundary(p,
+  // branch, residual, next). The default is exactly those two ops; an op table may
+  // complete the all-reduce and run the boundary in one kernel (the GPU's fused peer
+  // boundary, cuda/peer_reduce.h), with the same bits (branch is then not written).
+  virtual void gemm_all_reduce_boundary(const bf16* x, int64_t x_stride, const bf16* w,
+                                        int64_t w_stride, int K, int k_slices, bf16* branch,
+                                        const ops::BoundaryParams& p, void* residual, bf16* next);
   // The TP ranks the layers are sharded over in this op table (1: replicated).
   virtual int layer_tp_size() const { return 1; }
   virtual void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight,
@@ -167,9 +175,10 @@ class DraftStep {
   ops::QkvFrontParams front_params(const StepWeights& w, int first, int layers, bf16* k,
                                    int64_t layer_step, int64_t stride, int tokens,
                                    const int64_t* positions, const int64_t* slots) const;
-  void boundary(StepOps& ops, const bf16* branch, void* residual, bf16* next, int tokens,
-                const bf16* post_weight, const float* alpha, const float* beta,
-                const bf16* pre_weight) const;
+  // The residual boundary after a branch: its post-norm, alpha and beta (where the
+  // config has them) and the next input norm.
+  ops::BoundaryParams boundary_params(int tokens, const bf16* post_weight, const float* alpha,
+                                      const float* beta, const bf16* pre_weight) const;
 
   ModelConfig c_;
   DraftOptions o_;

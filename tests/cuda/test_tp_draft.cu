@@ -30,6 +30,7 @@
 #include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/cuda/kernels.h"
+#include "sparkdraft/cuda/peer_reduce.h"
 #include "sparkdraft/cuda/shared_device_comm.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
@@ -202,14 +203,52 @@ TEST(CudaTp, AllReduceGemmIsTp1sTreeAndCatchesAnotherOrder) {
   }
 }
 
+// One GPU a rank over NCCL: the fused peer boundary (what auto picks there) and the
+// eager all-gather both give TP 1's bits, in a CUDA graph.
 TEST(CudaTp, NcclOneGpuPerRankEqualsTp1BitForBit) {
   SD_REQUIRE_GPUS(2);
   TempDir dir;
   const uint64_t seed = 0x7B05;
   auto ckpt = checkpoint_of(shardable("muse"), dir, seed);
-  const CheckReport report = cuda::check_tp(ckpt, scenario_of(3, 3, seed), 2, {});
-  EXPECT_TRUE(report.ok()) << report.text();
-  test::expect_mentions(report.text(), {"layers+vocab", "cuda graph on"});
+  for (cuda::TpReduce reduce : {cuda::TpReduce::automatic, cuda::TpReduce::eager}) {
+    SCOPED_TRACE(std::string("tp_reduce ") + cuda::to_string(reduce));
+    const CheckReport report = cuda::check_tp(ckpt, scenario_of(3, 3, seed), 2, {}, reduce);
+    EXPECT_TRUE(report.ok()) << report.text();
+    test::expect_mentions(report.text(),
+                          {"layers+vocab", "cuda graph on",
+                           reduce == cuda::TpReduce::eager ? "not fused: tp_reduce eager"
+                                                           : "the fused peer boundary"});
+  }
+}
+
+// The fused peer boundary with the ranks sharing one GPU (tp_reduce fused; auto
+// picks the all-gather there): TP 1's bits at TP 2 and 4. It needs eager module
+// loading; under lazy loading the refusal says so and the test skips after checking it.
+TEST(CudaTp, FusedPeerBoundaryOnOneGpuEqualsTp1BitForBit) {
+  SD_REQUIRE_GPU();
+  TempDir dir;
+  const uint64_t seed = 0x7B06;
+  auto ckpt = checkpoint_of(shardable("qwen3"), dir, seed);
+  const ScenarioOptions s = scenario_of(3, 3, seed);
+  if (cuda::module_loading_is_lazy()) {
+    expect_refusal<InvalidArgument>(
+        [&] { (void)cuda::check_tp(ckpt, s, 2, {0}, cuda::TpReduce::fused); },
+        {"tp_reduce fused", "CUDA_MODULE_LOADING=EAGER"});
+    GTEST_SKIP() << "CUDA loads kernels lazily here: the fused boundary on one shared GPU was "
+                    "refused as it should be; run with CUDA_MODULE_LOADING=EAGER to run it";
+  }
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const CheckReport report = cuda::check_tp(ckpt, s, tp, {0}, cuda::TpReduce::fused);
+    EXPECT_TRUE(report.ok()) << report.text();
+    test::expect_mentions(report.text(), {"layers+vocab", "the fused peer boundary"});
+    std::printf("[tp] fused boundary tp %d on one GPU: %zu comparisons equal\n", tp,
+                report.lines.size());
+  }
+  // auto keeps the all-gather on a shared GPU, and says why.
+  const CheckReport automatic = cuda::check_tp(ckpt, s, 2, {0});
+  EXPECT_TRUE(automatic.ok()) << automatic.text();
+  test::expect_mentions(automatic.text(), {"not fused: the ranks share one GPU"});
 }
 
 TEST(CudaTp, BadRankSetupsAreRefused) {

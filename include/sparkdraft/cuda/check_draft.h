@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sparkdraft/check.h"
+#include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/scenario.h"
 
@@ -26,8 +27,10 @@ CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOp
 // `devices`: one GPU a rank over NCCL, or every rank sharing one GPU) against the
 // GPU backend at TP 1, both with the fused Markov loop: every round's tokens and
 // cache, every layer's KV cache (TP 1 layout), and every rank's final hidden states
-// of the last round, bit for bit. InvalidArgument for tp_size < 2.
+// of the last round, bit for bit. `reduce`: how the TP ranks complete o_proj's and
+// down's all-reduce (CudaDraftOptions::tp_reduce; the report's mode says which ran).
+// InvalidArgument for tp_size < 2.
 CheckReport check_tp(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, int tp_size,
-                     const std::vector<int>& devices);
+                     const std::vector<int>& devices, TpReduce reduce = TpReduce::automatic);
 
 }  // namespace sparkdraft::cuda

@@ -37,6 +37,23 @@
 
 namespace sparkdraft::cuda {
 
+// How a TP rank completes o_proj's and down's all-reduce (SPEC section 6):
+//   eager      Communicator::all_reduce_sum (an all-gather of the fp32 partials,
+//              then the fixed tree), then the bf16 rounding, then the residual
+//              boundary;
+//   fused      the fused peer boundary (cuda/peer_reduce.h): each rank pushes its
+//              partial into its peers' mailboxes, and one kernel completes the tree
+//              and runs the boundary; the same bits. Refused (InvalidArgument, with
+//              the reason) where the ranks cannot run it: other processes, GPUs
+//              without peer access, or ranks sharing one GPU under lazy module
+//              loading (CUDA_MODULE_LOADING=EAGER is needed there);
+//   automatic  fused where every rank has a GPU of its own and reaches its peers,
+//              else eager (the plan's "tensor parallel" part says which and why).
+enum class TpReduce { automatic, eager, fused };
+const char* to_string(TpReduce r);
+// "auto", "eager" or "fused"; InvalidArgument otherwise.
+TpReduce parse_tp_reduce(const std::string& s);
+
 struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
@@ -52,6 +69,8 @@ struct CudaDraftOptions {
   // shards only). true: the caller has scanned it already (make_cuda_backend does,
   // once for all its ranks), and the backend scans nothing.
   bool nonfinite_scanned = false;
+  TpReduce tp_reduce = TpReduce::automatic;  // TP > 1 with sharded layers
+  double tp_timeout_s = 10.0;                // the fused boundary's wait for a peer
 };
 inline constexpr int kMaxContextTokens = 1 << 20;
 
@@ -98,6 +117,14 @@ class CudaDraft final : public DraftBackend {
   // What runs (computed once at construction; the runtime follows it).
   const StepPlan& plan() const override;
   bool markov_fused() const;
+  // Whether this rank completes o_proj's and down's all-reduce in the fused peer
+  // boundary (CudaDraftOptions::tp_reduce; false at TP 1 and with replicated layers).
+  bool fused_all_reduce() const;
+  // Throws DeviceError when a fused all-reduce of this rank gave up waiting for a
+  // peer (cuda/peer_reduce.h), naming both ranks; the ranks are then out of step
+  // and every later call throws. The host API checks after every propose; a caller
+  // of propose_device checks after its stream has synchronized.
+  void check_peers() const;
 
  private:
   struct Impl;
@@ -111,6 +138,10 @@ class CudaDraft final : public DraftBackend {
 struct PlanTp {
   int tp_size = 1;
   bool graph_capturable = true;  // the communicator's collectives can be captured
+  // The all-reduce the ranks run (eager or fused; automatic where it is not decided
+  // yet: `plan` without the ranks' devices), and why where it is not the fused one.
+  TpReduce reduce = TpReduce::automatic;
+  std::string reduce_why;
 };
 StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options,
                    const std::string& markov_refusal, const PlanTp& tp = {});

@@ -172,7 +172,8 @@ void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* wei
 
 // ---- residual boundary --------------------------------------------------------------
 // ops::BoundaryParams with device pointers; `residual` is float* when residual_dtype is
-// f32, else bf16*; updated in place. One warp per row of `hidden` contiguous values.
+// f32, else bf16*; updated in place. One block per row of `hidden` contiguous values
+// (src/cuda/eager/residual_boundary.cuh).
 void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual, bf16* next,
                        cudaStream_t stream);
 

@@ -23,6 +23,7 @@
 #include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
+#include "sparkdraft/cuda/peer_reduce.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/ops/gemm.h"
 
@@ -63,11 +64,14 @@ class CudaOps final : public StepOps {
 
   // The layers sharded over comm's ranks: gemm_all_reduce's fp32 partials in
   // `reduce` (at most reduce_count floats).
-  void shard_layers(Communicator* comm, int layer_tp, float* reduce, size_t reduce_count) {
+  // `peer` (null: eager) completes the tree in the fused peer boundary instead.
+  void shard_layers(Communicator* comm, int layer_tp, float* reduce, size_t reduce_count,
+                    PeerAllReduce* peer) {
     comm_ = comm;
     layer_tp_ = layer_tp;
     reduce_ = reduce;
     reduce_count_ = reduce_count;
+    peer_ = peer;
   }
   int layer_tp_size() const override { return layer_tp_; }
   // This rank's subtree of its canonical K slices in fp32 (cuda::gemm_f32), the
@@ -75,17 +79,23 @@ class CudaOps final : public StepOps {
   void gemm_all_reduce(const bf16* x, int64_t xs, const bf16* w, int64_t ws, int M, int N, int K,
                        bf16* y, int64_t ys, int k_slices) override {
     if (layer_tp_ == 1) return StepOps::gemm_all_reduce(x, xs, w, ws, M, N, K, y, ys, k_slices);
-    ops::check_gemm_args("gemm_all_reduce", x, xs, w, M, N, K, y, ys, k_slices);
+    if (!partial_subtree("gemm_all_reduce", x, xs, w, ws, M, N, K, y, ys, k_slices)) return;
     const size_t count = static_cast<size_t>(M) * N;
-    if (ws != K || ys != N || count > reduce_count_)
-      throw InvalidArgument(
-          "gemm_all_reduce: the GPU op table takes packed shards (w_stride == K), dense outputs "
-          "(y_stride == N) and at most its reduce buffer's " +
-          std::to_string(reduce_count_) + " outputs");
-    if (count == 0) return;
-    cuda::gemm_f32(x, xs, w, M, N, K, reduce_, N, k_slices, s_);
     comm_->all_reduce_sum(reduce_, count, s_);
     cuda::narrow(reduce_, static_cast<int64_t>(count), y, s_);
+  }
+  // With the fused peer boundary: the rank's subtree, then one kernel that completes
+  // the tree over the ranks, rounds it and runs the boundary (branch unwritten).
+  void gemm_all_reduce_boundary(const bf16* x, int64_t xs, const bf16* w, int64_t ws, int K,
+                                int k_slices, bf16* branch, const ops::BoundaryParams& p,
+                                void* residual, bf16* next) override {
+    if (layer_tp_ == 1 || !peer_)
+      return StepOps::gemm_all_reduce_boundary(x, xs, w, ws, K, k_slices, branch, p, residual,
+                                               next);
+    if (!partial_subtree("gemm_all_reduce_boundary", x, xs, w, ws, p.rows, p.hidden, K, branch,
+                         p.hidden, k_slices))
+      return;
+    peer_->residual_boundary(p, reduce_, residual, next, s_);
   }
 
   void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys,
@@ -164,6 +174,22 @@ class CudaOps final : public StepOps {
   } fusion;
 
  private:
+  // This rank's fp32 subtree of its canonical K slices into the reduce buffer;
+  // false when there is nothing to reduce (M or N 0).
+  bool partial_subtree(const char* op, const bf16* x, int64_t xs, const bf16* w, int64_t ws, int M,
+                       int N, int K, bf16* y, int64_t ys, int k_slices) {
+    ops::check_gemm_args(op, x, xs, w, M, N, K, y, ys, k_slices);
+    const size_t count = static_cast<size_t>(M) * N;
+    if (ws != K || ys != N || count > reduce_count_)
+      throw InvalidArgument(std::string(op) +
+                            ": the GPU op table takes packed shards (w_stride == K), dense outputs "
+                            "(y_stride == N) and at most its reduce buffer's " +
+                            std::to_string(reduce_count_) + " outputs");
+    if (count == 0) return false;
+    cuda::gemm_f32(x, xs, w, M, N, K, reduce_, N, k_slices, s_);
+    return true;
+  }
+
   cudaStream_t s_;
   void* ws_;
   size_t ws_bytes_;
@@ -172,7 +198,20 @@ class CudaOps final : public StepOps {
   int layer_tp_ = 1;
   float* reduce_ = nullptr;
   size_t reduce_count_ = 0;
+  PeerAllReduce* peer_ = nullptr;
 };
+
+// Whether every rank of comm says `mine` (a collective: an all-gather of one int).
+bool every_rank(Communicator& comm, bool mine) {
+  const int v = mine ? 1 : 0;
+  DeviceBuffer<int> send(1), recv(static_cast<size_t>(comm.tp_size()));
+  send.upload(&v, 1);
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  comm.all_gather(static_cast<const void*>(send.data()), recv.data(), sizeof(int), nullptr);
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int> all = recv.download();
+  return std::all_of(all.begin(), all.end(), [](int x) { return x == 1; });
+}
 
 // The rank this object runs and its layer shard, after the refusals that must
 // come before any allocation.
@@ -236,8 +275,10 @@ struct CudaDraft::Impl {
   DeviceBuffer<int32_t> token_request;
   DeviceBuffer<bf16> x, h, qkv_out, attn_out, branch, gu, act, base;
   DeviceBuffer<float> residual_f32;
-  DeviceBuffer<float> reduce_f32;  // sharded layers: gemm_all_reduce's fp32 partials [T, H]
-  int last_rows = 0;               // rows of the last propose (last_hidden)
+  DeviceBuffer<float> reduce_f32;       // sharded layers: gemm_all_reduce's fp32 partials [T, H]
+  std::unique_ptr<PeerAllReduce> peer;  // the fused peer boundary (null: eager)
+  std::string reduce_why;               // why not, where the layers shard
+  int last_rows = 0;                    // rows of the last propose (last_hidden)
   BlockBuffers block;
   DeviceBuffer<unsigned char> attn_ws;
   size_t attn_ws_bytes = 0;
@@ -286,6 +327,7 @@ struct CudaDraft::Impl {
     upload_weights();
     if (scan && rs.tp_size == 1) scan_nonfinite_on_device();
     allocate_block(static_cast<int>(o.max_reqs) * c.block_size);
+    connect_peers(static_cast<int>(o.max_reqs) * c.block_size);
     const ContextSizes cn = step.context_sizes(co.max_context_tokens);
     dev_ctx_h = DeviceBuffer<bf16>(cn.h);
     dev_ctx_normed = DeviceBuffer<bf16>(cn.normed);
@@ -304,12 +346,60 @@ struct CudaDraft::Impl {
     PlanTp tp;
     tp.tp_size = rs.tp_size;
     tp.graph_capturable = !comm || comm->graph_capturable();
+    tp.reduce = peer ? TpReduce::fused : TpReduce::eager;
+    tp.reduce_why = reduce_why;
     plan = make_plan(c, co, markov_refusal, tp);
     if (plan.runs("markov loop", "fused") != (co.fused_markov && markov_refusal.empty()))
       throw std::logic_error("CudaDraft: the plan and the Markov loop disagree on fusion");
     fusion = {plan.runs("embed norm", "fused"), plan.runs("qkv front", "fused"),
               plan.runs("context front", "fused"), plan.runs("mlp", "fused")};
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  // The fused peer boundary where co.tp_reduce and the ranks' devices allow it; every
+  // rank decides the same (two collectives). T: the most rows a boundary runs.
+  void connect_peers(int T) {
+    if (rs.layers.tp_size == 1) return;
+    if (co.tp_reduce == TpReduce::eager) {
+      reduce_why = "tp_reduce eager";
+      return;
+    }
+    PeerReduceOptions po;
+    po.max_count = reduce_f32.size();
+    po.max_slots = T;
+    po.timeout_s = co.tp_timeout_s;
+    auto p = std::make_unique<PeerAllReduce>(rs.tp_rank, rs.tp_size, po);
+    const std::vector<PeerEndpoint> all = p->exchange(*comm);
+    std::string why = p->refusal(all);
+    const bool shared = std::any_of(all.begin(), all.end(), [&](const PeerEndpoint& e) {
+      return e.tp_rank != rs.tp_rank && e.device == all[static_cast<size_t>(rs.tp_rank)].device;
+    });
+    if (why.empty() && shared && co.tp_reduce == TpReduce::automatic)
+      why = "the ranks share one GPU (tp_reduce fused runs the fused boundary there too)";
+    if (why.empty() && shared) {
+      const int64_t fit = p->resident_boundary_rows(c.hidden_size, c.stream_dtype);
+      const int64_t need = static_cast<int64_t>(T) * rs.tp_size;
+      if (need > fit)
+        why = "the ranks share one GPU, and their boundaries' blocks (" +
+              std::to_string(rs.tp_size) + " ranks x " + std::to_string(T) +
+              " rows) do not all fit on it at once (" + std::to_string(fit) +
+              " do): fewer ranks or requests";
+    }
+    if (why.empty() && shared && module_loading_is_lazy())
+      why =
+          "the ranks share one GPU and CUDA loads kernels lazily: a kernel loaded on one "
+          "rank's thread while a peer's boundary waits would deadlock (run with "
+          "CUDA_MODULE_LOADING=EAGER)";
+    const bool everyone = every_rank(*comm, why.empty());
+    if (why.empty() && !everyone) why = "another rank cannot run it";
+    if (everyone) {
+      p->connect(all);
+      peer = std::move(p);
+      return;
+    }
+    if (co.tp_reduce == TpReduce::fused)
+      throw InvalidArgument("CudaDraft: tp_reduce fused, but " + why);
+    reduce_why = why;
   }
 
   ~Impl() {
@@ -553,7 +643,7 @@ struct CudaDraft::Impl {
   CudaOps make_ops(cudaStream_t s, StageEvents* ev) {
     CudaOps ops(s, attn_ws.data(), attn_ws_bytes, ev);
     ops.fusion = fusion;
-    ops.shard_layers(comm, rs.layers.tp_size, reduce_f32.data(), reduce_f32.size());
+    ops.shard_layers(comm, rs.layers.tp_size, reduce_f32.data(), reduce_f32.size(), peer.get());
     return ops;
   }
 
@@ -630,6 +720,7 @@ struct CudaDraft::Impl {
         // Warm-up (loads the kernels, sets their shared memory limits), then capture.
         run_device(d, dout, stream, nullptr);
         SD_CUDA_CHECK(cudaStreamSynchronize(stream));
+        if (peer) peer->check();
         auto body = [&](cudaStream_t s) { run_device(d, dout, s, nullptr); };
         it = graphs.emplace(R, GraphExec(stream, body)).first;
       }
@@ -637,6 +728,7 @@ struct CudaDraft::Impl {
       it->second.launch(stream);
       SD_CUDA_CHECK(cudaEventRecord(ev.e[4], stream));
       SD_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (peer) peer->check();
       float ms = 0;
       SD_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.e[0], ev.e[4]));
       timings = StageTimings{};
@@ -645,6 +737,7 @@ struct CudaDraft::Impl {
     } else {
       run_device(d, dout, stream, &ev);
       SD_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (peer) peer->check();
       float ms[4];
       for (int i = 0; i < 4; ++i) SD_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev.e[i], ev.e[i + 1]));
       timings = StageTimings{context_ms, ms[0], ms[1], ms[2], ms[3]};
@@ -681,6 +774,25 @@ void CudaDraft::propose_device(const ProposeBatch& b, const ProposeOutputs& out,
   impl_->run_device(b, out, s, nullptr);
 }
 bool CudaDraft::markov_fused() const { return impl_->plan.runs("markov loop", "fused"); }
+bool CudaDraft::fused_all_reduce() const { return impl_->peer != nullptr; }
+void CudaDraft::check_peers() const {
+  if (impl_->peer) impl_->peer->check();
+}
+
+const char* to_string(TpReduce r) {
+  switch (r) {
+    case TpReduce::automatic: return "auto";
+    case TpReduce::eager: return "eager";
+    case TpReduce::fused: return "fused";
+  }
+  return "?";
+}
+
+TpReduce parse_tp_reduce(const std::string& s) {
+  for (TpReduce r : {TpReduce::automatic, TpReduce::eager, TpReduce::fused})
+    if (s == to_string(r)) return r;
+  throw InvalidArgument("tp reduce '" + s + "': give auto, eager or fused");
+}
 int CudaDraft::tp_rank() const { return impl_->rs.tp_rank; }
 int CudaDraft::layer_tp_size() const { return impl_->rs.layers.tp_size; }
 
@@ -707,13 +819,30 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
   if (tp.tp_size > 1) {
     const std::string why = layer_shard_refusal(c, tp.tp_size);
     const std::string t = std::to_string(tp.tp_size);
+    const std::string fused_tree =
+        "each rank pushes its fp32 subtree into its peers' mailboxes, and one kernel completes "
+        "the tree and runs the residual boundary";
+    const std::string eager_tree = "an all-gather of the fp32 subtrees, then the tree";
+    std::string tree;
+    switch (tp.reduce) {
+      case TpReduce::fused: tree = "the fused peer boundary: " + fused_tree; break;
+      case TpReduce::eager:
+        tree = eager_tree + (tp.reduce_why.empty() ? "" : " (not fused: " + tp.reduce_why + ")");
+        break;
+      case TpReduce::automatic:
+        tree =
+            "where every rank has a GPU of its own that reaches its peers, the fused peer "
+            "boundary (" +
+            fused_tree + "); else " + eager_tree;
+        break;
+    }
     plan.parts.push_back(
         why.empty()
             ? PlanPart{"tensor parallel", "layers+vocab",
-                       t + " ranks: QKV by heads, gate_up by columns, o_proj and "
-                           "down by canonical K slices (fp32 subtree, the tree completed by an "
-                           "all-gather of the partials), KV caches by KV heads; lm_head and "
-                           "Markov w2 by vocabulary"}
+                       t +
+                           " ranks: QKV by heads, gate_up by columns, o_proj and down by "
+                           "canonical K slices completed by " +
+                           tree + "; KV caches by KV heads; lm_head and Markov w2 by vocabulary"}
             : PlanPart{"tensor parallel", "vocab",
                        t + " ranks: the layers replicated (" + why +
                            "); lm_head and Markov w2 by vocabulary"});

@@ -1,0 +1,146 @@
+// The fused all-reduce of SPEC section 6 (b): TP ranks whose GPUs reach each
+// other's memory (NVLink peers in one process, or ranks sharing one GPU) complete
+// the fixed tree of their fp32 partials in one kernel, without NCCL and without the
+// host, and the draft runs the residual boundary that follows o_proj and down in
+// that same kernel.
+//
+// Each rank owns a mailbox [2][tp_size][max_count] fp32 (two parities), a flag
+// array [tp_size][max_slots] and its epoch state, all in its own device memory.
+// One call, on every rank in the same order:
+//   1. its epoch e = the last completed epoch + 1 (device state: no host value, so
+//      a captured graph replays correctly), its parity e % 2;
+//   2. each block (a "slot": one row of the boundary, one range of a plain sum)
+//      stores its part of the rank's partial into mailbox[parity][rank] of every
+//      peer, fences at system scope and raises the peer's flag [rank][slot] to e
+//      (st.release.sys);
+//   3. waits until flag [s][slot] of its own array is >= e for every peer s
+//      (ld.acquire.sys; bounded by the timeout), then reads the peers' parts from
+//      its own mailbox and adds the tp_size values of each element in
+//      canonical_tree_sum's order (core/reduce.h), the rank's own from its partial;
+//   4. the plain sum writes them in place; the boundary rounds them to bf16 (the
+//      branch the eager path would narrow) and runs the residual boundary of
+//      cuda/kernels.h on them (src/cuda/eager/residual_boundary.cuh: the same
+//      kernel body): the bits of all_reduce_sum + narrow + residual_boundary;
+//   5. the last block to finish records e as completed.
+// No buffer is ever cleared and the ranks never meet between calls: the flags only
+// grow, and two parities suffice because a rank starts call e + 2 only after every
+// peer's call e + 1 has raised its flags, which each peer does only after its call
+// e (stream order) has read its mailbox.
+//
+// Waits: a rank whose peer has not raised its flag within timeout_s stops waiting,
+// records which peer it waited for in host-mapped memory, and finishes the call
+// with garbage; check() (the host, after the stream has synchronized) then throws
+// DeviceError naming the rank, the peer and the epoch, and every later call is
+// refused: the ranks are out of step. Every rank's kernels of a call must be able
+// to run at the same time: separate GPUs, or (ranks sharing one GPU) few enough
+// rows that every rank's blocks fit on the device together, with no device-wide
+// CUDA call (a lazy module load, a cudaMalloc that synchronizes) on any rank's
+// thread while a peer waits.
+//
+// Connecting: every rank constructs its PeerAllReduce on its device, then connect()
+// with every rank's endpoint() in rank order (the caller exchanges them: a thread
+// group shares memory, or exchange() all-gathers them through a communicator).
+// connect enables peer access between distinct devices and refuses endpoints of
+// another process (CUDA IPC handles are not built) or of a device this one cannot
+// reach. Block scheduling: a rank's blocks wait only for the same slot on its
+// peers, so with more rows than fit on a GPU at once the ranks rely on each GPU
+// starting its blocks in increasing order (what the hardware does).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparkdraft/comm.h"
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/ops/boundary.h"
+
+namespace sparkdraft::cuda {
+
+struct PeerReduceOptions {
+  size_t max_count = size_t{1} << 20;  // floats a call takes ([rows, H] of the boundary)
+  int max_slots = 1024;                // blocks a call runs: the boundary's rows
+  double timeout_s = 10.0;             // how long a block waits for a peer's flag
+};
+
+// What a rank publishes for its peers.
+struct PeerEndpoint {
+  float* mailbox = nullptr;
+  uint32_t* flags = nullptr;
+  int device = -1;
+  int tp_rank = -1;
+  uint64_t process = 0;  // this process's token (peers must share it)
+  size_t max_count = 0;
+  int max_slots = 0;
+};
+
+// Whether CUDA loads kernels lazily in this process (CUDA_MODULE_LOADING, LAZY by
+// default): ranks sharing one GPU can then deadlock in the fused boundary (a kernel
+// loaded on one rank's thread waits for a peer's waiting kernel). DeviceError when
+// the driver cannot say.
+bool module_loading_is_lazy();
+
+class PeerAllReduce {
+ public:
+  static constexpr int kMaxRanks = 8;
+
+  // Rank tp_rank of tp_size (1..kMaxRanks) on the current device: allocates and
+  // zeroes its mailbox, flags and state (synchronizes the device). InvalidArgument
+  // for a bad rank, size or option.
+  PeerAllReduce(int tp_rank, int tp_size, const PeerReduceOptions& options = {});
+  ~PeerAllReduce();
+  PeerAllReduce(const PeerAllReduce&) = delete;
+  PeerAllReduce& operator=(const PeerAllReduce&) = delete;
+
+  PeerEndpoint endpoint() const;
+  // Every rank's endpoint in rank order, all-gathered through comm (device memory,
+  // one local rank: this object's rank and size); a collective of comm's ranks.
+  std::vector<PeerEndpoint> exchange(Communicator& comm) const;
+  // Why connect(peers) would refuse, empty when it would not: a wrong count, a rank
+  // out of place, a mismatched capacity, another process, a device without peer
+  // access to this one.
+  std::string refusal(const std::vector<PeerEndpoint>& peers) const;
+  // Every rank's endpoint in rank order (this rank's included); enables peer access
+  // to the other devices. InvalidArgument with the refusal above.
+  void connect(const std::vector<PeerEndpoint>& peers);
+  bool connected() const { return connected_; }
+
+  int tp_rank() const { return rank_; }
+  int tp_size() const { return tp_; }
+  const PeerReduceOptions& options() const { return options_; }
+
+  // The fp32 sums of the ranks' `count` partials, in place (the bits of
+  // Communicator::all_reduce_sum); queued on `stream`, capturable.
+  void all_reduce_sum(float* data, size_t count, cudaStream_t stream);
+  // residual_boundary(p, narrow(tree of the ranks' partials), residual, next):
+  // partial is this rank's [p.rows, p.hidden] fp32 (not modified); queued on
+  // `stream`, capturable. p.rows <= max_slots, p.rows * p.hidden <= max_count.
+  void residual_boundary(const ops::BoundaryParams& p, const float* partial, void* residual,
+                         bf16* next, cudaStream_t stream);
+
+  // How many rows of residual_boundary (one block each) over rows of `hidden` this
+  // GPU runs at once: ranks sharing one GPU need every rank's rows resident together.
+  int64_t resident_boundary_rows(int hidden, StreamDType residual_dtype) const;
+
+  // Throws DeviceError when a call of this rank timed out waiting for a peer (read
+  // after the stream that ran it has synchronized); once it has, every call throws.
+  void check() const;
+
+ private:
+  void require_ready(const char* op, size_t count, int slots) const;
+
+  int rank_ = 0, tp_ = 1, device_ = 0;
+  PeerReduceOptions options_;
+  DeviceBuffer<float> mailbox_;
+  DeviceBuffer<uint32_t> flags_, state_;
+  int* timeout_host_ = nullptr;  // host-mapped: 0, or 1 + the peer waited for
+  int* timeout_dev_ = nullptr;
+  std::vector<PeerEndpoint> peers_;
+  bool connected_ = false;
+};
+
+}  // namespace sparkdraft::cuda
