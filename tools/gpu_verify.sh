@@ -23,6 +23,9 @@
 #                muse presets at TP 2, 4 and 8 against TP 1 (ranks on devices 0 .. N-1 where
 #                the machine has N GPUs, else sharing device 0; there also --tp-reduce fused
 #                at TP 2 and 4 under eager module loading)
+#   tp-bench     on 2 GPUs or more: `bench allreduce` (eager, fused and NCCL's) and `bench step
+#                --tp N` (N the largest of 2, 4, 8 the machine has) for both presets at ctx
+#                4096 and rows 1 8 32, NCCL_NVLS_ENABLE=0 (not a default stage)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -136,6 +139,27 @@ for stage in "${stages[@]}"; do
           fi
         done
       done
+      ;;
+    tp-bench)
+      gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+      if [[ "$gpus" -lt 2 ]]; then
+        note "tp-bench: needs 2 GPUs or more, this machine has $gpus: not run"
+      else
+        tp=2
+        [[ "$gpus" -ge 8 ]] && tp=8
+        [[ "$gpus" -ge 4 && "$gpus" -lt 8 ]] && tp=4
+        NCCL_NVLS_ENABLE=0 ./build/sparkdraft bench allreduce --json "$out/bench_allreduce.json" \
+          >"$out/bench_allreduce.log" 2>&1
+        note "bench allreduce: rc $?"
+        grep -A40 '^NCCL ' "$out/bench_allreduce.log" | tee -a "$summary"
+        for preset in qwen3-8b muse; do
+          NCCL_NVLS_ENABLE=0 ./build/sparkdraft bench step --tp "$tp" --preset "$preset" \
+            --preset-dir "$presets" --ctx 4096 --rows 1 8 32 \
+            --json "$out/bench_step_tp${tp}_$preset.json" >"$out/bench_step_tp${tp}_$preset.log" 2>&1
+          note "bench step --tp $tp $preset: rc $?"
+          grep -A4 '^preset ' "$out/bench_step_tp${tp}_$preset.log" | tee -a "$summary"
+        done
+      fi
       ;;
     *)
       echo "tools/gpu_verify.sh: unknown stage '$stage'" >&2

@@ -26,6 +26,7 @@
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/nccl_comm.h"
+#include "sparkdraft/cuda/peer_reduce.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {
@@ -124,7 +125,7 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
     inputs.reserve(cases.size());
     for (const Case& c : cases) inputs.push_back(make_inputs(o.seed, tp, c));
     // [tp_rank][case] medians; a case's numbers come from every rank.
-    std::vector<std::vector<double>> ours(static_cast<size_t>(tp)), theirs(ours);
+    std::vector<std::vector<double>> ours(static_cast<size_t>(tp)), theirs(ours), fused(ours);
     std::vector<int64_t> nccl_differ(cases.size(), 0);
     size_t timed = cases.size();
     GpuInfo gpu;
@@ -144,6 +145,35 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
             gpu.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);
           }
           DeviceBuffer<int> flag(1), flags(static_cast<size_t>(tp));
+          // Whether every rank agrees on `mine` (an all-gather of one int).
+          auto everyone = [&](bool mine) {
+            const int v = mine ? 1 : 0;
+            flag.upload(&v, 1, 0, s);
+            comm.all_gather(flag.data(), flags.data(), sizeof(int), s);
+            const std::vector<int> all = flags.download(s);
+            return std::all_of(all.begin(), all.end(), [](int f) { return f == 1; });
+          };
+          // The fused all-reduce, where every rank's GPU reaches its peers.
+          PeerReduceOptions po;
+          po.max_count = max_count;
+          po.timeout_s = o.timeout_s;
+          PeerAllReduce peer(r, tp, po);
+          const std::vector<PeerEndpoint> endpoints = peer.exchange(comm);
+          std::string why = peer.refusal(endpoints);
+          if (why.empty()) {
+            try {
+              peer.connect(endpoints);
+            } catch (const DeviceError& e) {
+              why = e.what();
+            }
+          }
+          const bool fused_runs = everyone(why.empty());
+          if (!fused_runs) {
+            if (why.empty()) why = "another rank cannot reach its peers";
+            std::lock_guard lock(mu);
+            if (report.fused_why.empty())
+              report.fused_why = "rank " + std::to_string(r) + ": " + why;
+          }
           for (size_t k = 0; k < cases.size(); ++k) {
             const Case& c = cases[k];
             const size_t count = c.count();
@@ -158,6 +188,20 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
             int64_t bad = -1;
             for (size_t i = 0; i < count && bad < 0; ++i)
               if (!same_float(got[i], in.tree[i])) bad = static_cast<int64_t>(i);
+            // The fused one, on a fresh copy of the same partials.
+            std::string which = "all_reduce_sum";
+            std::vector<float> fused_got;
+            if (fused_runs && bad < 0) {
+              SD_CUDA_CHECK(cudaMemcpyAsync(data.data(), orig.data(), count * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, s));
+              peer.all_reduce_sum(data.data(), count, s);
+              fused_got = data.download(s);
+              peer.check();
+              for (size_t i = 0; i < count && bad < 0; ++i)
+                if (!same_float(fused_got[i], in.tree[i])) bad = static_cast<int64_t>(i);
+              if (bad >= 0) which = "the fused all-reduce";
+            }
+            const std::vector<float>& shown = which == "all_reduce_sum" ? got : fused_got;
             // NCCL's all-reduce of the same partials: how often its bits differ.
             comm.enqueue("ncclAllReduce", [&] {
               return ncclAllReduce(orig.data(), nccl_out.data(), count, ncclFloat32, ncclSum,
@@ -173,9 +217,9 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
             const std::vector<int> all = flags.download(s);
             if (bad >= 0) {
               std::ostringstream os;
-              os << "all_reduce_sum != the tree at tp " << tp << ", rows " << c.rows << ", hidden "
+              os << which << " != the tree at tp " << tp << ", rows " << c.rows << ", hidden "
                  << c.hidden << ": rank " << r << ", element " << bad << ": found 0x" << std::hex
-                 << f32_bits(got[static_cast<size_t>(bad)]) << ", expected 0x"
+                 << f32_bits(shown[static_cast<size_t>(bad)]) << ", expected 0x"
                  << f32_bits(in.tree[static_cast<size_t>(bad)]) << std::dec << " (seed " << o.seed
                  << ", case seed " << case_seed(o.seed, tp, c) << ")";
               std::lock_guard lock(mu);
@@ -200,9 +244,17 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
             });
             const double our_us = time_graph(comm, our_graph, s, ev, o.warmup, o.repeats);
             const double nccl_us = time_graph(comm, nccl_graph, s, ev, o.warmup, o.repeats);
+            double fused_us = 0;
+            if (fused_runs) {
+              const GraphExec fused_graph(
+                  s, [&](cudaStream_t st) { peer.all_reduce_sum(data.data(), count, st); });
+              fused_us = time_graph(comm, fused_graph, s, ev, o.warmup, o.repeats);
+              peer.check();
+            }
             std::lock_guard lock(mu);
             ours[static_cast<size_t>(r)].push_back(our_us);
             theirs[static_cast<size_t>(r)].push_back(nccl_us);
+            fused[static_cast<size_t>(r)].push_back(fused_us);
           }
         },
         nopt);
@@ -218,14 +270,22 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
       for (int r = 0; r < tp; ++r) {
         res.our_us = std::max(res.our_us, ours[static_cast<size_t>(r)][k]);
         res.nccl_us = std::max(res.nccl_us, theirs[static_cast<size_t>(r)][k]);
+        res.fused_us = std::max(res.fused_us, fused[static_cast<size_t>(r)][k]);
       }
       res.nccl_bits_differ = nccl_differ[k];
       res.gpu = gpu;
-      out << "  rows " << res.rows << " x hidden " << res.hidden << ": ours " << res.our_us
-          << " us, ncclAllReduce " << res.nccl_us << " us (its bits differ from the tree in "
+      out << "  rows " << res.rows << " x hidden " << res.hidden << ": ours eager " << res.our_us
+          << " us, fused ";
+      if (res.fused_us > 0)
+        out << res.fused_us << " us";
+      else
+        out << "not run";
+      out << ", ncclAllReduce " << res.nccl_us << " us (its bits differ from the tree in "
           << res.nccl_bits_differ << " of " << cases[k].count() << " elements)\n";
       report.results.push_back(res);
     }
+    if (!report.fused_why.empty())
+      out << "  the fused all-reduce did not run: " << report.fused_why << "\n";
     out << std::defaultfloat;
     if (!report.ok()) return report;
   }
@@ -241,6 +301,7 @@ nlohmann::json allreduce_bench_json(const AllReduceBenchResult& r, const AllRedu
       {"hidden", r.hidden},
       {"count", static_cast<int64_t>(r.rows) * r.hidden},
       {"our_us", r.our_us},
+      {"fused_us", r.fused_us > 0 ? nlohmann::json(r.fused_us) : nlohmann::json(nullptr)},
       {"nccl_us", r.nccl_us},
       {"nccl_bits_differ", r.nccl_bits_differ},
       {"repeats", o.repeats},

@@ -1,14 +1,15 @@
 // The TP all-reduce benchmark (SPEC section 6), as a library function the CLI's
 // `bench allreduce` calls: for each TP size (ranks 0..tp-1 on GPUs 0..tp-1, one
 // thread each, run_nccl_group) and each rows x hidden, our eager all_reduce_sum
-// (ncclAllGather of the fp32 partials + the fixed tree, cuda/nccl_comm.h) against
-// ncclAllReduce on the same buffer. Seeded partials of mixed magnitude; before
-// anything is timed, our sums are checked bit for bit against the tree computed
-// on the host (canonical_tree_sum), and the elements where ncclAllReduce's bits
-// differ from the tree are counted (reported, not an error: it is why we do not
-// use it). Each collective is captured in a CUDA graph; each timed repeat starts
-// after a host barrier of the group, cudaEvents around one graph launch; the
-// median of repeats per rank, the slowest rank reported.
+// (ncclAllGather of the fp32 partials + the fixed tree, cuda/nccl_comm.h) and our
+// fused one (cuda/peer_reduce.h: the partials pushed into the peers' mailboxes over
+// NVLink, the tree in the same kernel) against ncclAllReduce on the same buffer. Seeded partials of
+// mixed magnitude; before anything is timed, our sums are checked bit for bit against the tree
+// computed on the host (canonical_tree_sum; both of ours), and the elements where ncclAllReduce's
+// bits differ from the tree are counted (reported, not an error: it is why we do not use it). Each
+// collective is captured in a CUDA graph; each timed repeat starts after a host barrier of the
+// group, cudaEvents around one graph launch; the median of repeats per rank, the slowest rank
+// reported.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,7 @@ struct AllReduceBenchOptions {
 struct AllReduceBenchResult {
   int tp = 0, rows = 0, hidden = 0;
   double our_us = 0;             // all-gather + tree, one graph launch (slowest rank's median)
+  double fused_us = 0;           // the fused peer all-reduce, the same (0: not run, see below)
   double nccl_us = 0;            // ncclAllReduce, one graph launch (slowest rank's median)
   int64_t nccl_bits_differ = 0;  // elements where ncclAllReduce's sum is not the tree's bits
   GpuInfo gpu;                   // rank 0's GPU
@@ -43,6 +45,9 @@ struct AllReduceBenchResult {
 struct AllReduceBenchReport {
   std::vector<AllReduceBenchResult> results;
   std::string nccl_version;
+  // Why the fused all-reduce did not run (its GPUs cannot reach each other); empty
+  // when it did.
+  std::string fused_why;
   // Not empty when our all_reduce_sum differed from the host tree (nothing more
   // was timed): which case, rank, element and bits, and the seed.
   std::string difference;

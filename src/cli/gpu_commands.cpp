@@ -485,10 +485,12 @@ Command add_bench_allreduce(CLI::App* bench) {
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = bench->add_subcommand(
       "allreduce",
-      "The TP all-reduce (SPEC section 6) over NCCL, one thread and one GPU per rank: our "
+      "The TP all-reduce (SPEC section 6), one thread and one GPU per rank: our eager "
       "all_reduce_sum (ncclAllGather of the fp32 partials + the fixed tree, the same bits on "
-      "every rank) vs ncclAllReduce on the same buffer, each in a CUDA graph, for each TP "
-      "size and rows x hidden. Checks our sums against the tree computed on the host bit for "
+      "every rank) and our fused one (each rank pushes its partials into its peers' mailboxes "
+      "over NVLink with epoch flags, the tree in the same kernel; where the GPUs reach each "
+      "other) vs ncclAllReduce on the same buffer, each in a CUDA graph, for each TP size and "
+      "rows x hidden. Checks both of our sums against the tree computed on the host bit for "
       "bit before timing (exit 1 on a difference) and counts the elements where "
       "ncclAllReduce's bits differ from the tree; median of repeats, each after a host "
       "barrier, the slowest rank reported. Prints a table and writes JSON. Needs 2 or more "
@@ -524,15 +526,19 @@ Command add_bench_allreduce(CLI::App* bench) {
             b.timeout_s = opts->timeout;
             const cuda::AllReduceBenchReport report = cuda::bench_allreduce(b, std::cout);
             nlohmann::json all = nlohmann::json::array();
-            std::printf("\nNCCL %s\n%-4s %-5s %-7s %10s %10s %9s %12s\n",
-                        report.nccl_version.c_str(), "tp", "rows", "hidden", "our us", "nccl us",
-                        "our/nccl", "nccl differs");
+            std::printf("\nNCCL %s\n%-4s %-5s %-7s %10s %10s %10s %11s %12s\n",
+                        report.nccl_version.c_str(), "tp", "rows", "hidden", "eager us", "fused us",
+                        "nccl us", "fused/nccl", "nccl differs");
             for (const auto& r : report.results) {
               all.push_back(cuda::allreduce_bench_json(r, b, report.nccl_version));
-              std::printf("%-4d %-5d %-7d %10.2f %10.2f %9.3f %12lld\n", r.tp, r.rows, r.hidden,
-                          r.our_us, r.nccl_us, r.nccl_us > 0 ? r.our_us / r.nccl_us : 0.0,
+              std::printf("%-4d %-5d %-7d %10.2f %10.2f %10.2f %11.3f %12lld\n", r.tp, r.rows,
+                          r.hidden, r.our_us, r.fused_us, r.nccl_us,
+                          r.nccl_us > 0 ? r.fused_us / r.nccl_us : 0.0,
                           static_cast<long long>(r.nccl_bits_differ));
             }
+            if (!report.fused_why.empty())
+              std::printf("the fused all-reduce did not run (fused us 0): %s\n",
+                          report.fused_why.c_str());
             if (!report.ok()) {
               std::fflush(stdout);
               std::fprintf(stderr, "sparkdraft: bench allreduce: %s\n", report.difference.c_str());

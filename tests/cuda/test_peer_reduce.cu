@@ -7,19 +7,29 @@
 // changing between calls), NaN and inf partials, in place; the boundary is
 // cpu::residual_boundary on the narrowed tree bit for bit (both residual dtypes,
 // plain and norm-preserving, with and without the post-norm, odd widths, 1 row);
-// both replay in CUDA graphs; a rank whose peer never comes stops waiting and
-// check() names the peer; bad setups are refused.
+// both replay in CUDA graphs; ranks in two processes reach each other through CUDA
+// IPC (this binary runs itself as the second rank); a rank whose peer never comes
+// stops waiting and check() names the peer; bad setups are refused.
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/bits.h"
 #include "common/errors.h"
+#include "common/files.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
@@ -286,6 +296,87 @@ TEST(PeerReduce, AMissingPeerIsNamedNotAHang) {
                         {"did not arrive"});
 }
 
+// One rank of the two-process test: its endpoint written to dir/rank<r>.bin, the
+// peer's read back (waiting for it), then three sums of the same seeded partials
+// both processes draw, each checked against the host tree.
+void run_rank_of_two_processes(int r, const std::string& dir) {
+  PeerReduceOptions o;
+  o.max_count = 20000;
+  o.max_slots = 8;
+  o.timeout_s = 30;  // processes sharing a GPU take turns: a wait can last a time slice
+  PeerAllReduce me(r, 2, o);
+  const PeerEndpoint mine = me.endpoint();
+  ASSERT_TRUE(mine.ipc) << "this platform gives no CUDA IPC handle";
+  {
+    const std::string tmp = dir + "/rank" + std::to_string(r) + ".tmp";
+    std::ofstream(tmp, std::ios::binary).write(reinterpret_cast<const char*>(&mine), sizeof mine);
+    std::filesystem::rename(tmp, dir + "/rank" + std::to_string(r) + ".bin");
+  }
+  const std::string theirs = dir + "/rank" + std::to_string(1 - r) + ".bin";
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!std::filesystem::exists(theirs)) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60))
+        << "rank " << 1 - r << " never wrote its endpoint";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  PeerEndpoint peer;
+  std::ifstream(theirs, std::ios::binary).read(reinterpret_cast<char*>(&peer), sizeof peer);
+  EXPECT_NE(peer.process, mine.process);
+  me.connect(r == 0 ? std::vector<PeerEndpoint>{mine, peer}
+                    : std::vector<PeerEndpoint>{peer, mine});
+  test::Gen g(20261205);
+  DeviceStream stream;
+  for (size_t count : {size_t{37}, size_t{8192}, size_t{20000}}) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ", count " + std::to_string(count));
+    const auto p = partials(g, 2, count);
+    DeviceBuffer<float> data(p[static_cast<size_t>(r)]);
+    me.all_reduce_sum(data.data(), count, stream.get());
+    stream.synchronize();
+    me.check();
+    EXPECT_TRUE(test::same_bits(data.download(), host_tree(p), {0, true}));
+  }
+}
+
+constexpr const char* kChildDirEnv = "SPARKDRAFT_PEER_CHILD_DIR";
+
+TEST(PeerReduce, RanksInTwoProcessesReachEachOtherThroughIpc) {
+  SD_REQUIRE_GPU();
+  test::TempDir dir;
+  // Rank 1: this binary again, running only the child test below.
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string filter = "--gtest_filter=PeerReduce.ChildRankOfAnotherProcess";
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.push_back(std::string(kChildDirEnv) + "=" + dir.path());
+  std::vector<char*> envp,
+      argv{const_cast<char*>(self.c_str()), const_cast<char*>(filter.c_str()), nullptr};
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, argv.data(), envp.data()), 0);
+  run_rank_of_two_processes(0, dir.path());
+  int status = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120)) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL() << "the child rank did not finish within 120 s";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child rank failed (its output is above), status " << status;
+}
+
+// Rank 1 of the test above; skips unless that test started it.
+TEST(PeerReduce, ChildRankOfAnotherProcess) {
+  const char* dir = std::getenv(kChildDirEnv);
+  if (!dir) GTEST_SKIP() << "the second rank of PeerReduce.RanksInTwoProcesses...: runs only there";
+  SD_REQUIRE_GPU();
+  run_rank_of_two_processes(1, dir);
+}
+
 TEST(PeerReduce, BadSetupsAreRefused) {
   SD_REQUIRE_GPU();
   using test::error_of;
@@ -307,7 +398,10 @@ TEST(PeerReduce, BadSetupsAreRefused) {
             std::string::npos);
   PeerEndpoint foreign = b.endpoint();
   foreign.process ^= 1;
-  EXPECT_NE(a.refusal({a.endpoint(), foreign}).find("another process"), std::string::npos);
+  EXPECT_EQ(a.refusal({a.endpoint(), foreign}), "");  // reached through its IPC handles
+  foreign.ipc = false;
+  EXPECT_NE(a.refusal({a.endpoint(), foreign}).find("another process and has no CUDA IPC"),
+            std::string::npos);
   PeerReduceOptions other = o;
   other.max_count = 2000;
   PeerAllReduce c(1, 2, other);

@@ -1,5 +1,6 @@
 // The fused all-reduce of SPEC section 6 (b): TP ranks whose GPUs reach each
-// other's memory (NVLink peers in one process, or ranks sharing one GPU) complete
+// other's memory (NVLink peers, or ranks sharing one GPU; threads of one process or
+// processes of their own) complete
 // the fixed tree of their fp32 partials in one kernel, without NCCL and without the
 // host, and the draft runs the residual boundary that follows o_proj and down in
 // that same kernel.
@@ -39,12 +40,15 @@
 //
 // Connecting: every rank constructs its PeerAllReduce on its device, then connect()
 // with every rank's endpoint() in rank order (the caller exchanges them: a thread
-// group shares memory, or exchange() all-gathers them through a communicator).
-// connect enables peer access between distinct devices and refuses endpoints of
-// another process (CUDA IPC handles are not built) or of a device this one cannot
-// reach. Block scheduling: a rank's blocks wait only for the same slot on its
-// peers, so with more rows than fit on a GPU at once the ranks rely on each GPU
-// starting its blocks in increasing order (what the hardware does).
+// group shares memory, exchange() all-gathers them through a communicator, an
+// engine may send the bytes its own way: a PeerEndpoint is plain bytes). A peer in
+// this process is reached through its pointers (peer access enabled between
+// distinct devices); a peer in another process through the CUDA IPC handles of its
+// mailbox and flags (cudaIpcOpenMemHandle, peer access enabled lazily; closed by
+// the destructor). Ranks in different processes that share one GPU are time-sliced
+// by the driver (no MPS): correct, but each wait lasts a time slice. Block scheduling: a rank's
+// blocks wait only for the same slot on its peers, so with more rows than fit on a GPU at once the
+// ranks rely on each GPU starting its blocks in increasing order (what the hardware does).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -69,11 +73,14 @@ struct PeerReduceOptions {
 
 // What a rank publishes for its peers.
 struct PeerEndpoint {
-  float* mailbox = nullptr;
+  float* mailbox = nullptr;  // valid in its own process
   uint32_t* flags = nullptr;
-  int device = -1;
+  cudaIpcMemHandle_t mailbox_ipc{}, flags_ipc{};  // for other processes
+  bool ipc = false;                               // the handles are valid
+  int device = -1;                                // the ordinal in its own process
+  unsigned char device_uuid[16] = {};             // the GPU, in every process
   int tp_rank = -1;
-  uint64_t process = 0;  // this process's token (peers must share it)
+  uint64_t process = 0;  // its process's token (pid and a random word)
   size_t max_count = 0;
   int max_slots = 0;
 };
@@ -101,12 +108,16 @@ class PeerAllReduce {
   // one local rank: this object's rank and size); a collective of comm's ranks.
   std::vector<PeerEndpoint> exchange(Communicator& comm) const;
   // Why connect(peers) would refuse, empty when it would not: a wrong count, a rank
-  // out of place, a mismatched capacity, another process, a device without peer
-  // access to this one.
+  // out of place, a mismatched capacity, a peer of another process without IPC
+  // handles, a device of this process without peer access to this one.
   std::string refusal(const std::vector<PeerEndpoint>& peers) const;
-  // Every rank's endpoint in rank order (this rank's included); enables peer access
-  // to the other devices. InvalidArgument with the refusal above.
+  // Every rank's endpoint in rank order (this rank's included): enables peer access
+  // to the other devices of this process, opens the IPC handles of peers in other
+  // processes. InvalidArgument with the refusal above; DeviceError when CUDA cannot
+  // open a peer's memory (the error names the peer).
   void connect(const std::vector<PeerEndpoint>& peers);
+  // Whether the GPU of endpoint `e` is this rank's (in any process).
+  bool same_gpu(const PeerEndpoint& e) const;
   bool connected() const { return connected_; }
 
   int tp_rank() const { return rank_; }
@@ -139,7 +150,12 @@ class PeerAllReduce {
   DeviceBuffer<uint32_t> flags_, state_;
   int* timeout_host_ = nullptr;  // host-mapped: 0, or 1 + the peer waited for
   int* timeout_dev_ = nullptr;
-  std::vector<PeerEndpoint> peers_;
+  unsigned char uuid_[16] = {};
+  cudaIpcMemHandle_t mailbox_ipc_{}, flags_ipc_{};
+  bool ipc_ = false;
+  std::vector<float*> peer_mailbox_;  // in this process's address space
+  std::vector<uint32_t*> peer_flags_;
+  std::vector<void*> opened_;  // IPC mappings to close
   bool connected_ = false;
 };
 

@@ -41,6 +41,8 @@ class SharedDeviceComm final : public Communicator {
   // `device` is made current on the calling thread. Throws InvalidArgument when host
   // runs several ranks or has device memory.
   SharedDeviceComm(Communicator& host, int device, size_t max_reduce_count = size_t{1} << 20);
+  // Meets the other ranks (a host barrier; skipped in an aborted group) before it
+  // destroys the events they may still be queueing waits on.
   ~SharedDeviceComm() override;
   SharedDeviceComm(const SharedDeviceComm&) = delete;
   SharedDeviceComm& operator=(const SharedDeviceComm&) = delete;

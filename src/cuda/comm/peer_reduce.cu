@@ -271,10 +271,19 @@ PeerAllReduce::PeerAllReduce(int tp_rank, int tp_size, const PeerReduceOptions& 
   timeout_host_[0] = timeout_host_[1] = 0;
   SD_CUDA_CHECK(
       cudaHostGetDevicePointer(reinterpret_cast<void**>(&timeout_dev_), timeout_host_, 0));
+  cudaDeviceProp prop{};
+  SD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  std::memcpy(uuid_, prop.uuid.bytes, sizeof uuid_);
+  // The handles for peers in other processes; a platform without CUDA IPC keeps
+  // ipc_ false, and such peers are refused by name.
+  ipc_ = cudaIpcGetMemHandle(&mailbox_ipc_, mailbox_.data()) == cudaSuccess &&
+         cudaIpcGetMemHandle(&flags_ipc_, flags_.data()) == cudaSuccess;
+  if (!ipc_) (void)cudaGetLastError();
   SD_CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any peer can see the endpoint
 }
 
 PeerAllReduce::~PeerAllReduce() {
+  for (void* p : opened_) cudaIpcCloseMemHandle(p);
   if (timeout_host_) cudaFreeHost(timeout_host_);
 }
 
@@ -283,12 +292,20 @@ PeerEndpoint PeerAllReduce::endpoint() const {
   // Peers write these: the buffers are this object's, handed out for that.
   e.mailbox = const_cast<float*>(mailbox_.data());
   e.flags = const_cast<uint32_t*>(flags_.data());
+  e.mailbox_ipc = mailbox_ipc_;
+  e.flags_ipc = flags_ipc_;
+  e.ipc = ipc_;
   e.device = device_;
+  std::memcpy(e.device_uuid, uuid_, sizeof uuid_);
   e.tp_rank = rank_;
   e.process = process_token();
   e.max_count = options_.max_count;
   e.max_slots = options_.max_slots;
   return e;
+}
+
+bool PeerAllReduce::same_gpu(const PeerEndpoint& e) const {
+  return std::memcmp(e.device_uuid, uuid_, sizeof uuid_) == 0;
 }
 
 std::string PeerAllReduce::refusal(const std::vector<PeerEndpoint>& peers) const {
@@ -298,15 +315,15 @@ std::string PeerAllReduce::refusal(const std::vector<PeerEndpoint>& peers) const
     const PeerEndpoint& p = peers[static_cast<size_t>(r)];
     const std::string who = "endpoint " + std::to_string(r);
     if (p.tp_rank != r) return who + " is rank " + std::to_string(p.tp_rank);
-    if (p.process != process_token())
-      return who +
-             " is in another process (peers in other processes need CUDA IPC handles, "
-             "which are not built)";
     if (p.max_count != options_.max_count || p.max_slots != options_.max_slots)
       return who + " was built with max_count " + std::to_string(p.max_count) + " and max_slots " +
              std::to_string(p.max_slots) + ", this rank with " +
              std::to_string(options_.max_count) + " and " + std::to_string(options_.max_slots);
     if (!p.mailbox || !p.flags) return who + " has no buffers";
+    if (p.process != process_token()) {
+      if (!p.ipc) return who + " is in another process and has no CUDA IPC handles";
+      continue;  // its device ordinal is its own process's: cudaIpcOpenMemHandle decides
+    }
     if (p.device == device_) continue;
     int can = 0;
     SD_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device_, p.device));
@@ -319,17 +336,48 @@ std::string PeerAllReduce::refusal(const std::vector<PeerEndpoint>& peers) const
 }
 
 void PeerAllReduce::connect(const std::vector<PeerEndpoint>& peers) {
+  if (connected_) throw InvalidArgument("PeerAllReduce::connect: already connected");
   const std::string why = refusal(peers);
   if (!why.empty()) throw InvalidArgument("PeerAllReduce::connect: " + why);
-  for (const PeerEndpoint& p : peers) {
-    if (p.device == device_) continue;
-    const cudaError_t e = cudaDeviceEnablePeerAccess(p.device, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled)
+  std::vector<float*> mail;
+  std::vector<uint32_t*> flags;
+  std::vector<void*> opened;
+  // Opens one IPC handle of rank r (another process) into `opened`.
+  auto open = [&](const cudaIpcMemHandle_t& h, int r) {
+    void* p = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
       (void)cudaGetLastError();
-    else
-      SD_CUDA_CHECK(e);
+      throw DeviceError("PeerAllReduce::connect: rank " + std::to_string(rank_) +
+                        " cannot open the memory of rank " + std::to_string(r) +
+                        " (another process): " + cudaGetErrorString(e));
+    }
+    opened.push_back(p);
+    return p;
+  };
+  try {
+    for (const PeerEndpoint& p : peers) {
+      if (p.process != process_token()) {
+        mail.push_back(static_cast<float*>(open(p.mailbox_ipc, p.tp_rank)));
+        flags.push_back(static_cast<uint32_t*>(open(p.flags_ipc, p.tp_rank)));
+        continue;
+      }
+      mail.push_back(p.mailbox);
+      flags.push_back(p.flags);
+      if (p.device == device_) continue;
+      const cudaError_t e = cudaDeviceEnablePeerAccess(p.device, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled)
+        (void)cudaGetLastError();
+      else
+        SD_CUDA_CHECK(e);
+    }
+  } catch (...) {
+    for (void* p : opened) cudaIpcCloseMemHandle(p);
+    throw;
   }
-  peers_ = peers;
+  peer_mailbox_ = std::move(mail);
+  peer_flags_ = std::move(flags);
+  opened_ = std::move(opened);
   connected_ = true;
 }
 
@@ -376,14 +424,14 @@ void PeerAllReduce::require_ready(const char* op, size_t count, int slots) const
 
 namespace {
 
-PeerArgs peer_args(const std::vector<PeerEndpoint>& peers, int me, int max_slots, size_t cap,
-                   uint32_t* state, int* timeout, double timeout_s) {
+PeerArgs peer_args(const std::vector<float*>& mailbox, const std::vector<uint32_t*>& flags, int me,
+                   int max_slots, size_t cap, uint32_t* state, int* timeout, double timeout_s) {
   PeerArgs a{};
-  for (size_t r = 0; r < peers.size(); ++r) {
-    a.mailbox[r] = peers[r].mailbox;
-    a.flags[r] = peers[r].flags;
+  for (size_t r = 0; r < mailbox.size(); ++r) {
+    a.mailbox[r] = mailbox[r];
+    a.flags[r] = flags[r];
   }
-  a.tp = static_cast<int>(peers.size());
+  a.tp = static_cast<int>(mailbox.size());
   a.me = me;
   a.max_slots = max_slots;
   a.cap = static_cast<int64_t>(cap);
@@ -405,8 +453,8 @@ void PeerAllReduce::all_reduce_sum(float* data, size_t count, cudaStream_t strea
   int64_t chunk = (n + slots - 1) / slots;
   chunk = (chunk + 7) / 8 * 8;
   const int grid = static_cast<int>((n + chunk - 1) / chunk);
-  const PeerArgs a = peer_args(peers_, rank_, options_.max_slots, options_.max_count, state_.data(),
-                               timeout_dev_, options_.timeout_s);
+  const PeerArgs a = peer_args(peer_mailbox_, peer_flags_, rank_, options_.max_slots,
+                               options_.max_count, state_.data(), timeout_dev_, options_.timeout_s);
   const bool vec = aligned16(data);
   with_ranks(tp_, [&](auto k) {
     peer_sum_kernel<decltype(k)::value><<<grid, kSumThreads, 0, stream>>>(a, data, n, chunk, vec);
@@ -433,8 +481,8 @@ void PeerAllReduce::residual_boundary(const ops::BoundaryParams& p, const float*
                   "partial, residual and next must not be null");
   detail::check_boundary_hidden(p.hidden, "PeerAllReduce::residual_boundary");
   require_ready("residual_boundary", static_cast<size_t>(p.rows) * p.hidden, p.rows);
-  const PeerArgs a = peer_args(peers_, rank_, options_.max_slots, options_.max_count, state_.data(),
-                               timeout_dev_, options_.timeout_s);
+  const PeerArgs a = peer_args(peer_mailbox_, peer_flags_, rank_, options_.max_slots,
+                               options_.max_count, state_.data(), timeout_dev_, options_.timeout_s);
   const bool vec = detail::boundary_vec(p, aligned16(partial), residual, next);
   with_ranks(tp_, [&](auto k) {
     detail::launch_boundary(p, BranchPeerTree<decltype(k)::value>{a, partial, vec}, residual, next,

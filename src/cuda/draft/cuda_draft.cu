@@ -372,7 +372,7 @@ struct CudaDraft::Impl {
     const std::vector<PeerEndpoint> all = p->exchange(*comm);
     std::string why = p->refusal(all);
     const bool shared = std::any_of(all.begin(), all.end(), [&](const PeerEndpoint& e) {
-      return e.tp_rank != rs.tp_rank && e.device == all[static_cast<size_t>(rs.tp_rank)].device;
+      return e.tp_rank != rs.tp_rank && p->same_gpu(e);
     });
     if (why.empty() && shared && co.tp_reduce == TpReduce::automatic)
       why = "the ranks share one GPU (tp_reduce fused runs the fused boundary there too)";
@@ -390,10 +390,16 @@ struct CudaDraft::Impl {
           "the ranks share one GPU and CUDA loads kernels lazily: a kernel loaded on one "
           "rank's thread while a peer's boundary waits would deadlock (run with "
           "CUDA_MODULE_LOADING=EAGER)";
+    if (why.empty()) {
+      try {
+        p->connect(all);  // peer access, or the IPC handles of other processes
+      } catch (const DeviceError& e) {
+        why = e.what();
+      }
+    }
     const bool everyone = every_rank(*comm, why.empty());
     if (why.empty() && !everyone) why = "another rank cannot run it";
     if (everyone) {
-      p->connect(all);
       peer = std::move(p);
       return;
     }
