@@ -100,8 +100,9 @@ TEST(Cli, PlanTpNSaysHowTheRanksShard) {
   Result r = run("plan --tp 2");
   if (r.rc == 4) GTEST_SKIP() << "this build has no CUDA backend: " << r.out;
   ASSERT_EQ(r.rc, 0) << r.out;
-  for (const char* needle : {"tensor parallel", "layers+vocab", "2 ranks: QKV by heads",
-                             "one graph per row count on every rank"})
+  for (const char* needle :
+       {"tensor parallel", "layers+vocab", "2 ranks: QKV by heads", "the fused peer boundary",
+        "else an all-gather of the fp32 subtrees", "one graph per row count on every rank"})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " missing from:\n" << r.out;
   r = run("plan --tp 4");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -109,6 +110,9 @@ TEST(Cli, PlanTpNSaysHowTheRanksShard) {
   r = run("plan --tp 3");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("power of two"), std::string::npos) << r.out;
+  r = run("check --tp 2 --tp-reduce sometimes");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("auto,eager,fused"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BadInputFailsWithAMessage) {

@@ -24,9 +24,9 @@
 //      kernel body): the bits of all_reduce_sum + narrow + residual_boundary;
 //   5. the last block to finish records e as completed.
 // No buffer is ever cleared and the ranks never meet between calls: the flags only
-// grow, and two parities suffice because a rank starts call e + 2 only after every
-// peer's call e + 1 has raised its flags, which each peer does only after its call
-// e (stream order) has read its mailbox.
+// grow (64-bit epochs, so a slot unused for billions of calls never looks current), and two
+// parities suffice because a rank starts call e + 2 only after every peer's call e + 1 has raised
+// its flags, which each peer does only after its call e (stream order) has read its mailbox.
 //
 // Waits: a rank whose peer has not raised its flag within timeout_s stops waiting,
 // records which peer it waited for in host-mapped memory, and finishes the call
@@ -74,7 +74,7 @@ struct PeerReduceOptions {
 // What a rank publishes for its peers.
 struct PeerEndpoint {
   float* mailbox = nullptr;  // valid in its own process
-  uint32_t* flags = nullptr;
+  uint64_t* flags = nullptr;
   cudaIpcMemHandle_t mailbox_ipc{}, flags_ipc{};  // for other processes
   bool ipc = false;                               // the handles are valid
   int device = -1;                                // the ordinal in its own process
@@ -147,14 +147,14 @@ class PeerAllReduce {
   int rank_ = 0, tp_ = 1, device_ = 0;
   PeerReduceOptions options_;
   DeviceBuffer<float> mailbox_;
-  DeviceBuffer<uint32_t> flags_, state_;
-  int* timeout_host_ = nullptr;  // host-mapped: 0, or 1 + the peer waited for
+  DeviceBuffer<uint64_t> flags_, state_;  // 64-bit epochs: they never wrap
+  int* timeout_host_ = nullptr;           // host-mapped: 0, or 1 + the peer waited for
   int* timeout_dev_ = nullptr;
   unsigned char uuid_[16] = {};
   cudaIpcMemHandle_t mailbox_ipc_{}, flags_ipc_{};
   bool ipc_ = false;
   std::vector<float*> peer_mailbox_;  // in this process's address space
-  std::vector<uint32_t*> peer_flags_;
+  std::vector<uint64_t*> peer_flags_;
   std::vector<void*> opened_;  // IPC mappings to close
   bool connected_ = false;
 };

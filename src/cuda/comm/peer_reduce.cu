@@ -30,23 +30,23 @@ constexpr int64_t kSumSlotFloats = 8 * kSumThreads * 4;  // a plain sum's block:
 enum State { kEpochDone = 0, kBlocksDone = 1, kAbandoned = 2, kStateWords = 3 };
 
 struct PeerArgs {
-  float* mailbox[kMaxRanks];   // rank r's mailbox (on its device)
-  uint32_t* flags[kMaxRanks];  // rank r's flags [tp][max_slots]
+  float* mailbox[kMaxRanks];             // rank r's mailbox (on its device)
+  unsigned long long* flags[kMaxRanks];  // rank r's flags [tp][max_slots]
   int tp, me, max_slots;
-  int64_t cap;      // floats a (parity, source) region holds
-  uint32_t* state;  // this rank's State words
-  int* timeout;     // host-mapped: [0] 1 + the peer waited for, [1] the epoch
+  int64_t cap;                // floats a (parity, source) region holds
+  unsigned long long* state;  // this rank's State words
+  int* timeout;               // host-mapped: [0] 1 + the peer waited for, [1] the epoch
   unsigned long long timeout_ns;
 };
 
-__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
-__device__ __forceinline__ void store_release(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void store_release(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -69,8 +69,8 @@ __device__ __forceinline__ void load_mail_f32x8(const float* p, int n, bool vec,
 }
 
 // This call's epoch: one past the last completed (the state is this rank's own).
-__device__ __forceinline__ uint32_t call_epoch(const PeerArgs& a) {
-  return *reinterpret_cast<volatile const uint32_t*>(a.state + kEpochDone) + 1;
+__device__ __forceinline__ unsigned long long call_epoch(const PeerArgs& a) {
+  return *reinterpret_cast<volatile const unsigned long long*>(a.state + kEpochDone) + 1;
 }
 
 // Where source rank `src` writes parity `parity` into a mailbox.
@@ -80,7 +80,7 @@ __device__ __forceinline__ int64_t region(const PeerArgs& a, uint32_t parity, in
 
 // After this block's pushes: every thread's stores fenced at system scope, then
 // thread 0 raises flag [me][slot] of every peer to e.
-__device__ __forceinline__ void raise_flags(const PeerArgs& a, int slot, uint32_t e) {
+__device__ __forceinline__ void raise_flags(const PeerArgs& a, int slot, unsigned long long e) {
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0)
@@ -91,16 +91,16 @@ __device__ __forceinline__ void raise_flags(const PeerArgs& a, int slot, uint32_
 // Thread s < tp waits for peer s's flag [s][slot] >= e (wrap-safe), at most
 // timeout_ns; a block that gives up marks the call abandoned (the other blocks stop
 // waiting at once) and tells the host which peer and epoch. Then the block syncs.
-__device__ __forceinline__ void wait_flags(const PeerArgs& a, int slot, uint32_t e) {
+__device__ __forceinline__ void wait_flags(const PeerArgs& a, int slot, unsigned long long e) {
   const int s = static_cast<int>(threadIdx.x);
   if (s < a.tp && s != a.me) {
-    const uint32_t* f = a.flags[a.me] + static_cast<int64_t>(s) * a.max_slots + slot;
-    volatile const uint32_t* abandoned = a.state + kAbandoned;
+    const unsigned long long* f = a.flags[a.me] + static_cast<int64_t>(s) * a.max_slots + slot;
+    volatile const unsigned long long* abandoned = a.state + kAbandoned;
     const unsigned long long t0 = global_ns();
-    while (static_cast<int32_t>(load_acquire(f) - e) < 0) {
+    while (static_cast<long long>(load_acquire(f) - e) < 0) {
       if (*abandoned) break;
       if (global_ns() - t0 > a.timeout_ns) {
-        if (atomicExch(a.state + kAbandoned, 1u) == 0u) {
+        if (atomicExch(a.state + kAbandoned, 1ull) == 0ull) {
           volatile int* t = a.timeout;
           t[1] = static_cast<int>(e);
           t[0] = 1 + s;
@@ -114,10 +114,10 @@ __device__ __forceinline__ void wait_flags(const PeerArgs& a, int slot, uint32_t
 }
 
 // The block is done with this call; the last block records e as completed.
-__device__ __forceinline__ void finish_call(const PeerArgs& a, uint32_t e) {
+__device__ __forceinline__ void finish_call(const PeerArgs& a, unsigned long long e) {
   if (threadIdx.x != 0) return;
   __threadfence();
-  if (atomicAdd(a.state + kBlocksDone, 1u) == gridDim.x - 1) {
+  if (atomicAdd(a.state + kBlocksDone, 1ull) == gridDim.x - 1ull) {
     a.state[kBlocksDone] = 0;
     __threadfence();
     atomicExch(a.state + kEpochDone, e);
@@ -162,7 +162,8 @@ __device__ __forceinline__ void push_f32x8(const PeerArgs& a, uint32_t parity, c
 template <int kRanks>
 __global__ void __launch_bounds__(kSumThreads)
     peer_sum_kernel(PeerArgs a, float* data, int64_t count, int64_t chunk, bool vec) {
-  const uint32_t e = call_epoch(a), parity = e & 1u;
+  const unsigned long long e = call_epoch(a);
+  const uint32_t parity = static_cast<uint32_t>(e & 1u);
   const int slot = static_cast<int>(blockIdx.x);
   const int64_t b0 = slot * chunk, b1 = min(count, b0 + chunk);
   for (int64_t i = b0 + 8 * threadIdx.x; i < b1; i += 8 * kSumThreads)
@@ -185,12 +186,13 @@ struct BranchPeerTree {
   PeerArgs a;
   const float* partial;  // this rank's [rows, H]
   bool vec;
-  uint32_t e = 0, parity = 0;
+  unsigned long long e = 0;
+  uint32_t parity = 0;
 
   template <int kChunks>
   __device__ __forceinline__ void begin(int64_t row, int h, const int (&i0)[kChunks]) {
     e = call_epoch(a);
-    parity = e & 1u;
+    parity = static_cast<uint32_t>(e & 1u);
 #pragma unroll
     for (int j = 0; j < kChunks; ++j)
       if (i0[j] >= 0) push_f32x8(a, parity, partial, row * h + i0[j], min(8, h - i0[j]), vec);
@@ -263,8 +265,8 @@ PeerAllReduce::PeerAllReduce(int tp_rank, int tp_size, const PeerReduceOptions& 
   SD_CUDA_CHECK(cudaGetDevice(&device_));
   const size_t tp = static_cast<size_t>(tp_size);
   mailbox_ = DeviceBuffer<float>(2 * tp * options_.max_count);
-  flags_ = DeviceBuffer<uint32_t>(tp * static_cast<size_t>(options_.max_slots));
-  state_ = DeviceBuffer<uint32_t>(kStateWords);
+  flags_ = DeviceBuffer<uint64_t>(tp * static_cast<size_t>(options_.max_slots));
+  state_ = DeviceBuffer<uint64_t>(kStateWords);
   SD_CUDA_CHECK(cudaMemset(flags_.data(), 0, flags_.bytes()));
   SD_CUDA_CHECK(cudaMemset(state_.data(), 0, state_.bytes()));
   SD_CUDA_CHECK(cudaHostAlloc(&timeout_host_, 2 * sizeof(int), cudaHostAllocMapped));
@@ -291,7 +293,7 @@ PeerEndpoint PeerAllReduce::endpoint() const {
   PeerEndpoint e;
   // Peers write these: the buffers are this object's, handed out for that.
   e.mailbox = const_cast<float*>(mailbox_.data());
-  e.flags = const_cast<uint32_t*>(flags_.data());
+  e.flags = const_cast<uint64_t*>(flags_.data());
   e.mailbox_ipc = mailbox_ipc_;
   e.flags_ipc = flags_ipc_;
   e.ipc = ipc_;
@@ -340,7 +342,7 @@ void PeerAllReduce::connect(const std::vector<PeerEndpoint>& peers) {
   const std::string why = refusal(peers);
   if (!why.empty()) throw InvalidArgument("PeerAllReduce::connect: " + why);
   std::vector<float*> mail;
-  std::vector<uint32_t*> flags;
+  std::vector<uint64_t*> flags;
   std::vector<void*> opened;
   // Opens one IPC handle of rank r (another process) into `opened`.
   auto open = [&](const cudaIpcMemHandle_t& h, int r) {
@@ -359,7 +361,7 @@ void PeerAllReduce::connect(const std::vector<PeerEndpoint>& peers) {
     for (const PeerEndpoint& p : peers) {
       if (p.process != process_token()) {
         mail.push_back(static_cast<float*>(open(p.mailbox_ipc, p.tp_rank)));
-        flags.push_back(static_cast<uint32_t*>(open(p.flags_ipc, p.tp_rank)));
+        flags.push_back(static_cast<uint64_t*>(open(p.flags_ipc, p.tp_rank)));
         continue;
       }
       mail.push_back(p.mailbox);
@@ -424,18 +426,18 @@ void PeerAllReduce::require_ready(const char* op, size_t count, int slots) const
 
 namespace {
 
-PeerArgs peer_args(const std::vector<float*>& mailbox, const std::vector<uint32_t*>& flags, int me,
-                   int max_slots, size_t cap, uint32_t* state, int* timeout, double timeout_s) {
+PeerArgs peer_args(const std::vector<float*>& mailbox, const std::vector<uint64_t*>& flags, int me,
+                   int max_slots, size_t cap, uint64_t* state, int* timeout, double timeout_s) {
   PeerArgs a{};
   for (size_t r = 0; r < mailbox.size(); ++r) {
     a.mailbox[r] = mailbox[r];
-    a.flags[r] = flags[r];
+    a.flags[r] = reinterpret_cast<unsigned long long*>(flags[r]);
   }
   a.tp = static_cast<int>(mailbox.size());
   a.me = me;
   a.max_slots = max_slots;
   a.cap = static_cast<int64_t>(cap);
-  a.state = state;
+  a.state = reinterpret_cast<unsigned long long*>(state);
   a.timeout = timeout;
   a.timeout_ns = static_cast<unsigned long long>(timeout_s * 1e9);
   return a;

@@ -836,10 +836,8 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
         tree = eager_tree + (tp.reduce_why.empty() ? "" : " (not fused: " + tp.reduce_why + ")");
         break;
       case TpReduce::automatic:
-        tree =
-            "where every rank has a GPU of its own that reaches its peers, the fused peer "
-            "boundary (" +
-            fused_tree + "); else " + eager_tree;
+        tree = "the fused peer boundary (" + fused_tree +
+               ") where every rank has a GPU of its own that reaches its peers, else " + eager_tree;
         break;
     }
     plan.parts.push_back(
