@@ -25,7 +25,8 @@ namespace sparkdraft::cuda {
 
 struct AllReduceBenchOptions {
   std::vector<int> tp_sizes{2};  // each in [2, #GPUs]
-  std::vector<int> rows{1, 2, 4, 8, 16, 32};
+  // The draft reduces requests x block-size rows: 16, 128, 512 at 1, 8, 32 requests.
+  std::vector<int> rows{1, 2, 4, 8, 16, 32, 128, 512};
   std::vector<int> hidden{4096, 8192};
   int repeats = 50;
   int warmup = 10;

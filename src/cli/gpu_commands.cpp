@@ -477,7 +477,7 @@ Command add_bench_step(CLI::App* bench) {
 Command add_bench_allreduce(CLI::App* bench) {
   struct Opts {
     std::string json;
-    std::vector<int> tp, rows{1, 2, 4, 8, 16, 32}, hidden{4096, 8192};
+    std::vector<int> tp, rows{1, 2, 4, 8, 16, 32, 128, 512}, hidden{4096, 8192};
     int repeats = 50;
     uint64_t seed = 20240601;
     double timeout = 60;
@@ -497,7 +497,10 @@ Command add_bench_allreduce(CLI::App* bench) {
       "GPUs.");
   add_bounded(sub, "--tp", opts->tp, "TP sizes (several allowed); default: 2 to the GPU count", 2,
               kMaxTp);
-  add_bounded(sub, "--rows", opts->rows, "Row counts (several allowed)", 1, kMaxReqs);
+  add_bounded(sub, "--rows", opts->rows,
+              "Row counts (several allowed); the draft's o_proj and down reduce requests x "
+              "block-size rows: 16, 128 and 512 at 1, 8 and 32 requests of a 16-token block",
+              1, kMaxReqs);
   add_bounded(sub, "--hidden", opts->hidden, "Hidden sizes (several allowed)", 1, 1 << 16);
   add_bounded(sub, "--repeats", opts->repeats, "Timed graph launches (the median is reported)", 1,
               100000);

@@ -38,12 +38,13 @@ TEST(Cli, EverySubcommandHasHelp) {
   EXPECT_NE(run("make-checkpoint --help").out.find("--preset"), std::string::npos);
   EXPECT_NE(run("demo --help").out.find("--requests"), std::string::npos);
   const std::string step = run("bench step --help").out;
-  for (const char* needle : {"--preset", "--checkpoint", "--preset-dir", "--ctx", "--rows",
-                             "--repeats", "--json", "--spec", "floor", "bit for bit"})
+  for (const char* needle :
+       {"--preset", "--checkpoint", "--preset-dir", "--ctx", "--rows", "--repeats", "--json",
+        "--spec", "floor", "bit for bit", "--tp-reduce"})
     EXPECT_NE(step.find(needle), std::string::npos) << needle << " missing from:\n" << step;
   const std::string allreduce = run("bench allreduce --help").out;
   for (const char* needle : {"--tp", "--rows", "--hidden", "--repeats", "--json", "ncclAllReduce",
-                             "bit for bit", "2 or more"})
+                             "our fused one", "bit for bit", "2 or more"})
     EXPECT_NE(allreduce.find(needle), std::string::npos) << needle << " missing from:\n"
                                                          << allreduce;
 }
