@@ -145,31 +145,14 @@ AllReduceBenchReport bench_allreduce(const AllReduceBenchOptions& o, std::ostrea
             gpu.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);
           }
           DeviceBuffer<int> flag(1), flags(static_cast<size_t>(tp));
-          // Whether every rank agrees on `mine` (an all-gather of one int).
-          auto everyone = [&](bool mine) {
-            const int v = mine ? 1 : 0;
-            flag.upload(&v, 1, 0, s);
-            comm.all_gather(flag.data(), flags.data(), sizeof(int), s);
-            const std::vector<int> all = flags.download(s);
-            return std::all_of(all.begin(), all.end(), [](int f) { return f == 1; });
-          };
           // The fused all-reduce, where every rank's GPU reaches its peers.
           PeerReduceOptions po;
           po.max_count = max_count;
           po.timeout_s = o.timeout_s;
           PeerAllReduce peer(r, tp, po);
-          const std::vector<PeerEndpoint> endpoints = peer.exchange(comm);
-          std::string why = peer.refusal(endpoints);
-          if (why.empty()) {
-            try {
-              peer.connect(endpoints);
-            } catch (const DeviceError& e) {
-              why = e.what();
-            }
-          }
-          const bool fused_runs = everyone(why.empty());
+          const std::string why = peer.connect_group(comm);
+          const bool fused_runs = why.empty();
           if (!fused_runs) {
-            if (why.empty()) why = "another rank cannot reach its peers";
             std::lock_guard lock(mu);
             if (report.fused_why.empty())
               report.fused_why = "rank " + std::to_string(r) + ": " + why;

@@ -55,6 +55,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,14 @@ class PeerAllReduce {
   void connect(const std::vector<PeerEndpoint>& peers);
   // Whether the GPU of endpoint `e` is this rank's (in any process).
   bool same_gpu(const PeerEndpoint& e) const;
+  // A collective of comm's ranks: exchange(), then refusal() and `also` (the
+  // caller's own reasons given every endpoint; empty = none), then connect(), then
+  // every rank learns whether every rank connected (an all-gather of one int).
+  // Returns why not, empty when every rank is connected; when not empty this rank is
+  // left unusable for calls (the caller drops the object).
+  std::string connect_group(
+      Communicator& comm,
+      const std::function<std::string(const std::vector<PeerEndpoint>&)>& also = {});
   bool connected() const { return connected_; }
 
   int tp_rank() const { return rank_; }

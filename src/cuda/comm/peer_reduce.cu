@@ -229,8 +229,6 @@ uint64_t process_token() {
   return token;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 bool module_loading_is_lazy() {
@@ -404,6 +402,31 @@ std::vector<PeerEndpoint> PeerAllReduce::exchange(Communicator& comm) const {
   return all;
 }
 
+std::string PeerAllReduce::connect_group(
+    Communicator& comm, const std::function<std::string(const std::vector<PeerEndpoint>&)>& also) {
+  const std::vector<PeerEndpoint> all = exchange(comm);
+  std::string why = refusal(all);
+  if (why.empty() && also) why = also(all);
+  if (why.empty()) {
+    try {
+      connect(all);  // peer access, or the IPC handles of other processes
+    } catch (const DeviceError& e) {
+      why = e.what();
+    }
+  }
+  // Every rank learns whether every rank connected.
+  const int mine = why.empty() ? 1 : 0;
+  DeviceBuffer<int> send(1), recv(static_cast<size_t>(tp_));
+  send.upload(&mine, 1);
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  comm.all_gather(static_cast<const void*>(send.data()), recv.data(), sizeof(int), nullptr);
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int> votes = recv.download();
+  for (int r = 0; r < tp_ && why.empty(); ++r)
+    if (votes[static_cast<size_t>(r)] != 1) why = "rank " + std::to_string(r) + " cannot run it";
+  return why;
+}
+
 void PeerAllReduce::check() const {
   const volatile int* t = timeout_host_;
   if (t[0] == 0) return;
@@ -457,7 +480,7 @@ void PeerAllReduce::all_reduce_sum(float* data, size_t count, cudaStream_t strea
   const int grid = static_cast<int>((n + chunk - 1) / chunk);
   const PeerArgs a = peer_args(peer_mailbox_, peer_flags_, rank_, options_.max_slots,
                                options_.max_count, state_.data(), timeout_dev_, options_.timeout_s);
-  const bool vec = aligned16(data);
+  const bool vec = detail::aligned16(data);
   with_ranks(tp_, [&](auto k) {
     peer_sum_kernel<decltype(k)::value><<<grid, kSumThreads, 0, stream>>>(a, data, n, chunk, vec);
   });
@@ -485,7 +508,7 @@ void PeerAllReduce::residual_boundary(const ops::BoundaryParams& p, const float*
   require_ready("residual_boundary", static_cast<size_t>(p.rows) * p.hidden, p.rows);
   const PeerArgs a = peer_args(peer_mailbox_, peer_flags_, rank_, options_.max_slots,
                                options_.max_count, state_.data(), timeout_dev_, options_.timeout_s);
-  const bool vec = detail::boundary_vec(p, aligned16(partial), residual, next);
+  const bool vec = detail::boundary_vec(p, detail::aligned16(partial), residual, next);
   with_ranks(tp_, [&](auto k) {
     detail::launch_boundary(p, BranchPeerTree<decltype(k)::value>{a, partial, vec}, residual, next,
                             vec, stream);

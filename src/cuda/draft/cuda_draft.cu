@@ -201,18 +201,6 @@ class CudaOps final : public StepOps {
   PeerAllReduce* peer_ = nullptr;
 };
 
-// Whether every rank of comm says `mine` (a collective: an all-gather of one int).
-bool every_rank(Communicator& comm, bool mine) {
-  const int v = mine ? 1 : 0;
-  DeviceBuffer<int> send(1), recv(static_cast<size_t>(comm.tp_size()));
-  send.upload(&v, 1);
-  SD_CUDA_CHECK(cudaDeviceSynchronize());
-  comm.all_gather(static_cast<const void*>(send.data()), recv.data(), sizeof(int), nullptr);
-  SD_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<int> all = recv.download();
-  return std::all_of(all.begin(), all.end(), [](int x) { return x == 1; });
-}
-
 // The rank this object runs and its layer shard, after the refusals that must
 // come before any allocation.
 struct RankShape {
@@ -369,37 +357,31 @@ struct CudaDraft::Impl {
     po.max_slots = T;
     po.timeout_s = co.tp_timeout_s;
     auto p = std::make_unique<PeerAllReduce>(rs.tp_rank, rs.tp_size, po);
-    const std::vector<PeerEndpoint> all = p->exchange(*comm);
-    std::string why = p->refusal(all);
-    const bool shared = std::any_of(all.begin(), all.end(), [&](const PeerEndpoint& e) {
-      return e.tp_rank != rs.tp_rank && p->same_gpu(e);
-    });
-    if (why.empty() && shared && co.tp_reduce == TpReduce::automatic)
-      why = "the ranks share one GPU (tp_reduce fused runs the fused boundary there too)";
-    if (why.empty() && shared) {
+    // Ranks sharing one GPU: only when asked, every rank's blocks resident together,
+    // and no lazy module load that could wait for a peer's waiting kernel.
+    const std::string why = p->connect_group(*comm, [&](const std::vector<PeerEndpoint>& all) {
+      const bool shared = std::any_of(all.begin(), all.end(), [&](const PeerEndpoint& e) {
+        return e.tp_rank != rs.tp_rank && p->same_gpu(e);
+      });
+      if (!shared) return std::string();
+      if (co.tp_reduce == TpReduce::automatic)
+        return std::string(
+            "the ranks share one GPU (tp_reduce fused runs the fused boundary there too)");
       const int64_t fit = p->resident_boundary_rows(c.hidden_size, c.stream_dtype);
       const int64_t need = static_cast<int64_t>(T) * rs.tp_size;
       if (need > fit)
-        why = "the ranks share one GPU, and their boundaries' blocks (" +
-              std::to_string(rs.tp_size) + " ranks x " + std::to_string(T) +
-              " rows) do not all fit on it at once (" + std::to_string(fit) +
-              " do): fewer ranks or requests";
-    }
-    if (why.empty() && shared && module_loading_is_lazy())
-      why =
-          "the ranks share one GPU and CUDA loads kernels lazily: a kernel loaded on one "
-          "rank's thread while a peer's boundary waits would deadlock (run with "
-          "CUDA_MODULE_LOADING=EAGER)";
+        return "the ranks share one GPU, and their boundaries' blocks (" +
+               std::to_string(rs.tp_size) + " ranks x " + std::to_string(T) +
+               " rows) do not all fit on it at once (" + std::to_string(fit) +
+               " do): fewer ranks or requests";
+      if (module_loading_is_lazy())
+        return std::string(
+            "the ranks share one GPU and CUDA loads kernels lazily: a kernel loaded on one "
+            "rank's thread while a peer's boundary waits would deadlock (run with "
+            "CUDA_MODULE_LOADING=EAGER)");
+      return std::string();
+    });
     if (why.empty()) {
-      try {
-        p->connect(all);  // peer access, or the IPC handles of other processes
-      } catch (const DeviceError& e) {
-        why = e.what();
-      }
-    }
-    const bool everyone = every_rank(*comm, why.empty());
-    if (why.empty() && !everyone) why = "another rank cannot run it";
-    if (everyone) {
       peer = std::move(p);
       return;
     }
