@@ -1,4 +1,4 @@
-// The TP all-reduce benchmark (SPEC section 6), as a library function the CLI's
+// The TP all-reduce benchmark (contract.md section 6), as a library function the CLI's
 // `bench allreduce` calls: for each TP size (ranks 0..tp-1 on GPUs 0..tp-1, one
 // thread each, run_nccl_group) and each rows x hidden, our eager all_reduce_sum
 // (ncclAllGather of the fp32 partials + the fixed tree, cuda/nccl_comm.h) and our

@@ -1,4 +1,4 @@
-// The Markov loop benchmark (SPEC section 7), as a library function the CLI's
+// The Markov loop benchmark (contract.md section 7), as a library function the CLI's
 // `bench` calls: seeded non-zero inputs built on the GPU, fused == eager checked
 // bit for bit first, each loop captured in a CUDA graph and timed (median of
 // repeats, cudaEvents, L2 flushed before each repeat), the device copy bandwidth

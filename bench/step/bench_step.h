@@ -1,4 +1,4 @@
-// The draft step benchmark (SPEC section 7, `sparkdraft bench step`), as a library
+// The draft step benchmark (contract.md section 7, `sparkdraft bench step`), as a library
 // function the CLI and the tests call. For one row count R on one checkpoint:
 //   * two GPU backends, "eager" (CudaDraftOptions::fused_markov = false) and
 //     "fused" (the defaults), sized for R requests of `ctx` context positions plus

@@ -1,4 +1,4 @@
-// The floor of the draft step (SPEC section 7): the bytes one propose call must
+// The floor of the draft step (contract.md section 7): the bytes one propose call must
 // move at least, part by part, from the model config alone (host code, no GPU).
 // `sparkdraft bench step` divides them by the copy bandwidth it measures.
 //
@@ -20,7 +20,7 @@
 // Not counted (small next to these): the embedding rows, the w1 rows, the
 // activations between ops, the tokens.
 //
-// At TP t (the floor of one GPU, SPEC section 7: its share of the weights and KV):
+// At TP t (the floor of one GPU, contract.md section 7: its share of the weights and KV):
 // where the layers shard (runtime/layer_shard.h) each GPU reads 1/t of the QKV,
 // o_proj, gate_up and down weights and of the KV cache, and all of the norms and
 // residual coefficients (replicated); where they do not, all of them. lm_head, w2 and

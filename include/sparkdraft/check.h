@@ -1,4 +1,4 @@
-// The comparisons of `sparkdraft check` (SPEC section 3's equalities), backend
+// The comparisons of `sparkdraft check` (contract.md section 3's equalities), backend
 // against backend over one multi-round scenario, with a readable report.
 //
 // A side is what one backend produced: every round's draft tokens and
@@ -7,7 +7,7 @@
 // each comparison one line of the report naming where the first mismatch is.
 //
 //   check_tp_invariance   the CPU backend at TP n against the CPU backend at TP 1
-//                         (SPEC section 3.3: the TP size changes no bit): no GPU
+//                         (contract.md section 3.3: the TP size changes no bit): no GPU
 //                         needed; the layers shard where the config splits
 //                         (runtime/layer_shard.h), the vocabulary always.
 //   cuda::check_draft     CPU vs GPU eager vs GPU fused (sparkdraft/cuda/check_draft.h).

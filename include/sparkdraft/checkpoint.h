@@ -1,5 +1,5 @@
 // A draft checkpoint: config + safetensors weights, resolved to the tensors of
-// SPEC section 1 and validated against the config (names, dtypes, shapes).
+// contract.md section 1 and validated against the config (names, dtypes, shapes).
 //
 // Directory layout (DeepSpec / HF): config.json (ours or Qwen3DSparkModel) and
 // model.safetensors, or shards listed in model.safetensors.index.json.

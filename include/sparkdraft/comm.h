@@ -1,4 +1,4 @@
-// The one communicator of tensor parallelism (SPEC section 6).
+// The one communicator of tensor parallelism (contract.md section 6).
 //
 // An object runs one or more TP ranks of a group of tp_size() ranks, the ones in
 // local_ranks() (increasing): one rank per object for NCCL (a process or a thread
@@ -50,7 +50,7 @@ class Communicator {
 
   // Element-wise fp32 sum of the ranks' partials, in place: data[i] holds
   // local_ranks()[i]'s `count` partials on entry and the sums on return (every
-  // local rank gets the same bits). The order is the fixed tree of SPEC section 6,
+  // local rank gets the same bits). The order is the fixed tree of contract.md section 6,
   // core/reduce.h canonical_tree_sum over ranks 0..tp_size()-1:
   // ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) at TP 8, never a timing- or size-
   // dependent order.

@@ -1,4 +1,4 @@
-// The model config of SPEC section 1: one struct for every known DSpark draft.
+// The model config of contract.md section 1: one struct for every known DSpark draft.
 //
 // Read from our own JSON (`to_json`/`from_json` round-trip) or imported from a
 // DeepSpec / HF `Qwen3DSparkModel` config.json (`import_hf_config`). Anything
@@ -95,7 +95,7 @@ struct ModelConfig {
   // Attention of each layer: empty = every layer full and non-causal, else one entry
   // per layer.
   std::vector<LayerAttention> layer_attention;
-  // Output-logit transform of the step logits (SPEC section 3).
+  // Output-logit transform of the step logits (contract.md section 3).
   std::optional<float> logit_multiplier;
   std::optional<float> logit_soft_cap;
   // Layout: true = DSpark (N queries give N drafts).

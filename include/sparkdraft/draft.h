@@ -1,4 +1,4 @@
-// The draft job (SPEC section 1) behind one backend interface.
+// The draft job (contract.md section 1) behind one backend interface.
 //
 //   store_context: target hidden states of newly verified tokens -> fc ->
 //                  hidden_norm -> (per-layer input norm) -> K/V -> K-norm ->
@@ -38,7 +38,7 @@ struct DraftOptions {
   int page_size = 16;          // positions per page
   int max_pages_per_req = 64;  // block table row width
   int cache_slots = 8;         // rows of the draft-logits cache
-  // TP ranks (SPEC section 6). The CPU backend runs them as threads: lm_head and the
+  // TP ranks (contract.md section 6). The CPU backend runs them as threads: lm_head and the
   // Markov loop shard the vocabulary, and the layers shard too (heads, intermediate
   // columns, canonical K slices, KV heads) where the config splits over tp ranks,
   // else they stay replicated (cpu_plan says which and why); the bits are TP 1's

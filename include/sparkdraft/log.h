@@ -1,5 +1,5 @@
 // The library's only way to say something: a settable log sink. The library
-// never prints (ARCHITECTURE.md, convention 5); it hands each message to the sink.
+// never prints (architecture.md, convention 5); it hands each message to the sink.
 // The default sink writes "sparkdraft: <message>" and a newline to stderr;
 // set_log_sink(nullptr) silences the library; a tool or a binding installs its own.
 #pragma once

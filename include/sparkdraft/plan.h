@@ -34,7 +34,7 @@ struct StepPlan {
 
 // The CPU backend's plan at `tp` thread ranks (DraftOptions::tp): every part
 // eager, on the reference ops; the "layers" part says whether the layers shard
-// over the ranks (SPEC section 6) or stay replicated, and why.
+// over the ranks (contract.md section 6) or stay replicated, and why.
 StepPlan cpu_plan(const ModelConfig& config, int tp);
 
 }  // namespace sparkdraft

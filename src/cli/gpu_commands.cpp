@@ -265,9 +265,10 @@ Command add_bench_markov(CLI::App* bench) {
   sub->add_option("--temperature", opts->temperature, "Temperature of every row")
       ->capture_default_str();
   sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");
-  sub->add_flag("--spec", opts->spec_suite,
-                "Run the SPEC section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at "
-                "1, 8 and 32 rows");
+  sub->add_flag(
+      "--spec", opts->spec_suite,
+      "Run the contract.md section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at "
+      "1, 8 and 32 rows");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   return {sub, [opts]() -> int {
 #if defined(SPARKDRAFT_HAVE_CUDA)
@@ -349,7 +350,8 @@ Command add_bench_step(CLI::App* bench) {
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = bench->add_subcommand(
       "step",
-      "The whole draft step on the GPU (SPEC section 7): propose (query-block backbone, lm_head, "
+      "The whole draft step on the GPU (contract.md section 7): propose (query-block backbone, "
+      "lm_head, "
       "Markov loop) for R requests after ctx context positions were stored, one CUDA graph per "
       "backend, timed for the eager backend (eager Markov loop) and the fused backend (fused "
       "Markov loop) against the floor: the bytes the step must move at least (every layer weight "
@@ -382,9 +384,10 @@ Command add_bench_step(CLI::App* bench) {
   add_bounded(sub, "--repeats", opts->repeats, "Timed graph launches (the median is reported)", 1,
               100000);
   add_seed(sub, opts->seed, "Seed of the synthetic hidden states, anchors and sampling seeds");
-  sub->add_flag("--spec", opts->spec_suite,
-                "Run the SPEC section 7 set: the qwen3-8b and muse presets at ctx 4096, rows 1, 8 "
-                "and 32")
+  sub->add_flag(
+         "--spec", opts->spec_suite,
+         "Run the contract.md section 7 set: the qwen3-8b and muse presets at ctx 4096, rows 1, 8 "
+         "and 32")
       ->excludes(checkpoint)
       ->excludes("--preset")
       ->excludes(ctx)
@@ -485,7 +488,7 @@ Command add_bench_allreduce(CLI::App* bench) {
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = bench->add_subcommand(
       "allreduce",
-      "The TP all-reduce (SPEC section 6), one thread and one GPU per rank: our eager "
+      "The TP all-reduce (contract.md section 6), one thread and one GPU per rank: our eager "
       "all_reduce_sum (ncclAllGather of the fp32 partials + the fixed tree, the same bits on "
       "every rank) and our fused one (each rank pushes its partials into its peers' mailboxes "
       "over NVLink with epoch flags, the tree in the same kernel; where the GPUs reach each "
@@ -564,7 +567,7 @@ Command add_bench_allreduce(CLI::App* bench) {
 }  // namespace
 
 Command add_bench(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks (SPEC section 7)");
+  CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks (contract.md section 7)");
   bench->require_subcommand(1);
   const Command markov = add_bench_markov(bench);
   const Command step = add_bench_step(bench);

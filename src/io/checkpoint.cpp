@@ -1,5 +1,5 @@
 // Checkpoint loading: config.json (ours or HF) plus safetensors weights,
-// resolved to the tensors of SPEC section 1 and validated against the config.
+// resolved to the tensors of contract.md section 1 and validated against the config.
 //
 // Why validate every tensor here: the kernels take raw pointers into the
 // mapping and know nothing of names or shapes, so a wrong shape or dtype would

@@ -1,10 +1,10 @@
-// The whole draft job on the CPU backend (SPEC section 1): the step of
+// The whole draft job on the CPU backend (contract.md section 1): the step of
 // runtime/step.h over the reference ops of cpu/ops.h (every part eager,
 // runtime/cpu_ops.h), on the packed weights both backends share
 // (runtime/packed_weights.h): the reference the CUDA eager path is held to, and
 // the embedded default on a machine without a GPU.
 //
-// Tensor parallelism (DraftOptions::tp, SPEC section 6): ranks are threads of
+// Tensor parallelism (DraftOptions::tp, contract.md section 6): ranks are threads of
 // run_thread_group (comm.h). Where the config splits (runtime/layer_shard.h) the
 // layers shard too: each rank holds its heads' QKV(+gate) rows, its gate_up
 // columns, its K columns of o_proj and down_proj and its KV heads of every KV

@@ -3,7 +3,7 @@
 // one TP thread rank. With a communicator (a rank of run_thread_group, comm.h)
 // the layers are sharded over its ranks: gemm_all_reduce adds this rank's
 // canonical K slices in its subtree, completes the tree with the communicator's
-// all_reduce_sum and rounds once (SPEC section 6); without one it holds every
+// all_reduce_sum and rounds once (contract.md section 6); without one it holds every
 // slice (TP 1, or replicated layers).
 #pragma once
 

@@ -26,7 +26,7 @@ std::string layer_shard_refusal(const ModelConfig& c, int tp_size) {
     add(std::to_string(c.num_kv_heads) + " KV heads do not split" + over);
   if (c.intermediate_size % tp_size != 0)
     add("the intermediate size " + std::to_string(c.intermediate_size) + " does not split" + over);
-  // A rank's K columns must be whole canonical slices (SPEC section 6).
+  // A rank's K columns must be whole canonical slices (contract.md section 6).
   auto slices = [&](const char* proj, int K) {
     const int s = ops::canonical_k_slices(K);
     if (s % tp_size == 0) return;

@@ -1,4 +1,4 @@
-// The layers' tensor parallelism (SPEC section 6): which part of each layer TP
+// The layers' tensor parallelism (contract.md section 6): which part of each layer TP
 // rank r of t holds, and when a config cannot be split that way.
 //
 // At TP t rank r holds query heads [r*Hq/t, (r+1)*Hq/t) and KV heads

@@ -1,5 +1,5 @@
 // The Markov loop on the CPU backend, vocab-parallel over ranks as threads
-// (SPEC section 6 (b)). Rank k owns the k-th equal slice of lm_head and w2:
+// (contract.md section 6 (b)). Rank k owns the k-th equal slice of lm_head and w2:
 // per step it samples its slice and contributes a packet (best value, best id);
 // every rank folds the packets in rank order with the contract's rule, so all
 // ranks pick the same token and the tokens and cache are bit for bit TP = 1's.

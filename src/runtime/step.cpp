@@ -252,7 +252,7 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
       ops.o_norm_gate(buf.attn, T, heads_, hd, lw.o_norm, c_.o_norm, c_.o_norm_gain(),
                       c_.rms_norm_eps, c_.output_gate ? buf.qkv + qkv_.g : nullptr, W);
     // o_proj and down_proj: this rank's canonical K slices, the tree completed over
-    // the ranks (SPEC section 6), one bf16 rounding; the boundary on every rank.
+    // the ranks (contract.md section 6), one bf16 rounding; the boundary on every rank.
     ops.gemm_all_reduce_boundary(buf.attn, q, lw.o_proj, lw.o_proj_stride ? lw.o_proj_stride : q, q,
                                  o_slices_, buf.branch,
                                  boundary_params(T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,

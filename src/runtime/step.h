@@ -1,4 +1,4 @@
-// The draft step, written once (SPEC section 1): the context chain, the query
+// The draft step, written once (contract.md section 1): the context chain, the query
 // block and the backbone, over a backend's op table. The CPU backend
 // (runtime/cpu_draft.cpp) runs every op eager on host buffers; the GPU backend
 // (cuda/draft/cuda_draft.cu) runs the same calls on device buffers on its stream,
@@ -6,7 +6,7 @@
 // (lm_head and the Markov loop) is the backend's: vocab-parallel thread ranks on
 // the CPU, the fused or eager loop on the GPU.
 //
-// Layer tensor parallelism (SPEC section 6, runtime/layer_shard.h): a DraftStep
+// Layer tensor parallelism (contract.md section 6, runtime/layer_shard.h): a DraftStep
 // built for a LayerShard runs one TP rank's heads, intermediate columns and KV
 // heads; o_proj and down_proj go through StepOps::gemm_all_reduce, whose op table
 // completes the canonical slice tree over the ranks. The same calls run at every
@@ -40,7 +40,7 @@ class StepOps {
   // ops::canonical_k_slices(K); every other projection 1).
   virtual void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
                     int64_t y_stride, int k_slices) = 0;
-  // o_proj and down_proj (ops/gemm.h, SPEC section 6): y = bf16 of the canonical
+  // o_proj and down_proj (ops/gemm.h, contract.md section 6): y = bf16 of the canonical
   // tree of every TP rank's K slices. The rank this op table runs holds `k_slices`
   // consecutive canonical slices, its K columns: x [M, K] and w [N, K] (row stride
   // w_stride) are those columns. A sharded op table (layer_tp_size() > 1) computes

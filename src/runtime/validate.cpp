@@ -1,4 +1,4 @@
-// Input checks at the API boundary (SPEC section 4: bad input is refused with a
+// Input checks at the API boundary (contract.md section 4: bad input is refused with a
 // clear error; no kernel runs on it). Shared by every backend.
 #include <cmath>
 #include <map>

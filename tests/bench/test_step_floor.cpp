@@ -1,4 +1,4 @@
-// The floor of the draft step (bench/step/step_floor.h, SPEC section 7): part by
+// The floor of the draft step (bench/step/step_floor.h, contract.md section 7): part by
 // part equal to the independent form of tests/common/floor.h (the weights summed
 // from the checkpoint's own tensor list) for every preset and both styles and
 // several row counts and contexts, and to the bytes worked out by hand for the

@@ -1,4 +1,4 @@
-// The all-reduce tree of SPEC section 6, written out by hand for every count it
+// The all-reduce tree of contract.md section 6, written out by hand for every count it
 // names and the odd counts core/reduce.h's canonical_tree_sum also takes (an odd
 // last term rises unchanged), and the seeded fp32 partials the communicator tests
 // reduce: mixed magnitudes, so that rank order or reversed order would be caught.

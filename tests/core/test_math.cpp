@@ -53,7 +53,7 @@ float domain_value(int64_t i) {
   if (i <= (int64_t{1} << 24)) return static_cast<float>(i);
   return bits_f32(f32_bits(16777216.0f) + static_cast<uint32_t>(i - (int64_t{1} << 24)));
 }
-float domain_u(int64_t i) {  // the SPEC section 4 formula
+float domain_u(int64_t i) {  // the contract.md section 4 formula
   const float u = domain_value(i) * kUniformScale;
   return u < kUniformScale ? kUniformScale : u;
 }

@@ -1,4 +1,4 @@
-// core/philox.h against the SPEC section 4 test vectors (computed on the target
+// core/philox.h against the contract.md section 4 test vectors (computed on the target
 // GPU by the engine we replace): randint words and the u bits of vocab ids 0..2.
 #include <gtest/gtest.h>
 

@@ -22,7 +22,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNan = std::numeric_limits<float>::quiet_NaN();
 
-// The rule written directly from SPEC section 4, without `better`.
+// The rule written directly from contract.md section 4, without `better`.
 int64_t rule_token(const std::vector<float>& z) {
   for (size_t i = 0; i < z.size(); ++i)
     if (std::isnan(z[i])) return static_cast<int64_t>(i);

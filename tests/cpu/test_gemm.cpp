@@ -56,7 +56,7 @@ Problem make(test::Gen& gen, int M, int N, int K, int x_pad, int y_pad, bool spe
   return p;
 }
 
-// The reference: bf16 of the slice chains added by the literal tree of SPEC section 6.
+// The reference: bf16 of the slice chains added by the literal tree of contract.md section 6.
 std::vector<bf16> reference(const Problem& p, int S) {
   std::vector<bf16> y = p.y0;
   const int len = p.K / S;

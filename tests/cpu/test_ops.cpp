@@ -430,7 +430,7 @@ TEST(CpuOpsResidualBoundary, MatchesNaiveBitForBit) {
 }
 
 TEST(CpuOpsResidualBoundary, UnitCoefficientsGivePlainAddBits) {
-  // SPEC section 3: the norm-preserving residual with alpha = beta = 1 gives
+  // contract.md section 3: the norm-preserving residual with alpha = beta = 1 gives
   // exactly the bits of s + b, in both stream dtypes.
   const uint64_t seed = 2002;
   test::Gen rng(seed);  // names the seed in any failure
@@ -826,7 +826,7 @@ TEST(CpuOpsStepLogits, MatchesNaiveWithAndWithoutTransform) {
     }
 }
 
-// The sampling contract's noise, written from SPEC section 4 independently of
+// The sampling contract's noise, written from contract.md section 4 independently of
 // core/philox.h: Philox4x32-10 word 0, two levels, u, g = -log(-log1p(-u)).
 uint32_t naive_randint(int64_t seed, int64_t off) {
   const uint64_t s = static_cast<uint64_t>(seed), o = static_cast<uint64_t>(off);
@@ -869,7 +869,7 @@ RowBest naive_sample(const std::vector<bf16>& l, int64_t offset, float temperatu
 }
 
 TEST(CpuOpsSampleRow, NaiveNoiseMatchesSpecVectors) {
-  // Anchors the test's own Philox on SPEC section 4 before it is used below.
+  // Anchors the test's own Philox on contract.md section 4 before it is used below.
   EXPECT_EQ(naive_randint(0, 0), 1713891541u);
   EXPECT_EQ(naive_randint(12345, 77), 668326920u);
   EXPECT_EQ(naive_randint(-5, 9), 2883358565u);
@@ -940,7 +940,7 @@ TEST(CpuOpsSampleRow, SpecialRowsFollowTheRule) {
 }
 
 TEST(CpuOpsSampleRow, SlicesCombineToTheWholeRow) {
-  // A vocab split (SPEC section 4 invariance): best of slices == best of the row.
+  // A vocab split (contract.md section 4 invariance): best of slices == best of the row.
   const uint64_t seed = 7005;
   test::Gen rng(seed);  // names the seed in any failure
   const int n = 999;

@@ -214,7 +214,7 @@ TEST(CudaAttention, PublishedShapesAtContext4096MatchCpu) {
   }
 }
 
-// Host only: the launcher's work split for the shapes of SPEC section 7 at ctx 4096
+// Host only: the launcher's work split for the shapes of contract.md section 7 at ctx 4096
 // (max_kv_len 4103): one request spreads over >= 132 CTAs, every batch over at least
 // three quarters of a wave, and 32 requests need no workspace.
 TEST(CudaAttention, LauncherSplitForThePublishedShapes) {

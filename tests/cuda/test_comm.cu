@@ -1,7 +1,7 @@
 // The single-GPU loopback behind the one communicator interface (comm.h,
 // cuda/loopback.h): every rank local, device buffers, collectives on the stream;
 // the all-gather places rank k at block k, the all-reduce is the fixed tree of
-// SPEC section 6 (written out here), bit for bit, also inside a CUDA graph.
+// contract.md section 6 (written out here), bit for bit, also inside a CUDA graph.
 #include <gtest/gtest.h>
 
 #include <cmath>

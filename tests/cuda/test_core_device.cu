@@ -1,5 +1,5 @@
 // The numerics core (core/*.h) evaluated on the device against the same code on
-// the host, bit for bit (SPEC section 3, equality 2): bf16 rounding, Philox,
+// the host, bit for bit (contract.md section 3, equality 2): bf16 rounding, Philox,
 // uniforms, draft noise and noised scores, every core/math.h function on seeded
 // sweeps and special values, the warp canonical reduction, and, exhaustively,
 // the Gumbel noise of every distinct u the sampling recipe can draw.

@@ -1,4 +1,4 @@
-// The eager CUDA kernels against the CPU reference (cpu/ops.h), SPEC section 3:
+// The eager CUDA kernels against the CPU reference (cpu/ops.h), contract.md section 3:
 // every non-matmul kernel equals its CPU op bit for bit over seeded sweeps (odd
 // sizes, 1 to 64 rows, NaN/inf/overflowing/subnormal rows, padding slots and
 // tokens, both stream dtypes, every norm gain, both rope styles). Attention has its

@@ -756,7 +756,7 @@ TEST(MarkovVocabParallel, ShardPacketsMatchCpuSliceBest) {
 }
 
 #if defined(SPARKDRAFT_HAVE_NCCL)
-// The vocab-parallel loop over NCCL, one GPU and one thread per rank (SPEC section 6):
+// The vocab-parallel loop over NCCL, one GPU and one thread per rank (contract.md section 6):
 // every rank builds the same seeded inputs on its GPU (make_inputs is deterministic),
 // keeps shard r of w2 and of the base logits, and runs VocabParallelMarkov over its
 // NcclComm (per step one packet all-gather, then the cache all-gather); every rank's

@@ -3,7 +3,7 @@
 // the loopback's bits (eager and in a CUDA graph), through both constructors, and
 // the gathered tree (the second half of all_reduce_sum) is checked at every rank
 // count; with n >= 2 GPUs, ranks 0..n-1: the all-gather is the concatenation, the
-// all-reduce the fixed tree of SPEC section 6 (written out here, with inputs on
+// all-reduce the fixed tree of contract.md section 6 (written out here, with inputs on
 // which rank order would differ), eager and in a graph; a rank that throws stops
 // the group with its error (naming it) instead of hanging, a collective that not
 // every rank calls times out, and a count above the capacity is refused.
@@ -47,7 +47,7 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::DeviceStream;
 
-// The tree of SPEC section 6 over n partials, as the tests write it: by hand up
+// The tree of contract.md section 6 over n partials, as the tests write it: by hand up
 // to 8 ranks (common/tree.h), canonical_tree_sum beyond.
 float host_tree(std::vector<float> p) {
   if (p.size() <= 8) return test::documented_tree(p);

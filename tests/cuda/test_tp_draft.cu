@@ -1,4 +1,4 @@
-// Tensor parallelism of the GPU backend (SPEC section 6): TP ranks that each hold
+// Tensor parallelism of the GPU backend (contract.md section 6): TP ranks that each hold
 // their heads, intermediate columns, canonical K slices of o_proj and down_proj, KV
 // heads and vocabulary shard give TP 1's bits at TP 2, 4 and 8: draft tokens, the
 // draft-logits cache, every KV cache and every rank's final hidden states, round

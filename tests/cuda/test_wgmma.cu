@@ -1,4 +1,4 @@
-// wgmma against the tensor-core twin (SPEC section 3: a kernel may use wgmma only
+// wgmma against the tensor-core twin (contract.md section 3: a kernel may use wgmma only
 // if a test proves it gives the bits of the m16n8k16 chain on the device).
 //
 // One CTA of one warpgroup per tile runs wgmma.mma_async.m64nNk16.f32.bf16.bf16

@@ -1,5 +1,5 @@
 // The CPU Markov loop (runtime/markov_loop.h) from given base logits: equal to
-// a naive loop written from SPEC sections 1 and 4, and bit for bit the same
+// a naive loop written from contract.md sections 1 and 4, and bit for bit the same
 // tokens and cache at TP 1, 2, 4 and 8, with NaN rows, exact ties and padding rows.
 #include <gtest/gtest.h>
 

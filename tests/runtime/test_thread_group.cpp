@@ -1,5 +1,5 @@
 // The CPU thread-group communicator behind the one interface (comm.h): collectives
-// in rank order, the all-reduce in the fixed tree of SPEC section 6, errors surface.
+// in rank order, the all-reduce in the fixed tree of contract.md section 6, errors surface.
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// Tensor parallelism of the layers on the CPU backend (SPEC section 6): thread
+// Tensor parallelism of the layers on the CPU backend (contract.md section 6): thread
 // ranks that each hold their heads, intermediate columns, K slices of o_proj and
 // down_proj and KV heads give the bits of TP 1 at TP 2, 4 and 8 (draft tokens,
 // the draft-logits cache, every layer's KV cache, the final hidden states of every

@@ -1,4 +1,4 @@
-// bf16 storage type and its one rounding rule (SPEC section 3).
+// bf16 storage type and its one rounding rule (contract.md section 3).
 //
 // bf16 = the top 16 bits of an fp32. Conversion fp32 -> bf16 rounds to nearest,
 // ties to even; values past the largest finite bf16 round to +-inf exactly as

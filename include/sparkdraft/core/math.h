@@ -1,4 +1,4 @@
-// The contract's transcendental functions (SPEC section 3), host and device.
+// The contract's transcendental functions (contract.md section 3), host and device.
 //
 // Why: libm and CUDA's math library round differently, so every exp/log/tanh/
 // sigmoid/silu/rsqrt the contract uses is ours. Each function is built only from

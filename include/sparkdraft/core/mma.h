@@ -1,4 +1,4 @@
-// The tensor-core twin (SPEC section 3, "Matrix products"): the bits of Hopper's
+// The tensor-core twin (contract.md section 3, "Matrix products"): the bits of Hopper's
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, computed on the host (and,
 // for tests, on the device) with integer arithmetic only.
 //
@@ -18,7 +18,7 @@
 //      +-infinity; a sum that is zero, or truncates to zero, gives +0;
 //   7. a NaN input, inf - inf, or 0 * inf gives NaN (0x7fffffff, the GPU's NaN);
 //      otherwise an infinite product or c gives that infinity.
-// The published models (SPEC section 3) count zero and subnormal values at -126
+// The published models (contract.md section 3) count zero and subnormal values at -126
 // everywhere; the H200 differs in rule 3 (a zero product or a zero c does not set
 // E, and E may go below -126 down to -133) and rule 6 (a negative sum that
 // truncates to zero gives +0). Found by the device sweep of 2026-11-30

@@ -24,7 +24,7 @@ struct MmaCase {
   uint32_t c[16][8];
 };
 
-// The families of cases (SPEC section 3 and the twin's issue list).
+// The families of cases (contract.md section 3 and the twin's issue list).
 enum class MmaDist : int {
   random_bits = 0,  // any finite bit patterns
   narrow,           // exponents within a few binades of 1

@@ -1,4 +1,4 @@
-// The per-row packet of the vocab-parallel Markov loop (SPEC section 6), one format
+// The per-row packet of the vocab-parallel Markov loop (contract.md section 6), one format
 // for every backend (the CPU thread ranks, the GPU loopback and, later, NCCL): a
 // shard's best score of the step, that score's global vocab id, and whether the
 // score is NaN (then `id` is the shard's lowest NaN id). Shards hold increasing id

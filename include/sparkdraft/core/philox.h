@@ -1,4 +1,4 @@
-// Philox4x32-10 and the two-level Gumbel noise of the sampling contract (SPEC section 4).
+// Philox4x32-10 and the two-level Gumbel noise of the sampling contract (contract.md section 4).
 //
 // randint(seed, off): key (low32(seed), high32(seed)), counter (low32(off),
 // high32(off), 0, 0), 10 rounds (Random123 philox4x32_10), returns word 0.

@@ -1,4 +1,4 @@
-// The canonical fp32 reduction order (SPEC section 3), written once.
+// The canonical fp32 reduction order (contract.md section 3), written once.
 //
 // Every fp32 reduction the contract covers (an RMSNorm's sum of squares, the
 // Markov bias GEMV's dot products) sums n terms in this one order, on the CPU
@@ -74,7 +74,7 @@ SD_HD float canonical_dot(int n, LoadA a, LoadB b) {
   });
 }
 
-// The fixed tree of SPEC section 6 over n >= 1 fp32 partials p[0..n) (the TP
+// The fixed tree of contract.md section 6 over n >= 1 fp32 partials p[0..n) (the TP
 // all-reduce over ranks, the canonical K slices): adjacent pairs, level by level,
 //   n = 2: p0+p1;  n = 4: (p0+p1)+(p2+p3);  n = 8: ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7));
 // at a level with an odd count the last term rises to the next level unchanged

@@ -1,4 +1,4 @@
-// The sampling rule of the contract (SPEC section 4), host and device.
+// The sampling rule of the contract (contract.md section 4), host and device.
 //
 //   T > 0: z = f32(l) / T + g   (IEEE fp32 division, then fp32 add)
 //   T = 0: z = f32(l)            (no noise)

@@ -1,4 +1,4 @@
-// The fused backbone kernels (SPEC section 5), each bit for bit the composition of
+// The fused backbone kernels (contract.md section 5), each bit for bit the composition of
 // eager ops that ops/front.h defines (runtime/step.h eager_qkv_front,
 // eager_embed_norm run that composition on any backend):
 //   * qkv_front: after the QKV projection (or the context chain's stacked K/V

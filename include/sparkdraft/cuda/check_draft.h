@@ -1,4 +1,4 @@
-// `sparkdraft check`: the exactness contract of SPEC section 3 on one
+// `sparkdraft check`: the exactness contract of contract.md section 3 on one
 // checkpoint and scenario, with a readable report.
 //
 //   cpu             the CPU backend: every op its own, the matrix products on the

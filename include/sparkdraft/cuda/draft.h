@@ -1,9 +1,9 @@
-// The draft job on the GPU (SPEC sections 1, 2, 5): the eager path, one plain
+// The draft job on the GPU (contract.md sections 1, 2, 5): the eager path, one plain
 // kernel per op (cuda/kernels.h, the GEMMs included) on the packed weights the
 // CPU backend also uses (runtime/packed_weights.h), then the Markov loop: fused when its plan
 // accepts the draft, else eager with the reason logged once.
 //
-// Tensor parallelism (SPEC section 6): a CudaDraft runs one TP rank. At TP 1 (no
+// Tensor parallelism (contract.md section 6): a CudaDraft runs one TP rank. At TP 1 (no
 // communicator) it holds the whole model. Given a rank's communicator (NCCL,
 // cuda/nccl_comm.h, e.g. one an engine hands over; or the shared-device group,
 // cuda/shared_device_comm.h) it holds and loads only that rank's shards: the layers
@@ -37,7 +37,7 @@
 
 namespace sparkdraft::cuda {
 
-// How a TP rank completes o_proj's and down's all-reduce (SPEC section 6):
+// How a TP rank completes o_proj's and down's all-reduce (contract.md section 6):
 //   eager      Communicator::all_reduce_sum (an all-gather of the fp32 partials,
 //              then the fixed tree), then the bf16 rounding, then the residual
 //              boundary;

@@ -3,7 +3,7 @@
 // the caller's stream. The contract of each op is in include/sparkdraft/ops/; this
 // header says how each launches.
 //
-// Each kernel reproduces its CPU op bit for bit (SPEC section 3): the same
+// Each kernel reproduces its CPU op bit for bit (contract.md section 3): the same
 // rounding points (stated in ops/<family>.h), the canonical reduction order of
 // core/reduce.h (one warp per normed row: lane l owns chunks l, l+32, ... of 8
 // elements, one fma per term, then the xor butterfly), the math of core/math.h
@@ -14,7 +14,7 @@
 // launch, launch on `stream` and check the launch (DeviceError). They never
 // synchronize and never allocate, so they can be captured in a CUDA graph.
 // Values behind device pointers (token ids, positions, slots, kv lengths) are
-// not read on the host: the API boundary validates them (SPEC section 4).
+// not read on the host: the API boundary validates them (contract.md section 4).
 // Zero rows / tokens is a valid empty call and launches nothing.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The single-GPU loopback communicator (SPEC section 6 (c)): one object runs every
+// The single-GPU loopback communicator (contract.md section 6 (c)): one object runs every
 // TP rank 0..tp_size-1 of the group on the current device, one after another on
 // one stream, so the TP logic runs where no kernel waits on another rank. Device
 // memory; the collectives are device copies and one kernel queued on the caller's

@@ -1,4 +1,4 @@
-// The Markov loop on the GPU (SPEC sections 1.5, 4, 5 and 6): per request row r and
+// The Markov loop on the GPU (contract.md sections 1.5, 4, 5 and 6): per request row r and
 // step j = 0..N-1
 //   prev    = the anchor (j = 0), else the token of step j-1
 //   e       = w1[prev]                                               bf16 [K]

@@ -1,4 +1,4 @@
-// The NCCL communicator (SPEC section 6 (a)): one object runs one TP rank on one
+// The NCCL communicator (contract.md section 6 (a)): one object runs one TP rank on one
 // GPU (a thread or a process per rank). Device memory; the collectives are queued
 // on the caller's stream, never synchronize the host with the device and allocate
 // nothing, so they can be captured in a CUDA graph.

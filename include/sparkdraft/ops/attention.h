@@ -1,4 +1,4 @@
-// The contract of attention over the paged cache (SPEC section 3): one definition,
+// The contract of attention over the paged cache (contract.md section 3): one definition,
 // followed literally by the CPU (cpu/attention.cpp, on the tensor-core twin) and the
 // GPU (cuda/eager/attention.cu, on the tensor cores), bit for bit.
 //

@@ -1,4 +1,4 @@
-// The contract of the residual boundary (SPEC section 3): one op between a branch
+// The contract of the residual boundary (contract.md section 3): one op between a branch
 // (attention or MLP output) and the next layer's input, over rows of H values.
 //   b  = post_norm ? rms_norm(branch) with post_weight (bf16) : branch
 //   s' = alpha_i * s_i + beta_i * b_i   (fp32: two products, one add, no fma)

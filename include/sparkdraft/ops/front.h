@@ -1,4 +1,4 @@
-// The contract of the backbone's fronts (SPEC sections 1 and 5): what follows a
+// The contract of the backbone's fronts (contract.md sections 1 and 5): what follows a
 // projection before attention reads the paged cache, and what starts the backbone.
 // Each is defined as a composition of the ops of norm.h, rope.h, kv.h and embed.h,
 // in a fixed order; a fused kernel must give the same bits as that composition (the

@@ -1,4 +1,4 @@
-// The contract of the layer matrix products (SPEC sections 3 and 6), the same on
+// The contract of the layer matrix products (contract.md sections 3 and 6), the same on
 // the CPU (cpu::gemm) and the GPU (cuda::gemm), bit for bit:
 //
 //   y[m][n] = bf16( chain(x[m], w[n]) )

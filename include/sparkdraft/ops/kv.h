@@ -1,4 +1,4 @@
-// The contract of the paged KV cache (SPEC section 1).
+// The contract of the paged KV cache (contract.md section 1).
 //
 // The cache of one layer: [pages * page_size, kv_heads, 2 * head_dim] bf16; head h of
 // slot s holds K at [s][h][0, hd) and V at [s][h][hd, 2hd). kv_insert writes exact

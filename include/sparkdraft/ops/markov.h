@@ -1,4 +1,4 @@
-// The contract of the Markov head and the sampler (SPEC sections 1.5, 3, 4). Per
+// The contract of the Markov head and the sampler (contract.md sections 1.5, 3, 4). Per
 // request row r and step j = 0..N-1:
 //   prev    = the anchor (j = 0), else the token of step j-1
 //   e       = w1[prev]                                               bf16 [R]

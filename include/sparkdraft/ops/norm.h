@@ -1,4 +1,4 @@
-// The contract of the norms (SPEC section 3). Both backends implement it bit for bit:
+// The contract of the norms (contract.md section 3). Both backends implement it bit for bit:
 // cpu::rms_norm / cpu::head_rms_norm (cpu/ops.h) and the eager CUDA kernels
 // (cuda/kernels.h). Shapes are [rows, cols], row-major; a `*_stride` is the distance
 // in elements between consecutive rows.

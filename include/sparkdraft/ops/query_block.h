@@ -1,4 +1,4 @@
-// The contract of the query block (SPEC section 1): the bookkeeping that turns a
+// The contract of the query block (contract.md section 1): the bookkeeping that turns a
 // propose batch into the backbone's tokens. Per row r and step j (t = r*N + j):
 //   ids[t]           = j == 0 ? anchor : mask_token
 //   positions[t]     = a + j

@@ -1,4 +1,4 @@
-// The contract of RoPE (SPEC section 3).
+// The contract of RoPE (contract.md section 3).
 //
 // The cos/sin table, computed once at load on the host (cpu::rope_table):
 //   inv_freq_i  = float(1.0 / pow(theta, 2i / d))        (double math, rounded to fp32)

@@ -42,7 +42,7 @@ using Clock = std::chrono::steady_clock;
 // straggled); run_nccl_group reports that rank's error instead.
 struct NcclGroupAborted {};
 
-// NVLink multicast must never be used (SPEC section 6): NCCL_NVLS_ENABLE unset
+// NVLink multicast must never be used (contract.md section 6): NCCL_NVLS_ENABLE unset
 // becomes 0 (before NCCL reads it at its first initialization), 0 is kept,
 // anything else is refused.
 void require_nvls_off() {

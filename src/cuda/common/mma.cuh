@@ -1,4 +1,4 @@
-// The one tensor-core instruction of the contract (SPEC section 3) and its
+// The one tensor-core instruction of the contract (contract.md section 3) and its
 // fragment layouts, for every kernel that computes a matrix product:
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32   d = a * b + c
 // core/mma.h is its bit-exact CPU twin.

@@ -1,5 +1,5 @@
 // wgmma (sm_90a) for the device probe of wgmma against the tensor-core twin
-// (tests/cuda/test_wgmma.cu, docs/mma-twin.md). SPEC section 3: a kernel of the
+// (tests/cuda/test_wgmma.cu, docs/mma-twin.md). contract.md section 3: a kernel of the
 // contract may use wgmma only where that probe shows it gives the bits of the
 // m16n8k16 chain on the device (docs/mma-twin.md: the probe's shapes are m64n8k16,
 // m64n64k16 and m64n256k16); the GEMM's wg variant (gemm/wg_tile.cuh) runs

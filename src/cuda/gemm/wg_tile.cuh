@@ -1,7 +1,7 @@
 // The wg variant of cuda::gemm (gemm.cu): the chains of ops/gemm.h on Hopper's
 // warpgroup instruction wgmma.mma_async.m64n64k16.f32.bf16.bf16, which the device
 // probe (tests/cuda/test_wgmma.cu) and cuda::wgmma_self_test show gives the bits
-// of the mma.sync.m16n8k16 chain, k16 step by k16 step (SPEC section 3).
+// of the mma.sync.m16n8k16 chain, k16 step by k16 step (contract.md section 3).
 //
 // Operands swapped (weights = A, tokens = B): a CTA is WGS warpgroups of 128
 // threads; warpgroup g owns weight rows n0 + 64 g .. n0 + 64 g + 63 against the

@@ -1,4 +1,4 @@
-// The fused Markov loop (SPEC section 5) and its vocab-parallel form (section 6):
+// The fused Markov loop (contract.md section 5) and its vocab-parallel form (section 6):
 // the step kernel, assembled from its parts, its small companions and the host
 // launches.
 //
