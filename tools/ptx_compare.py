@@ -10,7 +10,10 @@ behaves the same. Compares each .entry's body with line info, comments, branch
 labels, asm %= labels and local depot numbers normalized; --strip-arg removes a
 mangled template argument from the new names (a defaulted template parameter
 added to a kernel). Prints same / DIFF / only-old / only-new per kernel; exit 1
-when any kernel of the old file differs or is missing.
+when any kernel of the old file differs or is missing, or when the old file has no
+kernel at all (a comparison of nothing proves nothing). The PTX may also come from
+built objects: `cuobjdump -ptx build/CMakeFiles/.../x.cu.o` (cuobjdump ships with
+the CUDA toolkit and with Triton).
 """
 import difflib
 import re
@@ -21,7 +24,9 @@ def kernels(path, strip_arg=None):
     lines = open(path).read().split("\n")
     out, i = {}, 0
     while i < len(lines):
-        m = re.match(r"\.(?:visible|weak) \.entry (\S+)\(", lines[i])
+        # .visible / .weak kernels, and kernels of an anonymous namespace (no
+        # visibility; their names carry a per-file hash, normalized below).
+        m = re.match(r"(?:\.(?:visible|weak) )?\.entry (\S+)\(", lines[i])
         if not m:
             i += 1
             continue
@@ -37,6 +42,7 @@ def kernels(path, strip_arg=None):
             if started and depth == 0:
                 break
         norm = name.replace(strip_arg + "EE", "EE") if strip_arg else name
+        norm = re.sub(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "_GLOBAL__N_", norm)
         text = "\n".join(body).replace(name, norm)
         text = re.sub(r"__local_depot\d+", "__local_depot", text)
         text = re.sub(r"\$L__BB\d+_", "$L__BB_", text)
@@ -55,6 +61,9 @@ def main():
         strip = sys.argv[sys.argv.index("--strip-arg") + 1]
         args = [a for a in args if a != strip]
     old, new = kernels(args[0]), kernels(args[1], strip)
+    if not old:
+        print("no kernel found in", args[0])
+        sys.exit(1)
     bad = 0
     for k, body in old.items():
         if k not in new:

@@ -53,17 +53,10 @@ void norm_row(Load load, int n, const bf16* weight, NormGain gain, float eps, bf
 }
 
 template <class T>
-void rms_norm_impl(const T* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-                   float eps, bf16* y, int64_t y_stride, int threads) {
-  require(rows >= 0 && n >= 1, "rms_norm",
-          "needs rows >= 0 and n >= 1 (got rows " + std::to_string(rows) + ", n " +
-              std::to_string(n) + ")");
-  require(x_stride >= n && y_stride >= n, "rms_norm", "row strides must be >= n");
-  ops::require_gain_weight(weight, gain, "rms_norm", "weight");
-  ops::require_eps(eps, "rms_norm");
-  parallel_for(rows, threads, [&](int64_t begin, int64_t end) {
+void norm_rows(const ops::RmsNormParams& p, const T* x, int threads) {
+  parallel_for(p.rows, threads, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * x_stride;
+      const T* xr = x + r * p.x_stride;
       norm_row(
           [xr](int i) {
             if constexpr (std::is_same_v<T, bf16>) {
@@ -72,32 +65,29 @@ void rms_norm_impl(const T* x, int64_t x_stride, int rows, int n, const bf16* we
               return xr[i];
             }
           },
-          n, weight, gain, eps, y + r * y_stride);
+          p.n, p.weight, p.gain, p.eps, p.y + r * p.y_stride);
     }
   });
 }
 
 }  // namespace
 
-void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, int threads) {
-  rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
+void rms_norm(const ops::RmsNormParams& p, int threads) {
+  p.check();
+  if (p.x_dtype == StreamDType::f32) {
+    norm_rows(p, static_cast<const float*>(p.x), threads);
+  } else {
+    norm_rows(p, static_cast<const bf16*>(p.x), threads);
+  }
 }
 
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, int threads) {
-  rms_norm_impl(x, x_stride, rows, n, weight, gain, eps, y, y_stride, threads);
-}
-
-void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
-                   const bf16* weight, NormGain gain, float eps, int threads) {
-  require(heads >= 1 && head_dim >= 1, "head_rms_norm", "heads and head_dim must be >= 1");
-  require(token_stride >= static_cast<int64_t>(heads) * head_dim, "head_rms_norm",
-          "token_stride is smaller than heads * head_dim");
-  for (int t = 0; t < tokens; ++t) {
-    bf16* row = x + static_cast<int64_t>(t) * token_stride;
-    rms_norm(row, head_dim, heads, head_dim, weight, gain, eps, row, head_dim,
-             tokens == 1 ? threads : 1);
+void head_rms_norm(const ops::HeadNormParams& p, int threads) {
+  p.check();
+  for (int t = 0; t < p.tokens; ++t) {
+    bf16* row = p.x + static_cast<int64_t>(t) * p.token_stride;
+    rms_norm(ops::rms_norm_of(row, p.head_dim, p.heads, p.head_dim, p.weight, p.gain, p.eps, row,
+                              p.head_dim),
+             p.tokens == 1 ? threads : 1);
   }
 }
 
@@ -165,21 +155,20 @@ void rope_table(double theta, int head_dim, int64_t max_positions, float* table)
   }
 }
 
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
-          const float* table, RopeStyle style, int threads) {
-  const char* op = "rope";
-  require(tokens >= 0 && heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
-          "needs tokens >= 0, heads >= 1 and an even head_dim");
-  require(x_stride >= static_cast<int64_t>(heads) * head_dim, op,
-          "x_stride must be >= heads * head_dim");
-  for (int t = 0; t < tokens; ++t)
+void rope(const ops::RopeParams& p, int threads) {
+  p.check();
+  for (int t = 0; t < p.tokens; ++t)
     require(
-        positions[t] >= 0, op,
-        "token " + std::to_string(t) + " has negative position " + std::to_string(positions[t]));
+        p.positions[t] >= 0, "rope",
+        "token " + std::to_string(t) + " has negative position " + std::to_string(p.positions[t]));
+  const int head_dim = p.head_dim, heads = p.heads;
+  const int64_t x_stride = p.x_stride;
+  const RopeStyle style = p.style;
+  bf16* x = p.x;
   const int half = head_dim / 2;
-  parallel_for(tokens, threads, [&](int64_t begin, int64_t end) {
+  parallel_for(p.tokens, threads, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const float* cos_row = table + positions[t] * head_dim;
+      const float* cos_row = p.table + p.positions[t] * head_dim;
       const float* sin_row = cos_row + half;
       for (int h = 0; h < heads; ++h) {
         bf16* xh = x + t * x_stride + static_cast<int64_t>(h) * head_dim;
@@ -197,35 +186,32 @@ void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const 
   });
 }
 
-void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
-               int kv_heads, int head_dim, const int64_t* slots, bf16* cache) {
-  const char* op = "kv_insert";
-  require(tokens >= 0 && kv_heads >= 1 && head_dim >= 1, op,
-          "needs tokens >= 0, kv_heads >= 1, head_dim >= 1");
-  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
-  require(k_stride >= width && v_stride >= width, op, "k/v strides must be >= kv_heads * head_dim");
-  for (int t = 0; t < tokens; ++t)
-    require(slots[t] >= -1, op,
-            "token " + std::to_string(t) + " has slot " + std::to_string(slots[t]) +
+void kv_insert(const ops::KvInsertParams& p) {
+  p.check();
+  for (int t = 0; t < p.tokens; ++t)
+    require(p.slots[t] >= -1, "kv_insert",
+            "token " + std::to_string(t) + " has slot " + std::to_string(p.slots[t]) +
                 " (must be >= 0, or -1 to skip)");
+  const int head_dim = p.head_dim, kv_heads = p.kv_heads;
+  const int64_t* slots = p.slots;
   const size_t bytes = static_cast<size_t>(head_dim) * sizeof(bf16);
-  for (int t = 0; t < tokens; ++t) {
+  for (int t = 0; t < p.tokens; ++t) {
     if (slots[t] < 0) continue;
     for (int h = 0; h < kv_heads; ++h) {
-      bf16* dst = cache + (slots[t] * kv_heads + h) * 2 * static_cast<int64_t>(head_dim);
-      std::memcpy(dst, k + t * k_stride + static_cast<int64_t>(h) * head_dim, bytes);
-      std::memcpy(dst + head_dim, v + t * v_stride + static_cast<int64_t>(h) * head_dim, bytes);
+      bf16* dst = p.cache + (slots[t] * kv_heads + h) * 2 * static_cast<int64_t>(head_dim);
+      std::memcpy(dst, p.k + t * p.k_stride + static_cast<int64_t>(h) * head_dim, bytes);
+      std::memcpy(dst + head_dim, p.v + t * p.v_stride + static_cast<int64_t>(h) * head_dim, bytes);
     }
   }
 }
 
-void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) {
-  require(rows >= 0 && hidden >= 1, "embed", "needs rows >= 0 and hidden >= 1");
-  for (int r = 0; r < rows; ++r) {
-    require(ids[r] >= 0, "embed",
-            "row " + std::to_string(r) + " has negative id " + std::to_string(ids[r]));
-    std::memcpy(out + static_cast<int64_t>(r) * hidden, table + ids[r] * hidden,
-                static_cast<size_t>(hidden) * sizeof(bf16));
+void embed(const ops::EmbedParams& p) {
+  p.check();
+  for (int r = 0; r < p.rows; ++r) {
+    require(p.ids[r] >= 0, "embed",
+            "row " + std::to_string(r) + " has negative id " + std::to_string(p.ids[r]));
+    std::memcpy(p.out + static_cast<int64_t>(r) * p.hidden, p.table + p.ids[r] * p.hidden,
+                static_cast<size_t>(p.hidden) * sizeof(bf16));
   }
 }
 
@@ -249,40 +235,37 @@ void prepare_query_block(const ops::QueryBlockParams& p) {
   }
 }
 
-void widen(const bf16* x, int64_t n, float* out) {
-  require(n >= 0, "widen", "needs n >= 0");
-  for (int64_t i = 0; i < n; ++i) out[i] = to_f32(x[i]);
+void widen(const ops::WidenParams& p) {
+  p.check();
+  for (int64_t i = 0; i < p.n; ++i) p.out[i] = to_f32(p.x[i]);
 }
 
-void silu_mul(const bf16* gu, int rows, int inter, bf16* y, int threads) {
-  require(rows >= 0 && inter >= 1, "silu_mul", "needs rows >= 0 and inter >= 1");
-  parallel_for(rows, threads, [&](int64_t begin, int64_t end) {
+void silu_mul(const ops::SiluMulParams& p, int threads) {
+  p.check();
+  const int inter = p.inter;
+  parallel_for(p.rows, threads, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const bf16* g = gu + r * 2 * inter;
+      const bf16* g = p.gu + r * 2 * inter;
       const bf16* u = g + inter;
       for (int i = 0; i < inter; ++i)
-        y[r * inter + i] = to_bf16(silu_f32(to_f32(g[i])) * to_f32(u[i]));
+        p.y[r * inter + i] = to_bf16(silu_f32(to_f32(g[i])) * to_f32(u[i]));
     }
   });
 }
 
-void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
-                 bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride,
-                 int threads) {
-  const char* op = "o_norm_gate";
-  require(tokens >= 0 && heads >= 1 && head_dim >= 1, op,
-          "needs tokens >= 0, heads >= 1, head_dim >= 1");
-  if (o_norm) ops::require_gain_weight(o_norm_weight, gain, op, "o_norm_weight");
+void o_norm_gate(const ops::ONormGateParams& p, int threads) {
+  p.check();
+  const int heads = p.heads, head_dim = p.head_dim;
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
-  require(g == nullptr || g_stride >= width, op, "g_stride must be >= heads * head_dim");
-  parallel_for(tokens, threads, [&](int64_t begin, int64_t end) {
+  parallel_for(p.tokens, threads, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int h = 0; h < heads; ++h) {
-        bf16* oh = o + t * width + static_cast<int64_t>(h) * head_dim;
-        if (o_norm)
-          norm_row([oh](int i) { return to_f32(oh[i]); }, head_dim, o_norm_weight, gain, eps, oh);
-        if (g == nullptr) continue;
-        const bf16* gh = g + t * g_stride + static_cast<int64_t>(h) * head_dim;
+        bf16* oh = p.o + t * width + static_cast<int64_t>(h) * head_dim;
+        if (p.o_norm)
+          norm_row([oh](int i) { return to_f32(oh[i]); }, head_dim, p.o_norm_weight, p.gain, p.eps,
+                   oh);
+        if (p.g == nullptr) continue;
+        const bf16* gh = p.g + t * p.g_stride + static_cast<int64_t>(h) * head_dim;
         for (int i = 0; i < head_dim; ++i)
           oh[i] = to_bf16(to_f32(oh[i]) * sigmoid_f32(to_f32(gh[i])));
       }
@@ -291,37 +274,31 @@ void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_nor
 }
 
 // ---- gemm ---------------------------------------------------------------------------
-void gemm_slices_f32(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride, int M, int N,
-                     int K, float* out, int64_t out_stride, int k_slices, int threads) {
-  ops::check_gemm_args("gemm_slices_f32", x, x_stride, w, M, N, K, out, out_stride, k_slices);
-  require(w_stride >= K, "gemm_slices_f32", "needs w_stride >= K");
+void gemm(const ops::GemmParams& p, int threads) {
+  p.check();
+  const int M = p.M, N = p.N, K = p.K;
   if (M == 0 || N == 0) return;
   // part[m][s][n]: slice s's chain of (x[m], w[n]); one mma_gemm_rows per slice.
-  const int S = k_slices, len = K / S;
-  const int64_t part_stride = static_cast<int64_t>(S) * N;
+  const int S = p.k_slices, len = K / S;
+  const int64_t w_stride = p.w_row_stride(), part_stride = static_cast<int64_t>(S) * N;
   std::vector<float> part(static_cast<size_t>(M) * static_cast<size_t>(part_stride));
   for (int s = 0; s < S; ++s)
-    mma_gemm_rows(w + static_cast<int64_t>(s) * len, w_stride, N, x + static_cast<int64_t>(s) * len,
-                  x_stride, M, len, part.data() + static_cast<int64_t>(s) * N, part_stride,
-                  threads);
+    mma_gemm_rows(p.w + static_cast<int64_t>(s) * len, w_stride, N,
+                  p.x + static_cast<int64_t>(s) * len, p.x_stride, M, len,
+                  part.data() + static_cast<int64_t>(s) * N, part_stride, threads);
   for (int m = 0; m < M; ++m) {
     const float* row = part.data() + m * part_stride;
     for (int n = 0; n < N; ++n) {
-      float p[ops::kGemmMaxKSlices];
-      for (int s = 0; s < S; ++s) p[s] = row[static_cast<int64_t>(s) * N + n];
-      out[m * out_stride + n] = canonical_tree_sum(p, S);
+      float t[ops::kGemmMaxKSlices];
+      for (int s = 0; s < S; ++s) t[s] = row[static_cast<int64_t>(s) * N + n];
+      const float sum = canonical_tree_sum(t, S);
+      if (p.y_dtype == StreamDType::f32) {
+        p.y_f32()[m * p.y_stride + n] = sum;
+      } else {
+        p.y_bf16()[m * p.y_stride + n] = to_bf16(sum);
+      }
     }
   }
-}
-
-void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-          int64_t y_stride, int k_slices, int threads) {
-  ops::check_gemm_args("gemm", x, x_stride, w, M, N, K, y, y_stride, k_slices);
-  if (M == 0 || N == 0) return;
-  std::vector<float> sum(static_cast<size_t>(M) * N);
-  gemm_slices_f32(x, x_stride, w, K, M, N, K, sum.data(), N, k_slices, threads);
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) y[m * y_stride + n] = to_bf16(sum[static_cast<size_t>(m) * N + n]);
 }
 
 // ---- Markov head, step logits, sampling -----------------------------------------------

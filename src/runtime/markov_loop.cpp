@@ -97,7 +97,7 @@ std::vector<bf16> slice_base(const MarkovInputs& in, int tp, int me, const bf16*
   const int slice = c.vocab_size / tp;
   std::vector<bf16> base(static_cast<size_t>(T) * slice);
   const bf16* w = in.weights->lm_head + static_cast<size_t>(me) * slice * H;
-  cpu::gemm(hidden, H, w, T, slice, H, base.data(), slice, 1, in.threads);
+  cpu::gemm(ops::gemm_of(hidden, H, w, T, slice, H, base.data(), slice), in.threads);
   return base;
 }
 

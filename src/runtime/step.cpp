@@ -23,19 +23,17 @@ LayerShard checked(const ModelConfig& c, LayerShard shard) {
 
 }  // namespace
 
-void StepOps::gemm_all_reduce(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride,
-                              int M, int N, int K, bf16* y, int64_t y_stride, int k_slices) {
-  if (layer_tp_size() != 1 || w_stride != K)
+void StepOps::gemm_all_reduce(const ops::GemmParams& p) {
+  if (layer_tp_size() != 1 || p.w_row_stride() != p.K)
     throw InvalidArgument(
         "gemm_all_reduce: this op table runs replicated layers (one rank, w_stride == K)");
-  gemm(x, x_stride, w, M, N, K, y, y_stride, k_slices);
+  gemm(p);
 }
 
-void StepOps::gemm_all_reduce_boundary(const bf16* x, int64_t x_stride, const bf16* w,
-                                       int64_t w_stride, int K, int k_slices, bf16* branch,
-                                       const ops::BoundaryParams& p, void* residual, bf16* next) {
-  gemm_all_reduce(x, x_stride, w, w_stride, p.rows, p.hidden, K, branch, p.hidden, k_slices);
-  residual_boundary(p, branch, residual, next);
+void StepOps::gemm_all_reduce_boundary(const ops::GemmParams& p, const ops::BoundaryParams& b,
+                                       void* residual, bf16* next) {
+  gemm_all_reduce(p);
+  residual_boundary(b, p.y_bf16(), residual, next);
 }
 
 DraftStep::DraftStep(const ModelConfig& c, const DraftOptions& o, LayerShard shard)
@@ -69,30 +67,34 @@ void eager_qkv_front(StepOps& ops, const ops::QkvFrontParams& p) {
   const int T = p.tokens, hd = p.head_dim, kvh = p.kv_heads;
   const int64_t ts = p.token_stride;
   if (p.heads > 0) {
-    if (p.qk_norm) ops.head_rms_norm(p.q, ts, T, p.heads, hd, p.q_norm, p.gain, p.eps);
-    ops.rope(p.q, ts, T, p.heads, hd, p.positions, p.rope_table, p.rope_style);
+    if (p.qk_norm)
+      ops.head_rms_norm(ops::head_norm(p.q, ts, T, p.heads, hd, p.q_norm, p.gain, p.eps));
+    ops.rope(ops::rope_heads(p.q, ts, T, p.heads, hd, p.positions, p.rope_table, p.rope_style));
   }
   for (int l = 0; l < p.layers; ++l) {
     const ops::FrontLayer& f = p.layer[l];
-    if (p.qk_norm) ops.head_rms_norm(f.k, ts, T, kvh, hd, f.k_norm, p.gain, p.eps);
-    if (p.v_norm) ops.head_rms_norm(f.v, ts, T, kvh, hd, nullptr, NormGain::none, p.eps);
-    ops.rope(f.k, ts, T, kvh, hd, p.positions, p.rope_table, p.rope_style);
-    ops.kv_insert(f.k, ts, f.v, ts, T, kvh, hd, p.slots, f.cache);
+    if (p.qk_norm) ops.head_rms_norm(ops::head_norm(f.k, ts, T, kvh, hd, f.k_norm, p.gain, p.eps));
+    if (p.v_norm)
+      ops.head_rms_norm(ops::head_norm(f.v, ts, T, kvh, hd, nullptr, NormGain::none, p.eps));
+    ops.rope(ops::rope_heads(f.k, ts, T, kvh, hd, p.positions, p.rope_table, p.rope_style));
+    ops.kv_insert(p.kv_insert(l));
   }
 }
 
 void eager_embed_norm(StepOps& ops, const ops::EmbedNormParams& p) {
   p.check();
   const int T = p.rows, H = p.hidden;
-  ops.embed(p.ids, T, p.table, H, p.x);
-  if (p.residual_f32) ops.widen(p.x, static_cast<int64_t>(T) * H, p.residual_f32);
-  ops.rms_norm(p.x, H, T, H, p.weight, p.gain, p.eps, p.y, H);
+  ops.embed(p.embed());
+  if (p.residual_f32) ops.widen(p.widen());
+  ops.rms_norm(ops::rms_norm_of(p.x, H, T, H, p.weight, p.gain, p.eps, p.y, H));
 }
 
-void eager_gate_up_swiglu(StepOps& ops, const bf16* x, int64_t x_stride, const bf16* w, int rows,
-                          int inter, int K, bf16* gu, bf16* y) {
-  ops.gemm(x, x_stride, w, rows, 2 * inter, K, gu, 2 * inter, 1);
-  ops.silu_mul(gu, rows, inter, y);
+void eager_gate_up_swiglu(StepOps& ops, const ops::GateUpParams& p) {
+  p.check();
+  ops::require(p.y_stride == p.inter, "gate_up_swiglu",
+               "the eager composition writes y contiguous (y_stride == inter)");
+  ops.gemm(p.gate_up());
+  ops.silu_mul(p.silu());
 }
 
 ops::QkvFrontParams DraftStep::front_params(const StepWeights& w, int first, int layers, bf16* k,
@@ -126,13 +128,14 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
   if (tokens == 0) return;
   const int T = tokens, H = c_.hidden_size, kv = kv_, L = c_.num_layers;
   const int in_width = c_.taps() * c_.target_hidden_size;
-  ops.gemm(hidden, in_width, w.fc, T, H, in_width, buf.h, H, 1);
-  ops.rms_norm(buf.h, H, T, H, w.hidden_norm, c_.norm_gain, c_.rms_norm_eps, buf.normed, H);
+  ops.gemm(ops::gemm_of(hidden, in_width, w.fc, T, H, in_width, buf.h, H));
+  ops.rms_norm(ops::rms_norm_of(buf.h, H, T, H, w.hidden_norm, c_.norm_gain, c_.rms_norm_eps,
+                                buf.normed, H));
   // K/V of every layer: one stacked GEMM and one front for all of them, or per layer
   // its input norm, its K/V GEMM and its front.
   const int width = c_.context_layer_norm ? 2 * kv : L * 2 * kv;
   if (!c_.context_layer_norm) {
-    ops.gemm(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width, 1);
+    ops.gemm(ops::gemm_of(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width));
     for (int l = 0; l < L; l += ops::kMaxFrontLayers)
       ops.qkv_front(front_params(w, l, std::min(ops::kMaxFrontLayers, L - l),
                                  buf.kv + static_cast<size_t>(l) * 2 * kv, 2 * kv, width, T,
@@ -141,10 +144,10 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
   }
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
-    ops.rms_norm(buf.normed, H, T, H, lw.input_norm, c_.norm_gain, c_.rms_norm_eps, buf.layer_in,
-                 H);
-    ops.gemm(buf.layer_in, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, T, 2 * kv, H,
-             buf.kv, width, 1);
+    ops.rms_norm(ops::rms_norm_of(buf.normed, H, T, H, lw.input_norm, c_.norm_gain, c_.rms_norm_eps,
+                                  buf.layer_in, H));
+    ops.gemm(ops::gemm_of(buf.layer_in, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, T,
+                          2 * kv, H, buf.kv, width));
     ops.qkv_front(front_params(w, l, 1, buf.kv, 0, width, T, positions, slots));
   }
 }
@@ -239,7 +242,7 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
     // Attention: QKV(+gate) GEMM, QK-norm, RoPE, KV insert, attention, o-norm/gate, o_proj.
-    ops.gemm(buf.h, H, lw.qkv, T, W, H, buf.qkv, W, 1);
+    ops.gemm(ops::gemm_of(buf.h, H, lw.qkv, T, W, H, buf.qkv, W));
     bf16* qh = buf.qkv + qkv_.q;
     ops::QkvFrontParams fp =
         front_params(w, l, 1, buf.qkv + qkv_.k, 0, W, T, buf.positions, buf.slots);
@@ -249,21 +252,26 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     ops.qkv_front(fp);
     ops.attention(attention_params(R, l, b.block_tables, buf), qh, lw.kv_cache, buf.attn);
     if (c_.o_norm || c_.output_gate)
-      ops.o_norm_gate(buf.attn, T, heads_, hd, lw.o_norm, c_.o_norm, c_.o_norm_gain(),
-                      c_.rms_norm_eps, c_.output_gate ? buf.qkv + qkv_.g : nullptr, W);
+      ops.o_norm_gate(ops::o_norm_gate_of(buf.attn, T, heads_, hd, c_.o_norm, lw.o_norm,
+                                          c_.o_norm_gain(), c_.rms_norm_eps,
+                                          c_.output_gate ? buf.qkv + qkv_.g : nullptr, W));
     // o_proj and down_proj: this rank's canonical K slices, the tree completed over
     // the ranks (contract.md section 6), one bf16 rounding; the boundary on every rank.
-    ops.gemm_all_reduce_boundary(buf.attn, q, lw.o_proj, lw.o_proj_stride ? lw.o_proj_stride : q, q,
-                                 o_slices_, buf.branch,
+    ops::GemmParams o_proj =
+        ops::gemm_of(buf.attn, q, lw.o_proj, T, H, q, buf.branch, H, o_slices_);
+    o_proj.w_stride = lw.o_proj_stride;
+    ops.gemm_all_reduce_boundary(o_proj,
                                  boundary_params(T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,
                                                  sandwich ? lw.pre_ffn_norm : lw.post_attn_norm),
                                  residual, buf.h);
     // SwiGLU MLP.
-    ops.gate_up_swiglu(buf.h, H, lw.gate_up, T, I, H, buf.gu, buf.act);
+    ops.gate_up_swiglu(ops::gate_up_of(buf.h, H, lw.gate_up, T, I, H, buf.gu, buf.act));
     const bf16* next = l + 1 < L ? w.layers[static_cast<size_t>(l) + 1].input_norm : w.final_norm;
+    ops::GemmParams down =
+        ops::gemm_of(buf.act, I, lw.down_proj, T, H, I, buf.branch, H, down_slices_);
+    down.w_stride = lw.down_proj_stride;
     ops.gemm_all_reduce_boundary(
-        buf.act, I, lw.down_proj, lw.down_proj_stride ? lw.down_proj_stride : I, I, down_slices_,
-        buf.branch, boundary_params(T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta, next), residual,
+        down, boundary_params(T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta, next), residual,
         buf.h);
   }
   ops.mark(2);

@@ -25,8 +25,14 @@
 #include "sparkdraft/draft.h"
 #include "sparkdraft/ops/attention.h"
 #include "sparkdraft/ops/boundary.h"
+#include "sparkdraft/ops/embed.h"
 #include "sparkdraft/ops/front.h"
+#include "sparkdraft/ops/gemm.h"
+#include "sparkdraft/ops/kv.h"
+#include "sparkdraft/ops/mlp.h"
+#include "sparkdraft/ops/norm.h"
 #include "sparkdraft/ops/query_block.h"
+#include "sparkdraft/ops/rope.h"
 
 namespace sparkdraft {
 
@@ -36,54 +42,44 @@ namespace sparkdraft {
 class StepOps {
  public:
   virtual ~StepOps() = default;
-  // ops/gemm.h: k_slices canonical K slices (o_proj and down_proj:
-  // ops::canonical_k_slices(K); every other projection 1).
-  virtual void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-                    int64_t y_stride, int k_slices) = 0;
-  // o_proj and down_proj (ops/gemm.h, contract.md section 6): y = bf16 of the canonical
-  // tree of every TP rank's K slices. The rank this op table runs holds `k_slices`
+  // ops/gemm.h (p.y_dtype bf16; k_slices: ops::canonical_k_slices(K) for o_proj and
+  // down_proj, every other projection 1).
+  virtual void gemm(const ops::GemmParams& p) = 0;
+  // o_proj and down_proj (ops/gemm.h, contract.md section 6): p.y = bf16 of the canonical
+  // tree of every TP rank's K slices. The rank this op table runs holds `p.k_slices`
   // consecutive canonical slices, its K columns: x [M, K] and w [N, K] (row stride
-  // w_stride) are those columns. A sharded op table (layer_tp_size() > 1) computes
+  // p.w_stride) are those columns. A sharded op table (layer_tp_size() > 1) computes
   // each slice's chain from +0, adds them in its subtree (fp32), completes the tree
   // with Communicator::all_reduce_sum and rounds once. The default is the op table
-  // of replicated layers (one rank holds every slice, w_stride == K):
-  // gemm(x, x_stride, w, M, N, K, y, y_stride, k_slices), what the GPU runs.
-  virtual void gemm_all_reduce(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride,
-                               int M, int N, int K, bf16* y, int64_t y_stride, int k_slices);
-  // o_proj or down_proj and the residual boundary after it: gemm_all_reduce(x, ...,
-  // y = branch [p.rows, p.hidden], y_stride = p.hidden), then residual_boundary(p,
-  // branch, residual, next). The default is exactly those two ops; an op table may
-  // complete the all-reduce and run the boundary in one kernel (the GPU's fused peer
-  // boundary, cuda/peer_reduce.h), with the same bits (branch is then not written).
-  virtual void gemm_all_reduce_boundary(const bf16* x, int64_t x_stride, const bf16* w,
-                                        int64_t w_stride, int K, int k_slices, bf16* branch,
-                                        const ops::BoundaryParams& p, void* residual, bf16* next);
+  // of replicated layers (one rank holds every slice, w_stride == K): gemm(p), what
+  // the GPU runs.
+  virtual void gemm_all_reduce(const ops::GemmParams& p);
+  // o_proj or down_proj and the residual boundary after it: gemm_all_reduce(p) with
+  // p.y = branch [b.rows, b.hidden] (p.M == b.rows, p.N == b.hidden), then
+  // residual_boundary(b, branch, residual, next). The default is exactly those two
+  // ops; an op table may complete the all-reduce and run the boundary in one kernel
+  // (the GPU's fused peer boundary, cuda/peer_reduce.h), with the same bits (branch
+  // is then not written).
+  virtual void gemm_all_reduce_boundary(const ops::GemmParams& p, const ops::BoundaryParams& b,
+                                        void* residual, bf16* next);
   // The TP ranks the layers are sharded over in this op table (1: replicated).
   virtual int layer_tp_size() const { return 1; }
-  virtual void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight,
-                        NormGain gain, float eps, bf16* y, int64_t y_stride) = 0;
-  virtual void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
-                             const bf16* weight, NormGain gain, float eps) = 0;
-  virtual void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim,
-                    const int64_t* positions, const float* table, RopeStyle style) = 0;
-  virtual void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
-                         int tokens, int kv_heads, int head_dim, const int64_t* slots,
-                         bf16* cache) = 0;
+  virtual void rms_norm(const ops::RmsNormParams& p) = 0;
+  virtual void head_rms_norm(const ops::HeadNormParams& p) = 0;
+  virtual void rope(const ops::RopeParams& p) = 0;
+  virtual void kv_insert(const ops::KvInsertParams& p) = 0;
   virtual void prepare_query_block(const ops::QueryBlockParams& p) = 0;
-  virtual void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) = 0;
-  virtual void widen(const bf16* x, int64_t n, float* out) = 0;
+  virtual void embed(const ops::EmbedParams& p) = 0;
+  virtual void widen(const ops::WidenParams& p) = 0;
   virtual void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
                          bf16* out) = 0;
-  virtual void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
-                           bool o_norm, NormGain gain, float eps, const bf16* g,
-                           int64_t g_stride) = 0;
+  virtual void o_norm_gate(const ops::ONormGateParams& p) = 0;
   virtual void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
                                  bf16* next) = 0;
-  virtual void silu_mul(const bf16* gu, int rows, int inter, bf16* y) = 0;
+  virtual void silu_mul(const ops::SiluMulParams& p) = 0;
   // gate_up and SwiGLU (ops/mlp.h): y = silu_mul(gemm(x, w)) with w [2I, K]; gu
   // [rows, 2I] is the scratch the eager composition (eager_gate_up_swiglu) uses.
-  virtual void gate_up_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int rows, int inter,
-                              int K, bf16* gu, bf16* y) = 0;
+  virtual void gate_up_swiglu(const ops::GateUpParams& p) = 0;
   // The fronts of ops/front.h: a backend runs a fused kernel or eager_qkv_front /
   // eager_embed_norm (the composition that defines them).
   virtual void qkv_front(const ops::QkvFrontParams& p) = 0;
@@ -96,8 +92,7 @@ class StepOps {
 // The compositions of ops/front.h over a backend's ops, in the contract's order.
 void eager_qkv_front(StepOps& ops, const ops::QkvFrontParams& p);
 void eager_embed_norm(StepOps& ops, const ops::EmbedNormParams& p);
-void eager_gate_up_swiglu(StepOps& ops, const bf16* x, int64_t x_stride, const bf16* w, int rows,
-                          int inter, int K, bf16* gu, bf16* y);
+void eager_gate_up_swiglu(StepOps& ops, const ops::GateUpParams& p);
 
 // The weights as a backend holds them (host or device pointers; null = absent).
 struct StepLayer {

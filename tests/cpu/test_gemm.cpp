@@ -77,7 +77,9 @@ std::vector<bf16> reference(const Problem& p, int S) {
 
 ::testing::AssertionResult run_and_compare(const Problem& p, int S, int threads) {
   std::vector<bf16> y = p.y0;
-  cpu::gemm(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y.data(), p.y_stride, S, threads);
+  cpu::gemm(
+      ops::gemm_of(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y.data(), p.y_stride, S),
+      threads);
   return test::same_bits(y, reference(p, S), {p.y_stride});
 }
 
@@ -135,8 +137,9 @@ TEST(CpuGemm, SlicesF32OfASliceRangeIsItsSubtreeOfTheTree) {
     for (int r = 0; r < t; ++r) {
       const int s0 = 8 * r / t, n_slices = 8 / t;
       sub[r].assign(static_cast<size_t>(M) * (N + 2), -7.0f);  // out_stride N + 2
-      cpu::gemm_slices_f32(p.x.data() + s0 * len, p.x_stride, p.w.data() + s0 * len, K, M, N,
-                           n_slices * len, sub[r].data(), N + 2, n_slices, 1 + r % 2);
+      cpu::gemm(ops::gemm_f32_of(p.x.data() + s0 * len, p.x_stride, p.w.data() + s0 * len, K, M, N,
+                                 n_slices * len, sub[r].data(), N + 2, n_slices),
+                1 + r % 2);
       std::vector<float> expected = sub[r];
       for (int m = 0; m < M; ++m)
         for (int n = 0; n < N; ++n) {
@@ -153,7 +156,8 @@ TEST(CpuGemm, SlicesF32OfASliceRangeIsItsSubtreeOfTheTree) {
     }
     // The tree over ranks of the subtrees, rounded: gemm with 8 slices.
     std::vector<bf16> whole = p.y0, y(static_cast<size_t>(M) * p.y_stride);
-    cpu::gemm(p.x.data(), p.x_stride, p.w.data(), M, N, K, whole.data(), p.y_stride, 8);
+    cpu::gemm(
+        ops::gemm_of(p.x.data(), p.x_stride, p.w.data(), M, N, K, whole.data(), p.y_stride, 8));
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
         float r4[8] = {};
@@ -167,8 +171,9 @@ TEST(CpuGemm, SlicesF32OfASliceRangeIsItsSubtreeOfTheTree) {
       }
   }
   std::vector<float> out(4);
-  EXPECT_THROW(cpu::gemm_slices_f32(p.x.data(), K, p.w.data(), K - 1, 1, 1, K, out.data(), 1, 8),
-               InvalidArgument);  // w_stride < K
+  EXPECT_THROW(
+      cpu::gemm(ops::gemm_f32_of(p.x.data(), K, p.w.data(), K - 1, 1, 1, K, out.data(), 1, 8)),
+      InvalidArgument);  // w_stride < K
 }
 
 // The slices are not a no-op: on the same data S = 8 and S = 1 differ somewhere
@@ -178,8 +183,10 @@ TEST(CpuGemm, SlicesChangeTheBits) {
   test::Gen gen(seed);
   const Problem p = make(gen, 4, 64, 1024, 0, 0, false);
   std::vector<bf16> y1 = p.y0, y8 = p.y0;
-  cpu::gemm(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y1.data(), p.y_stride, 1);
-  cpu::gemm(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y8.data(), p.y_stride, 8);
+  cpu::gemm(
+      ops::gemm_of(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y1.data(), p.y_stride, 1));
+  cpu::gemm(
+      ops::gemm_of(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y8.data(), p.y_stride, 8));
   int differ = 0;
   for (size_t i = 0; i < y1.size(); ++i) differ += y1[i].bits != y8[i].bits;
   EXPECT_GT(differ, 0) << "seed " << seed;
@@ -200,7 +207,7 @@ TEST(CpuGemm, SpecialValuesFollowTheInstruction) {
   x[2 * K + 19] = bf16{0x7f80};
   for (int k = 0; k < K; ++k) x[3 * K + k] = bf16{0x8000};
   std::vector<bf16> y(static_cast<size_t>(M) * N);
-  cpu::gemm(x.data(), K, w.data(), M, N, K, y.data(), N, 1);
+  cpu::gemm(ops::gemm_of(x.data(), K, w.data(), M, N, K, y.data(), N, 1));
   EXPECT_EQ(y[0].bits, kBf16CanonicalNan);
   EXPECT_EQ(y[1].bits, kBf16CanonicalNan);
   EXPECT_EQ(y[2].bits, 0x7f80);             // +inf * 1
@@ -230,18 +237,22 @@ TEST(CpuGemm, CanonicalKSlices) {
 TEST(CpuGemm, BadArgumentsAreRefused) {
   std::vector<bf16> b(4096, to_bf16(1.0f));
   bf16* p = b.data();
-  EXPECT_THROW(cpu::gemm(p, 4, p, -1, 4, 4, p, 4, 1), InvalidArgument);
-  EXPECT_THROW(cpu::gemm(p, 4, p, 2, -1, 4, p, 4, 1), InvalidArgument);
-  EXPECT_THROW(cpu::gemm(p, 4, p, 2, 4, 0, p, 4, 1), InvalidArgument);
-  EXPECT_THROW(cpu::gemm(p, 3, p, 2, 4, 4, p, 4, 1), InvalidArgument);     // x_stride < K
-  EXPECT_THROW(cpu::gemm(p, 4, p, 2, 4, 4, p, 3, 1), InvalidArgument);     // y_stride < N
-  EXPECT_THROW(cpu::gemm(p, 64, p, 2, 4, 64, p, 4, 3), InvalidArgument);   // S not a power of 2
-  EXPECT_THROW(cpu::gemm(p, 64, p, 2, 4, 64, p, 4, 16), InvalidArgument);  // S > 8
-  EXPECT_THROW(cpu::gemm(p, 96, p, 2, 4, 96, p, 4, 4), InvalidArgument);   // 96 % 64 != 0
-  EXPECT_THROW(cpu::gemm(p, 100, p, 2, 4, 100, p, 4, 2), InvalidArgument);
-  EXPECT_THROW(cpu::gemm(nullptr, 4, p, 2, 4, 4, p, 4, 1), InvalidArgument);
-  EXPECT_NO_THROW(cpu::gemm(nullptr, 4, nullptr, 0, 4, 4, nullptr, 4, 1));  // M == 0
-  EXPECT_NO_THROW(cpu::gemm(nullptr, 4, nullptr, 3, 0, 4, nullptr, 4, 1));  // N == 0
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 4, p, -1, 4, 4, p, 4, 1)), InvalidArgument);
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 4, p, 2, -1, 4, p, 4, 1)), InvalidArgument);
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 4, p, 2, 4, 0, p, 4, 1)), InvalidArgument);
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 3, p, 2, 4, 4, p, 4, 1)),
+               InvalidArgument);  // x_stride < K
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 4, p, 2, 4, 4, p, 3, 1)),
+               InvalidArgument);  // y_stride < N
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 64, p, 2, 4, 64, p, 4, 3)),
+               InvalidArgument);  // S not a power of 2
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 64, p, 2, 4, 64, p, 4, 16)), InvalidArgument);  // S > 8
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 96, p, 2, 4, 96, p, 4, 4)),
+               InvalidArgument);  // 96 % 64 != 0
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(p, 100, p, 2, 4, 100, p, 4, 2)), InvalidArgument);
+  EXPECT_THROW(cpu::gemm(ops::gemm_of(nullptr, 4, p, 2, 4, 4, p, 4, 1)), InvalidArgument);
+  EXPECT_NO_THROW(cpu::gemm(ops::gemm_of(nullptr, 4, nullptr, 0, 4, 4, nullptr, 4, 1)));  // M == 0
+  EXPECT_NO_THROW(cpu::gemm(ops::gemm_of(nullptr, 4, nullptr, 3, 0, 4, nullptr, 4, 1)));  // N == 0
 }
 
 }  // namespace

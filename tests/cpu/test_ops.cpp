@@ -108,13 +108,17 @@ TEST(CpuOpsRmsNorm, Bf16InputMatchesNaiveBitForBit) {
         }
         for (int threads : kThreadCounts) {
           std::vector<bf16> y(static_cast<size_t>(rows * ys), bf16{0x7e7e});
-          rms_norm(x.data(), xs, rows, n, gain == NormGain::none ? nullptr : w.data(), gain, eps,
-                   y.data(), ys, threads);
+          rms_norm(
+              ops::rms_norm_of(x.data(), xs, rows, n, gain == NormGain::none ? nullptr : w.data(),
+                               gain, eps, y.data(), ys),
+              threads);
           EXPECT_TRUE(same_bits(y, want)) << "threads " << threads;
         }
         // In place (y == x, same stride): the rows only, padding columns untouched.
         std::vector<bf16> inplace = x;
-        rms_norm(inplace.data(), xs, rows, n, w.data(), gain, eps, inplace.data(), xs, 2);
+        rms_norm(
+            ops::rms_norm_of(inplace.data(), xs, rows, n, w.data(), gain, eps, inplace.data(), xs),
+            2);
         for (int r = 0; r < rows; ++r)
           for (int i = 0; i < xs; ++i) {
             const size_t at = static_cast<size_t>(r * xs + i);
@@ -148,7 +152,8 @@ TEST(CpuOpsRmsNorm, F32InputMatchesNaiveBitForBit) {
         }
         for (int threads : kThreadCounts) {
           std::vector<bf16> y(static_cast<size_t>(rows * ys));
-          rms_norm(x.data(), xs, rows, n, w.data(), gain, eps, y.data(), ys, threads);
+          rms_norm(ops::rms_norm_of(x.data(), xs, rows, n, w.data(), gain, eps, y.data(), ys),
+                   threads);
           EXPECT_TRUE(same_bits(y, want)) << "threads " << threads;
         }
       }
@@ -164,7 +169,7 @@ TEST(CpuOpsRmsNorm, SpecialRowsBehaveAsIeeeSays) {
   x[3] = to_bf16(kNaN);
   x[static_cast<size_t>(n + 4)] = to_bf16(kInf);
   std::vector<bf16> y(x.size());
-  rms_norm(x.data(), n, 3, n, nullptr, NormGain::none, 1e-6f, y.data(), n);
+  rms_norm(ops::rms_norm_of(x.data(), n, 3, n, nullptr, NormGain::none, 1e-6f, y.data(), n));
   for (int i = 0; i < n; ++i) {
     EXPECT_TRUE(bf16_is_nan(y[static_cast<size_t>(i)])) << "NaN row, col " << i;
     if (i == 4) {
@@ -227,12 +232,12 @@ TEST(CpuOpsRmsNorm, KnifeEdgeGainsPinTheOrderOfOperations) {
           const auto want = naive_rms(x, w.data(), gain, eps);
           std::vector<bf16> y(static_cast<size_t>(n));
           if (f32_input) {
-            rms_norm(x.data(), n, 1, n, w.data(), gain, eps, y.data(), n);
+            rms_norm(ops::rms_norm_of(x.data(), n, 1, n, w.data(), gain, eps, y.data(), n));
           } else {
             std::vector<bf16> xb(static_cast<size_t>(n));
             for (int i = 0; i < n; ++i)
               xb[static_cast<size_t>(i)] = to_bf16(x[static_cast<size_t>(i)]);
-            rms_norm(xb.data(), n, 1, n, w.data(), gain, eps, y.data(), n);
+            rms_norm(ops::rms_norm_of(xb.data(), n, 1, n, w.data(), gain, eps, y.data(), n));
           }
           EXPECT_TRUE(same_bits(y, want)) << "row " << row;
         }
@@ -288,7 +293,8 @@ TEST(CpuOpsHeadRmsNorm, EveryHeadMatchesNaiveBitForBit) {
               }
             for (int threads : kThreadCounts) {
               std::vector<bf16> y = x;
-              head_rms_norm(y.data(), stride, tokens, heads, hd, wp, gain, eps, threads);
+              head_rms_norm(ops::head_norm(y.data(), stride, tokens, heads, hd, wp, gain, eps),
+                            threads);
               EXPECT_TRUE(same_bits(y, want, {stride})) << "threads " << threads;
             }
           }
@@ -304,26 +310,33 @@ TEST(CpuOpsHeadRmsNorm, EqualsRmsNormOfEachHead) {
   const std::vector<bf16> x = rng.bf16s(static_cast<size_t>(tokens * stride), -8.0f, 8.0f);
   const std::vector<bf16> w = rng.bf16s(static_cast<size_t>(hd), -0.9f, 0.9f);
   std::vector<bf16> y = x, want = x;
-  head_rms_norm(y.data(), stride, tokens, heads, hd, w.data(), NormGain::one_plus_weight, 1e-5f);
+  head_rms_norm(ops::head_norm(y.data(), stride, tokens, heads, hd, w.data(),
+                               NormGain::one_plus_weight, 1e-5f));
   for (int t = 0; t < tokens; ++t)
     for (int h = 0; h < heads; ++h) {
       bf16* head = &want[static_cast<size_t>(t * stride + h * hd)];
-      rms_norm(head, hd, 1, hd, w.data(), NormGain::one_plus_weight, 1e-5f, head, hd);
+      rms_norm(
+          ops::rms_norm_of(head, hd, 1, hd, w.data(), NormGain::one_plus_weight, 1e-5f, head, hd));
     }
   EXPECT_TRUE(same_bits(y, want, {stride}));
 }
 
 TEST(CpuOpsHeadRmsNorm, BadShapesAreRefused) {
   std::vector<bf16> buf(64, to_bf16(1.0f));
-  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 0, 8, nullptr, NormGain::none, 1e-6f),
-               InvalidArgument);
-  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 1, 0, nullptr, NormGain::none, 1e-6f),
-               InvalidArgument);
-  EXPECT_THROW(head_rms_norm(buf.data(), 7, 2, 2, 4, nullptr, NormGain::none, 1e-6f),
-               InvalidArgument);
-  EXPECT_THROW(head_rms_norm(buf.data(), 8, 2, 2, 4, nullptr, NormGain::weight, 1e-6f),
-               InvalidArgument);
-  EXPECT_NO_THROW(head_rms_norm(buf.data(), 8, 0, 2, 4, nullptr, NormGain::none, 1e-6f));
+  EXPECT_THROW(
+      head_rms_norm(ops::head_norm(buf.data(), 8, 2, 0, 8, nullptr, NormGain::none, 1e-6f)),
+      InvalidArgument);
+  EXPECT_THROW(
+      head_rms_norm(ops::head_norm(buf.data(), 8, 2, 1, 0, nullptr, NormGain::none, 1e-6f)),
+      InvalidArgument);
+  EXPECT_THROW(
+      head_rms_norm(ops::head_norm(buf.data(), 7, 2, 2, 4, nullptr, NormGain::none, 1e-6f)),
+      InvalidArgument);
+  EXPECT_THROW(
+      head_rms_norm(ops::head_norm(buf.data(), 8, 2, 2, 4, nullptr, NormGain::weight, 1e-6f)),
+      InvalidArgument);
+  EXPECT_NO_THROW(
+      head_rms_norm(ops::head_norm(buf.data(), 8, 0, 2, 4, nullptr, NormGain::none, 1e-6f)));
 }
 
 // ---- residual boundary -------------------------------------------------------------
@@ -529,7 +542,9 @@ TEST(CpuOpsRope, NeoxAndGptjMatchNaiveBitForBit) {
               }
           for (int threads : kThreadCounts) {
             std::vector<bf16> x = x0;
-            rope(x.data(), stride, tokens, heads, hd, pos.data(), table.data(), style, threads);
+            rope(ops::rope_heads(x.data(), stride, tokens, heads, hd, pos.data(), table.data(),
+                                 style),
+                 threads);
             EXPECT_TRUE(same_bits(x, want)) << "threads " << threads;
             for (int i = 0; i < heads * hd; ++i)
               ASSERT_EQ(x[static_cast<size_t>(i)].bits, x0[static_cast<size_t>(i)].bits)
@@ -561,7 +576,8 @@ TEST(CpuOpsKvInsert, CopiesToSlotsAndSkipsMinusOne) {
             v[static_cast<size_t>(t * vs + h * hd + i)];
       }
   }
-  kv_insert(k.data(), ks, v.data(), vs, tokens, kv_heads, hd, slots.data(), cache.data());
+  kv_insert(ops::kv_insert_of(k.data(), ks, v.data(), vs, tokens, kv_heads, hd, slots.data(),
+                              cache.data()));
   EXPECT_TRUE(same_bits(cache, want));
 }
 
@@ -583,7 +599,7 @@ TEST(CpuOpsEmbed, CopiesTableRows) {
   std::vector<bf16> out(ids.size() * hidden), want;
   for (int64_t id : ids)
     want.insert(want.end(), table.begin() + id * hidden, table.begin() + (id + 1) * hidden);
-  embed(ids.data(), static_cast<int>(ids.size()), table.data(), hidden, out.data());
+  embed(ops::embed_of(ids.data(), static_cast<int>(ids.size()), table.data(), hidden, out.data()));
   EXPECT_TRUE(same_bits(out, want));
 }
 
@@ -606,7 +622,7 @@ TEST(CpuOpsSiluMul, MatchesNaiveBitForBit) {
         }
       for (int threads : kThreadCounts) {
         std::vector<bf16> y(want.size());
-        silu_mul(gu.data(), rows, inter, y.data(), threads);
+        silu_mul(ops::silu_mul_of(gu.data(), rows, inter, y.data()), threads);
         EXPECT_TRUE(same_bits(y, want))
             << "rows " << rows << " inter " << inter << " threads " << threads;
       }
@@ -649,8 +665,9 @@ TEST(CpuOpsONormGate, MatchesNaiveBitForBit) {
                 }
               for (int threads : kThreadCounts) {
                 std::vector<bf16> o = o0;
-                o_norm_gate(o.data(), tokens, heads, hd, w.data(), o_norm, gain, 1e-6f,
-                            gate ? g.data() : nullptr, gs, threads);
+                o_norm_gate(ops::o_norm_gate_of(o.data(), tokens, heads, hd, o_norm, w.data(), gain,
+                                                1e-6f, gate ? g.data() : nullptr, gs),
+                            threads);
                 EXPECT_TRUE(same_bits(o, want)) << "threads " << threads;
               }
             }
@@ -963,9 +980,11 @@ TEST(CpuOpsSampleRow, SlicesCombineToTheWholeRow) {
 TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
   std::vector<bf16> buf(64, to_bf16(1.0f));
   std::vector<float> table(64, 0.0f);
-  EXPECT_THROW(rms_norm(buf.data(), 8, 2, 8, nullptr, NormGain::weight, 1e-6f, buf.data(), 8),
+  EXPECT_THROW(rms_norm(ops::rms_norm_of(buf.data(), 8, 2, 8, nullptr, NormGain::weight, 1e-6f,
+                                         buf.data(), 8)),
                InvalidArgument);
-  EXPECT_THROW(rms_norm(buf.data(), 4, 2, 8, nullptr, NormGain::none, 1e-6f, buf.data(), 8),
+  EXPECT_THROW(rms_norm(ops::rms_norm_of(buf.data(), 4, 2, 8, nullptr, NormGain::none, 1e-6f,
+                                         buf.data(), 8)),
                InvalidArgument);
   ops::BoundaryParams p;
   p.rows = 1;
@@ -976,14 +995,17 @@ TEST(CpuOpsErrors, BadInputIsRefusedWithInvalidArgument) {
   EXPECT_THROW(residual_boundary(p, buf.data(), buf.data(), buf.data() + 8), InvalidArgument);
   EXPECT_THROW(rope_table(1e4, 7, 4, table.data()), InvalidArgument);
   const int64_t neg_pos = -1;
-  EXPECT_THROW(rope(buf.data(), 8, 1, 1, 8, &neg_pos, table.data(), RopeStyle::neox),
-               InvalidArgument);
+  EXPECT_THROW(
+      rope(ops::rope_heads(buf.data(), 8, 1, 1, 8, &neg_pos, table.data(), RopeStyle::neox)),
+      InvalidArgument);
   const int64_t bad_slot = -2;
-  EXPECT_THROW(kv_insert(buf.data(), 4, buf.data(), 4, 1, 1, 4, &bad_slot, buf.data()),
-               InvalidArgument);
+  EXPECT_THROW(
+      kv_insert(ops::kv_insert_of(buf.data(), 4, buf.data(), 4, 1, 1, 4, &bad_slot, buf.data())),
+      InvalidArgument);
   const int64_t bad_id = -1;
-  EXPECT_THROW(embed(&bad_id, 1, buf.data(), 4, buf.data()), InvalidArgument);
-  EXPECT_THROW(gemm(buf.data(), 2, buf.data(), 1, 1, 4, buf.data(), 1, 1), InvalidArgument);
+  EXPECT_THROW(embed(ops::embed_of(&bad_id, 1, buf.data(), 4, buf.data())), InvalidArgument);
+  EXPECT_THROW(gemm(ops::gemm_of(buf.data(), 2, buf.data(), 1, 1, 4, buf.data(), 1)),
+               InvalidArgument);
   EXPECT_THROW(sample_row(buf.data(), 4, 0, -1.0f, 0), InvalidArgument);
   EXPECT_THROW(sample_row(buf.data(), 4, 0, kInf, 0), InvalidArgument);
   EXPECT_THROW(sample_row(buf.data(), 0, 0, 1.0f, 0), InvalidArgument);

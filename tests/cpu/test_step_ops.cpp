@@ -82,9 +82,9 @@ TEST(CpuOpsWiden, EveryBf16PatternWidensExactly) {
     const uint32_t wide = b << 16;
     std::memcpy(&want[b], &wide, sizeof(float));
   }
-  widen(x.data(), static_cast<int64_t>(x.size()), out.data());
+  widen(ops::widen_of(x.data(), static_cast<int64_t>(x.size()), out.data()));
   EXPECT_TRUE(same_bits(out, want));
-  EXPECT_THROW(widen(x.data(), -1, out.data()), InvalidArgument);
+  EXPECT_THROW(widen(ops::widen_of(x.data(), -1, out.data())), InvalidArgument);
 }
 
 }  // namespace

@@ -46,20 +46,13 @@ using test::Gen;
 // The ops the compositions call, on one backend; anything else is a test bug.
 class FrontOps : public StepOps {
  public:
-  void gemm(const bf16*, int64_t, const bf16*, int, int, int, bf16*, int64_t, int) override {
-    no();
-  }
+  void gemm(const ops::GemmParams&) override { no(); }
   void prepare_query_block(const ops::QueryBlockParams&) override { no(); }
   void attention(const ops::AttentionParams&, const bf16*, const bf16*, bf16*) override { no(); }
-  void o_norm_gate(bf16*, int, int, int, const bf16*, bool, NormGain, float, const bf16*,
-                   int64_t) override {
-    no();
-  }
+  void o_norm_gate(const ops::ONormGateParams&) override { no(); }
   void residual_boundary(const ops::BoundaryParams&, const bf16*, void*, bf16*) override { no(); }
-  void silu_mul(const bf16*, int, int, bf16*) override { no(); }
-  void gate_up_swiglu(const bf16*, int64_t, const bf16*, int, int, int, bf16*, bf16*) override {
-    no();
-  }
+  void silu_mul(const ops::SiluMulParams&) override { no(); }
+  void gate_up_swiglu(const ops::GateUpParams&) override { no(); }
   void qkv_front(const ops::QkvFrontParams& p) override { eager_qkv_front(*this, p); }
   void embed_norm(const ops::EmbedNormParams& p) override { eager_embed_norm(*this, p); }
 
@@ -70,26 +63,12 @@ class FrontOps : public StepOps {
 class GpuEagerOps final : public FrontOps {
  public:
   explicit GpuEagerOps(cudaStream_t s) : s_(s) {}
-  void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* w, NormGain g, float eps,
-                bf16* y, int64_t ys) override {
-    cuda::rms_norm(x, xs, rows, n, w, g, eps, y, ys, s_);
-  }
-  void head_rms_norm(bf16* x, int64_t ts, int tokens, int heads, int hd, const bf16* w, NormGain g,
-                     float eps) override {
-    cuda::head_rms_norm(x, ts, tokens, heads, hd, w, g, eps, s_);
-  }
-  void rope(bf16* x, int64_t xs, int tokens, int heads, int hd, const int64_t* pos,
-            const float* table, RopeStyle style) override {
-    cuda::rope(x, xs, tokens, heads, hd, pos, table, style, s_);
-  }
-  void kv_insert(const bf16* k, int64_t ks, const bf16* v, int64_t vs, int tokens, int kvh, int hd,
-                 const int64_t* slots, bf16* cache) override {
-    cuda::kv_insert(k, ks, v, vs, tokens, kvh, hd, slots, cache, s_);
-  }
-  void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) override {
-    cuda::embed(ids, rows, table, hidden, out, s_);
-  }
-  void widen(const bf16* x, int64_t n, float* out) override { cuda::widen(x, n, out, s_); }
+  void rms_norm(const ops::RmsNormParams& p) override { cuda::rms_norm(p, s_); }
+  void head_rms_norm(const ops::HeadNormParams& p) override { cuda::head_rms_norm(p, s_); }
+  void rope(const ops::RopeParams& p) override { cuda::rope(p, s_); }
+  void kv_insert(const ops::KvInsertParams& p) override { cuda::kv_insert(p, s_); }
+  void embed(const ops::EmbedParams& p) override { cuda::embed(p, s_); }
+  void widen(const ops::WidenParams& p) override { cuda::widen(p, s_); }
 
  private:
   cudaStream_t s_;
@@ -97,26 +76,12 @@ class GpuEagerOps final : public FrontOps {
 
 class CpuRefOps final : public FrontOps {
  public:
-  void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* w, NormGain g, float eps,
-                bf16* y, int64_t ys) override {
-    cpu::rms_norm(x, xs, rows, n, w, g, eps, y, ys);
-  }
-  void head_rms_norm(bf16* x, int64_t ts, int tokens, int heads, int hd, const bf16* w, NormGain g,
-                     float eps) override {
-    cpu::head_rms_norm(x, ts, tokens, heads, hd, w, g, eps);
-  }
-  void rope(bf16* x, int64_t xs, int tokens, int heads, int hd, const int64_t* pos,
-            const float* table, RopeStyle style) override {
-    cpu::rope(x, xs, tokens, heads, hd, pos, table, style);
-  }
-  void kv_insert(const bf16* k, int64_t ks, const bf16* v, int64_t vs, int tokens, int kvh, int hd,
-                 const int64_t* slots, bf16* cache) override {
-    cpu::kv_insert(k, ks, v, vs, tokens, kvh, hd, slots, cache);
-  }
-  void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) override {
-    cpu::embed(ids, rows, table, hidden, out);
-  }
-  void widen(const bf16* x, int64_t n, float* out) override { cpu::widen(x, n, out); }
+  void rms_norm(const ops::RmsNormParams& p) override { cpu::rms_norm(p); }
+  void head_rms_norm(const ops::HeadNormParams& p) override { cpu::head_rms_norm(p); }
+  void rope(const ops::RopeParams& p) override { cpu::rope(p); }
+  void kv_insert(const ops::KvInsertParams& p) override { cpu::kv_insert(p); }
+  void embed(const ops::EmbedParams& p) override { cpu::embed(p); }
+  void widen(const ops::WidenParams& p) override { cpu::widen(p); }
 };
 
 // ---- seeded inputs --------------------------------------------------------------------

@@ -81,8 +81,9 @@ Problem make(test::Gen& gen, int M, int N, int K, bool misaligned) {
 
 std::vector<bf16> cpu_result(const Problem& p, int S) {
   std::vector<bf16> y = p.y0;
-  cpu::gemm(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y.data(), p.y_stride, S,
-            cpu_threads());
+  cpu::gemm(
+      ops::gemm_of(p.x.data(), p.x_stride, p.w.data(), p.M, p.N, p.K, y.data(), p.y_stride, S),
+      cpu_threads());
   return y;
 }
 
@@ -107,7 +108,7 @@ struct DeviceProblem {
     return out;
   }
   void run(GemmVariant v, int S, cudaStream_t s) {
-    cuda::gemm_with(v, dx(), p.x_stride, dw(), p.M, p.N, p.K, dy(), p.y_stride, S, s);
+    cuda::gemm_with(v, ops::gemm_of(dx(), p.x_stride, dw(), p.M, p.N, p.K, dy(), p.y_stride, S), s);
   }
 };
 
@@ -133,7 +134,8 @@ int check_all_variants(const Problem& p, int S, uint64_t seed, cudaStream_t s) {
   d.run(GemmVariant::automatic, S, s);
   EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}))
       << "automatic ("
-      << cuda::gemm_variant_name(cuda::gemm_pick(d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, S))
+      << cuda::gemm_variant_name(cuda::gemm_pick(
+             ops::gemm_of(d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, nullptr, p.N, S)))
       << ")";
   ++ran;
   for (GemmVariant v : kForced) {
@@ -210,8 +212,9 @@ TEST(CudaGemm, F32SubtreeEqualsCpuSlicesBitForBit) {
           std::vector<float> y0(static_cast<size_t>(M) * ys);
           for (float& v : y0) v = static_cast<float>(gen.uniform(70.0f, 80.0f));  // padding
           std::vector<float> want = y0;
-          cpu::gemm_slices_f32(p.x.data(), p.x_stride, p.w.data(), K, M, N, K, want.data(), ys, S,
-                               cpu_threads());
+          cpu::gemm(
+              ops::gemm_f32_of(p.x.data(), p.x_stride, p.w.data(), K, M, N, K, want.data(), ys, S),
+              cpu_threads());
           DeviceBuffer<bf16> x(p.x), w(p.w);
           DeviceBuffer<float> y(y0);
           for (GemmVariant v : {GemmVariant::automatic, GemmVariant::ring_n8, GemmVariant::ring_n16,
@@ -222,18 +225,21 @@ TEST(CudaGemm, F32SubtreeEqualsCpuSlicesBitForBit) {
             if (is_wg(v) && !cuda::wgmma_self_test().usable) continue;
             if (is_wg(v) && K % (64 * S) != 0) continue;
             y.upload(y0.data(), y0.size(), 0, s);
-            cuda::gemm_f32_with(v, x.data(), p.x_stride, w.data(), M, N, K, y.data(), ys, S, s);
+            cuda::gemm_with(
+                v, ops::gemm_f32_of(x.data(), p.x_stride, w.data(), 0, M, N, K, y.data(), ys, S),
+                s);
             EXPECT_TRUE(test::same_bits(y.download(s), want, {ys, true}))
                 << cuda::gemm_variant_name(v);
             ++runs;
           }
           // The rounding after the all-reduce: narrow(gemm_f32) == gemm, bit for bit.
           DeviceBuffer<float> sum(static_cast<size_t>(M) * N);
-          cuda::gemm_f32(x.data(), p.x_stride, w.data(), M, N, K, sum.data(), N, S, s);
+          cuda::gemm(ops::gemm_f32_of(x.data(), p.x_stride, w.data(), 0, M, N, K, sum.data(), N, S),
+                     s);
           DeviceBuffer<bf16> narrowed(static_cast<size_t>(M) * N),
               direct(static_cast<size_t>(M) * N);
           cuda::narrow(sum.data(), static_cast<int64_t>(M) * N, narrowed.data(), s);
-          cuda::gemm(x.data(), p.x_stride, w.data(), M, N, K, direct.data(), N, S, s);
+          cuda::gemm(ops::gemm_of(x.data(), p.x_stride, w.data(), M, N, K, direct.data(), N, S), s);
           EXPECT_TRUE(test::same_bits(narrowed.download(s), direct.download(s))) << "narrow";
           if (HasFailure()) return;
         }
@@ -259,16 +265,18 @@ TEST(CudaGemm, SwigluEqualsGemmThenSiluMul) {
         p.y0 = gen.bf16s(static_cast<size_t>(M) * p.y_stride, 50.0f, 60.0f);
         SCOPED_TRACE(describe(p, 1, seed) + " (swiglu, inter " + std::to_string(I) + ")");
         std::vector<bf16> gu(static_cast<size_t>(M) * 2 * I);
-        cpu::gemm(p.x.data(), p.x_stride, p.w.data(), M, 2 * I, K, gu.data(), 2 * I, 1,
-                  cpu_threads());
+        cpu::gemm(
+            ops::gemm_of(p.x.data(), p.x_stride, p.w.data(), M, 2 * I, K, gu.data(), 2 * I, 1),
+            cpu_threads());
         std::vector<bf16> act(static_cast<size_t>(M) * I);
-        cpu::silu_mul(gu.data(), M, I, act.data(), cpu_threads());
+        cpu::silu_mul(ops::silu_mul_of(gu.data(), M, I, act.data()), cpu_threads());
         std::vector<bf16> want = p.y0;
         for (int m = 0; m < M; ++m)
           for (int i = 0; i < I; ++i)
             want[static_cast<size_t>(m) * p.y_stride + i] = act[static_cast<size_t>(m) * I + i];
         DeviceProblem d(p, s);
-        cuda::gemm_swiglu(d.dx(), p.x_stride, d.dw(), M, I, K, d.dy(), p.y_stride, s);
+        cuda::gemm_swiglu(
+            ops::gate_up_of(d.dx(), p.x_stride, d.dw(), M, I, K, nullptr, d.dy(), p.y_stride), s);
         EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}));
         ++cases;
         if (HasFailure()) return;
@@ -294,7 +302,8 @@ TEST(CudaGemm, GraphReplayEqualsEagerCall) {
     const std::vector<bf16> eager = d.result(stream.get());
     d.reset(stream.get());
     const cuda::GraphExec graph(stream.get(), [&](cudaStream_t st) {
-      cuda::gemm(d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(), p.y_stride, S, st);
+      cuda::gemm(ops::gemm_of(d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(), p.y_stride, S),
+                 st);
     });
     for (int launch = 0; launch < 2; ++launch) {
       graph.launch(stream.get());
@@ -309,26 +318,36 @@ TEST(CudaGemm, BadArgumentsAreRefused) {
   SD_REQUIRE_GPU();
   DeviceBuffer<bf16> buf(4096);
   bf16* p = buf.data();
-  EXPECT_THROW(cuda::gemm(p, 4, p, -1, 4, 4, p, 4, 1, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm(p, 4, p, 2, -1, 4, p, 4, 1, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm(p, 4, p, 2, 4, 0, p, 4, 1, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm(p, 3, p, 2, 4, 4, p, 4, 1, nullptr), InvalidArgument);  // x_stride < K
-  EXPECT_THROW(cuda::gemm(p, 4, p, 2, 4, 4, p, 3, 1, nullptr), InvalidArgument);  // y_stride < N
-  EXPECT_THROW(cuda::gemm(p, 64, p, 2, 4, 64, p, 4, 3, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm(p, 96, p, 2, 4, 96, p, 4, 4, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm(nullptr, 4, p, 2, 4, 4, p, 4, 1, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm(p, 4, p, 2, 2000000, 4, p, 2000000, 1, nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 4, p, -1, 4, 4, p, 4, 1), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 4, p, 2, -1, 4, p, 4, 1), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 4, p, 2, 4, 0, p, 4, 1), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 3, p, 2, 4, 4, p, 4, 1), nullptr),
+               InvalidArgument);  // x_stride < K
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 4, p, 2, 4, 4, p, 3, 1), nullptr),
+               InvalidArgument);  // y_stride < N
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 64, p, 2, 4, 64, p, 4, 3), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 96, p, 2, 4, 96, p, 4, 4), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(nullptr, 4, p, 2, 4, 4, p, 4, 1), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::gemm(ops::gemm_of(p, 4, p, 2, 2000000, 4, p, 2000000, 1), nullptr),
+               InvalidArgument);
   // The ring and bulk variants refuse what they cannot stream.
   for (GemmVariant v : {GemmVariant::ring_n8, GemmVariant::bulk_n8}) {
-    EXPECT_THROW(cuda::gemm_with(v, p + 1, 64, p, 2, 4, 64, p, 4, 1, nullptr), InvalidArgument);
-    EXPECT_THROW(cuda::gemm_with(v, p, 64, p, 2, 4, 60, p, 4, 1, nullptr), InvalidArgument);
+    EXPECT_THROW(cuda::gemm_with(v, ops::gemm_of(p + 1, 64, p, 2, 4, 64, p, 4, 1), nullptr),
+                 InvalidArgument);
+    EXPECT_THROW(cuda::gemm_with(v, ops::gemm_of(p, 64, p, 2, 4, 60, p, 4, 1), nullptr),
+                 InvalidArgument);
   }
   // The fused gate_up + SwiGLU takes the ring's layouts only.
-  EXPECT_THROW(cuda::gemm_swiglu(p, 36, p, 2, 4, 32, p, 4, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm_swiglu(p + 1, 32, p, 2, 4, 32, p, 4, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::gemm_swiglu(p, 36, p, 2, 4, 36, p, 4, nullptr), InvalidArgument);
-  EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 0, 4, 4, nullptr, 4, 1, nullptr));  // M == 0
-  EXPECT_NO_THROW(cuda::gemm(nullptr, 4, nullptr, 3, 0, 4, nullptr, 4, 1, nullptr));  // N == 0
+  EXPECT_THROW(cuda::gemm_swiglu(ops::gate_up_of(p, 36, p, 2, 4, 32, nullptr, p, 4), nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::gemm_swiglu(ops::gate_up_of(p + 1, 32, p, 2, 4, 32, nullptr, p, 4), nullptr),
+               InvalidArgument);
+  EXPECT_THROW(cuda::gemm_swiglu(ops::gate_up_of(p, 36, p, 2, 4, 36, nullptr, p, 4), nullptr),
+               InvalidArgument);
+  EXPECT_NO_THROW(
+      cuda::gemm(ops::gemm_of(nullptr, 4, nullptr, 0, 4, 4, nullptr, 4, 1), nullptr));  // M == 0
+  EXPECT_NO_THROW(
+      cuda::gemm(ops::gemm_of(nullptr, 4, nullptr, 3, 0, 4, nullptr, 4, 1), nullptr));  // N == 0
   SD_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -380,8 +399,8 @@ TEST(CudaGemm, BulkTuningEqualsCpu) {
     for (const cuda::GemmBulkTuning& t : kBulkTunings) {
       SCOPED_TRACE(describe(p, sh.S, seed) + " " + describe(t));
       d.reset(s);
-      cuda::gemm_bulk_tuned(t, d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(), p.y_stride, sh.S,
-                            s);
+      cuda::gemm_bulk_tuned(
+          t, ops::gemm_of(d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(), p.y_stride, sh.S), s);
       EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride}));
       ++runs;
     }
@@ -394,9 +413,10 @@ TEST(CudaGemm, BulkTuningEqualsCpu) {
   DeviceProblem d(p, s);
   for (const cuda::GemmBulkTuning bad :
        {cuda::GemmBulkTuning{100, 2}, cuda::GemmBulkTuning{0, 1}, cuda::GemmBulkTuning{512, 4}})
-    EXPECT_THROW(cuda::gemm_bulk_tuned(bad, d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(),
-                                       p.y_stride, 1, s),
-                 InvalidArgument)
+    EXPECT_THROW(
+        cuda::gemm_bulk_tuned(
+            bad, ops::gemm_of(d.dx(), p.x_stride, d.dw(), p.M, p.N, p.K, d.dy(), p.y_stride, 1), s),
+        InvalidArgument)
         << describe(bad);
 }
 
@@ -428,7 +448,7 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
       SCOPED_TRACE(std::string(sh.name) + " M " + std::to_string(M));
       DeviceBuffer<bf16> x(static_cast<size_t>(M) * sh.K), y(static_cast<size_t>(M) * sh.N);
       fill(x, 0x777u + static_cast<uint32_t>(M), s);
-      cuda::gemm(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
+      cuda::gemm(ops::gemm_of(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S), s);
       // Correctness first: the first and last 32 weight rows against cpu::gemm.
       const std::vector<bf16> hx = x.download(s);
       const std::vector<bf16> hy = y.download(s);
@@ -438,7 +458,7 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
         w.download(hw.data(), hw.size(), static_cast<size_t>(n0) * sh.K, s);
         SD_CUDA_CHECK(cudaStreamSynchronize(s));
         std::vector<bf16> want(static_cast<size_t>(M) * rows), got(want.size());
-        cpu::gemm(hx.data(), sh.K, hw.data(), M, rows, sh.K, want.data(), rows, sh.S,
+        cpu::gemm(ops::gemm_of(hx.data(), sh.K, hw.data(), M, rows, sh.K, want.data(), rows, sh.S),
                   cpu_threads());
         for (int m = 0; m < M; ++m)
           for (int n = 0; n < rows; ++n)
@@ -446,14 +466,17 @@ TEST(GemmSpeed, Qwen3_8bProjections) {
         ASSERT_TRUE(test::same_bits(got, want, {rows})) << "rows from " << n0;
       }
       const double us = timer.median_us(
-          [&] { cuda::gemm(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s); }, 1,
-          10);
+          [&] {
+            cuda::gemm(ops::gemm_of(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S),
+                       s);
+          },
+          1, 10);
       const double bytes = 2.0 * sh.N * sh.K;
-      std::printf(
-          "[gemm speed] %-10s N %6d K %5d S %d M %4d (%s): %9.1f us  %7.0f GB/s\n", sh.name, sh.N,
-          sh.K, sh.S, M,
-          cuda::gemm_variant_name(cuda::gemm_pick(x.data(), sh.K, w.data(), M, sh.N, sh.K, sh.S)),
-          us, bytes / us * 1e-3);
+      std::printf("[gemm speed] %-10s N %6d K %5d S %d M %4d (%s): %9.1f us  %7.0f GB/s\n", sh.name,
+                  sh.N, sh.K, sh.S, M,
+                  cuda::gemm_variant_name(cuda::gemm_pick(
+                      ops::gemm_of(x.data(), sh.K, w.data(), M, sh.N, sh.K, nullptr, sh.N, sh.S))),
+                  us, bytes / us * 1e-3);
     }
   }
 }
@@ -474,10 +497,13 @@ TEST(GemmSpeed, GateUpSwigluFusedVsTwoPasses) {
         act(static_cast<size_t>(M) * I), fused(static_cast<size_t>(M) * I);
     fill(x, 0x99u + static_cast<uint32_t>(M), s);
     const auto two = [&] {
-      cuda::gemm(x.data(), K, w.data(), M, 2 * I, K, gu.data(), 2 * I, 1, s);
-      cuda::silu_mul(gu.data(), M, I, act.data(), s);
+      cuda::gemm(ops::gemm_of(x.data(), K, w.data(), M, 2 * I, K, gu.data(), 2 * I, 1), s);
+      cuda::silu_mul(ops::silu_mul_of(gu.data(), M, I, act.data()), s);
     };
-    const auto one = [&] { cuda::gemm_swiglu(x.data(), K, w.data(), M, I, K, fused.data(), I, s); };
+    const auto one = [&] {
+      cuda::gemm_swiglu(ops::gate_up_of(x.data(), K, w.data(), M, I, K, nullptr, fused.data(), I),
+                        s);
+    };
     two();
     one();
     EXPECT_TRUE(test::same_bits(fused.download(s), act.download(s))) << "M " << M;
@@ -514,7 +540,9 @@ TEST(GemmSpeed, EveryVariant) {
       for (GemmVariant v : variants) {
         const double us = timer.median_us(
             [&] {
-              cuda::gemm_with(v, x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
+              cuda::gemm_with(
+                  v, ops::gemm_of(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S),
+                  s);
             },
             1, 5);
         std::printf(" %8.1f (%5.0f)", us, 2.0 * sh.N * sh.K / us * 1e-3);
@@ -540,11 +568,13 @@ TEST(GemmSpeed, BulkTuning) {
     DeviceBuffer<bf16> x(static_cast<size_t>(M) * sh.K), y(static_cast<size_t>(M) * sh.N),
         y0(static_cast<size_t>(M) * sh.N);
     fill(x, 0x777u + static_cast<uint32_t>(M), s);
-    cuda::gemm_bulk_tuned({}, x.data(), sh.K, w.data(), M, sh.N, sh.K, y0.data(), sh.N, sh.S, s);
+    cuda::gemm_bulk_tuned(
+        {}, ops::gemm_of(x.data(), sh.K, w.data(), M, sh.N, sh.K, y0.data(), sh.N, sh.S), s);
     const std::vector<bf16> want = y0.download(s);
     for (const cuda::GemmBulkTuning& t : kBulkTunings) {
       const auto run = [&] {
-        cuda::gemm_bulk_tuned(t, x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S, s);
+        cuda::gemm_bulk_tuned(
+            t, ops::gemm_of(x.data(), sh.K, w.data(), M, sh.N, sh.K, y.data(), sh.N, sh.S), s);
       };
       try {
         run();

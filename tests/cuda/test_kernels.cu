@@ -158,9 +158,11 @@ void check_rms_norm(uint64_t seed, int rows, int n, int pad, NormGain gain, bool
   if constexpr (std::is_same_v<In, bf16>) {
     if (in_place) {
       expected = x;
-      cpu::rms_norm(expected.data(), x_stride, rows, n, w_host, gain, eps, expected.data(),
-                    x_stride);
-      cuda::rms_norm(dx.data(), x_stride, rows, n, w_dev, gain, eps, dx.data(), x_stride, stream);
+      cpu::rms_norm(ops::rms_norm_of(expected.data(), x_stride, rows, n, w_host, gain, eps,
+                                     expected.data(), x_stride));
+      cuda::rms_norm(
+          ops::rms_norm_of(dx.data(), x_stride, rows, n, w_dev, gain, eps, dx.data(), x_stride),
+          stream);
       found = dx.download(stream);
       EXPECT_TRUE(bf16_bits_equal(found, expected, x_stride));
       return;
@@ -168,9 +170,12 @@ void check_rms_norm(uint64_t seed, int rows, int n, int pad, NormGain gain, bool
   }
   const std::vector<bf16> y0 = gen.bf16s(static_cast<size_t>(rows) * y_stride, -5.0f, 5.0f);
   expected = y0;
-  cpu::rms_norm(x.data(), x_stride, rows, n, w_host, gain, eps, expected.data(), y_stride);
+  cpu::rms_norm(
+      ops::rms_norm_of(x.data(), x_stride, rows, n, w_host, gain, eps, expected.data(), y_stride));
   DeviceBuffer<bf16> dy(y0, stream);
-  cuda::rms_norm(dx.data(), x_stride, rows, n, w_dev, gain, eps, dy.data(), y_stride, stream);
+  cuda::rms_norm(
+      ops::rms_norm_of(dx.data(), x_stride, rows, n, w_dev, gain, eps, dy.data(), y_stride),
+      stream);
   found = dy.download(stream);
   EXPECT_TRUE(bf16_bits_equal(found, expected, y_stride));
 }
@@ -390,12 +395,13 @@ TEST(CudaRope, MatchesCpuBitForBit) {
           if (tokens > 1) pos[1] = 0;
 
           std::vector<bf16> expected = x;
-          cpu::rope(expected.data(), x_stride, tokens, heads, head_dim, pos.data(), table.data(),
-                    style);
+          cpu::rope(ops::rope_heads(expected.data(), x_stride, tokens, heads, head_dim, pos.data(),
+                                    table.data(), style));
           DeviceBuffer<bf16> dx(x, stream.get());
           DeviceBuffer<int64_t> dpos(pos, stream.get());
-          cuda::rope(dx.data(), x_stride, tokens, heads, head_dim, dpos.data(), dtable.data(),
-                     style, stream.get());
+          cuda::rope(ops::rope_heads(dx.data(), x_stride, tokens, heads, head_dim, dpos.data(),
+                                     dtable.data(), style),
+                     stream.get());
           EXPECT_TRUE(bf16_bits_equal(dx.download(stream.get()), expected, x_stride));
         }
     }
@@ -434,12 +440,13 @@ TEST(CudaKvInsert, MatchesCpuBitForBitWithPaddingSlots) {
             gen.bf16s(static_cast<size_t>(kSlots) * width * 2, -9.0f, 9.0f);
 
         std::vector<bf16> expected = cache0;
-        cpu::kv_insert(k.data(), k_stride, v.data(), v_stride, tokens, kv_heads, head_dim,
-                       slots.data(), expected.data());
+        cpu::kv_insert(ops::kv_insert_of(k.data(), k_stride, v.data(), v_stride, tokens, kv_heads,
+                                         head_dim, slots.data(), expected.data()));
         DeviceBuffer<bf16> dk(k, stream.get()), dv(v, stream.get()), dcache(cache0, stream.get());
         DeviceBuffer<int64_t> dslots(slots, stream.get());
-        cuda::kv_insert(dk.data(), k_stride, dv.data(), v_stride, tokens, kv_heads, head_dim,
-                        dslots.data(), dcache.data(), stream.get());
+        cuda::kv_insert(ops::kv_insert_of(dk.data(), k_stride, dv.data(), v_stride, tokens,
+                                          kv_heads, head_dim, dslots.data(), dcache.data()),
+                        stream.get());
         EXPECT_TRUE(bf16_bits_equal(dcache.download(stream.get()), expected, 2 * width, false));
       }
 }
@@ -463,10 +470,11 @@ TEST(CudaEmbed, MatchesCpuBitForBit) {
       ids[0] = kVocab - 1;
       if (rows > 1) ids[1] = 0;
       std::vector<bf16> expected(static_cast<size_t>(rows) * hidden);
-      cpu::embed(ids.data(), rows, table.data(), hidden, expected.data());
+      cpu::embed(ops::embed_of(ids.data(), rows, table.data(), hidden, expected.data()));
       DeviceBuffer<bf16> dtable(table, stream.get()), dout(expected.size());
       DeviceBuffer<int64_t> dids(ids, stream.get());
-      cuda::embed(dids.data(), rows, dtable.data(), hidden, dout.data(), stream.get());
+      cuda::embed(ops::embed_of(dids.data(), rows, dtable.data(), hidden, dout.data()),
+                  stream.get());
       EXPECT_TRUE(bf16_bits_equal(dout.download(stream.get()), expected, hidden, false));
     }
 }
@@ -490,9 +498,9 @@ TEST(CudaSiluMul, MatchesCpuBitForBit) {
       for (size_t i = 0; i < gu.size(); i += 7)
         gu[i] = to_bf16(specials[gen.integer(0, static_cast<int>(std::size(specials)) - 1)]);
       std::vector<bf16> expected(static_cast<size_t>(rows) * inter);
-      cpu::silu_mul(gu.data(), rows, inter, expected.data());
+      cpu::silu_mul(ops::silu_mul_of(gu.data(), rows, inter, expected.data()));
       DeviceBuffer<bf16> dgu(gu, stream.get()), dy(expected.size());
-      cuda::silu_mul(dgu.data(), rows, inter, dy.data(), stream.get());
+      cuda::silu_mul(ops::silu_mul_of(dgu.data(), rows, inter, dy.data()), stream.get());
       EXPECT_TRUE(bf16_bits_equal(dy.download(stream.get()), expected, inter));
     }
 }
@@ -525,12 +533,14 @@ TEST(CudaONormGate, MatchesCpuBitForBit) {
           const bf16* w_host = gain == NormGain::none ? nullptr : w.data();
 
           std::vector<bf16> expected = o;
-          cpu::o_norm_gate(expected.data(), tokens, heads, head_dim, w_host, o_norm, gain, 1e-6f,
-                           gate ? g.data() : nullptr, g_stride);
+          cpu::o_norm_gate(ops::o_norm_gate_of(expected.data(), tokens, heads, head_dim, o_norm,
+                                               w_host, gain, 1e-6f, gate ? g.data() : nullptr,
+                                               g_stride));
           DeviceBuffer<bf16> dout(o, stream.get()), dg(g, stream.get()), dw(w, stream.get());
-          cuda::o_norm_gate(dout.data(), tokens, heads, head_dim,
-                            gain == NormGain::none ? nullptr : dw.data(), o_norm, gain, 1e-6f,
-                            gate ? dg.data() : nullptr, g_stride, stream.get());
+          cuda::o_norm_gate(ops::o_norm_gate_of(dout.data(), tokens, heads, head_dim, o_norm,
+                                                gain == NormGain::none ? nullptr : dw.data(), gain,
+                                                1e-6f, gate ? dg.data() : nullptr, g_stride),
+                            stream.get());
           EXPECT_TRUE(bf16_bits_equal(dout.download(stream.get()), expected, width));
         }
 }
@@ -568,12 +578,14 @@ TEST(CudaHeadRmsNorm, MatchesCpuBitForBit) {
           const float eps = seed % 2 ? 1e-6f : 1e-5f;
           const std::vector<bf16> w = gain_weights(gen, hd, gain);
           std::vector<bf16> expected = x;
-          cpu::head_rms_norm(expected.data(), stride, tokens, heads, hd,
-                             gain == NormGain::none ? nullptr : w.data(), gain, eps);
+          cpu::head_rms_norm(ops::head_norm(expected.data(), stride, tokens, heads, hd,
+                                            gain == NormGain::none ? nullptr : w.data(), gain,
+                                            eps));
           DeviceBuffer<bf16> dx(x, stream.get()), dw(w, stream.get());
-          cuda::head_rms_norm(dx.data(), stride, tokens, heads, hd,
-                              gain == NormGain::none ? nullptr : dw.data(), gain, eps,
-                              stream.get());
+          cuda::head_rms_norm(
+              ops::head_norm(dx.data(), stride, tokens, heads, hd,
+                             gain == NormGain::none ? nullptr : dw.data(), gain, eps),
+              stream.get());
           EXPECT_TRUE(bf16_bits_equal(dx.download(stream.get()), expected, stride));
         }
 }
@@ -598,13 +610,13 @@ TEST(CudaWidenBf16, IsTheExactWidening) {
     for (size_t i = 0; i < x.size(); ++i) expected[i] = static_cast<uint32_t>(x[i].bits) << 16;
     DeviceBuffer<bf16> dx(x, stream.get());
     DeviceBuffer<float> dout(x.size());
-    cuda::widen(dx.data(), n, dout.data(), stream.get());
+    cuda::widen(ops::widen_of(dx.data(), n, dout.data()), stream.get());
     const std::vector<float> out = dout.download(stream.get());
     std::vector<uint32_t> found(out.size());
     for (size_t i = 0; i < out.size(); ++i) found[i] = f32_bits(out[i]);
     EXPECT_TRUE(test::same_bits(found, expected));
   }
-  cuda::widen(nullptr, 0, nullptr, stream.get());  // n == 0: nothing to do
+  cuda::widen(ops::widen_of(nullptr, 0, nullptr), stream.get());  // n == 0: nothing to do
 }
 
 // cuda::prepare_query_block equals cpu::prepare_query_block (itself held to the
@@ -659,14 +671,19 @@ TEST(CudaPrepareQueryBlock, MatchesCpu) {
 TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
   SD_REQUIRE_GPU();
   bf16* const none = nullptr;
-  EXPECT_THROW(cuda::rms_norm(none, 8, 1, 0, none, NormGain::none, 1e-6f, none, 8, nullptr),
+  EXPECT_THROW(cuda::rms_norm(ops::rms_norm_of(none, 8, 1, 0, none, NormGain::none, 1e-6f, none, 8),
+                              nullptr),
                InvalidArgument);
-  EXPECT_THROW(cuda::rms_norm(none, 7, 1, 8, none, NormGain::none, 1e-6f, none, 8, nullptr),
+  EXPECT_THROW(cuda::rms_norm(ops::rms_norm_of(none, 7, 1, 8, none, NormGain::none, 1e-6f, none, 8),
+                              nullptr),
                InvalidArgument);
-  EXPECT_THROW(cuda::rms_norm(none, 8, 1, 8, none, NormGain::weight, 1e-6f, none, 8, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(cuda::rms_norm(none, 8, 1, 8, none, NormGain::none, NAN, none, 8, nullptr),
-               InvalidArgument);
+  EXPECT_THROW(
+      cuda::rms_norm(ops::rms_norm_of(none, 8, 1, 8, none, NormGain::weight, 1e-6f, none, 8),
+                     nullptr),
+      InvalidArgument);
+  EXPECT_THROW(
+      cuda::rms_norm(ops::rms_norm_of(none, 8, 1, 8, none, NormGain::none, NAN, none, 8), nullptr),
+      InvalidArgument);
 
   ops::BoundaryParams bp;
   bp.rows = 1;
@@ -679,17 +696,21 @@ TEST(CudaKernelArguments, BadSizesAreRefusedBeforeAnyLaunch) {
   bp.gain = NormGain::weight;  // pre_weight missing
   EXPECT_THROW(bp.check(), InvalidArgument);
 
-  EXPECT_THROW(cuda::rope(none, 8, 1, 1, 7, nullptr, nullptr, RopeStyle::neox, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(cuda::rope(none, 15, 1, 2, 8, nullptr, nullptr, RopeStyle::gptj, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(cuda::kv_insert(none, 15, none, 16, 1, 2, 8, nullptr, none, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(cuda::embed(nullptr, 1, none, 0, none, nullptr), InvalidArgument);
-  EXPECT_THROW(cuda::silu_mul(none, 1, 0, none, nullptr), InvalidArgument);
   EXPECT_THROW(
-      cuda::o_norm_gate(none, 1, 2, 8, none, true, NormGain::weight, 1e-6f, none, 16, nullptr),
+      cuda::rope(ops::rope_heads(none, 8, 1, 1, 7, nullptr, nullptr, RopeStyle::neox), nullptr),
       InvalidArgument);
+  EXPECT_THROW(
+      cuda::rope(ops::rope_heads(none, 15, 1, 2, 8, nullptr, nullptr, RopeStyle::gptj), nullptr),
+      InvalidArgument);
+  EXPECT_THROW(
+      cuda::kv_insert(ops::kv_insert_of(none, 15, none, 16, 1, 2, 8, nullptr, none), nullptr),
+      InvalidArgument);
+  EXPECT_THROW(cuda::embed(ops::embed_of(nullptr, 1, none, 0, none), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::silu_mul(ops::silu_mul_of(none, 1, 0, none), nullptr), InvalidArgument);
+  EXPECT_THROW(cuda::o_norm_gate(ops::o_norm_gate_of(none, 1, 2, 8, true, none, NormGain::weight,
+                                                     1e-6f, none, 16),
+                                 nullptr),
+               InvalidArgument);
 
   ops::AttentionParams ap;
   ap.tokens = 0;

@@ -165,8 +165,9 @@ std::vector<bf16> all_reduce_gemm(const Cancelling& p, int tp, const std::vector
       for (int k = 0; k < Kl; ++k) w_shard[n * Kl + k] = p.w[n * p.K + r * Kl + k];
     cuda::DeviceBuffer<bf16> x(p.x), w(w_shard), out(static_cast<size_t>(p.M) * p.N);
     cuda::DeviceBuffer<float> sum(static_cast<size_t>(p.M) * p.N);
-    cuda::gemm_f32(x.data() + r * Kl, p.K, w.data(), p.M, p.N, Kl, sum.data(), p.N, 8 / tp,
-                   stream.get());
+    cuda::gemm(ops::gemm_f32_of(x.data() + r * Kl, p.K, w.data(), 0, p.M, p.N, Kl, sum.data(), p.N,
+                                8 / tp),
+               stream.get());
     comm.all_reduce_sum(sum.data(), sum.size(), stream.get());
     cuda::narrow(sum.data(), static_cast<int64_t>(sum.size()), out.data(), stream.get());
     std::vector<bf16> mine = out.download(stream.get());
@@ -186,7 +187,7 @@ TEST(CudaTp, AllReduceGemmIsTp1sTreeAndCatchesAnotherOrder) {
     const Cancelling p(gen, M, 48, 8 * 64);
     cuda::DeviceStream stream;
     cuda::DeviceBuffer<bf16> x(p.x), w(p.w), y(static_cast<size_t>(M) * p.N);
-    cuda::gemm(x.data(), p.K, w.data(), M, p.N, p.K, y.data(), p.N, 8, stream.get());
+    cuda::gemm(ops::gemm_of(x.data(), p.K, w.data(), M, p.N, p.K, y.data(), p.N, 8), stream.get());
     const std::vector<bf16> want = y.download(stream.get());
     for (int tp : {2, 4, 8}) {
       SCOPED_TRACE("seed " + std::to_string(seed) + " M " + std::to_string(M) + " tp " +

@@ -266,7 +266,7 @@ struct Cancelling : test::CancellingSlices {
   explicit Cancelling(test::Gen& gen) : CancellingSlices(gen, 7) {}
   std::vector<bf16> tp1() const {
     std::vector<bf16> y(static_cast<size_t>(M) * N);
-    cpu::gemm(x.data(), K, w.data(), M, N, K, y.data(), N, 8);
+    cpu::gemm(ops::gemm_of(x.data(), K, w.data(), M, N, K, y.data(), N, 8));
     return y;
   }
 };
@@ -282,8 +282,10 @@ size_t count_differences(const std::vector<bf16>& a, const std::vector<bf16>& b)
 void rank_gemm(const Cancelling& p, Communicator& comm, std::vector<bf16>& y) {
   const int t = comm.tp_size(), r = comm.tp_rank(), k0 = r * p.K / t;
   CpuOps ops(1, &comm);
-  ops.gemm_all_reduce(p.x.data() + k0, p.K, p.w.data() + k0, p.K, p.M, p.N, p.K / t, y.data(), p.N,
-                      8 / t);
+  ops::GemmParams g =
+      ops::gemm_of(p.x.data() + k0, p.K, p.w.data() + k0, p.M, p.N, p.K / t, y.data(), p.N, 8 / t);
+  g.w_stride = p.K;
+  ops.gemm_all_reduce(g);
 }
 
 TEST(TpLayersTree, ShardedOProjIsTheSliceTreeAndOtherOrdersAreCaught) {
@@ -318,8 +320,8 @@ TEST(TpLayersTree, ShardedOProjIsTheSliceTreeAndOtherOrdersAreCaught) {
       const int len = p.K / 8, first = 4 * comm.tp_rank();
       std::vector<float> part(static_cast<size_t>(p.M) * p.N), sum(part.size(), 0.0f);
       for (int s = first; s < first + 4; ++s) {
-        cpu::gemm_slices_f32(p.x.data() + s * len, p.K, p.w.data() + s * len, p.K, p.M, p.N, len,
-                             part.data(), p.N, 1);
+        cpu::gemm(ops::gemm_f32_of(p.x.data() + s * len, p.K, p.w.data() + s * len, p.K, p.M, p.N,
+                                   len, part.data(), p.N, 1));
         for (size_t i = 0; i < sum.size(); ++i) sum[i] = s == first ? part[i] : sum[i] + part[i];
       }
       comm.all_reduce_sum(sum.data(), sum.size());
@@ -352,15 +354,13 @@ class FaultyOps final : public CpuOps {
  public:
   FaultyOps(int threads, Communicator* comm, int rank, int at_call, bool in_backbone)
       : CpuOps(threads, comm), rank_(rank), at_(at_call), backbone_(in_backbone) {}
-  void gemm_all_reduce(const bf16* x, int64_t xs, const bf16* w, int64_t ws, int M, int N, int K,
-                       bf16* y, int64_t ys, int k_slices) override {
+  void gemm_all_reduce(const ops::GemmParams& p) override {
     if (backbone_) trip();
-    CpuOps::gemm_all_reduce(x, xs, w, ws, M, N, K, y, ys, k_slices);
+    CpuOps::gemm_all_reduce(p);
   }
-  void kv_insert(const bf16* k, int64_t ks, const bf16* v, int64_t vs, int tokens, int kv_heads,
-                 int hd, const int64_t* slots, bf16* cache) override {
+  void kv_insert(const ops::KvInsertParams& p) override {
     if (!backbone_) trip();
-    CpuOps::kv_insert(k, ks, v, vs, tokens, kv_heads, hd, slots, cache);
+    CpuOps::kv_insert(p);
   }
 
  private:

@@ -25,17 +25,11 @@
 namespace sparkdraft::cpu {
 
 // ---- ops/norm.h ---------------------------------------------------------------------
-void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, int threads = 1);
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, int threads = 1);
+void rms_norm(const ops::RmsNormParams& p, int threads = 1);
 // Threads split the heads of a single token (decode); several tokens run one after
 // another.
-void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
-                   const bf16* weight, NormGain gain, float eps, int threads = 1);
-void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
-                 bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride,
-                 int threads = 1);
+void head_rms_norm(const ops::HeadNormParams& p, int threads = 1);
+void o_norm_gate(const ops::ONormGateParams& p, int threads = 1);
 
 // ---- ops/boundary.h -----------------------------------------------------------------
 // `residual` is float* when p.residual_dtype is f32, else bf16*; updated in place.
@@ -44,32 +38,27 @@ void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* r
 
 // ---- ops/rope.h ---------------------------------------------------------------------
 void rope_table(double theta, int head_dim, int64_t max_positions, float* table);
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
-          const float* table, RopeStyle style, int threads = 1);
+// Also refuses a negative position (naming the token).
+void rope(const ops::RopeParams& p, int threads = 1);
 
 // ---- ops/kv.h -----------------------------------------------------------------------
-void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
-               int kv_heads, int head_dim, const int64_t* slots, bf16* cache);
+// Also refuses a slot below -1 (naming the token).
+void kv_insert(const ops::KvInsertParams& p);
 
 // ---- ops/query_block.h, ops/embed.h, ops/mlp.h ----------------------------------------
 void prepare_query_block(const ops::QueryBlockParams& p);
-void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out);
-void widen(const bf16* x, int64_t n, float* out);
-void silu_mul(const bf16* gu, int rows, int inter, bf16* y, int threads = 1);
+// Also refuses a negative id (naming the row).
+void embed(const ops::EmbedParams& p);
+void widen(const ops::WidenParams& p);
+void silu_mul(const ops::SiluMulParams& p, int threads = 1);
 
 // ---- ops/gemm.h ---------------------------------------------------------------------
 // The chain of ops/gemm.h on the CPU twin (cpu/mma_gemm.h): one mma_gemm_rows per
-// canonical K slice, the slice tree, then bf16. Threads split the N rows.
-void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-          int64_t y_stride, int k_slices, int threads = 1);
-// The fp32 sum before gemm's rounding: out[m * out_stride + n] = the canonical tree
-// (core/reduce.h canonical_tree_sum) of the k_slices slice chains of x[m] and w[n]
-// over K, no bf16 rounding. w has row stride w_stride >= K. With K the columns of
-// canonical slices [s0, s0 + k_slices) of a longer K (a TP rank's K columns, SPEC
-// section 6: an aligned power-of-two range), this is that range's subtree of the
-// whole tree; gemm(k_slices) is bf16 of it. Same argument rules as gemm.
-void gemm_slices_f32(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride, int M, int N,
-                     int K, float* out, int64_t out_stride, int k_slices, int threads = 1);
+// canonical K slice, the slice tree, then bf16 (p.y_dtype bf16) or the unrounded
+// tree (f32: with K the columns of canonical slices [s0, s0 + k_slices) of a longer
+// K, a TP rank's K columns (contract.md section 6: an aligned power-of-two range),
+// that range's subtree of the whole tree). Threads split the N rows.
+void gemm(const ops::GemmParams& p, int threads = 1);
 
 // ---- ops/attention.h ------------------------------------------------------------------
 // The header's definition (src/cpu/attention.cpp). Also refuses, naming the token,

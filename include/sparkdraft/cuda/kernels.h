@@ -27,7 +27,13 @@
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/ops/attention.h"
 #include "sparkdraft/ops/boundary.h"
+#include "sparkdraft/ops/embed.h"
+#include "sparkdraft/ops/gemm.h"
+#include "sparkdraft/ops/kv.h"
+#include "sparkdraft/ops/mlp.h"
+#include "sparkdraft/ops/norm.h"
 #include "sparkdraft/ops/query_block.h"
+#include "sparkdraft/ops/rope.h"
 
 namespace sparkdraft::cuda {
 
@@ -83,19 +89,15 @@ namespace sparkdraft::cuda {
 // synchronize), so capture a graph after one eager call (CudaDraft runs both at
 // construction). The wg tiles encode their TMA tensor maps on the host at each call
 // (captured into a graph with the kernel's arguments).
-void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-          int64_t y_stride, int k_slices, cudaStream_t stream);
-
-// The same products with the fp32 sums stored unrounded into y [M, y_stride] fp32:
+// With p.y_dtype f32 the fp32 sums are stored unrounded into y [M, y_stride] fp32:
 // y[m][n] = the canonical tree of the k_slices slices' chains (one chain when
 // k_slices is 1), before the bf16 rounding. A TP rank's subtree of its canonical
 // K slices (ops/gemm.h; the all-reduce completes the tree, then one rounding).
-// Every variant but the SwiGLU tiles; the same refusals as cuda::gemm. The bits are
-// cpu::gemm_slices_f32's, except that a NaN keeps NaN but not its payload (the GPU's
-// arithmetic returns the canonical NaN; the bf16 rounding after makes every NaN
-// the canonical bf16 NaN on both).
-void gemm_f32(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, float* y,
-              int64_t y_stride, int k_slices, cudaStream_t stream);
+// Every variant but the SwiGLU tiles. The bits are cpu::gemm's, except that an
+// fp32 NaN keeps NaN but not its payload (the GPU's arithmetic returns the
+// canonical NaN; the bf16 rounding after makes every NaN the canonical bf16 NaN on
+// both). The GPU takes packed weights only (p.w_stride 0 or K).
+void gemm(const ops::GemmParams& p, cudaStream_t stream);
 
 // The variants cuda::gemm chooses from (tests force each; forcing a ring or bulk
 // variant on arguments it cannot take throws InvalidArgument).
@@ -123,14 +125,10 @@ enum class GemmVariant {
   wg_k,
   general
 };
-void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
-               int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream);
-void gemm_f32_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M,
-                   int N, int K, float* y, int64_t y_stride, int k_slices, cudaStream_t stream);
+void gemm_with(GemmVariant variant, const ops::GemmParams& p, cudaStream_t stream);
 // What `automatic` runs for these arguments, and whether the ring and bulk
 // variants can (the same layouts).
-GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
-                      int k_slices);
+GemmVariant gemm_pick(const ops::GemmParams& p);
 bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
 
 // The bulk_n8 kernel's ring, for the tuning sweep of the tests
@@ -146,29 +144,23 @@ struct GemmBulkTuning {
   int stage_k = 0;
   int min_stages = 2;
 };
-void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stride, const bf16* w,
-                     int M, int N, int K, bf16* y, int64_t y_stride, int k_slices,
-                     cudaStream_t stream);
+void gemm_bulk_tuned(const GemmBulkTuning& tuning, const ops::GemmParams& p, cudaStream_t stream);
 
-// gate_up and the SwiGLU of ops/mlp.h in one pass:
+// gate_up and the SwiGLU of ops/mlp.h in one pass (p.gu unused):
 // w is the [2*inter, K] gate_up weight, y [M, y_stride] gets
 //   y[m][i] = bf16(silu_f32(f32(bf16(chain(x[m], w[i])))) * f32(bf16(chain(x[m], w[inter+i]))))
 // the bits of cuda::gemm into [M, 2*inter] followed by cuda::silu_mul, without the
 // [M, 2*inter] intermediate (the bulk kernel up to 8 tokens, then the wg or ring
 // tile gemm_pick gives, each CTA holding gate rows and their up rows). Needs
 // gemm_ring_ok (InvalidArgument otherwise).
-void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inter, int K, bf16* y,
-                 int64_t y_stride, cudaStream_t stream);
+void gemm_swiglu(const ops::GateUpParams& p, cudaStream_t stream);
 const char* gemm_variant_name(GemmVariant v);
 
 // ---- norms ------------------------------------------------------------------------
 // cpu::rms_norm: y_i = bf16((x_i * r) * g_i), r = 1 / sqrt(ss / n + eps), ss in the
 // canonical order. One warp per row, 4 rows per 128-thread block; any n >= 1.
 // In place (y == x, same stride) is allowed for bf16 input.
-void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, cudaStream_t stream);
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, cudaStream_t stream);
+void rms_norm(const ops::RmsNormParams& p, cudaStream_t stream);
 
 // ---- residual boundary --------------------------------------------------------------
 // ops::BoundaryParams with device pointers; `residual` is float* when residual_dtype is
@@ -179,29 +171,25 @@ void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* r
 
 // Per-head norm, in place (ops/norm.h head_rms_norm): one warp per head, the
 // arithmetic of rms_norm.
-void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
-                   const bf16* weight, NormGain gain, float eps, cudaStream_t stream);
+void head_rms_norm(const ops::HeadNormParams& p, cudaStream_t stream);
 
 // ---- RoPE ---------------------------------------------------------------------------
 // cpu::rope with `table` the device copy of cpu::rope_table's host table (fp32,
 // [max_positions, head_dim]); every positions[t] must lie in the table. One thread
 // per rotated pair.
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
-          const float* table, RopeStyle style, cudaStream_t stream);
+void rope(const ops::RopeParams& p, cudaStream_t stream);
 
 // ---- KV cache -----------------------------------------------------------------------
 // cpu::kv_insert: exact copies into the paged cache [slots, kv_heads, 2*head_dim];
 // a negative slot (-1 = padding) writes nothing. One block per token.
-void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
-               int kv_heads, int head_dim, const int64_t* slots, bf16* cache, cudaStream_t stream);
+void kv_insert(const ops::KvInsertParams& p, cudaStream_t stream);
 
 // ---- embedding, activations -----------------------------------------------------------
 // cpu::embed: out[r] = table[ids[r]]. One block per row.
-void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out,
-           cudaStream_t stream);
+void embed(const ops::EmbedParams& p, cudaStream_t stream);
 
 // cpu::widen: out[i] = f32(x[i]). One thread per element.
-void widen(const bf16* x, int64_t n, float* out, cudaStream_t stream);
+void widen(const ops::WidenParams& p, cudaStream_t stream);
 // out[i] = to_bf16(x[i]) (core/bf16.h: round to nearest even, any NaN the canonical
 // bf16 NaN): the one rounding after a TP all-reduce. One thread per element.
 void narrow(const float* x, int64_t n, bf16* out, cudaStream_t stream);
@@ -211,13 +199,11 @@ void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream);
 
 // cpu::silu_mul: y = bf16(silu(f32(g)) * f32(u)), gu [rows, 2I], y [rows, I].
 // One thread per output element.
-void silu_mul(const bf16* gu, int rows, int inter, bf16* y, cudaStream_t stream);
+void silu_mul(const ops::SiluMulParams& p, cudaStream_t stream);
 
 // cpu::o_norm_gate (in place on o [tokens, heads*head_dim]); the gate applies when
 // g is not null. One warp per (token, head).
-void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
-                 bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride,
-                 cudaStream_t stream);
+void o_norm_gate(const ops::ONormGateParams& p, cudaStream_t stream);
 
 // ---- weights --------------------------------------------------------------------------
 // The lowest index i < n whose element (bf16, or fp32 when `f32`) is NaN or infinite,

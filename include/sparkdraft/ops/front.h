@@ -28,6 +28,8 @@
 
 #include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/ops/embed.h"
+#include "sparkdraft/ops/kv.h"
 #include "sparkdraft/ops/require.h"
 
 namespace sparkdraft::ops {
@@ -62,6 +64,12 @@ struct QkvFrontParams {
   const float* rope_table = nullptr;   // rope.h layout
   RopeStyle rope_style = RopeStyle::neox;
   const int64_t* slots = nullptr;  // [tokens], -1 = write nothing
+
+  // Layer l's KV insert (the composition's last op).
+  KvInsertParams kv_insert(int l) const {
+    return kv_insert_of(layer[l].k, token_stride, layer[l].v, token_stride, tokens, kv_heads,
+                        head_dim, slots, layer[l].cache);
+  }
 
   // The only validation of these fields (InvalidArgument naming the first bad one).
   void check() const {
@@ -104,6 +112,12 @@ struct EmbedNormParams {
   NormGain gain = NormGain::weight;
   float eps = 1e-6f;
   bf16* y = nullptr;  // [rows, H] the normed input of layer 0
+
+  // The composition's ops (the norm: ops::rms_norm_rows of x into y).
+  EmbedParams embed() const { return embed_of(ids, rows, table, hidden, x); }
+  WidenParams widen() const {
+    return widen_of(x, static_cast<int64_t>(rows) * hidden, residual_f32);
+  }
 
   // The only validation of these fields (InvalidArgument naming the first bad one).
   void check() const {

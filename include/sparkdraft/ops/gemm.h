@@ -28,6 +28,7 @@
 
 #include <cstdint>
 
+#include "sparkdraft/core/bf16.h"
 #include "sparkdraft/ops/require.h"
 
 namespace sparkdraft::ops {
@@ -41,7 +42,8 @@ inline int canonical_k_slices(int K) {
   return 1;
 }
 
-// The argument rules both backends enforce (InvalidArgument naming `op`).
+// The argument rules of a product (InvalidArgument naming `op`); GemmParams::check
+// and the fused GEMM epilogues (gate_up + SwiGLU) apply them.
 inline void check_gemm_args(const char* op, const void* x, int64_t x_stride, const void* w, int M,
                             int N, int K, const void* y, int64_t y_stride, int k_slices) {
   require(M >= 0 && N >= 0 && K >= 1, op, "needs M >= 0, N >= 0 and K >= 1");
@@ -51,6 +53,57 @@ inline void check_gemm_args(const char* op, const void* x, int64_t x_stride, con
   require(k_slices == 1 || K % (16 * k_slices) == 0, op,
           "k_slices > 1 needs K to be a multiple of 16 * k_slices");
   require(M == 0 || N == 0 || (x != nullptr && w != nullptr && y != nullptr), op, "null x, w or y");
+}
+
+// One product of the contract above, what cpu::gemm, cuda::gemm and StepOps::gemm
+// take. y_dtype bf16: y = bf16(the tree), what every projection stores; f32: the
+// unrounded tree (a TP rank's subtree of its K slices, completed by an all-reduce
+// and rounded once after it).
+struct GemmParams {
+  const bf16* x = nullptr;  // [M, x_stride]
+  int64_t x_stride = 0;
+  const bf16* w = nullptr;  // [N, w_stride]: a Linear weight's rows (w_stride 0 means K)
+  int64_t w_stride = 0;
+  int M = 0, N = 0, K = 0;
+  int k_slices = 1;   // canonical K slices (1 but for o_proj and down_proj)
+  void* y = nullptr;  // [M, y_stride] of y_dtype
+  int64_t y_stride = 0;
+  StreamDType y_dtype = StreamDType::bf16;
+
+  int64_t w_row_stride() const { return w_stride == 0 ? K : w_stride; }
+  bf16* y_bf16() const { return static_cast<bf16*>(y); }
+  float* y_f32() const { return static_cast<float*>(y); }
+  void check(const char* op = "gemm") const {
+    check_gemm_args(op, x, x_stride, w, M, N, K, y, y_stride, k_slices);
+    require(w_row_stride() >= K, op, "needs w_stride >= K");
+  }
+};
+
+// y [M, y_stride] = x [M, x_stride] times the packed w [N, K] (row stride K), rounded
+// to bf16: the form of every projection of the step.
+inline GemmParams gemm_of(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
+                          bf16* y, int64_t y_stride, int k_slices = 1) {
+  GemmParams p;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.w = w;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.k_slices = k_slices;
+  p.y = y;
+  p.y_stride = y_stride;
+  return p;
+}
+
+// The same product with the fp32 tree stored unrounded into y.
+inline GemmParams gemm_f32_of(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride,
+                              int M, int N, int K, float* y, int64_t y_stride, int k_slices) {
+  GemmParams p = gemm_of(x, x_stride, w, M, N, K, nullptr, y_stride, k_slices);
+  p.w_stride = w_stride;
+  p.y = y;
+  p.y_dtype = StreamDType::f32;
+  return p;
 }
 
 }  // namespace sparkdraft::ops

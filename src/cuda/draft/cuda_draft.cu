@@ -76,76 +76,47 @@ class CudaOps final : public StepOps {
   int layer_tp_size() const override { return layer_tp_; }
   // This rank's subtree of its canonical K slices in fp32 (cuda::gemm_f32), the
   // tree completed over the ranks (Communicator::all_reduce_sum), one rounding.
-  void gemm_all_reduce(const bf16* x, int64_t xs, const bf16* w, int64_t ws, int M, int N, int K,
-                       bf16* y, int64_t ys, int k_slices) override {
-    if (layer_tp_ == 1) return StepOps::gemm_all_reduce(x, xs, w, ws, M, N, K, y, ys, k_slices);
-    if (!partial_subtree("gemm_all_reduce", x, xs, w, ws, M, N, K, y, ys, k_slices)) return;
-    const size_t count = static_cast<size_t>(M) * N;
+  void gemm_all_reduce(const ops::GemmParams& p) override {
+    if (layer_tp_ == 1) return StepOps::gemm_all_reduce(p);
+    if (!partial_subtree("gemm_all_reduce", p)) return;
+    const size_t count = static_cast<size_t>(p.M) * p.N;
     comm_->all_reduce_sum(reduce_, count, s_);
-    cuda::narrow(reduce_, static_cast<int64_t>(count), y, s_);
+    cuda::narrow(reduce_, static_cast<int64_t>(count), p.y_bf16(), s_);
   }
   // With the fused peer boundary: the rank's subtree, then one kernel that completes
   // the tree over the ranks, rounds it and runs the boundary (branch unwritten).
-  void gemm_all_reduce_boundary(const bf16* x, int64_t xs, const bf16* w, int64_t ws, int K,
-                                int k_slices, bf16* branch, const ops::BoundaryParams& p,
+  void gemm_all_reduce_boundary(const ops::GemmParams& p, const ops::BoundaryParams& b,
                                 void* residual, bf16* next) override {
-    if (layer_tp_ == 1 || !peer_)
-      return StepOps::gemm_all_reduce_boundary(x, xs, w, ws, K, k_slices, branch, p, residual,
-                                               next);
-    if (!partial_subtree("gemm_all_reduce_boundary", x, xs, w, ws, p.rows, p.hidden, K, branch,
-                         p.hidden, k_slices))
-      return;
-    peer_->residual_boundary(p, reduce_, residual, next, s_);
+    if (layer_tp_ == 1 || !peer_) return StepOps::gemm_all_reduce_boundary(p, b, residual, next);
+    if (!partial_subtree("gemm_all_reduce_boundary", p)) return;
+    peer_->residual_boundary(b, reduce_, residual, next, s_);
   }
 
-  void gemm(const bf16* x, int64_t xs, const bf16* w, int M, int N, int K, bf16* y, int64_t ys,
-            int k_slices) override {
-    cuda::gemm(x, xs, w, M, N, K, y, ys, k_slices, s_);
-  }
-  void rms_norm(const bf16* x, int64_t xs, int rows, int n, const bf16* weight, NormGain gain,
-                float eps, bf16* y, int64_t ys) override {
-    cuda::rms_norm(x, xs, rows, n, weight, gain, eps, y, ys, s_);
-  }
-  void head_rms_norm(bf16* x, int64_t ts, int tokens, int heads, int hd, const bf16* weight,
-                     NormGain gain, float eps) override {
-    cuda::head_rms_norm(x, ts, tokens, heads, hd, weight, gain, eps, s_);
-  }
-  void rope(bf16* x, int64_t xs, int tokens, int heads, int hd, const int64_t* positions,
-            const float* table, RopeStyle style) override {
-    cuda::rope(x, xs, tokens, heads, hd, positions, table, style, s_);
-  }
-  void kv_insert(const bf16* k, int64_t ks, const bf16* v, int64_t vs, int tokens, int kv_heads,
-                 int hd, const int64_t* slots, bf16* cache) override {
-    cuda::kv_insert(k, ks, v, vs, tokens, kv_heads, hd, slots, cache, s_);
-  }
+  void gemm(const ops::GemmParams& p) override { cuda::gemm(p, s_); }
+  void rms_norm(const ops::RmsNormParams& p) override { cuda::rms_norm(p, s_); }
+  void head_rms_norm(const ops::HeadNormParams& p) override { cuda::head_rms_norm(p, s_); }
+  void rope(const ops::RopeParams& p) override { cuda::rope(p, s_); }
+  void kv_insert(const ops::KvInsertParams& p) override { cuda::kv_insert(p, s_); }
   void prepare_query_block(const ops::QueryBlockParams& p) override {
     cuda::prepare_query_block(p, s_);
   }
-  void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out) override {
-    cuda::embed(ids, rows, table, hidden, out, s_);
-  }
-  void widen(const bf16* x, int64_t n, float* out) override { cuda::widen(x, n, out, s_); }
+  void embed(const ops::EmbedParams& p) override { cuda::embed(p, s_); }
+  void widen(const ops::WidenParams& p) override { cuda::widen(p, s_); }
   void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
                  bf16* out) override {
     cuda::attention(p, q, cache, out, ws_, ws_bytes_, s_);
   }
-  void o_norm_gate(bf16* o, int tokens, int heads, int hd, const bf16* o_norm_weight, bool o_norm,
-                   NormGain gain, float eps, const bf16* g, int64_t g_stride) override {
-    cuda::o_norm_gate(o, tokens, heads, hd, o_norm_weight, o_norm, gain, eps, g, g_stride, s_);
-  }
+  void o_norm_gate(const ops::ONormGateParams& p) override { cuda::o_norm_gate(p, s_); }
   void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
                          bf16* next) override {
     cuda::residual_boundary(p, branch, residual, next, s_);
   }
-  void silu_mul(const bf16* gu, int rows, int inter, bf16* y) override {
-    cuda::silu_mul(gu, rows, inter, y, s_);
-  }
-  void gate_up_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int rows, int inter, int K,
-                      bf16* gu, bf16* y) override {
-    if (fusion.mlp && rows > kMlpFusedAbove && rows <= kMlpFusedUpTo)
-      cuda::gemm_swiglu(x, x_stride, w, rows, inter, K, y, inter, s_);
+  void silu_mul(const ops::SiluMulParams& p) override { cuda::silu_mul(p, s_); }
+  void gate_up_swiglu(const ops::GateUpParams& p) override {
+    if (fusion.mlp && p.rows > kMlpFusedAbove && p.rows <= kMlpFusedUpTo)
+      cuda::gemm_swiglu(p, s_);
     else
-      eager_gate_up_swiglu(*this, x, x_stride, w, rows, inter, K, gu, y);
+      eager_gate_up_swiglu(*this, p);
   }
   void qkv_front(const ops::QkvFrontParams& p) override {
     if (p.heads > 0 ? fusion.qkv_front : fusion.context_front)
@@ -176,17 +147,19 @@ class CudaOps final : public StepOps {
  private:
   // This rank's fp32 subtree of its canonical K slices into the reduce buffer;
   // false when there is nothing to reduce (M or N 0).
-  bool partial_subtree(const char* op, const bf16* x, int64_t xs, const bf16* w, int64_t ws, int M,
-                       int N, int K, bf16* y, int64_t ys, int k_slices) {
-    ops::check_gemm_args(op, x, xs, w, M, N, K, y, ys, k_slices);
-    const size_t count = static_cast<size_t>(M) * N;
-    if (ws != K || ys != N || count > reduce_count_)
+  bool partial_subtree(const char* op, const ops::GemmParams& p) {
+    p.check(op);
+    const size_t count = static_cast<size_t>(p.M) * p.N;
+    if (p.w_row_stride() != p.K || p.y_stride != p.N || count > reduce_count_)
       throw InvalidArgument(std::string(op) +
                             ": the GPU op table takes packed shards (w_stride == K), dense outputs "
                             "(y_stride == N) and at most its reduce buffer's " +
                             std::to_string(reduce_count_) + " outputs");
     if (count == 0) return false;
-    cuda::gemm_f32(x, xs, w, M, N, K, reduce_, N, k_slices, s_);
+    ops::GemmParams sub = p;
+    sub.y = reduce_;
+    sub.y_dtype = StreamDType::f32;
+    cuda::gemm(sub, s_);
     return true;
   }
 
@@ -645,7 +618,8 @@ struct CudaDraft::Impl {
     CudaOps ops = make_ops(s, ev);
     step.block(ops, sw, block, b);
     last_rows = R;
-    ops.gemm(h.data(), H, lm_head.data(), T, vocab_shard, H, base.data(), vocab_shard, 1);
+    ops.gemm(
+        ops::gemm_of(h.data(), H, lm_head.data(), T, vocab_shard, H, base.data(), vocab_shard));
     ops.mark(3);
     MarkovBatch mb;
     mb.rows = R;

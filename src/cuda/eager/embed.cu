@@ -23,15 +23,11 @@ __global__ void __launch_bounds__(kEmbedThreads)
 
 }  // namespace
 
-void embed(const int64_t* ids, int rows, const bf16* table, int hidden, bf16* out,
-           cudaStream_t stream) {
-  using detail::require;
-  require(rows >= 0, "embed", "rows must be >= 0, got " + std::to_string(rows));
-  require(hidden >= 1, "embed", "hidden must be >= 1, got " + std::to_string(hidden));
-  if (rows == 0) return;
-  require(ids != nullptr && table != nullptr && out != nullptr, "embed",
-          "ids, table and out must not be null");
-  embed_kernel<<<static_cast<unsigned>(rows), kEmbedThreads, 0, stream>>>(ids, table, hidden, out);
+void embed(const ops::EmbedParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.rows == 0) return;
+  embed_kernel<<<static_cast<unsigned>(p.rows), kEmbedThreads, 0, stream>>>(p.ids, p.table,
+                                                                            p.hidden, p.out);
   SD_CHECK_LAUNCH();
 }
 

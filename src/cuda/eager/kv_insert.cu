@@ -36,25 +36,11 @@ __global__ void __launch_bounds__(kKvThreads)
 
 }  // namespace
 
-void kv_insert(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int tokens,
-               int kv_heads, int head_dim, const int64_t* slots, bf16* cache, cudaStream_t stream) {
-  using detail::require;
-  require(tokens >= 0, "kv_insert", "tokens must be >= 0, got " + std::to_string(tokens));
-  require(kv_heads >= 1, "kv_insert", "kv_heads must be >= 1, got " + std::to_string(kv_heads));
-  require(head_dim >= 1, "kv_insert", "head_dim must be >= 1, got " + std::to_string(head_dim));
-  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
-  require(width <= 0x3fffffff, "kv_insert", "kv_heads * head_dim too large");
-  require(
-      k_stride >= width, "kv_insert",
-      "k_stride " + std::to_string(k_stride) + " < kv_heads * head_dim " + std::to_string(width));
-  require(
-      v_stride >= width, "kv_insert",
-      "v_stride " + std::to_string(v_stride) + " < kv_heads * head_dim " + std::to_string(width));
-  if (tokens == 0) return;
-  require(k != nullptr && v != nullptr && slots != nullptr && cache != nullptr, "kv_insert",
-          "k, v, slots and cache must not be null");
-  kv_insert_kernel<<<static_cast<unsigned>(tokens), kKvThreads, 0, stream>>>(
-      k, k_stride, v, v_stride, kv_heads, head_dim, slots, cache);
+void kv_insert(const ops::KvInsertParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.tokens == 0) return;
+  kv_insert_kernel<<<static_cast<unsigned>(p.tokens), kKvThreads, 0, stream>>>(
+      p.k, p.k_stride, p.v, p.v_stride, p.kv_heads, p.head_dim, p.slots, p.cache);
   SD_CHECK_LAUNCH();
 }
 

@@ -44,27 +44,13 @@ __global__ void __launch_bounds__(detail::kRowThreads)
 
 }  // namespace
 
-void o_norm_gate(bf16* o, int tokens, int heads, int head_dim, const bf16* o_norm_weight,
-                 bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride,
-                 cudaStream_t stream) {
-  using detail::require;
-  require(tokens >= 0, "o_norm_gate", "tokens must be >= 0, got " + std::to_string(tokens));
-  require(heads >= 1, "o_norm_gate", "heads must be >= 1, got " + std::to_string(heads));
-  require(head_dim >= 1, "o_norm_gate", "head_dim must be >= 1, got " + std::to_string(head_dim));
-  if (o_norm) {
-    detail::require_gain_weight(o_norm_weight, gain, "o_norm_gate", "o_norm_weight");
-    detail::require_eps(eps, "o_norm_gate");
-  }
-  if (g != nullptr)
-    require(g_stride >= static_cast<int64_t>(heads) * head_dim, "o_norm_gate",
-            "g_stride " + std::to_string(g_stride) + " < heads * head_dim " +
-                std::to_string(static_cast<int64_t>(heads) * head_dim));
-  if (tokens == 0 || (!o_norm && g == nullptr)) return;  // nothing to do: o stays as it is
-  require(o != nullptr, "o_norm_gate", "o must not be null");
-  const int64_t units = static_cast<int64_t>(tokens) * heads;
+void o_norm_gate(const ops::ONormGateParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.tokens == 0 || (!p.o_norm && p.g == nullptr)) return;  // nothing to do: o stays as it is
+  const int64_t units = static_cast<int64_t>(p.tokens) * p.heads;
   const unsigned blocks = detail::blocks_for(units, detail::kRowWarps, "o_norm_gate");
   o_norm_gate_kernel<<<blocks, detail::kRowThreads, 0, stream>>>(
-      o, units, heads, head_dim, o_norm_weight, o_norm, gain, eps, g, g_stride);
+      p.o, units, p.heads, p.head_dim, p.o_norm_weight, p.o_norm, p.gain, p.eps, p.g, p.g_stride);
   SD_CHECK_LAUNCH();
 }
 

@@ -64,10 +64,10 @@ void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream) {
   SD_CHECK_LAUNCH();
 }
 
-void widen(const bf16* x, int64_t n, float* out, cudaStream_t stream) {
-  detail::require(n >= 0, "widen", "needs n >= 0");
-  if (n == 0) return;
-  widen_kernel<<<detail::blocks_for(n, 256, "widen"), 256, 0, stream>>>(x, n, out);
+void widen(const ops::WidenParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.n == 0) return;
+  widen_kernel<<<detail::blocks_for(p.n, 256, "widen"), 256, 0, stream>>>(p.x, p.n, p.out);
   SD_CHECK_LAUNCH();
 }
 
@@ -78,18 +78,13 @@ void narrow(const float* x, int64_t n, bf16* out, cudaStream_t stream) {
   SD_CHECK_LAUNCH();
 }
 
-void head_rms_norm(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
-                   const bf16* weight, NormGain gain, float eps, cudaStream_t stream) {
-  detail::require(head_dim >= 1 && heads >= 1, "head_rms_norm", "heads and head_dim must be >= 1");
-  detail::require(token_stride >= static_cast<int64_t>(heads) * head_dim, "head_rms_norm",
-                  "token_stride is smaller than heads * head_dim");
-  detail::require_gain_weight(weight, gain, "head_rms_norm", "weight");
-  detail::require_eps(eps, "head_rms_norm");
-  if (tokens == 0) return;
-  const int rows = tokens * heads;
+void head_rms_norm(const ops::HeadNormParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.tokens == 0) return;
+  const int rows = p.tokens * p.heads;
   head_norm_kernel<<<detail::blocks_for(rows, detail::kRowWarps, "head_rms_norm"),
-                     detail::kRowThreads, 0, stream>>>(x, token_stride, tokens, heads, head_dim,
-                                                       weight, gain, eps);
+                     detail::kRowThreads, 0, stream>>>(p.x, p.token_stride, p.tokens, p.heads,
+                                                       p.head_dim, p.weight, p.gain, p.eps);
   SD_CHECK_LAUNCH();
 }
 

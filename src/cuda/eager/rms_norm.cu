@@ -35,37 +35,24 @@ __global__ void __launch_bounds__(detail::kRowThreads)
 }
 
 template <class In>
-void launch_rms_norm(const In* x, int64_t x_stride, int rows, int n, const bf16* weight,
-                     NormGain gain, float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
-  using detail::require;
-  require(rows >= 0, "rms_norm", "rows must be >= 0, got " + std::to_string(rows));
-  require(n >= 1, "rms_norm", "n must be >= 1, got " + std::to_string(n));
-  require(x_stride >= n, "rms_norm",
-          "x_stride " + std::to_string(x_stride) + " < n " + std::to_string(n));
-  require(y_stride >= n, "rms_norm",
-          "y_stride " + std::to_string(y_stride) + " < n " + std::to_string(n));
-  detail::require_gain_weight(weight, gain, "rms_norm", "weight");
-  detail::require_eps(eps, "rms_norm");
-  if (rows == 0) return;
-  require(x != nullptr && y != nullptr, "rms_norm", "x and y must not be null");
-  require(static_cast<const void*>(x) != static_cast<const void*>(y) || x_stride == y_stride,
-          "rms_norm", "in place (y == x) needs y_stride == x_stride");
-  const unsigned blocks = detail::blocks_for(rows, detail::kRowWarps, "rms_norm");
-  rms_norm_kernel<In><<<blocks, detail::kRowThreads, 0, stream>>>(x, x_stride, rows, n, weight,
-                                                                  gain, eps, y, y_stride);
+void launch_rms_norm(const ops::RmsNormParams& p, cudaStream_t stream) {
+  const unsigned blocks = detail::blocks_for(p.rows, detail::kRowWarps, "rms_norm");
+  rms_norm_kernel<In><<<blocks, detail::kRowThreads, 0, stream>>>(static_cast<const In*>(p.x),
+                                                                  p.x_stride, p.rows, p.n, p.weight,
+                                                                  p.gain, p.eps, p.y, p.y_stride);
   SD_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void rms_norm(const bf16* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
-  launch_rms_norm(x, x_stride, rows, n, weight, gain, eps, y, y_stride, stream);
-}
-
-void rms_norm(const float* x, int64_t x_stride, int rows, int n, const bf16* weight, NormGain gain,
-              float eps, bf16* y, int64_t y_stride, cudaStream_t stream) {
-  launch_rms_norm(x, x_stride, rows, n, weight, gain, eps, y, y_stride, stream);
+void rms_norm(const ops::RmsNormParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.rows == 0) return;
+  if (p.x_dtype == StreamDType::f32) {
+    launch_rms_norm<float>(p, stream);
+  } else {
+    launch_rms_norm<bf16>(p, stream);
+  }
 }
 
 }  // namespace sparkdraft::cuda

@@ -44,23 +44,14 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 }  // namespace
 
-void rope(bf16* x, int64_t x_stride, int tokens, int heads, int head_dim, const int64_t* positions,
-          const float* table, RopeStyle style, cudaStream_t stream) {
-  using detail::require;
-  require(tokens >= 0, "rope", "tokens must be >= 0, got " + std::to_string(tokens));
-  require(heads >= 1, "rope", "heads must be >= 1, got " + std::to_string(heads));
-  require(head_dim >= 2 && head_dim % 2 == 0, "rope",
-          "head_dim must be even and >= 2, got " + std::to_string(head_dim));
-  require(x_stride >= static_cast<int64_t>(heads) * head_dim, "rope",
-          "x_stride " + std::to_string(x_stride) + " < heads * head_dim " +
-              std::to_string(static_cast<int64_t>(heads) * head_dim));
-  if (tokens == 0) return;
-  require(x != nullptr && positions != nullptr && table != nullptr, "rope",
-          "x, positions and table must not be null");
-  const int64_t pairs = static_cast<int64_t>(tokens) * heads * (head_dim / 2);
+void rope(const ops::RopeParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.tokens == 0) return;
+  const int64_t pairs = static_cast<int64_t>(p.tokens) * p.heads * (p.head_dim / 2);
   const unsigned blocks = detail::blocks_for(pairs, kRopeThreads, "rope");
-  rope_kernel<<<blocks, kRopeThreads, 0, stream>>>(x, x_stride, pairs, heads, head_dim, positions,
-                                                   table, style == RopeStyle::gptj);
+  rope_kernel<<<blocks, kRopeThreads, 0, stream>>>(p.x, p.x_stride, pairs, p.heads, p.head_dim,
+                                                   p.positions, p.table,
+                                                   p.style == RopeStyle::gptj);
   SD_CHECK_LAUNCH();
 }
 

@@ -30,15 +30,12 @@ __global__ void __launch_bounds__(kSiluThreads)
 
 }  // namespace
 
-void silu_mul(const bf16* gu, int rows, int inter, bf16* y, cudaStream_t stream) {
-  using detail::require;
-  require(rows >= 0, "silu_mul", "rows must be >= 0, got " + std::to_string(rows));
-  require(inter >= 1, "silu_mul", "inter must be >= 1, got " + std::to_string(inter));
-  if (rows == 0) return;
-  require(gu != nullptr && y != nullptr, "silu_mul", "gu and y must not be null");
-  const int64_t total = static_cast<int64_t>(rows) * inter;
+void silu_mul(const ops::SiluMulParams& p, cudaStream_t stream) {
+  p.check();
+  if (p.rows == 0) return;
+  const int64_t total = static_cast<int64_t>(p.rows) * p.inter;
   const unsigned blocks = detail::blocks_for(total, kSiluThreads, "silu_mul");
-  silu_mul_kernel<<<blocks, kSiluThreads, 0, stream>>>(gu, total, inter, y);
+  silu_mul_kernel<<<blocks, kSiluThreads, 0, stream>>>(p.gu, total, p.inter, p.y);
   SD_CHECK_LAUNCH();
 }
 

@@ -247,20 +247,27 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
 }
 
 // The kernels' arguments for one call (the launchers fill in the ring sizing).
-Args make_args(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-               int64_t y_stride, int k_slices) {
+// y is bf16, or fp32 (y32) for the unrounded sums.
+Args make_args(const ops::GemmParams& p) {
   Args a{};
-  a.x = x;
-  a.x_stride = x_stride;
-  a.w = w;
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.y = y;
-  a.y_stride = y_stride;
-  a.slices = k_slices;
-  a.slice_len = K / k_slices;
+  a.x = p.x;
+  a.x_stride = p.x_stride;
+  a.w = p.w;
+  a.M = p.M;
+  a.N = p.N;
+  a.K = p.K;
+  a.y = p.y_dtype == StreamDType::bf16 ? p.y_bf16() : nullptr;
+  a.y32 = p.y_dtype == StreamDType::f32 ? p.y_f32() : nullptr;
+  a.y_stride = p.y_stride;
+  a.slices = p.k_slices;
+  a.slice_len = p.K / p.k_slices;
   return a;
+}
+
+// The argument rules of every entry point: ops::GemmParams's, and packed weights.
+void check_params(const ops::GemmParams& p, const char* op) {
+  p.check(op);
+  ops::require(p.w_row_stride() == p.K, op, "the GPU takes packed weights (w_stride 0 or K)");
 }
 
 // Whether a big tile that runs `parallel` slice groups at most can take k_slices:
@@ -296,9 +303,9 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
 // gate_up 114 vs 234), else wg_n64 (fc 180 vs 333). With K slices (o_proj, down)
 // ring_n8 up to 8 tokens (M 7: 17 vs 23 and 40 vs 54 us for wg_k), then wg_k (run
 // 7: M 56 24 vs 37 ring_n64 and 55 vs 81; M 224 43 vs 51 wg_n64 and 106 vs 133).
-GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K,
-                      int k_slices) {
-  if (!gemm_ring_ok(x, x_stride, w, K)) return GemmVariant::general;
+GemmVariant gemm_pick(const ops::GemmParams& p) {
+  const int M = p.M, N = p.N, K = p.K, k_slices = p.k_slices;
+  if (!gemm_ring_ok(p.x, p.x_stride, p.w, K)) return GemmVariant::general;
   const bool wg = K % (k_slices * gemm_detail::kStageK) == 0 && wgmma_self_test().usable;
   if (wg && k_slices == 1 && M <= 64 && N >= 16384) return GemmVariant::wg_n128;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
@@ -323,11 +330,11 @@ GemmVariant gemm_pick(const bf16* x, int64_t x_stride, const bf16* w, int M, int
 namespace {
 
 // One call of either output type (y bf16, or y32 fp32 when a.y32 is set).
-void run_gemm(GemmVariant variant, Args a, cudaStream_t stream) {
+void run_gemm(GemmVariant variant, const ops::GemmParams& p, cudaStream_t stream) {
   mma_self_test();  // once per device: refuses a device the CPU twin does not reproduce
+  const Args a = make_args(p);
   const int K = a.K, k_slices = a.slices;
-  if (variant == GemmVariant::automatic)
-    variant = gemm_pick(a.x, a.x_stride, a.w, a.M, a.N, K, k_slices);
+  if (variant == GemmVariant::automatic) variant = gemm_pick(p);
   ops::require(
       variant == GemmVariant::general || gemm_ring_ok(a.x, a.x_stride, a.w, K), "cuda::gemm",
       "the ring and bulk variants need K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
@@ -367,32 +374,16 @@ void run_gemm(GemmVariant variant, Args a, cudaStream_t stream) {
 
 }  // namespace
 
-void gemm_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M, int N,
-               int K, bf16* y, int64_t y_stride, int k_slices, cudaStream_t stream) {
-  ops::check_gemm_args("cuda::gemm", x, x_stride, w, M, N, K, y, y_stride, k_slices);
-  if (M == 0 || N == 0) return;
-  run_gemm(variant, make_args(x, x_stride, w, M, N, K, y, y_stride, k_slices), stream);
+void gemm_with(GemmVariant variant, const ops::GemmParams& p, cudaStream_t stream) {
+  check_params(p, "cuda::gemm");
+  if (p.M == 0 || p.N == 0) return;
+  run_gemm(variant, p, stream);
 }
 
-void gemm_f32_with(GemmVariant variant, const bf16* x, int64_t x_stride, const bf16* w, int M,
-                   int N, int K, float* y, int64_t y_stride, int k_slices, cudaStream_t stream) {
-  ops::check_gemm_args("cuda::gemm_f32", x, x_stride, w, M, N, K, y, y_stride, k_slices);
-  if (M == 0 || N == 0) return;
-  Args a = make_args(x, x_stride, w, M, N, K, nullptr, y_stride, k_slices);
-  a.y32 = y;
-  run_gemm(variant, a, stream);
-}
-
-void gemm_f32(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, float* y,
-              int64_t y_stride, int k_slices, cudaStream_t stream) {
-  gemm_f32_with(GemmVariant::automatic, x, x_stride, w, M, N, K, y, y_stride, k_slices, stream);
-}
-
-void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stride, const bf16* w,
-                     int M, int N, int K, bf16* y, int64_t y_stride, int k_slices,
-                     cudaStream_t stream) {
-  ops::check_gemm_args("cuda::gemm_bulk_tuned", x, x_stride, w, M, N, K, y, y_stride, k_slices);
-  ops::require(gemm_ring_ok(x, x_stride, w, K), "cuda::gemm_bulk_tuned",
+void gemm_bulk_tuned(const GemmBulkTuning& tuning, const ops::GemmParams& p, cudaStream_t stream) {
+  check_params(p, "cuda::gemm_bulk_tuned");
+  ops::require(p.y_dtype == StreamDType::bf16, "cuda::gemm_bulk_tuned", "needs a bf16 output");
+  ops::require(gemm_ring_ok(p.x, p.x_stride, p.w, p.K), "cuda::gemm_bulk_tuned",
                "needs K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
   ops::require(tuning.stage_k == 0 || tuning.stage_k == 64 || tuning.stage_k == 128 ||
                    tuning.stage_k == 256 || tuning.stage_k == 512,
@@ -400,20 +391,20 @@ void gemm_bulk_tuned(const GemmBulkTuning& tuning, const bf16* x, int64_t x_stri
   ops::require(tuning.min_stages >= 2 && tuning.min_stages <= gemm_detail::kBulkMaxStages,
                "cuda::gemm_bulk_tuned",
                "min_stages must be in [2, " + std::to_string(gemm_detail::kBulkMaxStages) + "]");
-  if (M == 0 || N == 0) return;
+  if (p.M == 0 || p.N == 0) return;
   mma_self_test();
-  launch_bulk<1, 1, 1, 3>(make_args(x, x_stride, w, M, N, K, y, y_stride, k_slices), stream,
-                          tuning);
+  launch_bulk<1, 1, 1, 3>(make_args(p), stream, tuning);
 }
 
-void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inter, int K, bf16* y,
-                 int64_t y_stride, cudaStream_t stream) {
-  ops::check_gemm_args("cuda::gemm_swiglu", x, x_stride, w, M, inter, K, y, y_stride, 1);
-  ops::require(gemm_ring_ok(x, x_stride, w, K), "cuda::gemm_swiglu",
+void gemm_swiglu(const ops::GateUpParams& p, cudaStream_t stream) {
+  p.check("cuda::gemm_swiglu");
+  ops::require(gemm_ring_ok(p.x, p.x_stride, p.w, p.K), "cuda::gemm_swiglu",
                "needs K % 8 == 0, x_stride % 8 == 0 and 16-byte aligned x and w");
-  if (M == 0 || inter == 0) return;
+  const int M = p.rows;
+  if (M == 0 || p.inter == 0) return;
   mma_self_test();
-  Args a = make_args(x, x_stride, w, M, inter, K, y, y_stride, 1);
+  // The kernels' arguments: N = inter outputs, each from a gate row and its up row.
+  const Args a = make_args(ops::gemm_of(p.x, p.x_stride, p.w, M, p.inter, p.K, p.y, p.y_stride));
   // The tile gemm_pick gives the gate_up product (N = 2 * inter), with its weight
   // rows paired: the bulk kernel up to 8 tokens, then the wg tiles where wgmma
   // runs, else the ring tiles (ring_n32's from 9 to 32 tokens: ring_n16 has one m16
@@ -422,7 +413,7 @@ void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inte
     launch_bulk<1, 1, 2, 0, true>(a, stream);
     return;
   }
-  const GemmVariant v = gemm_pick(x, x_stride, w, M, 2 * inter, K, 1);
+  const GemmVariant v = gemm_pick(p.gate_up());
   if (v == GemmVariant::wg_n64 || v == GemmVariant::wg_n128 || v == GemmVariant::wg_n256) {
     // The wg tiles: 64 tokens up to 64 (75 us at M 56), then 128 (the 256-token
     // tile took 308 us where gate_up + silu_mul took 153 at M 224: session 5 run 4).
@@ -440,9 +431,8 @@ void gemm_swiglu(const bf16* x, int64_t x_stride, const bf16* w, int M, int inte
   }
 }
 
-void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, bf16* y,
-          int64_t y_stride, int k_slices, cudaStream_t stream) {
-  gemm_with(GemmVariant::automatic, x, x_stride, w, M, N, K, y, y_stride, k_slices, stream);
+void gemm(const ops::GemmParams& p, cudaStream_t stream) {
+  gemm_with(GemmVariant::automatic, p, stream);
 }
 
 const char* gemm_variant_name(GemmVariant v) {
