@@ -29,8 +29,11 @@ void mma_gemm_rows(const bf16* w, int64_t w_stride, int n_rows, const bf16* x, i
                    int m_rows, int K, float* out, int64_t out_stride, int threads = 1);
 
 // Which kernel mma_gemm_rows runs (tests and benchmarks pin one).
-enum class MmaGemmKernel { automatic, reference, avx2 };
-bool mma_gemm_has_avx2();  // this CPU runs the AVX2 kernel
+// automatic: AVX-512 where the CPU has it (and MXCSR neither flushes to zero nor
+// reads denormals as zero), else AVX2, else the reference.
+enum class MmaGemmKernel { automatic, reference, avx2, avx512 };
+bool mma_gemm_has_avx2();    // this CPU runs the AVX2 kernel
+bool mma_gemm_has_avx512();  // this CPU runs the AVX-512 kernel (F, BW, DQ, VL, VPOPCNTDQ)
 void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows,
                         const bf16* x, int64_t x_stride, int m_rows, int K, float* out,
                         int64_t out_stride, int threads = 1);
