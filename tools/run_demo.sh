@@ -9,9 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-gpu=""
+gpu="" why_not="nvidia-smi is not installed"
 if command -v nvidia-smi >/dev/null 2>&1; then
   gpu=$(nvidia-smi -L 2>/dev/null | grep -m1 '^GPU' || true)
+  why_not="nvidia-smi lists none"
 fi
 if [ "${SPARKDRAFT_DEMO_CUDA:-0}" = 1 ] || [ -n "$gpu" ]; then
   dir=build
@@ -22,7 +23,7 @@ if [ "${SPARKDRAFT_DEMO_CUDA:-0}" = 1 ] || [ -n "$gpu" ]; then
   bash tools/build.sh sparkdraft_cli
 else
   dir=build-cpu
-  echo "run_demo: no GPU found (nvidia-smi lists none): building the tool without the CUDA backend"
+  echo "run_demo: no GPU found ($why_not): building the tool without the CUDA backend"
   echo "run_demo: into ./$dir (CPU backend; SPARKDRAFT_DEMO_CUDA=1 builds the CUDA backend into ./build)"
   bash tools/build.sh --dir "$dir" --cpu-only sparkdraft_cli
 fi

@@ -363,27 +363,30 @@ SD_AVX512 inline void decode16(const bf16* const rows[16], int k0, int K, Decode
   // v[k]: value k of rows 0..7 (low half) and 8..15 (high half): widened, lane j = row j.
   transpose8x8x2(in[0], v);
   transpose8x8x2(in[1], v + 8);
-  const __m256i k7f = _mm256_set1_epi16(0x7f), k80 = _mm256_set1_epi16(0x80),
-                kff = _mm256_set1_epi16(0xff), zero = _mm256_setzero_si256();
-  __m256i spec = zero, signs = zero;
+  const __m256i k7f = _mm256_set1_epi16(0x7f), kff = _mm256_set1_epi16(0xff);
+  __m256i fmax = _mm256_setzero_si256();
+  __m512i signs = _mm512_setzero_si512();
   for (int k = 0; k < kMmaK; ++k) {
     const __m256i h = v[k];
     const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), kff);
-    const __m256i is_zero = _mm256_cmpeq_epi16(_mm256_slli_epi16(h, 1), zero);
-    const __m256i pe = _mm256_sub_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
-                                        _mm256_and_si256(is_zero, _mm256_set1_epi16(1 - kZeroExp)));
-    const __m256i sig = _mm256_or_si256(_mm256_and_si256(h, k7f),
-                                        _mm256_andnot_si256(_mm256_cmpeq_epi16(f, zero), k80));
+    // max(field, 1), kZeroExp for +-0; the significand with its leading bit where f != 0
+    // (m7 < 0x80: the add is an or).
+    const __m256i pe = _mm256_mask_mov_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
+                                             _mm256_testn_epi16_mask(h, _mm256_set1_epi16(0x7fff)),
+                                             _mm256_set1_epi16(kZeroExp));
+    const __m256i m7 = _mm256_and_si256(h, k7f);
+    const __m256i sig =
+        _mm256_mask_add_epi16(m7, _mm256_test_epi16_mask(f, f), m7, _mm256_set1_epi16(0x80));
     d.PEw[k] = _mm512_cvtepi16_epi32(pe);
     d.W1[k] = _mm512_or_si512(_mm512_cvtepu16_epi32(_mm256_slli_epi16(sig, 4)),
                               _mm512_slli_epi32(d.PEw[k], 16));
     d.W2[k] = _mm512_cvtepi16_epi32(_mm256_srai_epi16(h, 15));
-    signs = _mm256_or_si256(signs, _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(15 - k)),
-                                                    _mm256_set1_epi16(static_cast<short>(1 << k))));
-    spec = _mm256_or_si256(spec, _mm256_cmpeq_epi16(f, kff));
+    // Bit k of each lane: the sign (signs | (W2 & (1 << k))).
+    signs = _mm512_ternarylogic_epi32(signs, d.W2[k], _mm512_set1_epi32(1 << k), 0xf8);
+    fmax = _mm256_max_epu16(fmax, f);
   }
-  d.sign_mask = _mm512_cvtepu16_epi32(signs);
-  d.special = _mm256_movepi16_mask(spec);
+  d.sign_mask = signs;
+  d.special = _mm256_cmpeq_epi16_mask(fmax, kff);
 }
 
 // Rule 6 for 8 lanes: fp32 bits (before the two fixes) of (acc + tc) * 2^e, and

@@ -6,8 +6,8 @@
 namespace sparkdraft::cuda::peer_detail {
 
 void launch_peer_boundary_bf16(const ops::BoundaryParams& p, const PeerArgs& a,
-                              const float* partial, bool vec, bf16* residual, bf16* next,
-                              cudaStream_t stream) {
+                               const float* partial, bool vec, bf16* residual, bf16* next,
+                               cudaStream_t stream) {
   launch_peer_boundary<bf16>(p, a, partial, vec, residual, next, stream);
 }
 

@@ -5,9 +5,8 @@
 
 namespace sparkdraft::cuda::peer_detail {
 
-void launch_peer_boundary_f32(const ops::BoundaryParams& p, const PeerArgs& a,
-                              const float* partial, bool vec, float* residual, bf16* next,
-                              cudaStream_t stream) {
+void launch_peer_boundary_f32(const ops::BoundaryParams& p, const PeerArgs& a, const float* partial,
+                              bool vec, float* residual, bf16* next, cudaStream_t stream) {
   launch_peer_boundary<float>(p, a, partial, vec, residual, next, stream);
 }
 

@@ -242,16 +242,16 @@ int64_t peer_boundary_resident_rows(int hidden, int tp) {
     return detail::boundary_resident_rows<S, BranchPeerTree<0>>(hidden);
   int64_t rows = 0;
   with_ranks(tp, [&](auto k) {
-    rows = detail::boundary_resident_rows<S, BranchPeerTree<decltype(k)::value>,
-                                          kFixedRanksMaxChunks>(hidden);
+    rows =
+        detail::boundary_resident_rows<S, BranchPeerTree<decltype(k)::value>, kFixedRanksMaxChunks>(
+            hidden);
   });
   return rows;
 }
 
 // One instantiation a residual dtype, each in its own translation unit.
-void launch_peer_boundary_f32(const ops::BoundaryParams& p, const PeerArgs& a,
-                              const float* partial, bool vec, float* residual, bf16* next,
-                              cudaStream_t stream);
+void launch_peer_boundary_f32(const ops::BoundaryParams& p, const PeerArgs& a, const float* partial,
+                              bool vec, float* residual, bf16* next, cudaStream_t stream);
 void launch_peer_boundary_bf16(const ops::BoundaryParams& p, const PeerArgs& a,
                                const float* partial, bool vec, bf16* residual, bf16* next,
                                cudaStream_t stream);
