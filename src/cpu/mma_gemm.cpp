@@ -562,8 +562,14 @@ void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, i
 #if SD_MMA_AVX2
   if (kernel == MmaGemmKernel::avx512) {
     const XDecoded xd(a);
-    parallel_for((n_rows + 15) / 16, threads,
-                 [&](int64_t begin, int64_t end) { avx512_rows(a, xd, begin, end); });
+    // Each worker thread has its own MXCSR: one that flushes runs the AVX2 kernel
+    // (the same bits) on its range.
+    parallel_for((n_rows + 15) / 16, threads, [&](int64_t begin, int64_t end) {
+      if (mxcsr_flushes())
+        avx2_rows(a, xd, begin, end);
+      else
+        avx512_rows(a, xd, begin, end);
+    });
     return;
   }
   if (kernel == MmaGemmKernel::avx2) {
