@@ -16,9 +16,15 @@
 #include "sparkdraft/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// GCC 12 warns inside its own avx512fintrin.h (the _mm512_undefined_* operands of
+// the unmasked forms) when those are inlined here: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define SD_MMA_AVX2 1
 #define SD_AVX2 __attribute__((target("avx2")))
+#define SD_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512dq,avx512vl,avx512vpopcntdq")))
 #else
 #define SD_MMA_AVX2 0
 #endif
@@ -69,25 +75,32 @@ constexpr int kZeroExp = -1000;
 // The x rows decoded once per call: per row m and k (padded to whole steps with
 // +0): the 8-bit significand, max(field, 1), the sign as a 0 / -1 mask; and per
 // step whether any of its 16 values is inf or NaN.
+// The AVX-512 kernel also reads sig7 = sig << 7 (its products carry the << 11)
+// and, per step, the 16 signs as a bit mask (bit i: value i is negative).
 struct XDecoded {
   int steps = 0;
-  std::vector<int32_t> sig, exp, neg;  // [m][steps * 16]
-  std::vector<uint8_t> special;        // [m][steps]
+  std::vector<int32_t> sig, sig7, exp, neg;  // [m][steps * 16]
+  std::vector<uint32_t> sign_mask;           // [m][steps]
+  std::vector<uint8_t> special;              // [m][steps]
 
   XDecoded(const Args& a) : steps((a.K + kMmaK - 1) / kMmaK) {
     const size_t kp = static_cast<size_t>(steps) * kMmaK;
     sig.assign(kp * a.m_rows, 0);
+    sig7.assign(kp * a.m_rows, 0);
     exp.assign(kp * a.m_rows, kZeroExp);
     neg.assign(kp * a.m_rows, 0);
+    sign_mask.assign(static_cast<size_t>(steps) * a.m_rows, 0);
     special.assign(static_cast<size_t>(steps) * a.m_rows, 0);
     for (int m = 0; m < a.m_rows; ++m)
       for (int k = 0; k < a.K; ++k) {
         const uint16_t h = a.x[m * a.x_stride + k].bits;
-        const size_t i = m * kp + k;
+        const size_t i = m * kp + k, ms = static_cast<size_t>(m) * steps + k / kMmaK;
         sig[i] = static_cast<int32_t>(mma_detail::bf16_sig(h));
+        sig7[i] = sig[i] << 7;
         exp[i] = (h & 0x7fffu) == 0 ? kZeroExp : mma_detail::bf16_exp(h) + 127;
         neg[i] = (h & 0x8000u) != 0 ? -1 : 0;
-        if ((h & 0x7f80u) == 0x7f80u) special[static_cast<size_t>(m) * steps + k / kMmaK] = 1;
+        if (neg[i]) sign_mask[ms] |= 1u << (k % kMmaK);
+        if ((h & 0x7f80u) == 0x7f80u) special[ms] = 1;
       }
   }
 };
@@ -304,6 +317,191 @@ void avx2_rows(const Args& a, const XDecoded& xd, int64_t block_begin, int64_t b
   }
 }
 
+// ---- AVX-512: 16 rows in the 16 int32 lanes of one vector ----------------------
+// The same arithmetic as step8 with three changes, each exact:
+//   * W1 = (sig << 4) | PEw << 16 and x's operand is sig << 7, so pmaddwd gives
+//     sig * sx << 11 directly (sig << 4 <= 4080, sx << 7 <= 32640: both fit int16;
+//     the product < 2^27);
+//   * the sign: sum_k ((t ^ s_k) - s_k) = sum_k (t ^ s_k) - sum_k s_k, and
+//     -sum_k s_k is the number of k where the signs of w and x differ: the
+//     popcount of the lane's 16 w sign bits xor x's (one vpopcntd a step, not a
+//     subtraction a product). The int32 adds wrap; the final sum is the exact
+//     value (< 2^31 in magnitude, as in step8);
+//   * rule 6 in fp64: v = the products' sum + c's term (exact, < 2^33), y = v *
+//     2^(E - 25) (scalef, exact: |y| in [2^-158, 2^262] or 0), then one
+//     conversion to fp32 rounding toward zero (vcvtpd2ps {rz-sae}: truncation of
+//     the magnitude, subnormal results kept as multiples of 2^-149) and the two
+//     places where the rules differ from the conversion: |y| >= 2^128 gives
+//     +-infinity (the conversion gives +-FLT_MAX), and a result that truncated to
+//     zero is +0. MXCSR's flush-to-zero would flush the subnormal results: the
+//     kernel is not run when FTZ or DAZ is set (mma_gemm_rows_with).
+
+struct Decoded16 {
+  __m512i W1[kMmaK], W2[kMmaK], PEw[kMmaK];  // per k, 16 lanes
+  __m512i sign_mask;                         // bit k of lane j: w[j][k] < 0
+  uint32_t special = 0;                      // lane j: some w[j][k] is inf or NaN
+};
+
+// Lanes j: rows rows[j], values k0 .. k0 + 15 (zero-padded past K).
+SD_AVX512 inline void decode16(const bf16* const rows[16], int k0, int K, Decoded16& d) {
+  alignas(32) uint16_t pad[16][kMmaK];
+  const bf16* src[16];
+  for (int j = 0; j < 16; ++j) {
+    src[j] = rows[j] + k0;
+    if (k0 + kMmaK > K) {
+      std::memset(pad[j], 0, sizeof(pad[j]));
+      std::memcpy(pad[j], rows[j] + k0, static_cast<size_t>(K - k0) * sizeof(bf16));
+      src[j] = reinterpret_cast<const bf16*>(pad[j]);
+    }
+  }
+  __m256i in[2][8], v[kMmaK];
+  for (int j = 0; j < 8; ++j)
+    for (int q = 0; q < 2; ++q)
+      in[q][j] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j] + 8 * q))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j + 8] + 8 * q)), 1);
+  // v[k]: value k of rows 0..7 (low half) and 8..15 (high half): widened, lane j = row j.
+  transpose8x8x2(in[0], v);
+  transpose8x8x2(in[1], v + 8);
+  const __m256i k7f = _mm256_set1_epi16(0x7f), kff = _mm256_set1_epi16(0xff);
+  __m256i fmax = _mm256_setzero_si256();
+  __m512i signs = _mm512_setzero_si512();
+  for (int k = 0; k < kMmaK; ++k) {
+    const __m256i h = v[k];
+    const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), kff);
+    // max(field, 1), kZeroExp for +-0; the significand with its leading bit where f != 0
+    // (m7 < 0x80: the add is an or).
+    const __m256i pe = _mm256_mask_mov_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
+                                             _mm256_testn_epi16_mask(h, _mm256_set1_epi16(0x7fff)),
+                                             _mm256_set1_epi16(kZeroExp));
+    const __m256i m7 = _mm256_and_si256(h, k7f);
+    const __m256i sig =
+        _mm256_mask_add_epi16(m7, _mm256_test_epi16_mask(f, f), m7, _mm256_set1_epi16(0x80));
+    d.PEw[k] = _mm512_cvtepi16_epi32(pe);
+    d.W1[k] = _mm512_or_si512(_mm512_cvtepu16_epi32(_mm256_slli_epi16(sig, 4)),
+                              _mm512_slli_epi32(d.PEw[k], 16));
+    d.W2[k] = _mm512_cvtepi16_epi32(_mm256_srai_epi16(h, 15));
+    // Bit k of each lane: the sign (signs | (W2 & (1 << k))).
+    signs = _mm512_ternarylogic_epi32(signs, d.W2[k], _mm512_set1_epi32(1 << k), 0xf8);
+    fmax = _mm256_max_epu16(fmax, f);
+  }
+  d.sign_mask = signs;
+  d.special = _mm256_cmpeq_epi16_mask(fmax, kff);
+}
+
+// Rule 6 for 8 lanes: fp32 bits (before the two fixes) of (acc + tc) * 2^e, and
+// in ovf the lanes whose magnitude is 2^128 or more.
+SD_AVX512 inline __m256 finish8(__m256i acc, __m256i tc, __m256i e, __mmask8& ovf) {
+  const __m512d v = _mm512_add_pd(_mm512_cvtepi32_pd(acc), _mm512_cvtepi32_pd(tc));
+  const __m512d y = _mm512_scalef_pd(v, _mm512_cvtepi32_pd(e));
+  ovf = _mm512_cmp_pd_mask(_mm512_abs_pd(y), _mm512_set1_pd(0x1p128), _CMP_GE_OQ);
+  return _mm512_cvt_roundpd_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+}
+
+// One step of one x row for the 16 lanes of d; c = the lanes' fp32 bits; returns
+// the new bits (lanes with inf / NaN are fixed by the caller).
+SD_AVX512 inline __m512i step16(const Decoded16& d, const int32_t* xs7, const int32_t* xe,
+                                const int32_t* xn, uint32_t x_signs, __m512i c) {
+  const __m512i kff = _mm512_set1_epi32(0xff);
+  // Rule 3, as step8.
+  const __m512i cf = _mm512_and_si512(_mm512_srli_epi32(c, 23), kff);
+  const __m512i ec =
+      _mm512_add_epi32(_mm512_max_epi32(cf, _mm512_set1_epi32(1)), _mm512_set1_epi32(127));
+  const __mmask16 c_nonzero = _mm512_test_epi32_mask(c, _mm512_set1_epi32(0x7fffffff));
+  const __m512i floor = _mm512_set1_epi32(kMmaMinExp + 254);
+  __m512i E = _mm512_mask_max_epi32(floor, c_nonzero, floor, ec);
+  __m512i PE[kMmaK];
+  for (int k = 0; k < kMmaK; ++k) {
+    PE[k] = _mm512_add_epi32(d.PEw[k], _mm512_set1_epi32(xe[k]));
+    E = _mm512_max_epi32(E, PE[k]);
+  }
+  // Rules 4-5: t = (sig * sx << 11) >> (E' - PE), the magnitude truncated (a
+  // count of 32 or more gives 0); the sign by the xor and the popcount below.
+  __m512i acc = _mm512_setzero_si512();
+  for (int k = 0; k < kMmaK; ++k) {
+    const __m512i p = _mm512_madd_epi16(d.W1[k], _mm512_set1_epi32(xs7[k]));
+    const __m512i t = _mm512_srlv_epi32(p, _mm512_sub_epi32(E, PE[k]));
+    acc = _mm512_add_epi32(acc,
+                           _mm512_ternarylogic_epi32(t, d.W2[k], _mm512_set1_epi32(xn[k]), 0x96));
+  }
+  acc = _mm512_add_epi32(acc, _mm512_popcnt_epi32(_mm512_xor_si512(
+                                  d.sign_mask, _mm512_set1_epi32(static_cast<int>(x_signs)))));
+  // c's term, as step8.
+  const __m512i csig = _mm512_mask_or_epi32(
+      _mm512_and_si512(c, _mm512_set1_epi32(0x7fffff)), _mm512_test_epi32_mask(cf, cf),
+      _mm512_and_si512(c, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
+  const __m512i cs = _mm512_srai_epi32(c, 31);
+  __m512i tc = _mm512_srlv_epi32(_mm512_slli_epi32(csig, 2), _mm512_sub_epi32(E, ec));
+  tc = _mm512_sub_epi32(_mm512_xor_si512(tc, cs), cs);
+  // Rule 6 in fp64, 8 lanes at a time.
+  const __m512i e_scale = _mm512_sub_epi32(E, _mm512_set1_epi32(279));
+  __mmask8 ovf_lo, ovf_hi;
+  const __m256 lo = finish8(_mm512_castsi512_si256(acc), _mm512_castsi512_si256(tc),
+                            _mm512_castsi512_si256(e_scale), ovf_lo);
+  const __m256 hi = finish8(_mm512_extracti64x4_epi64(acc, 1), _mm512_extracti64x4_epi64(tc, 1),
+                            _mm512_extracti64x4_epi64(e_scale, 1), ovf_hi);
+  __m512i r = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
+  const __mmask16 ovf = _mm512_kunpackb(ovf_hi, ovf_lo);
+  r = _mm512_mask_or_epi32(r, ovf, _mm512_and_si512(r, _mm512_set1_epi32(int(0x80000000u))),
+                           _mm512_set1_epi32(0x7f800000));
+  // Zero, or truncated to zero: +0.
+  return _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(r, _mm512_set1_epi32(0x7fffffff)), r);
+}
+
+// Rows rows[0..15] (padding lanes repeat a real row) against every x row:
+// cstate[m][j] holds the chain's fp32 bits of row j.
+SD_AVX512 void avx512_block(const bf16* const rows[16], const Args& a, const XDecoded& xd,
+                            uint32_t* cstate) {
+  const int K = a.K;
+  const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
+  for (int m = 0; m < a.m_rows; ++m) _mm512_storeu_si512(cstate + 16 * m, _mm512_setzero_si512());
+  Decoded16 d;
+  for (int s = 0; s < xd.steps; ++s) {
+    const int k0 = s * kMmaK;
+    decode16(rows, k0, K, d);
+    for (int m = 0; m < a.m_rows; ++m) {
+      const bf16* xrow = a.x + m * a.x_stride;
+      uint32_t* cm = cstate + 16 * m;
+      const size_t ms = static_cast<size_t>(m) * xd.steps + s;
+      if (xd.special[ms]) {
+        for (int j = 0; j < 16; ++j) cm[j] = step_bits(cm[j], rows[j], xrow, k0, K);
+        continue;
+      }
+      const __m512i c = _mm512_loadu_si512(cm);
+      const size_t i = m * kp + k0;
+      const __m512i r =
+          step16(d, xd.sig7.data() + i, xd.exp.data() + i, xd.neg.data() + i, xd.sign_mask[ms], c);
+      // Rule 7: a lane with inf or NaN in w or c runs the twin's step.
+      const uint32_t special =
+          d.special | _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f800000)),
+                                              _mm512_set1_epi32(0x7f800000));
+      if (special != 0) {
+        alignas(64) uint32_t nd[16];
+        _mm512_store_si512(nd, r);
+        for (int j = 0; j < 16; ++j)
+          if ((special >> j) & 1) nd[j] = step_bits(cm[j], rows[j], xrow, k0, K);
+        std::memcpy(cm, nd, sizeof(nd));
+      } else {
+        _mm512_storeu_si512(cm, r);
+      }
+    }
+  }
+}
+
+void avx512_rows(const Args& a, const XDecoded& xd, int64_t block_begin, int64_t block_end) {
+  std::vector<uint32_t> cstate(static_cast<size_t>(a.m_rows) * 16);
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const int64_t n0 = b * 16;
+    const int valid = static_cast<int>(std::min<int64_t>(16, a.n_rows - n0));
+    const bf16* rows[16];
+    for (int j = 0; j < 16; ++j) rows[j] = a.w + (n0 + std::min(j, valid - 1)) * a.w_stride;
+    avx512_block(rows, a, xd, cstate.data());
+    for (int m = 0; m < a.m_rows; ++m)
+      for (int j = 0; j < valid; ++j)
+        a.out[m * a.out_stride + n0 + j] = bits_f32(cstate[16 * static_cast<size_t>(m) + j]);
+  }
+}
+
 #endif  // SD_MMA_AVX2
 
 }  // namespace
@@ -317,6 +515,33 @@ bool mma_gemm_has_avx2() {
 #endif
 }
 
+bool mma_gemm_has_avx512() {
+#if SD_MMA_AVX2
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vpopcntdq");
+  return has;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// MXCSR's flush-to-zero or denormals-are-zero (set by some other code of the
+// process, e.g. a library built with -ffast-math): the AVX-512 kernel's fp32
+// conversion would flush subnormal results, so it is not run then.
+bool mxcsr_flushes() {
+#if SD_MMA_AVX2
+  return (_mm_getcsr() & 0x8040u) != 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows,
                         const bf16* x, int64_t x_stride, int m_rows, int K, float* out,
                         int64_t out_stride, int threads) {
@@ -325,10 +550,28 @@ void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, i
   require(w != nullptr && x != nullptr && out != nullptr, "null pointer");
   const Args a{w, w_stride, n_rows, x, x_stride, m_rows, K, out, out_stride};
   if (kernel == MmaGemmKernel::automatic)
-    kernel = mma_gemm_has_avx2() ? MmaGemmKernel::avx2 : MmaGemmKernel::reference;
+    kernel = mma_gemm_has_avx512() && !mxcsr_flushes() ? MmaGemmKernel::avx512
+             : mma_gemm_has_avx2()                     ? MmaGemmKernel::avx2
+                                                       : MmaGemmKernel::reference;
   require(kernel != MmaGemmKernel::avx2 || mma_gemm_has_avx2(),
           "the AVX2 kernel needs an AVX2 CPU");
+  require(kernel != MmaGemmKernel::avx512 || mma_gemm_has_avx512(),
+          "the AVX-512 kernel needs AVX-512 F, BW, DQ, VL and VPOPCNTDQ");
+  require(kernel != MmaGemmKernel::avx512 || !mxcsr_flushes(),
+          "the AVX-512 kernel needs MXCSR without flush-to-zero and denormals-are-zero");
 #if SD_MMA_AVX2
+  if (kernel == MmaGemmKernel::avx512) {
+    const XDecoded xd(a);
+    // Each worker thread has its own MXCSR: one that flushes runs the AVX2 kernel
+    // (the same bits) on its range.
+    parallel_for((n_rows + 15) / 16, threads, [&](int64_t begin, int64_t end) {
+      if (mxcsr_flushes())
+        avx2_rows(a, xd, begin, end);
+      else
+        avx512_rows(a, xd, begin, end);
+    });
+    return;
+  }
   if (kernel == MmaGemmKernel::avx2) {
     const XDecoded xd(a);
     parallel_for((n_rows + 15) / 16, threads,

@@ -4,6 +4,9 @@
 // 8, strides, thread counts, each kernel this CPU runs. A failure names (m, n),
 // the found and the expected bits; the seed is in every failure.
 #include <gtest/gtest.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -33,6 +36,7 @@ std::vector<Kernel> kernels() {
   std::vector<Kernel> k{{MmaGemmKernel::automatic, "automatic"},
                         {MmaGemmKernel::reference, "reference"}};
   if (mma_gemm_has_avx2()) k.push_back({MmaGemmKernel::avx2, "avx2"});
+  if (mma_gemm_has_avx512()) k.push_back({MmaGemmKernel::avx512, "avx512"});
   return k;
 }
 
@@ -171,6 +175,107 @@ TEST(CpuMmaGemm, RandomBitsAndLoneSpecials) {
     }
   }
 }
+
+// The vector kernels against the scalar one on random rows drawn from value
+// classes: zeros of both signs, subnormals, the smallest and largest normals,
+// ordinary values, inf and NaN, with exponent spreads from one binade to the
+// whole range inside a step, long chains (K 4096) whose c outgrows the products,
+// and sums that cancel to zero or overflow.
+TEST(CpuMmaGemm, VectorKernelsEqualScalarOnValueClasses) {
+  const uint64_t seed = 20261203;
+  SCOPED_TRACE(test::seed_note(seed));
+  test::Gen rng(seed);
+  // A bf16 of class c (sign random): 0 zero, 1 subnormal, 2 smallest normals,
+  // 3 ordinary (exponent near 0), 4 largest finite, 5 any finite exponent,
+  // 6 inf, 7 NaN.
+  auto value = [&rng](int c) {
+    const uint16_t sign = rng.integer(0, 1) ? 0x8000u : 0u;
+    const auto mant = static_cast<uint16_t>(rng.integer(0, 127));
+    switch (c) {
+      case 0: return bf16{sign};
+      case 1: return bf16{static_cast<uint16_t>(sign | std::max<uint16_t>(mant, 1))};
+      case 2: return bf16{static_cast<uint16_t>(sign | (rng.integer(1, 3) << 7) | mant)};
+      case 3: return bf16{static_cast<uint16_t>(sign | (rng.integer(120, 134) << 7) | mant)};
+      case 4: return bf16{static_cast<uint16_t>(sign | (rng.integer(250, 254) << 7) | mant)};
+      case 5: return bf16{static_cast<uint16_t>(sign | (rng.integer(1, 254) << 7) | mant)};
+      case 6: return bf16{static_cast<uint16_t>(sign | 0x7f80u)};
+      default: return bf16{static_cast<uint16_t>(sign | 0x7f80u | std::max<uint16_t>(mant, 1))};
+    }
+  };
+  // Class weights per mix: ordinary rows, wide spreads, rare specials, tiny values.
+  const std::vector<std::vector<int>> mixes = {{0, 0, 0, 1, 0, 0, 0, 0}, {2, 1, 1, 10, 1, 2, 0, 0},
+                                               {1, 0, 0, 6, 2, 6, 0, 0}, {1, 1, 1, 20, 0, 1, 1, 1},
+                                               {3, 5, 5, 0, 0, 0, 0, 0}, {1, 0, 0, 4, 4, 0, 0, 0}};
+  auto draw = [&](const std::vector<int>& weights) {
+    int total = 0;
+    for (int wgt : weights) total += wgt;
+    int r = static_cast<int>(rng.integer(0, total - 1));
+    for (int c = 0; c < 8; ++c) {
+      if (r < weights[static_cast<size_t>(c)]) return value(c);
+      r -= weights[static_cast<size_t>(c)];
+    }
+    return value(3);
+  };
+  for (size_t mi = 0; mi < mixes.size(); ++mi)
+    for (int K : {16, 61, 4096}) {
+      const int n_rows = 35, m_rows = 3;
+      Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+      Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+      for (auto& v : w.v) v = draw(mixes[mi]);
+      for (auto& v : x.v) v = draw(mixes[mi]);
+      // Row 0 of w is x's row 0 negated: the chains of (w0, x0) cancel step by step.
+      for (int k = 0; k < K; ++k) w.v[k] = bf16{static_cast<uint16_t>(x.v[k].bits ^ 0x8000u)};
+      EXPECT_EQ(check(w, x, K, "class mix " + std::to_string(mi)), 0) << "K " << K;
+    }
+}
+
+#if defined(__x86_64__)
+// With MXCSR's flush-to-zero and denormals-are-zero set by someone else, the
+// automatic kernel still gives the twin's bits (subnormal results kept), and the
+// AVX-512 kernel asked for by name is refused.
+TEST(CpuMmaGemm, FlushToZeroModeDoesNotChangeBits) {
+  const uint64_t seed = 20261204;
+  SCOPED_TRACE(test::seed_note(seed));
+  test::Gen rng(seed);
+  const int K = 48, n_rows = 20, m_rows = 2;
+  Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+  Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+  // Products near 2^-140: fp32 subnormal results.
+  for (auto& v : w.v)
+    v = bf16{static_cast<uint16_t>((rng.integer(0, 1) ? 0x8000u : 0u) | (60u << 7) |
+                                   static_cast<uint16_t>(rng.integer(0, 127)))};
+  for (auto& v : x.v)
+    v = bf16{static_cast<uint16_t>((rng.integer(0, 1) ? 0x8000u : 0u) | (52u << 7) |
+                                   static_cast<uint16_t>(rng.integer(0, 127)))};
+  std::vector<uint32_t> want(static_cast<size_t>(m_rows) * n_rows);
+  bool subnormal = false;
+  for (int m = 0; m < m_rows; ++m)
+    for (int n = 0; n < n_rows; ++n) {
+      want[m * n_rows + n] = f32_bits(mma_chain(w.row(n), x.row(m), K));
+      subnormal = subnormal || ((want[m * n_rows + n] & 0x7f800000u) == 0 &&
+                                (want[m * n_rows + n] & 0x7fffffu) != 0);
+    }
+  ASSERT_TRUE(subnormal) << "the case must produce subnormal results";
+  const unsigned int saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040u);
+  std::vector<float> out(want.size());
+  mma_gemm_rows(w.v.data(), K, n_rows, x.v.data(), K, m_rows, K, out.data(), n_rows);
+  bool refused = false;
+  if (mma_gemm_has_avx512()) {
+    try {
+      std::vector<float> o2(want.size());
+      mma_gemm_rows_with(MmaGemmKernel::avx512, w.v.data(), K, n_rows, x.v.data(), K, m_rows, K,
+                         o2.data(), n_rows);
+    } catch (const InvalidArgument&) {
+      refused = true;
+    }
+  }
+  _mm_setcsr(saved);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(hex32(f32_bits(out[i])), hex32(want[i])) << "index " << i;
+  if (mma_gemm_has_avx512()) EXPECT_TRUE(refused);
+}
+#endif
 
 TEST(CpuMmaGemm, RejectsBadShapes) {
   const bf16 one{0x3f80};

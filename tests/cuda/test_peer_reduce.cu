@@ -160,6 +160,9 @@ TEST(PeerReduce, BoundaryIsTheNarrowedTreeThenTheBoundary) {
       {3, 3, 1000, StreamDType::bf16, false, false, NormGain::weight},  // not whole chunks
       {2, 2, 37, StreamDType::f32, true, true, NormGain::weight},       // odd width
       {1, 4, 4096, StreamDType::bf16, false, false, NormGain::weight},
+      // Rows of 4 and 8 chunks a thread: the kernel that reads the rank count at run time.
+      {2, 3, 16384, StreamDType::f32, true, true, NormGain::weight},
+      {4, 2, 32768, StreamDType::bf16, false, false, NormGain::one_plus_weight},
   };
   for (const BoundaryCase& c : cases) {
     SCOPED_TRACE(name_of(c));

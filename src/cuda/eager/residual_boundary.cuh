@@ -224,7 +224,9 @@ __host__ inline BoundaryLaunch boundary_launch(int hidden) {
 }
 
 // Calls f(kernel) with the kernel of kChunks = l.per_thread, its shared memory limit set.
-template <class S, class B, class F>
+// Only kChunks <= kMaxPerThread are instantiated (each kernel of 4 or 8 chunks takes
+// the compiler tens of seconds): the caller sees to l.per_thread <= kMaxPerThread.
+template <class S, class B, int kMaxPerThread = 8, class F>
 void with_boundary_kernel(const BoundaryLaunch& l, F&& f) {
   auto run = [&](auto kernel) {
     if (l.smem > 48 * 1024)
@@ -232,20 +234,23 @@ void with_boundary_kernel(const BoundaryLaunch& l, F&& f) {
                                          static_cast<int>(l.smem)));
     f(kernel);
   };
-  switch (l.per_thread) {
-    case 1: return run(residual_boundary_kernel<S, 1, B>);
-    case 2: return run(residual_boundary_kernel<S, 2, B>);
-    case 4: return run(residual_boundary_kernel<S, 4, B>);
-    default: return run(residual_boundary_kernel<S, 8, B>);
-  }
+  if (l.per_thread == 1) return run(residual_boundary_kernel<S, 1, B>);
+  if constexpr (kMaxPerThread >= 2)
+    if (l.per_thread == 2) return run(residual_boundary_kernel<S, 2, B>);
+  if constexpr (kMaxPerThread >= 4)
+    if (l.per_thread == 4) return run(residual_boundary_kernel<S, 4, B>);
+  if constexpr (kMaxPerThread >= 8) return run(residual_boundary_kernel<S, 8, B>);
+  require(false, "with_boundary_kernel",
+          std::to_string(l.per_thread) + " chunks a thread, this launcher has at most " +
+              std::to_string(kMaxPerThread));
 }
 
 // p checked, p.rows > 0, the row width checked (check_boundary_hidden).
-template <class S, class B>
+template <class S, class B, int kMaxPerThread = 8>
 void launch_boundary(const ops::BoundaryParams& p, const B& branch, S* residual, bf16* next,
                      bool vec, cudaStream_t stream) {
   const BoundaryLaunch l = boundary_launch(p.hidden);
-  with_boundary_kernel<S, B>(l, [&](auto kernel) {
+  with_boundary_kernel<S, B, kMaxPerThread>(l, [&](auto kernel) {
     kernel<<<static_cast<unsigned>(p.rows), static_cast<unsigned>(l.threads), l.smem, stream>>>(
         p, branch, residual, next, vec);
   });
@@ -253,11 +258,11 @@ void launch_boundary(const ops::BoundaryParams& p, const B& branch, S* residual,
 }
 
 // How many blocks (rows) of the boundary over rows of `hidden` one GPU runs at once.
-template <class S, class B>
+template <class S, class B, int kMaxPerThread = 8>
 int64_t boundary_resident_rows(int hidden) {
   const BoundaryLaunch l = boundary_launch(hidden);
   int per_sm = 0, device = 0, sms = 0;
-  with_boundary_kernel<S, B>(l, [&](auto kernel) {
+  with_boundary_kernel<S, B, kMaxPerThread>(l, [&](auto kernel) {
     SD_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, l.threads, l.smem));
   });

@@ -1,0 +1,18 @@
+// The fused all-reduce boundary (cuda/peer_reduce.h) over a bf16 residual stream: the
+// kernels of residual_boundary.cuh with the peer tree as their branch
+// (peer_reduce_device.cuh); the fp32 stream's are in peer_reduce_boundary_f32.cu.
+#include "cuda/comm/peer_reduce_device.cuh"
+
+namespace sparkdraft::cuda::peer_detail {
+
+void launch_peer_boundary_bf16(const ops::BoundaryParams& p, const PeerArgs& a,
+                               const float* partial, bool vec, bf16* residual, bf16* next,
+                               cudaStream_t stream) {
+  launch_peer_boundary<bf16>(p, a, partial, vec, residual, next, stream);
+}
+
+int64_t peer_boundary_resident_rows_bf16(int hidden, int tp) {
+  return peer_boundary_resident_rows<bf16>(hidden, tp);
+}
+
+}  // namespace sparkdraft::cuda::peer_detail
