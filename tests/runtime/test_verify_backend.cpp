@@ -32,9 +32,12 @@ void expect_same_verification(const std::vector<ScenarioRound>& a,
       for (const RequestDraft& d : b[round].drafts)
         if (d.request_id == da.request_id) db = &d;
       ASSERT_NE(db, nullptr) << what << ": request " << da.request_id << " round " << round;
-      EXPECT_EQ(da.tokens, db->tokens) << what << ": request " << da.request_id << " round " << round;
-      EXPECT_EQ(da.accepted, db->accepted) << what << ": request " << da.request_id << " round " << round;
-      EXPECT_EQ(da.emitted, db->emitted) << what << ": request " << da.request_id << " round " << round;
+      EXPECT_EQ(da.tokens, db->tokens)
+          << what << ": request " << da.request_id << " round " << round;
+      EXPECT_EQ(da.accepted, db->accepted)
+          << what << ": request " << da.request_id << " round " << round;
+      EXPECT_EQ(da.emitted, db->emitted)
+          << what << ": request " << da.request_id << " round " << round;
     }
   }
 }
@@ -56,7 +59,8 @@ TEST(VerifyBackend, TpRanksAndBatchCompositionGiveTheSameBits) {
   for (const auto& r : tp1)
     for (const auto& d : r.drafts) accepted += d.accepted;
   EXPECT_GT(accepted, 0) << "no draft accepted: the test would not see the accept path";
-  for (int tp : {2, 4}) expect_same_verification(tp1, verified_rounds(ckpt, s, tp), "tp " + std::to_string(tp));
+  for (int tp : {2, 4})
+    expect_same_verification(tp1, verified_rounds(ckpt, s, tp), "tp " + std::to_string(tp));
   ScenarioOptions alone = s;
   alone.request_ids = {3};
   expect_same_verification(verified_rounds(ckpt, alone, 1), tp1, "request 3 alone");
