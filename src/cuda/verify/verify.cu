@@ -72,6 +72,13 @@ __device__ float target_kept(const Args& a, int r, int j, int v, float T) {
   return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
 }
 
+// law_term(s, M) (core/verify_math.h), without the exp where it cannot reach the
+// sum: s - M < -45 gives E <= exp_f32(-45) < 2^-64, whose term floor(E * 2^64) is 0.
+__device__ U128 sum_term(float s, float max_value) {
+  const float d = fsub_rn(s, max_value);
+  return d < -45.0f ? U128{} : fixed64_of_unit(exp_f32(d));
+}
+
 __device__ LawStats stats_of(const VerifyLaw& l) {
   LawStats st;
   st.first = l.first;
@@ -224,7 +231,7 @@ __device__ uint64_t kept_threshold(const Args& a, int r, int j, float T, float M
   U128 total;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
     const float s = verify_scaled(target_logit(p, r, j, v), T);
-    if (order_key(s, v) >= thr_k) total = u128_add(total, law_term(s, M));
+    if (order_key(s, v) >= thr_k) total = u128_add(total, sum_term(s, M));
   }
   total = block_fold(total, U128{}, sum_op);
   SD_SHARED_ARRAY(U128, total_all, 1);
@@ -247,7 +254,7 @@ __device__ uint64_t kept_threshold(const Args& a, int r, int j, float T, float M
       if (key >= thr_k && (key & mask) == prefix) {
         const int b = static_cast<int>((key >> shift) & 0xff);
         atomicAdd(&rx.count[b], 1u);
-        atomic_add_u128(&rx.sum[b], law_term(s, M));
+        atomic_add_u128(&rx.sum[b], sum_term(s, M));
       }
     }
     __syncthreads();
@@ -327,8 +334,8 @@ __global__ void sums_kernel(const Args a) {
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
   U128 t, d;
   for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-    if (with_target) t = u128_add(t, law_term(target_kept(a, r, j, v, T), mt));
-    if (with_draft) d = u128_add(d, law_term(verify_scaled(draft_logit(p, slot, j, v), T), md));
+    if (with_target) t = u128_add(t, sum_term(target_kept(a, r, j, v, T), mt));
+    if (with_draft) d = u128_add(d, sum_term(verify_scaled(draft_logit(p, slot, j, v), T), md));
   }
   if (with_target) t = block_fold(t, U128{}, sum_op);
   if (with_draft) d = block_fold(d, U128{}, sum_op);
