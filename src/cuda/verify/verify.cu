@@ -10,32 +10,24 @@
 #include <string>
 
 #include "cuda/common/launch.h"
+#include "cuda/verify/select.h"
 #include "sparkdraft/cuda/check.h"
 
 namespace sparkdraft::cuda {
 namespace {
 
+using verify_select::digit;
+using verify_select::order_key;
+using verify_select::sum_term;
+
 constexpr int kMaxThreads = 512;
 constexpr int kRowThreads = 256;  // decide / block decide / finish: one CTA per row
-constexpr int kRadixBuckets = 256;
+constexpr int kRadixBuckets = verify_select::kBuckets;
 
 SD_HD float neg_inf() { return bits_f32(0xff800000u); }
 
 // The packet that never wins (no slice is empty, so it never survives a fold).
 SD_HD MarkovPacket no_packet() { return MarkovPacket{neg_inf(), 0x7fffffff, 0}; }
-
-// The position of (s, id) in the order of section 8.2 as a 64-bit key: a larger key
-// comes first. NaN above every number, -0 as +0, ties by the lower id.
-SD_HD uint64_t order_key(float s, int32_t id) {
-  uint32_t o;
-  if (s != s) {
-    o = 0xffffffffu;
-  } else {
-    const uint32_t b = f32_bits(s == 0.0f ? 0.0f : s);
-    o = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  }
-  return (static_cast<uint64_t>(o) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
-}
 
 // The kernels' view of one call: the op's parameters and the workspace's arrays
 // for S slices of `slice` ids.
@@ -70,13 +62,6 @@ __device__ float target_kept(const Args& a, int r, int j, int v, float T) {
   const float s = verify_scaled(target_logit(a.p, r, j, v), T);
   const uint64_t keep = a.keep[r * (a.p.n + 1) + j];
   return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
-}
-
-// law_term(s, M) (core/verify_math.h), without the exp where it cannot reach the
-// sum: s - M < -45 gives E <= exp_f32(-45) < 2^-64, whose term floor(E * 2^64) is 0.
-__device__ U128 sum_term(float s, float max_value) {
-  const float d = fsub_rn(s, max_value);
-  return d < -45.0f ? U128{} : fixed64_of_unit(exp_f32(d));
 }
 
 __device__ LawStats stats_of(const VerifyLaw& l) {
@@ -195,8 +180,8 @@ __device__ void atomic_add_u128(U128* a, U128 x) {
 }
 
 // The kept set of section 8.3 as the smallest kept key (every id with a key at or
-// above it is kept): top-k by counts, then top-p by exact sums over the top-k set,
-// each an MSB-first radix descent over the 64-bit order key. One CTA.
+// above it is kept): the radix descent of cuda/verify/select.h, each level's
+// histogram built by the whole CTA, its bucket step on thread 0. One CTA.
 __device__ uint64_t kept_threshold(const Args& a, int r, int j, float T, float M, int32_t top_k,
                                    float top_p, Radix& rx) {
   const ops::VerifyParams& p = a.p;
@@ -212,14 +197,10 @@ __device__ uint64_t kept_threshold(const Args& a, int r, int j, float T, float M
       __syncthreads();
       for (int v = threadIdx.x; v < V; v += blockDim.x) {
         const uint64_t key = key_of(v);
-        if ((key & mask) == prefix) atomicAdd(&rx.count[(key >> shift) & 0xff], 1u);
+        if ((key & mask) == prefix) atomicAdd(&rx.count[digit(key, shift)], 1u);
       }
       __syncthreads();
-      if (threadIdx.x == 0) {
-        int b = kRadixBuckets - 1;
-        for (; b > 0 && rx.count[b] < rx.k_left; --b) rx.k_left -= rx.count[b];
-        rx.sel = b;
-      }
+      if (threadIdx.x == 0) rx.sel = verify_select::top_k_bucket(rx.count, rx.k_left);
       __syncthreads();
       prefix |= static_cast<uint64_t>(rx.sel) << shift;
       mask |= uint64_t{0xff} << shift;
@@ -252,27 +233,14 @@ __device__ uint64_t kept_threshold(const Args& a, int r, int j, float T, float M
       const float s = verify_scaled(target_logit(p, r, j, v), T);
       const uint64_t key = order_key(s, v);
       if (key >= thr_k && (key & mask) == prefix) {
-        const int b = static_cast<int>((key >> shift) & 0xff);
+        const int b = digit(key, shift);
         atomicAdd(&rx.count[b], 1u);
         atomic_add_u128(&rx.sum[b], sum_term(s, M));
       }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      // The last bucket (in the order) whose first id is kept: its first id has
-      // the sum of every earlier id before it.
-      U128 cum = rx.above, sel_above = rx.above;
-      int sel = -1;
-      for (int b = kRadixBuckets - 1; b >= 0; --b) {
-        if (rx.count[b] == 0) continue;
-        if (!top_p_keeps(cum, top_p, total)) break;
-        sel = b;
-        sel_above = cum;
-        cum = u128_add(cum, rx.sum[b]);
-      }
-      rx.sel = sel;  // >= 0: the range's first id is kept (its sum before is `above`)
-      rx.above = sel_above;
-    }
+    if (threadIdx.x == 0)
+      rx.sel = verify_select::top_p_bucket(rx.count, rx.sum, rx.above, top_p, total);
     __syncthreads();
     prefix |= static_cast<uint64_t>(rx.sel) << shift;
     mask |= uint64_t{0xff} << shift;
