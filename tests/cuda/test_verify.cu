@@ -38,6 +38,7 @@ struct Case {
   int rows = 0, n = 0, vocab = 0, cache_rows = 0;
   LogitsDType dtype = LogitsDType::bf16;
   VerifyMethod method = VerifyMethod::standard;
+  int64_t accept_salt = kVerifyAcceptSalt, draw_salt = kVerifyDrawSalt;
   std::vector<int64_t> tokens, anchors, seeds, slots;
   std::vector<float> temps, top_p;
   std::vector<int32_t> top_k;
@@ -174,6 +175,8 @@ ops::VerifyParams params_of(const Case& c) {
   p.cache_rows = c.cache_rows;
   p.target_dtype = c.dtype;
   p.method = c.method;
+  p.accept_salt = c.accept_salt;
+  p.draw_salt = c.draw_salt;
   return p;
 }
 
@@ -320,6 +323,24 @@ TEST(CudaVerify, EqualsCpuAtOneDraftToken) {
     check_every_shape(c, 9);
     if (HasFatalFailure()) return;
   }
+}
+
+// The streams' salts reach the kernels (the broken verifier of the statistics
+// tests sets the accept salt to the draft's): the GPU follows the CPU there too,
+// and the outputs change with the salts.
+TEST(CudaVerify, EqualsCpuWithOtherStreamSalts) {
+  SD_REQUIRE_GPU();
+  test::Gen g(4321);
+  Case c = make_case(g, 16, 7, 777, LogitsDType::bf16, VerifyMethod::standard, false);
+  for (float& t : c.temps) t = 1.0f;
+  const Result ours = cpu_verify(c);
+  c.accept_salt = kDraftNoiseSalt;
+  c.draw_salt = 12345;
+  const Result want = cpu_verify(c);
+  EXPECT_NE(difference(c, ours, want), "") << "the salts changed nothing";
+  DeviceCase d(c);
+  cuda::VerifyWorkspace ws(16, c.n, c.vocab);
+  EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
 }
 
 // The bench's vocabulary: the launcher's shapes over 152k ids.
