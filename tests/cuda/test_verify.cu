@@ -1,11 +1,11 @@
 // The verifier on the GPU (issue 22; sparkdraft/cuda/verify.h) against the CPU
 // reference (src/cpu/verify.cpp), bit for bit on num_accepted and every output
 // token: every row count (1, odd, max_reqs), every block size the launcher can
-// pick and several vocabulary splits, NaN / +inf / all -inf / tied rows, padding
-// rows (left untouched), T 0 / 0.05 / 0.7 / 1 / 2, top-k and top-p, bf16 and fp32
-// target logits, both methods; a graph replay equals the eager call; the
-// comparison catches a decision flipped by one corrupted logit; CudaDraft's host
-// and device entry points equal the CPU reference.
+// pick and several vocabulary splits (with and without the sums' exp table), NaN / +inf / all -inf
+// / tied rows, padding rows (left untouched), T 0 / 0.05 / 0.7 / 1 / 2, top-k and top-p, bf16 and
+// fp32 target logits, both methods; a graph replay equals the eager call; the comparison catches a
+// decision flipped by one corrupted logit; CudaDraft's host and device entry points equal the CPU
+// reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -291,11 +291,13 @@ void check_every_shape(const Case& c, int max_rows) {
   std::vector<int> slices = {ws.pick(c.rows).slice, c.vocab, 1021, most};
   if (c.vocab <= 4096) slices.push_back(std::max(most, 97));
   for (int threads : cuda::kVerifyThreadChoices)
-    for (int slice : slices) {
-      const cuda::VerifyShape shape{threads, slice};
-      const std::string diff = difference(c, want, gpu_verify(c, d, ws, &shape));
-      ASSERT_EQ(diff, "") << "threads " << threads << ", slice " << slice;
-    }
+    for (int slice : slices)
+      for (bool table : {true, false}) {
+        const cuda::VerifyShape shape{threads, slice, table};
+        const std::string diff = difference(c, want, gpu_verify(c, d, ws, &shape));
+        ASSERT_EQ(diff, "") << "threads " << threads << ", slice " << slice << ", exp table "
+                            << table;
+      }
 }
 
 TEST(CudaVerify, EqualsCpuAtEveryRowCountBlockSizeAndSplit) {
@@ -352,10 +354,12 @@ TEST(CudaVerify, EqualsCpuAtAFullVocabulary) {
     const Result want = cpu_verify(c);
     DeviceCase d(c);
     cuda::VerifyWorkspace ws(8, c.n, c.vocab);
-    for (int threads : cuda::kVerifyThreadChoices) {
-      const cuda::VerifyShape shape{threads, ws.pick(c.rows).slice};
-      ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "") << "threads " << threads;
-    }
+    for (int threads : cuda::kVerifyThreadChoices)
+      for (bool table : {true, false}) {
+        const cuda::VerifyShape shape{threads, ws.pick(c.rows).slice, table};
+        ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "")
+            << "threads " << threads << ", exp table " << table;
+      }
     ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
   }
 }
@@ -412,7 +416,7 @@ TEST(CudaVerify, RefusesShapesTheLauncherCannotRun) {
   cuda::VerifyWorkspace ws(2, c.n, c.vocab);
   EXPECT_THROW(cuda::verify(d.p, ws, nullptr), InvalidArgument);  // 3 rows > 2
   cuda::VerifyWorkspace ws3(3, c.n, c.vocab);
-  const cuda::VerifyShape odd{100, 256}, narrow{256, 10};
+  const cuda::VerifyShape odd{100, 256, true}, narrow{256, 10, true};
   EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &odd), InvalidArgument);
   EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow), InvalidArgument);  // 100 slices
   cuda::VerifyWorkspace other_n(3, 5, c.vocab);

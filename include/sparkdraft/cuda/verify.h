@@ -48,9 +48,13 @@ inline constexpr int kVerifyMaxSlices = 64;  // default bound on the vocabulary 
 
 // How one call is cut: `threads` per CTA of the vocabulary kernels, `slice` ids per
 // vocabulary slice (S = ceil(V / slice) slices, at most the workspace's max_slices).
+// exp_table: the sums kernel memoises E of bf16 logits by their bits in shared
+// memory (the same bits; far fewer exp evaluations, the vocabulary holding few
+// distinct bf16 values).
 struct VerifyShape {
   int threads = 256;
   int slice = 0;
+  bool exp_table = true;
 };
 
 // A (row, position, side) law between the kernels: its first-id packet and Z.
@@ -68,8 +72,9 @@ class VerifyWorkspace {
   int n() const { return n_; }
   int vocab() const { return vocab_; }
   int max_slices() const { return max_slices_; }
-  // The launcher's shape for `rows` rows: 256 threads, and slices narrow enough that
-  // about four CTAs per SM run even at one row (a row alone fills the GPU).
+  // The launcher's shape for `rows` rows: 256 threads, the exp table, and slices
+  // narrow enough that about four CTAs per SM run even at one row (a row alone fills
+  // the GPU).
   VerifyShape pick(int rows) const;
 
   DeviceBuffer<MarkovPacket> packets;  // [rows][N + 1][2][S] first-id packets (target, draft)

@@ -283,6 +283,37 @@ __global__ void head_kernel(const Args a) {
 
 // ---- stage (a), pass 2: the exact sums Zi ---------------------------------------
 
+constexpr int kExpTable = 2048;  // entries of each side's table in the sums kernel
+
+// E = law_exp(f32(x) / T, M) of a bf16 logit x, memoised in a shared table keyed by
+// x's bits: for the CTA's one (T, M) it is a function of the bits alone, so a hit
+// gives the evaluation's own bits. An entry packs (bits << 32) | E in one 64-bit
+// word read and written whole (volatile: one relaxed access, never torn); a clash
+// just evaluates again. Empty entries are all ones (no bf16 key).
+__device__ float table_exp(volatile unsigned long long* table, uint16_t bits, float T, float M) {
+  const int at = (bits ^ (bits >> 11)) & (kExpTable - 1);
+  const unsigned long long e = table[at];
+  if (static_cast<uint32_t>(e >> 32) == bits) return bits_f32(static_cast<uint32_t>(e));
+  const float E = law_exp(verify_scaled(to_f32(bf16{bits}), T), M);
+  table[at] = (static_cast<unsigned long long>(bits) << 32) | f32_bits(E);
+  return E;
+}
+
+// One id's term of the target's Zi: law_term of its kept scaled logit (0 outside the
+// kept set; sum_term skips what cannot reach 2^-64; with a table, a bf16 logit's E
+// from it: the same bits either way).
+__device__ U128 target_term(const Args& a, int r, int j, int v, float T, float M,
+                            volatile unsigned long long* table) {
+  if (!table || a.p.target_dtype != LogitsDType::bf16)
+    return sum_term(target_kept(a, r, j, v, T), M);
+  const int64_t i = (static_cast<int64_t>(r) * (a.p.n + 1) + j) * a.p.vocab + v;
+  const bf16 x = static_cast<const bf16*>(a.p.target_logits)[i];
+  const uint64_t keep = a.keep[r * (a.p.n + 1) + j];
+  if (keep != 0 && order_key(verify_scaled(to_f32(x), T), v) < keep) return U128{};
+  return fixed64_of_unit(table_exp(table, x.bits, T, M));
+}
+
+template <bool kTable>
 __global__ void sums_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int item = blockIdx.x, s = blockIdx.y, r = item / (p.n + 1), j = item % (p.n + 1);
@@ -300,10 +331,26 @@ __global__ void sums_kernel(const Args a) {
   }
   const float mt = tst.first.value;
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
+  volatile unsigned long long* target_table = nullptr;
+  volatile unsigned long long* draft_table = nullptr;
+  if constexpr (kTable) {
+    __shared__ unsigned long long tables[2 * kExpTable];
+    for (int i = threadIdx.x; i < 2 * kExpTable; i += blockDim.x) tables[i] = ~0ull;
+    __syncthreads();
+    target_table = tables;
+    draft_table = tables + kExpTable;
+  }
   U128 t, d;
   for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-    if (with_target) t = u128_add(t, sum_term(target_kept(a, r, j, v, T), mt));
-    if (with_draft) d = u128_add(d, sum_term(verify_scaled(draft_logit(p, slot, j, v), T), md));
+    if (with_target) t = u128_add(t, target_term(a, r, j, v, T, mt, target_table));
+    if (with_draft) {
+      if constexpr (kTable) {
+        const bf16 x = p.draft_logits[(slot * p.n + j) * p.vocab + v];
+        d = u128_add(d, fixed64_of_unit(table_exp(draft_table, x.bits, T, md)));
+      } else {
+        d = u128_add(d, sum_term(verify_scaled(draft_logit(p, slot, j, v), T), md));
+      }
+    }
   }
   if (with_target) t = block_fold(t, U128{}, sum_op);
   if (with_draft) d = block_fold(d, U128{}, sum_op);
@@ -531,6 +578,7 @@ VerifyShape VerifyWorkspace::pick(int rows) const {
   slice = (slice + 255) / 256 * 256;
   VerifyShape shape;
   shape.threads = 256;
+  shape.exp_table = true;
   shape.slice = static_cast<int>(std::min<int64_t>(slice, vocab_));
   return shape;
 }
@@ -572,7 +620,8 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
   const unsigned s = static_cast<unsigned>(S);
   launch_kernel("verify_first", first_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
   launch_kernel("verify_head", head_kernel, LaunchShape{dim3(items), block, 0, stream}, a);
-  launch_kernel("verify_sums", sums_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
+  launch_kernel("verify_sums", shape.exp_table ? sums_kernel<true> : sums_kernel<false>,
+                LaunchShape{dim3(items, s), block, 0, stream}, a);
   launch_kernel("verify_decide", decide_kernel,
                 LaunchShape{dim3(rows), dim3(kRowThreads), 0, stream}, a);
   if (p.method == VerifyMethod::block) {
