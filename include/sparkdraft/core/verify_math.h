@@ -27,7 +27,7 @@
 namespace sparkdraft {
 
 // The verifier's Philox offsets (contract.md section 8.4): the target sampler
-// uses 0 and the draft 2^30; positions are refused from 2^60 on.
+// uses 0 and the draft 2^30; a row whose a + N exceeds 2^60 is refused.
 inline constexpr int64_t kVerifyAcceptSalt = int64_t{1} << 61;
 inline constexpr int64_t kVerifyDrawSalt = int64_t{1} << 62;
 inline constexpr int64_t kVerifyPositionLimit = int64_t{1} << 60;
