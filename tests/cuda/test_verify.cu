@@ -26,6 +26,7 @@
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/cuda/verify.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/scenario.h"
 
 namespace sparkdraft {
 namespace {
@@ -489,6 +490,44 @@ TEST(CudaVerify, CudaDraftHostAndDeviceEntryPointsEqualTheCpuReference) {
   // The boundary refuses what validate_verify refuses (a draft token out of range).
   c.tokens[0] = mc.vocab_size;
   EXPECT_THROW(draft.verify(b, VerifyOutputs{got.k.data(), got.tokens.data()}), InvalidArgument);
+}
+
+// The multi-round scenario with the real verifier (draft, verify, continue from the
+// accepted drafts and the emitted token): the GPU backend (propose and verify on the
+// GPU) gives the CPU backend's tokens, accepted counts and emitted tokens, round
+// after round, also with padding rows in the batch.
+TEST(CudaVerify, ScenarioWithTheRealVerifierEqualsTheCpuBackend) {
+  SD_REQUIRE_GPU();
+  auto ckpt = tiny_checkpoint();
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2, 3, 4};
+  s.rounds = 4;
+  s.seed = 9;
+  s.real_verifier = true;
+  s.target_noise = 0.3f;
+  s.padding_before = {0, 3};
+  DraftOptions o = scenario_draft_options(ckpt->config(), s);
+  o.threads = 2;
+  auto cpu_backend = make_cpu_backend(ckpt, o);
+  cuda::CudaDraft gpu(ckpt, o);
+  const std::vector<ScenarioRound> want = run_scenario(*cpu_backend, s);
+  const std::vector<ScenarioRound> got = run_scenario(gpu, s);
+  ASSERT_EQ(want.size(), got.size());
+  int accepted = 0;
+  for (size_t round = 0; round < want.size(); ++round) {
+    ASSERT_EQ(want[round].drafts.size(), got[round].drafts.size());
+    for (size_t i = 0; i < want[round].drafts.size(); ++i) {
+      const RequestDraft &a = want[round].drafts[i], &b = got[round].drafts[i];
+      const std::string where =
+          "round " + std::to_string(round) + ", request " + std::to_string(a.request_id);
+      ASSERT_EQ(a.request_id, b.request_id) << where;
+      EXPECT_EQ(a.tokens, b.tokens) << where;
+      EXPECT_EQ(a.accepted, b.accepted) << where;
+      EXPECT_EQ(a.emitted, b.emitted) << where;
+      accepted += a.accepted;
+    }
+  }
+  EXPECT_GT(accepted, 0) << "no draft accepted: the accept path was not exercised";
 }
 
 }  // namespace
