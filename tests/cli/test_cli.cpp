@@ -31,7 +31,7 @@ Result run(const std::string& args) {
 
 TEST(Cli, EverySubcommandHasHelp) {
   for (const char* sub : {"", "demo", "make-checkpoint", "check", "plan", "bench markov",
-                          "bench step", "bench allreduce"}) {
+                          "bench step", "bench allreduce", "bench verify"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.rc, 0) << sub << ": " << r.out;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << ": " << r.out;
@@ -43,6 +43,10 @@ TEST(Cli, EverySubcommandHasHelp) {
        {"--preset", "--checkpoint", "--preset-dir", "--ctx", "--rows", "--repeats", "--json",
         "--spec", "floor", "bit for bit", "--tp-reduce"})
     EXPECT_NE(step.find(needle), std::string::npos) << needle << " missing from:\n" << step;
+  const std::string verify = run("bench verify --help").out;
+  for (const char* needle : {"--vocab", "--rows", "--steps", "--dtype", "--method", "--repeats",
+                             "--json", "floor", "bit for bit", "151936 and 202048"})
+    EXPECT_NE(verify.find(needle), std::string::npos) << needle << " missing from:\n" << verify;
   const std::string allreduce = run("bench allreduce --help").out;
   for (const char* needle : {"--tp", "--rows", "--hidden", "--repeats", "--json", "ncclAllReduce",
                              "our fused one", "bit for bit", "2 or more"})
