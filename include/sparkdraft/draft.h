@@ -24,6 +24,7 @@
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/plan.h"
+#include "sparkdraft/verify.h"
 
 namespace sparkdraft {
 
@@ -96,6 +97,11 @@ class DraftBackend {
   virtual const DraftOptions& options() const = 0;
   virtual void store_context(const ContextBatch& batch) = 0;
   virtual void propose(const ProposeBatch& batch, const ProposeOutputs& out) = 0;
+  // The lossless verifier (contract.md section 8) on host buffers: validates (validate_verify)
+  // and writes num_accepted and tokens of every non-padding row. This definition runs
+  // the CPU reference (the vocabulary in one slice per TP rank); a backend with its
+  // own kernel overrides it with the same bits.
+  virtual void verify(const VerifyBatch& batch, const VerifyOutputs& out);
   virtual StageTimings last_timings() const = 0;
   // Host copy of one layer's KV cache [pages * page_size * kv_heads * 2 * head_dim].
   virtual std::vector<bf16> kv_cache(int layer) const = 0;

@@ -1,0 +1,269 @@
+// The verifier's element arithmetic (contract.md section 8), host and device.
+//
+// Every function here is one rounding point of section 8, written once for the
+// CPU reference and the kernels: integer operations and IEEE fp32/fp64 basic
+// operations (explicit _rn intrinsics on the device, -ffp-contract=off on the
+// host), our exp/log (core/math.h) and our Philox (core/philox.h).
+//
+//   s      = T > 0 ? f32(l) / T : f32(l)                      verify_scaled
+//   E      = exp_f32(s - M)           (fp32 subtract)         law_exp
+//   e      = floor(E * 2^64)          (exact, 128-bit)        fixed64_of_unit
+//   Z      = f32(sum e * 2^-64)       (nearest even)          f32_of_fixed64
+//   prob   = E / Z                    (fp32 divide)           law_prob
+//   accept = u * q < p                (exact, in double)      accept_standard
+//   r      = max(p - q, 0)            (fp32 subtract)         residual_score
+//   z      = log_f32(r) + g           (fp32 add)
+#pragma once
+
+#include <cstdint>
+
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/hd.h"
+#include "sparkdraft/core/math.h"
+#include "sparkdraft/core/packet.h"
+#include "sparkdraft/core/philox.h"
+#include "sparkdraft/core/sampling.h"
+
+namespace sparkdraft {
+
+// The verifier's Philox offsets (contract.md section 8.4): the target sampler
+// uses 0 and the draft 2^30; positions are refused from 2^60 on.
+inline constexpr int64_t kVerifyAcceptSalt = int64_t{1} << 61;
+inline constexpr int64_t kVerifyDrawSalt = int64_t{1} << 62;
+inline constexpr int64_t kVerifyPositionLimit = int64_t{1} << 60;
+
+// ---- exact 128-bit sums ------------------------------------------------------
+
+struct U128 {
+  uint64_t lo = 0, hi = 0;
+};
+
+SD_HD U128 u128_add(U128 a, U128 b) {
+  U128 r;
+  r.lo = a.lo + b.lo;
+  r.hi = a.hi + b.hi + (r.lo < a.lo ? 1u : 0u);
+  return r;
+}
+
+SD_HD bool u128_less(U128 a, U128 b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; }
+SD_HD bool u128_zero(U128 a) { return (a.lo | a.hi) == 0; }
+
+SD_HD int clz64(uint64_t x) {  // x != 0
+#if SD_ON_DEVICE
+  return __clzll(static_cast<long long>(x));
+#else
+  return __builtin_clzll(x);
+#endif
+}
+
+// Bits needed for a (0 for 0).
+SD_HD int u128_bit_length(U128 a) {
+  if (a.hi) return 128 - clz64(a.hi);
+  if (a.lo) return 64 - clz64(a.lo);
+  return 0;
+}
+
+// a << s for 0 <= s < 128 (bits past 128 are lost: callers check the length).
+SD_HD U128 u128_shl(U128 a, int s) {
+  if (s == 0) return a;
+  if (s >= 64) return U128{0, a.lo << (s - 64)};
+  return U128{a.lo << s, (a.hi << s) | (a.lo >> (64 - s))};
+}
+
+// a * m, exact while the product is below 2^128.
+SD_HD U128 u128_mul_u32(U128 a, uint32_t m) {
+  const uint64_t a0 = a.lo & 0xffffffffu, a1 = a.lo >> 32, a2 = a.hi & 0xffffffffu, a3 = a.hi >> 32;
+  const uint64_t p0 = a0 * m;
+  const uint64_t p1 = a1 * m + (p0 >> 32);
+  const uint64_t p2 = a2 * m + (p1 >> 32);
+  const uint64_t p3 = a3 * m + (p2 >> 32);
+  return U128{(p0 & 0xffffffffu) | (p1 << 32), (p2 & 0xffffffffu) | (p3 << 32)};
+}
+
+// floor(e * 2^64) for an fp32 e in [0, 1] (a NaN or a value above 1 never
+// reaches here: E = exp(s - M) with s <= M). Exact: a scaling by a power of
+// two and a truncation of the bits below 2^-64.
+SD_HD U128 fixed64_of_unit(float e) {
+  const uint32_t b = f32_bits(e) & 0x7fffffffu;
+  const int ex = static_cast<int>(b >> 23);
+  if (ex == 0) return U128{};  // zero or subnormal: below 2^-126, truncated to 0
+  const uint64_t m = (b & 0x7fffffu) | 0x800000u;
+  const int sh = ex - 86;  // e = m * 2^(ex - 150), times 2^64
+  if (sh <= -64) return U128{};
+  if (sh < 0) return U128{m >> (-sh), 0};
+  return u128_shl(U128{m, 0}, sh);
+}
+
+// f32(x * 2^-64), rounded to nearest even.
+SD_HD float f32_of_fixed64(U128 x) {
+  const int len = u128_bit_length(x);
+  if (len == 0) return 0.0f;
+  const int sh = len - 24;  // keep 24 significant bits
+  uint64_t mant;
+  int scale = sh;  // result = mant * 2^(scale - 64)
+  if (sh <= 0) {
+    mant = x.lo << (-sh);
+  } else {
+    // mant = x >> sh, rest = the sh bits shifted out
+    const U128 q = sh >= 64 ? U128{x.hi >> (sh - 64), 0}
+                            : U128{(x.lo >> sh) | (x.hi << (64 - sh)), x.hi >> sh};
+    mant = q.lo;
+    // Compare the rest with half an ulp: rest = x - (q << sh).
+    const U128 back = u128_shl(q, sh);
+    const uint64_t r_lo = x.lo - back.lo;
+    const uint64_t r_hi = x.hi - back.hi - (x.lo < back.lo ? 1u : 0u);
+    const U128 rest{r_lo, r_hi};
+    const U128 half = u128_shl(U128{1, 0}, sh - 1);
+    const bool up = u128_less(half, rest) || (!u128_less(rest, half) && (mant & 1u));
+    if (up) {
+      ++mant;
+      if (mant == (uint64_t{1} << 24)) {
+        mant >>= 1;
+        ++scale;
+      }
+    }
+  }
+  // mant in [2^23, 2^24): value = 1.f * 2^(scale - 64 + 23).
+  const uint32_t biased = static_cast<uint32_t>(scale - 64 + 23 + 127);
+  return bits_f32((biased << 23) | (static_cast<uint32_t>(mant) & 0x7fffffu));
+}
+
+// ---- fp32 basic operations, explicit on the device ---------------------------
+
+SD_HD float fdiv_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+SD_HD float fsub_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+SD_HD float fadd_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+SD_HD float fmul_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// ---- the law L(s) of section 8.2 -----------------------------------------------
+
+// s = f32(l) / T for T > 0, f32(l) at T = 0 (section 4's division).
+SD_HD float verify_scaled(float logit, float temperature) {
+  return temperature > 0.0f ? fdiv_rn(logit, temperature) : logit;
+}
+
+// The combined statistics of one law: the first id of the order (core/packet.h:
+// the sampling rule's winner) and the exact sum of the terms over the kept set.
+struct LawStats {
+  MarkovPacket first{bits_f32(0xff800000u), 0, 0};  // -inf at id 0 until folded
+  U128 sum;
+  // Degenerate: a point mass at first.id (NaN, +inf or every value -inf).
+  SD_HD bool degenerate() const {
+    const uint32_t b = f32_bits(first.value) & 0x7fffffffu;
+    return first.nan != 0 || b == 0x7f800000u;
+  }
+};
+
+// Folds one id into a first-id packet (the order of section 8.2).
+SD_HD void fold_first(MarkovPacket& acc, float s, int32_t id) {
+  const MarkovPacket c = make_packet(s, id);
+  if (packet_wins(c, acc)) acc = c;
+}
+// Folds two packets: the result is the first of the two.
+SD_HD MarkovPacket first_of(const MarkovPacket& a, const MarkovPacket& b) {
+  return packet_wins(a, b) ? a : b;
+}
+
+// E = exp_f32(s - M): s = -inf gives 0.
+SD_HD float law_exp(float s, float max_value) { return exp_f32(fsub_rn(s, max_value)); }
+
+// One id's term of Zi (section 8.2): floor(exp_f32(s - M) * 2^64).
+SD_HD U128 law_term(float s, float max_value) { return fixed64_of_unit(law_exp(s, max_value)); }
+
+// L(s)[v] for an id of the kept set with scaled logit s (0 for ids outside it).
+// z = f32_of_fixed64(stats.sum), computed once per law.
+SD_HD float law_prob(const LawStats& st, float z, float s, int64_t id) {
+  if (st.degenerate()) return id == st.first.id ? 1.0f : 0.0f;
+  return fdiv_rn(law_exp(s, st.first.value), z);
+}
+
+// ---- top-p (section 8.3) ------------------------------------------------------
+
+// True when an id whose predecessors in the order carry `before` of the total
+// `total` stays under top-p `top_p` in (0, 1): before < top_p * total, exactly.
+SD_HD bool top_p_keeps(U128 before, float top_p, U128 total) {
+  if (u128_zero(before)) return true;
+  const uint32_t b = f32_bits(top_p);
+  const int ex = static_cast<int>(b >> 23);
+  const uint32_t m = ex == 0 ? (b & 0x7fffffu) : ((b & 0x7fffffu) | 0x800000u);
+  const int s = ex == 0 ? 149 : 150 - ex;               // top_p = m * 2^-s, s >= 24
+  const U128 rhs = u128_mul_u32(total, m);              // < 2^119 for V < 2^31
+  if (u128_bit_length(before) + s > 127) return false;  // lhs >= 2^127 > rhs
+  return u128_less(u128_shl(before, s), rhs);
+}
+
+// ---- randomness (section 8.4) ------------------------------------------------
+
+// The first-level seed of a verifier stream at position pos (= a + j).
+SD_HD uint32_t verify_step_seed(int64_t seed, int64_t pos, int64_t salt) {
+  const uint64_t off = static_cast<uint64_t>(pos) + static_cast<uint64_t>(salt);
+  return philox_randint(seed, static_cast<int64_t>(off));
+}
+
+// The accept uniform of position pos for draft token `token`.
+SD_HD float accept_uniform(int64_t seed, int64_t pos, int64_t salt, int64_t token) {
+  return philox_uniform(verify_step_seed(seed, pos, salt), token);
+}
+
+// ---- decisions (sections 8.5, 8.6) ----------------------------------------------
+
+// Accept iff u * q < p as real numbers (exact in double: 24-bit significands,
+// u >= 2^-32 keeps the product normal).
+SD_HD bool accept_standard(float u, float q, float p) {
+  using namespace math_detail;
+  return dmul(static_cast<double>(u), static_cast<double>(q)) < static_cast<double>(p);
+}
+
+// The residual draw score of an id: log_f32(max(p - q, 0)) + g.
+SD_HD float residual_score(float p, float q, float g) {
+  const float r = fsub_rn(p, q);
+  return fadd_rn(log_f32(r > 0.0f ? r : 0.0f), g);
+}
+
+// The target draw score of an id: s + g (section 4's rule on the target's logits).
+SD_HD float target_draw_score(float s, float g) { return fadd_rn(s, g); }
+
+// Block verification: w_i from w_{i-1}, P = p(x), Q = q(x).
+SD_HD float block_weight_next(float w, float p, float q) {
+  if (w == 0.0f || p == 0.0f) return 0.0f;
+  const float t = fmul_rn(w, fdiv_rn(p, q));  // Q = 0: +inf
+  return t < 1.0f ? t : 1.0f;
+}
+
+// Block verification: m = max(w * p - q, 0) (two roundings, no fma).
+SD_HD float block_mass(float w, float p, float q) {
+  const float m = fsub_rn(fmul_rn(w, p), q);
+  return m > 0.0f ? m : 0.0f;
+}
+
+// Block verification: h = R / (R + (1 - w)), 1 when the denominator is 0.
+SD_HD float block_h(float residual_mass, float w) {
+  const float den = fadd_rn(residual_mass, fsub_rn(1.0f, w));
+  return den == 0.0f ? 1.0f : fdiv_rn(residual_mass, den);
+}
+
+}  // namespace sparkdraft
