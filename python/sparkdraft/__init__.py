@@ -271,14 +271,60 @@ class Draft:
             self._stream(stream),
         )
 
+    def verify(
+        self,
+        draft_tokens,
+        anchor_positions,
+        seeds,
+        temperatures,
+        cache_slots,
+        draft_logits,
+        target_logits,
+        out_num_accepted,
+        out_tokens,
+        *,
+        top_k=None,
+        top_p=None,
+        method: str = "standard",
+        stream=None,
+    ) -> None:
+        """The lossless verifier (docs/contract.md section 8): per row accepts k of the N
+        drafts (``draft_tokens`` [rows, N] int64, propose's out_tokens) against the
+        target's logits ``target_logits`` [rows, N + 1, V] (bf16 or float32) and the
+        draft-logits cache ``draft_logits`` [cache_slots, N, V] (bf16, propose's), then
+        emits one token: ``out_num_accepted`` [rows] (int32) gets k, ``out_tokens``
+        [rows, N + 1] (int64) the k drafts, the emitted token, then -1. Anchor positions,
+        seeds, temperatures and cache slots as given to propose (-1 = padding row,
+        untouched). ``top_k`` [rows] int32 (0 = off) and ``top_p`` [rows] float32 (1 = off)
+        are optional; ``method`` "standard" or "block"."""
+        self._d.verify(
+            draft_tokens,
+            anchor_positions,
+            seeds,
+            temperatures,
+            cache_slots,
+            draft_logits,
+            target_logits,
+            out_num_accepted,
+            out_tokens,
+            top_k,
+            top_p,
+            method,
+            self._stream(stream),
+        )
+
     def bind(self, **buffers) -> "Bound":
         """Validates and pins persistent buffers once (the bind-once form).
 
         Give the propose buffers (anchor_tokens, anchor_positions, seeds, temperatures,
         cache_slots, block_tables, out_tokens, out_draft_logits: their leading extent is
-        the most rows a call may use) and/or the context buffers (hidden, positions,
-        slots). The returned Bound keeps every array (and its owner) alive; its calls take
-        a row or token count and a stream, and no arrays.
+        the most rows a call may use), and with them optionally the verify buffers
+        (target_logits, out_num_accepted, out_verified, top_k, top_p, method: verify
+        reads the bound drafts, positions, seeds, temperatures, slots and cache), and/or
+        the context buffers (hidden, positions, slots). The returned Bound keeps every
+        array (and its owner) alive; its calls take a row or token count and a stream,
+        and no arrays. Values are not checked per call on the CUDA backend (keep them in
+        range, as the C++ device API says); the CPU backend checks them anyway.
         """
         return Bound(self, self._d.bind(**buffers))
 
@@ -303,8 +349,11 @@ class Draft:
 
 
 class Bound:
-    """Buffers bound once to a Draft: ``propose(num_rows, stream)`` and
-    ``store_context(num_tokens, stream)`` use the first rows / tokens of them."""
+    """Buffers bound once to a Draft: ``propose(num_rows, stream)``,
+    ``verify(num_rows, stream)`` and ``store_context(num_tokens, stream)`` use the first
+    rows / tokens of them. On the CUDA backend ``propose`` replays the backend's own
+    graph for that row count (captured at its first use) unless the stream is capturing
+    (then its kernels go into the caller's graph)."""
 
     def __init__(self, draft: Draft, bound):
         self._draft = draft
@@ -320,6 +369,9 @@ class Bound:
 
     def propose(self, num_rows: int, stream=None) -> None:
         self._b.propose(num_rows, self._draft._stream(stream))
+
+    def verify(self, num_rows: int, stream=None) -> None:
+        self._b.verify(num_rows, self._draft._stream(stream))
 
     def store_context(self, num_tokens: int, stream=None) -> None:
         self._b.store_context(num_tokens, self._draft._stream(stream))

@@ -23,6 +23,7 @@ Tap i of the draft's target_layer_ids is the output of the target's decoder laye
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import sys
 import time
@@ -72,6 +73,14 @@ class SpecStats:
             f"target {100 * self.target_seconds / max(self.seconds, 1e-12):.1f}%, "
             f"verify {100 * self.verify_seconds / max(self.seconds, 1e-12):.1f}%"
         )
+
+
+def _crop(cache, keep: int) -> None:
+    """Cuts a transformers cache back to its first `keep` positions (a negative count
+    to remove: what every transformers version since 4.38 takes)."""
+    remove = cache.get_seq_length() - keep
+    if remove > 0:
+        cache.crop(-remove)
 
 
 def _sync(device: torch.device) -> None:
@@ -124,6 +133,9 @@ class SpecDecoder:
         if layers is not None and max(self.taps) >= layers:
             raise InvalidArgument(f"SpecDecoder: taps {self.taps} beyond the target's {layers} layers")
         self.device = torch.device(draft.device)
+        # transformers 5.x names the cache argument `cache` (`past_key_values` is deprecated).
+        params = inspect.signature(target.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         o = draft.options
         self.page_size = o["page_size"]
         self.pages_per_req = o["max_pages_per_req"]
@@ -158,13 +170,13 @@ class SpecDecoder:
             out = self.target(
                 input_ids=x,
                 position_ids=pos,
-                past_key_values=cache,
                 use_cache=True,
                 output_hidden_states=True,
+                **{self._cache_arg: cache},
             )
         hs = out.hidden_states
         taps = torch.cat([hs[t + 1][0] for t in self.taps], dim=-1)
-        return out.logits[0].float(), taps.to(torch.bfloat16).contiguous(), out.past_key_values
+        return out.logits[0].float(), taps.to(torch.bfloat16).contiguous(), cache
 
     def _slots(self, row: int, start: int, count: int) -> torch.Tensor:
         pos = torch.arange(start, start + count, dtype=torch.int64)
@@ -293,7 +305,7 @@ class SpecDecoder:
                 hid.append(hidden[r.index][: k + 1])
                 pos.append(torch.arange(r.a, r.a + k + 1, dtype=torch.int64, device=dev))
                 slots.append(self._slots(r.index, r.a, k + 1))
-                r.cache.crop(r.a + k + 1)
+                _crop(r.cache, r.a + k + 1)
                 r.anchor, r.a = emitted[-1], r.a + k + 1
                 if len(r.out) >= max_new_tokens:
                     r.out = r.out[:max_new_tokens]

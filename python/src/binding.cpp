@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "sparkdraft/error.h"
 #include "sparkdraft/plan.h"
 #include "sparkdraft/scenario.h"
+#include "sparkdraft/verify.h"
 #include "sparkdraft/version.h"
 
 #ifdef SPARKDRAFT_HAVE_CUDA
@@ -498,6 +500,145 @@ void run_propose(PyDraft& d, const ProposeArgs& a, uintptr_t stream, bool valida
 #endif
 }
 
+// Verify's arguments, checked (rows = draft_tokens' length in the eager form).
+struct VerifyArgs {
+  VerifyBatch batch;
+  VerifyOutputs out;
+};
+
+VerifyMethod parse_method(const std::string& m) {
+  if (m == "standard") return VerifyMethod::standard;
+  if (m == "block") return VerifyMethod::block;
+  throw InvalidArgument("verify: method '" + m + "' (give \"standard\" or \"block\")");
+}
+
+VerifyArgs check_verify(const PyDraft& d, const std::string& fn, const Array& draft_tokens,
+                        const Array& anchor_positions, const Array& seeds,
+                        const Array& temperatures, const Array& cache_slots,
+                        const Array& draft_logits, const Array& target_logits,
+                        const OutArray& out_num_accepted, const OutArray& out_tokens,
+                        const Array* top_k, const Array* top_p, const std::string& method) {
+  const ModelConfig& c = d.config();
+  const DraftOptions& o = d.options();
+  if (draft_tokens.ndim() != 2)
+    throw InvalidArgument(fn + ": draft_tokens must be 2-D [rows, N], got " +
+                          std::to_string(draft_tokens.ndim()) + " dimensions");
+  const int64_t R = static_cast<int64_t>(draft_tokens.shape(0));
+  const int64_t N = c.block_size, V = c.vocab_size;
+  VerifyArgs a;
+  VerifyBatch& b = a.batch;
+  b.method = parse_method(method);
+  b.draft_tokens = static_cast<const int64_t*>(
+      check_array(draft_tokens, fn, "draft_tokens", DT::i64, {R, N}, d.dev));
+  b.anchor_positions = static_cast<const int64_t*>(
+      check_array(anchor_positions, fn, "anchor_positions", DT::i64, {R}, d.dev));
+  b.seeds = static_cast<const int64_t*>(check_array(seeds, fn, "seeds", DT::i64, {R}, d.dev));
+  b.temperatures =
+      static_cast<const float*>(check_array(temperatures, fn, "temperatures", DT::f32, {R}, d.dev));
+  b.cache_slots =
+      static_cast<const int64_t*>(check_array(cache_slots, fn, "cache_slots", DT::i64, {R}, d.dev));
+  b.draft_logits = static_cast<const bf16*>(check_array(draft_logits, fn, "draft_logits", DT::bf16,
+                                                        {int64_t{o.cache_slots}, N, V}, d.dev));
+  if (dt_matches(DT::f32, target_logits.dtype())) {
+    b.target_dtype = LogitsDType::f32;
+    b.target_logits =
+        check_array(target_logits, fn, "target_logits", DT::f32, {R, N + 1, V}, d.dev);
+  } else {
+    using C = nb::dlpack::dtype_code;
+    const auto t = target_logits.dtype();
+    if (!(static_cast<C>(t.code) == C::Bfloat && t.bits == 16 && t.lanes == 1))
+      throw DTypeError(fn + ": target_logits must be bfloat16 or float32, got " + dlpack_name(t));
+    b.target_dtype = LogitsDType::bf16;
+    b.target_logits =
+        check_array(target_logits, fn, "target_logits", DT::bf16, {R, N + 1, V}, d.dev);
+  }
+  if (top_k)
+    b.top_k = static_cast<const int32_t*>(check_array(*top_k, fn, "top_k", DT::i32, {R}, d.dev));
+  if (top_p)
+    b.top_p = static_cast<const float*>(check_array(*top_p, fn, "top_p", DT::f32, {R}, d.dev));
+  a.out.num_accepted = static_cast<int32_t*>(
+      check_array(out_num_accepted, fn, "out_num_accepted", DT::i32, {R}, d.dev));
+  a.out.tokens =
+      static_cast<int64_t*>(check_array(out_tokens, fn, "out_tokens", DT::i64, {R, N + 1}, d.dev));
+  if (R < 1 || R > o.max_reqs)
+    throw InvalidArgument(fn + ": rows " + std::to_string(R) +
+                          " is outside [1, max_reqs = " + std::to_string(o.max_reqs) + "]");
+  b.num_rows = static_cast<int>(R);
+  return a;
+}
+
+#ifdef SPARKDRAFT_HAVE_CUDA
+// The verifier on device pointers: CudaDraft::verify_device where this build has it (no
+// allocation, no synchronization, capturable), else the host API on copies (the CPU
+// reference: the same bits; a synchronization, so refused while the stream captures).
+template <class G>
+void gpu_verify(G& g, const PyDraft& d, const VerifyArgs& a, cudaStream_t s, bool validate) {
+  const VerifyBatch& b = a.batch;
+  const size_t R = static_cast<size_t>(b.num_rows);
+  const size_t N = static_cast<size_t>(d.config().block_size);
+  const size_t V = static_cast<size_t>(d.config().vocab_size);
+  const size_t slots = static_cast<size_t>(d.options().cache_slots);
+  const bool capture = capturing(s);
+  std::vector<int64_t> tok, pos, seeds, cs;
+  std::vector<float> temps, p;
+  std::vector<int32_t> k;
+  VerifyBatch h = b;  // host copies of the index arrays (validation, or the host verifier)
+  auto read_indices = [&] {
+    h.draft_tokens = (tok = to_host<int64_t>(b.draft_tokens, R * N, s)).data();
+    h.anchor_positions = (pos = to_host<int64_t>(b.anchor_positions, R, s)).data();
+    h.seeds = (seeds = to_host<int64_t>(b.seeds, R, s)).data();
+    h.temperatures = (temps = to_host<float>(b.temperatures, R, s)).data();
+    h.cache_slots = (cs = to_host<int64_t>(b.cache_slots, R, s)).data();
+    if (b.top_k) h.top_k = (k = to_host<int32_t>(b.top_k, R, s)).data();
+    if (b.top_p) h.top_p = (p = to_host<float>(b.top_p, R, s)).data();
+  };
+  if constexpr (requires { g.verify_device(b, a.out, s); }) {
+    if (validate && !capture) {
+      read_indices();
+      validate_verify(d.config(), d.options(), h);
+    }
+    g.verify_device(b, a.out, s);
+  } else {
+    if (capture)
+      throw Unavailable(
+          "verify: this build has no GPU verifier (CudaDraft::verify_device), and the host "
+          "verifier cannot run inside a CUDA graph capture");
+    read_indices();
+    const size_t bytes = b.target_dtype == LogitsDType::f32 ? 4 : 2;
+    const auto dl = to_host<bf16>(b.draft_logits, slots * N * V, s);
+    const auto tl = to_host<uint8_t>(b.target_logits, R * (N + 1) * V * bytes, s);
+    std::vector<int32_t> acc = to_host<int32_t>(a.out.num_accepted, R, s);
+    std::vector<int64_t> out = to_host<int64_t>(a.out.tokens, R * (N + 1), s);
+    h.draft_logits = dl.data();
+    h.target_logits = tl.data();
+    g.verify(h, VerifyOutputs{acc.data(), out.data()});  // validates
+    cuda_check(cudaMemcpyAsync(a.out.num_accepted, acc.data(), R * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, s),
+               "cudaMemcpyAsync");
+    cuda_check(cudaMemcpyAsync(a.out.tokens, out.data(), out.size() * sizeof(int64_t),
+                               cudaMemcpyHostToDevice, s),
+               "cudaMemcpyAsync");
+    cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+}
+#endif
+
+void run_verify(PyDraft& d, const VerifyArgs& a, uintptr_t stream, bool validate) {
+  if (d.dev.type == 1) {
+    nb::gil_scoped_release release;
+    d.backend->verify(a.batch, a.out);  // validates (host memory)
+    return;
+  }
+#ifdef SPARKDRAFT_HAVE_CUDA
+  nb::gil_scoped_release release;
+  DeviceGuard guard(d.dev.id);
+  gpu_verify(*d.gpu, d, a, reinterpret_cast<cudaStream_t>(stream), validate);
+#else
+  (void)stream;
+  (void)validate;
+#endif
+}
+
 // ---- the bind-once form ---------------------------------------------------------------
 
 struct PyBound {
@@ -508,6 +649,18 @@ struct PyBound {
   bool has_propose = false, has_context = false;
   ProposeArgs propose;  // pointers of the bound buffers; rows = their capacity
   ContextBatch context;
+  bool has_verify = false;
+  VerifyArgs verify;
+
+  void run_verify_rows(int rows, uintptr_t stream) {
+    if (!has_verify) throw InvalidArgument("Bound.verify: no verify buffers were bound");
+    if (rows < 1 || rows > verify.batch.num_rows)
+      throw InvalidArgument("Bound.verify: num_rows " + std::to_string(rows) + " is outside [1, " +
+                            std::to_string(verify.batch.num_rows) + "] (the bound buffers' rows)");
+    VerifyArgs a = verify;
+    a.batch.num_rows = rows;
+    run_verify(*draft, a, stream, /*validate=*/false);
+  }
 
   void run_propose_rows(int rows, uintptr_t stream) {
     if (!has_propose) throw InvalidArgument("Bound.propose: no propose buffers were bound");
@@ -810,7 +963,9 @@ NB_MODULE(_core, m) {
           [](nb::handle self_h, nb::object anchor_tokens, nb::object anchor_positions,
              nb::object seeds, nb::object temperatures, nb::object cache_slots,
              nb::object block_tables, nb::object out_tokens, nb::object out_draft_logits,
-             nb::object hidden, nb::object positions, nb::object slots) {
+             nb::object hidden, nb::object positions, nb::object slots, nb::object target_logits,
+             nb::object out_num_accepted, nb::object out_verified, nb::object top_k,
+             nb::object top_p, const std::string& method) {
             PyDraft& d = nb::cast<PyDraft&>(self_h);
             auto b = std::make_unique<PyBound>();
             b->draft_owner = nb::borrow(self_h);
@@ -843,6 +998,31 @@ NB_MODULE(_core, m) {
               b->inputs.insert(b->inputs.end(), {h, p, s});
               b->has_context = true;
             }
+            if (!target_logits.is_none() || !out_num_accepted.is_none() ||
+                !out_verified.is_none()) {
+              if (!b->has_propose || target_logits.is_none() || out_num_accepted.is_none() ||
+                  out_verified.is_none())
+                throw InvalidArgument(
+                    "bind: verify needs the propose buffers and target_logits, "
+                    "out_num_accepted and out_verified");
+              const Array tl = nb::cast<Array>(target_logits);
+              const OutArray na = nb::cast<OutArray>(out_num_accepted),
+                             vt = nb::cast<OutArray>(out_verified);
+              std::optional<Array> k, p;
+              if (!top_k.is_none()) k = nb::cast<Array>(top_k);
+              if (!top_p.is_none()) p = nb::cast<Array>(top_p);
+              // Verify reads the bound propose buffers: the drafts, positions, seeds,
+              // temperatures, slots and the draft-logits cache.
+              const Array drafts{b->outputs[0]}, cache{b->outputs[1]};
+              b->verify = check_verify(d, "bind", drafts, b->inputs[1], b->inputs[2], b->inputs[3],
+                                       b->inputs[4], cache, tl, na, vt, k ? &*k : nullptr,
+                                       p ? &*p : nullptr, method);
+              b->inputs.push_back(tl);
+              if (k) b->inputs.push_back(*k);
+              if (p) b->inputs.push_back(*p);
+              b->outputs.insert(b->outputs.end(), {na, vt});
+              b->has_verify = true;
+            }
             if (!b->has_propose && !b->has_context)
               throw InvalidArgument(
                   "bind: nothing to bind (give the propose buffers, the "
@@ -853,12 +1033,36 @@ NB_MODULE(_core, m) {
           "temperatures"_a = nb::none(), "cache_slots"_a = nb::none(),
           "block_tables"_a = nb::none(), "out_tokens"_a = nb::none(),
           "out_draft_logits"_a = nb::none(), "hidden"_a = nb::none(), "positions"_a = nb::none(),
-          "slots"_a = nb::none(), nb::rv_policy::take_ownership);
+          "slots"_a = nb::none(), "target_logits"_a = nb::none(), "out_num_accepted"_a = nb::none(),
+          "out_verified"_a = nb::none(), "top_k"_a = nb::none(), "top_p"_a = nb::none(),
+          "method"_a = "standard", nb::rv_policy::take_ownership)
+      .def(
+          "verify",
+          [](PyDraft& d, const Array& draft_tokens, const Array& anchor_positions,
+             const Array& seeds, const Array& temperatures, const Array& cache_slots,
+             const Array& draft_logits, const Array& target_logits,
+             const OutArray& out_num_accepted, const OutArray& out_tokens, nb::object top_k,
+             nb::object top_p, const std::string& method, uintptr_t stream) {
+            std::optional<Array> k, p;
+            if (!top_k.is_none()) k = nb::cast<Array>(top_k);
+            if (!top_p.is_none()) p = nb::cast<Array>(top_p);
+            const VerifyArgs a =
+                check_verify(d, "verify", draft_tokens, anchor_positions, seeds, temperatures,
+                             cache_slots, draft_logits, target_logits, out_num_accepted, out_tokens,
+                             k ? &*k : nullptr, p ? &*p : nullptr, method);
+            run_verify(d, a, stream, d.validate);
+          },
+          "draft_tokens"_a, "anchor_positions"_a, "seeds"_a, "temperatures"_a, "cache_slots"_a,
+          "draft_logits"_a, "target_logits"_a, "out_num_accepted"_a, "out_tokens"_a,
+          "top_k"_a = nb::none(), "top_p"_a = nb::none(), "method"_a = "standard", "stream"_a = 0);
 
   nb::class_<PyBound>(m, "Bound")
       .def(
           "propose",
           [](PyBound& b, int rows, uintptr_t stream) { b.run_propose_rows(rows, stream); },
+          "num_rows"_a, "stream"_a)
+      .def(
+          "verify", [](PyBound& b, int rows, uintptr_t stream) { b.run_verify_rows(rows, stream); },
           "num_rows"_a, "stream"_a)
       .def(
           "store_context",
