@@ -54,7 +54,8 @@ def main() -> None:
         print(spec.stats.summary())
         if args.check_greedy and args.temperature == 0:
             for i, p in enumerate(prompts):
-                ref = target.generate(torch.tensor([p], device=args.device),
+                x = torch.tensor([p], device=args.device)
+                ref = target.generate(x, attention_mask=torch.ones_like(x),
                                       max_new_tokens=args.new_tokens, do_sample=False)
                 same = ref[0, len(p):].tolist() == out[i]
                 print(f"row {i}: {'equals' if same else 'DIFFERS FROM'} the target's greedy generate()")

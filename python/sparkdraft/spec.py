@@ -8,12 +8,14 @@ Per row and round, with the anchor (the last token the target emitted, not yet r
 through it) at position a:
 
 1. the draft proposes N tokens for positions a+1 .. a+N;
-2. the target runs [anchor, d_1 .. d_N] at positions a .. a+N on its KV cache (which
-   holds positions 0 .. a-1): N+1 rows of logits and of hidden states;
+2. the target scores the block in one forward: the row's tokens so far and the drafts
+   (positions 0 .. a+N; rows of one length batched together). This loop keeps no KV
+   cache for the target (a small loop, not an engine): each forward recomputes the
+   prefix, and only its rows a .. a+N are used, N+1 rows of logits and hidden states;
 3. the verifier accepts k drafts and emits one token: the row gains k+1 tokens;
 4. the target's hidden states of positions a .. a+k (the anchor and the accepted
-   drafts) go to the draft's store_context, the target's cache is cut back to
-   positions 0 .. a+k, and the emitted token at a+k+1 is the next anchor.
+   drafts) go to the draft's store_context, and the emitted token at a+k+1 is the
+   next anchor.
 
 The prompt's last token is the first anchor; its other tokens are the first context.
 Tap i of the draft's target_layer_ids is the output of the target's decoder layer i
@@ -22,8 +24,6 @@ Tap i of the draft's target_layer_ids is the output of the target's decoder laye
 
 from __future__ import annotations
 
-import copy
-import inspect
 import math
 import sys
 import time
@@ -75,12 +75,12 @@ class SpecStats:
         )
 
 
-def _crop(cache, keep: int) -> None:
-    """Cuts a transformers cache back to its first `keep` positions (a negative count
-    to remove: what every transformers version since 4.38 takes)."""
-    remove = cache.get_seq_length() - keep
-    if remove > 0:
-        cache.crop(-remove)
+def _by_length(rows, key):
+    """Rows grouped by key (insertion order), for batched target forwards."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    return list(groups.values())
 
 
 def _sync(device: torch.device) -> None:
@@ -95,7 +95,6 @@ class _Row:
         self.seed = seed
         self.temperature = temperature
         self.out: List[int] = []
-        self.cache = None  # the target's KV cache (positions 0 .. a-1)
         self.anchor = self.prompt[-1]
         self.a = len(self.prompt) - 1
         self.done = False
@@ -133,9 +132,6 @@ class SpecDecoder:
         if layers is not None and max(self.taps) >= layers:
             raise InvalidArgument(f"SpecDecoder: taps {self.taps} beyond the target's {layers} layers")
         self.device = torch.device(draft.device)
-        # transformers 5.x names the cache argument `cache` (`past_key_values` is deprecated).
-        params = inspect.signature(target.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         o = draft.options
         self.page_size = o["page_size"]
         self.pages_per_req = o["max_pages_per_req"]
@@ -157,26 +153,15 @@ class SpecDecoder:
         )
 
     # ---- the target ----
-    def _forward(self, ids: List[int], start: int, cache):
-        """The target on ``ids`` at positions start .. start+len-1 after ``cache``:
-        (logits [len, V] fp32, taps' hidden states [len, taps * H_t] bf16, cache)."""
-        from transformers import DynamicCache
-
-        if cache is None:
-            cache = DynamicCache()
-        x = torch.tensor([ids], dtype=torch.int64, device=self.device)
-        pos = torch.arange(start, start + len(ids), device=self.device).unsqueeze(0)
+    def _forward(self, ids: List[List[int]]):
+        """The target on equally long sequences ``ids`` (positions 0 .. len-1): logits
+        [B, len, V] fp32 and the taps' hidden states [B, len, taps * H_t] bf16."""
+        x = torch.tensor(ids, dtype=torch.int64, device=self.device)
         with torch.no_grad():
-            out = self.target(
-                input_ids=x,
-                position_ids=pos,
-                use_cache=True,
-                output_hidden_states=True,
-                **{self._cache_arg: cache},
-            )
+            out = self.target(input_ids=x, use_cache=False, output_hidden_states=True)
         hs = out.hidden_states
-        taps = torch.cat([hs[t + 1][0] for t in self.taps], dim=-1)
-        return out.logits[0].float(), taps.to(torch.bfloat16).contiguous(), cache
+        taps = torch.cat([hs[t + 1] for t in self.taps], dim=-1)
+        return out.logits.float(), taps.to(torch.bfloat16)
 
     def _slots(self, row: int, start: int, count: int) -> torch.Tensor:
         pos = torch.arange(start, start + count, dtype=torch.int64)
@@ -229,21 +214,17 @@ class SpecDecoder:
         t_start = time.perf_counter()
 
         # Prefill: the prompt but its last token (the first anchor) is context.
-        prefilled = {}
         hid, pos, slots = [], [], []
-        for r in rows:
-            key = tuple(r.prompt[:-1])
-            if not key:
-                continue
-            t0 = time.perf_counter()
-            if key not in prefilled:
-                prefilled[key] = self._forward(list(key), 0, None)
-            _, taps, cache = prefilled[key]
-            r.cache = copy.deepcopy(cache)
-            st.target_seconds += time.perf_counter() - t0
-            hid.append(taps)
-            pos.append(torch.arange(0, len(key), dtype=torch.int64, device=dev))
-            slots.append(self._slots(r.index, 0, len(key)))
+        t0 = time.perf_counter()
+        for group in _by_length([r for r in rows if len(r.prompt) > 1], lambda r: len(r.prompt)):
+            _, taps = self._forward([r.prompt[:-1] for r in group])
+            for r, h in zip(group, taps):
+                n = len(r.prompt) - 1
+                hid.append(h)
+                pos.append(torch.arange(0, n, dtype=torch.int64, device=dev))
+                slots.append(self._slots(r.index, 0, n))
+        _sync(dev)
+        st.target_seconds += time.perf_counter() - t0
         self._store(hid, pos, slots)
 
         anchors = torch.zeros((R,), dtype=torch.int64)
@@ -275,11 +256,13 @@ class SpecDecoder:
             target_logits = torch.zeros((R, N + 1, self.V), dtype=torch.float32, device=dev)
             hidden = {}
             t0 = time.perf_counter()
-            for r in live:
-                block = [r.anchor] + drafts[r.index].tolist()
-                logits, taps, r.cache = self._forward(block, r.a, r.cache)
-                target_logits[r.index] = logits
-                hidden[r.index] = taps
+            for group in _by_length(live, lambda r: r.a):
+                seqs = [r.prompt + r.out + drafts[r.index].tolist() for r in group]
+                logits, taps = self._forward(seqs)
+                a = group[0].a
+                for r, lg, h in zip(group, logits, taps):
+                    target_logits[r.index] = lg[a : a + N + 1]
+                    hidden[r.index] = h[a : a + N + 1]
             _sync(dev)
             st.target_seconds += time.perf_counter() - t0
 
@@ -305,7 +288,6 @@ class SpecDecoder:
                 hid.append(hidden[r.index][: k + 1])
                 pos.append(torch.arange(r.a, r.a + k + 1, dtype=torch.int64, device=dev))
                 slots.append(self._slots(r.index, r.a, k + 1))
-                _crop(r.cache, r.a + k + 1)
                 r.anchor, r.a = emitted[-1], r.a + k + 1
                 if len(r.out) >= max_new_tokens:
                     r.out = r.out[:max_new_tokens]
