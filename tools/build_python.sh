@@ -53,7 +53,7 @@ cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${LAUNCH[@]}" \
   -DSPARKDRAFT_BENCH=OFF -DSPARKDRAFT_INSTALL=OFF -DSPARKDRAFT_CUDA=$CUDA_FLAG \
   -DPython_EXECUTABLE="$(command -v "$PY")" -Dnanobind_DIR="$NB_DIR" \
   -DSPARKDRAFT_PYTHON_OUT="$OUT_ABS"
-if [[ $VARIANT == cuda ]] && ! grep -q 'SPARKDRAFT_HAVE_CUDA:INTERNAL=ON\|CMAKE_CUDA_COMPILER:FILEPATH=.*nvcc' "$BUILD/CMakeCache.txt"; then
+if [[ $VARIANT == cuda ]] && ! compgen -G "$BUILD/CMakeFiles/*/CMakeCUDACompiler.cmake" >/dev/null; then
   echo "build_python.sh: CMake found no CUDA compiler" >&2; exit 2
 fi
 cmake --build "$BUILD" --target _core -j "${JOBS:-$(nproc)}"

@@ -568,6 +568,14 @@ VerifyArgs check_verify(const PyDraft& d, const std::string& fn, const Array& dr
 }
 
 #ifdef SPARKDRAFT_HAVE_CUDA
+// Whether G (cuda::CudaDraft) has the GPU verifier (the verify-cuda work adds it).
+template <class G>
+constexpr bool has_verify_device() {
+  return requires(G & g, const VerifyBatch& b, const VerifyOutputs& o, cudaStream_t s) {
+    g.verify_device(b, o, s);
+  };
+}
+
 // The verifier on device pointers: CudaDraft::verify_device where this build has it (no
 // allocation, no synchronization, capturable), else the host API on copies (the CPU
 // reference: the same bits; a synchronization, so refused while the stream captures).
@@ -592,7 +600,7 @@ void gpu_verify(G& g, const PyDraft& d, const VerifyArgs& a, cudaStream_t s, boo
     if (b.top_k) h.top_k = (k = to_host<int32_t>(b.top_k, R, s)).data();
     if (b.top_p) h.top_p = (p = to_host<float>(b.top_p, R, s)).data();
   };
-  if constexpr (requires { g.verify_device(b, a.out, s); }) {
+  if constexpr (has_verify_device<G>()) {
     if (validate && !capture) {
       read_indices();
       validate_verify(d.config(), d.options(), h);
@@ -808,8 +816,11 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = SPARKDRAFT_VERSION_STRING;
 #ifdef SPARKDRAFT_HAVE_CUDA
   m.attr("HAVE_CUDA") = true;
+  // Whether verify runs on the GPU (CudaDraft::verify_device): capturable, no copies.
+  m.attr("HAVE_GPU_VERIFY") = has_verify_device<cuda::CudaDraft>();
 #else
   m.attr("HAVE_CUDA") = false;
+  m.attr("HAVE_GPU_VERIFY") = false;
 #endif
   m.def("cuda_available", [] {
 #ifdef SPARKDRAFT_HAVE_CUDA

@@ -13,6 +13,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import sparkdraft  # noqa: E402
 
+try:
+    import torch
+
+    # The target's CPU forwards are tiny: one intra-op thread beats several on a loaded
+    # machine by an order of magnitude (threads spinning for cores they do not get).
+    torch.set_num_threads(1)
+except ImportError:
+    pass
+
 NO_CUDA_REASON = (
     "no CUDA: this sparkdraft was built without the CUDA backend"
     if not sparkdraft.HAVE_CUDA
