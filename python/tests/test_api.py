@@ -239,6 +239,38 @@ def test_every_bad_input_is_refused_and_nothing_is_written(tiny, device):
         assert message in str(e.value), str(e.value)
     for l in range(2):
         np.testing.assert_array_equal(d.kv_cache_copy(l), kv_before[l])
+    # verify's refusals (after a real propose: the drafts are in range).
+    p = propose_inputs(d, lengths, 61, device)
+    d.propose(**p)
+    R, N, V = 4, 7, 1000
+    good = dict(draft_tokens=p["out_tokens"], anchor_positions=p["anchor_positions"], seeds=p["seeds"],
+                temperatures=p["temperatures"], cache_slots=p["cache_slots"],
+                draft_logits=p["out_draft_logits"],
+                target_logits=torch.zeros((R, N + 1, V), dtype=torch.float32, device=device),
+                out_num_accepted=torch.full((R,), -9, dtype=torch.int32, device=device),
+                out_tokens=torch.full((R, N + 1), -9, dtype=torch.int64, device=device))
+    drafts = p["out_tokens"].clone()
+    drafts[0, 2] = V
+    bad_verify = [
+        (dict(draft_tokens=drafts), sparkdraft.InvalidArgument, "verify: row 0: draft token 2 = 1000 is outside [0, 1000)"),
+        (dict(top_p=torch.tensor([1.0, 0.0, 1.0, 1.0], device=device)), sparkdraft.InvalidArgument,
+         "verify: row 1: top_p 0.000000 must be in (0, 1] (1 = off)"),
+        (dict(top_k=torch.tensor([0, 0, -1, 0], dtype=torch.int32, device=device)), sparkdraft.InvalidArgument,
+         "verify: row 2: top_k -1 must be >= 0 (0 = off)"),
+        (dict(target_logits=good["target_logits"].half()), TypeError,
+         "verify: target_logits must be bfloat16 or float32, got float16"),
+        (dict(out_tokens=good["out_tokens"][:, :N].contiguous()), ValueError,
+         "verify: out_tokens has shape (4, 7), expected (4, 8)"),
+        (dict(method="greedy"), sparkdraft.InvalidArgument, "verify: method 'greedy'"),
+    ]
+    for change, exc, message in bad_verify:
+        with pytest.raises(exc) as e:
+            d.verify(**{**good, **change})
+        assert message in str(e.value), str(e.value)
+        assert (bits(good["out_tokens"]) == -9).all() and (bits(good["out_num_accepted"]) == -9).all()
+    d.verify(**good)
+    k = bits(good["out_num_accepted"])
+    assert ((k >= 0) & (k <= N)).all(), k
     # Options.
     with pytest.raises(sparkdraft.InvalidArgument, match="max_reqs 0 must be >= 1"):
         sparkdraft.Draft(tiny, device, **{**OPTS, "max_reqs": 0})

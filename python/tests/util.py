@@ -51,7 +51,7 @@ def propose_inputs(draft, lengths, seed, device="cpu", padding=()):
     for r in padding:
         slots[r] = -1
     temps = np.array([(0.0, 0.7, 1.0)[r % 3] for r in range(R)], dtype=np.float32)
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+    t = lambda a: torch.from_numpy(np.array(a, copy=True)).to(device)  # noqa: E731  (own memory)
     return dict(
         anchor_tokens=t(rng.integers(0, V, size=R).astype(np.int64)),
         anchor_positions=t(np.asarray(lengths, dtype=np.int64)),
