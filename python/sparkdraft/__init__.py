@@ -188,6 +188,7 @@ class Draft:
         )
         self.config: dict = checkpoint.config
         self.options: dict = self._d.options()
+        self.max_context_tokens = max_context_tokens  # per store_context call on the GPU
         _register(self)
 
     # ---- properties ----

@@ -172,11 +172,14 @@ class SpecDecoder:
         if not rows_hidden:
             return
         t0 = time.perf_counter()
-        self.draft.store_context(
-            torch.cat(rows_hidden).contiguous(),
-            torch.cat(rows_pos).contiguous(),
-            torch.cat(rows_slots).contiguous(),
-        )
+        hidden, pos, slots = torch.cat(rows_hidden), torch.cat(rows_pos), torch.cat(rows_slots)
+        step = self.draft.max_context_tokens  # the CUDA backend's most tokens per call
+        for i in range(0, pos.shape[0], step):
+            self.draft.store_context(
+                hidden[i : i + step].contiguous(),
+                pos[i : i + step].contiguous(),
+                slots[i : i + step].contiguous(),
+            )
         _sync(self.device)
         self.stats.draft_seconds += time.perf_counter() - t0
 
