@@ -963,6 +963,12 @@ NB_MODULE(_core, m) {
             std::vector<bf16> v;
             {
               nb::gil_scoped_release release;
+#ifdef SPARKDRAFT_HAVE_CUDA
+              if (d.gpu) {  // after whatever the caller's streams queued (a host copy)
+                DeviceGuard guard(d.dev.id);
+                cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+              }
+#endif
               v = d.backend->kv_cache(layer);
             }
             const std::vector<int64_t> s = d.kv_shape();
