@@ -6,9 +6,16 @@
 // target hidden states, all derived from (scenario seed, request id) alone, so a
 // request drafts the same tokens whatever batch it is in. Each round: the new
 // verified context of every request is stored, one propose call drafts all rows,
-// then a mock verifier accepts a seeded number k of the drafts: the anchor and
-// the k accepted tokens become context, and a fresh bonus token at a + k + 1 is
-// the next anchor.
+// then a verifier accepts k of the N drafts and emits one token: the anchor and
+// the k accepted tokens become context, and the emitted token at a + k + 1 is the
+// next anchor. The verifier is either a mock (k and the emitted token seeded:
+// the default, what `check` and the invariance tests compare) or the real one
+// (DraftBackend::verify, contract.md section 8) against a seeded stand-in for the
+// target's logits: t_j = f32(c_j) + target_noise * n, with c_j the request's
+// draft-logits cache row j (row N-1 for the bonus position N) and n a seeded
+// value of mean 0 and variance 1 per (request, round, position, vocabulary id).
+// The draft then agrees with its stand-in target about as well as target_noise
+// lets it, so the acceptance is that of a real draft rather than a chosen rate.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +33,8 @@ struct ScenarioOptions {
   uint64_t seed = 1;
   int min_prompt = 12;  // prompt length in [min_prompt, min_prompt + 16)
   int page_size = 16;
+  bool real_verifier = false;  // the real verifier against the stand-in target (above)
+  float target_noise = 1.0f;   // its noise scale (>= 0, finite)
 };
 
 struct RequestDraft {
@@ -34,6 +43,8 @@ struct RequestDraft {
   float temperature;
   std::vector<int64_t> tokens;  // [N]
   std::vector<bf16> logits;     // [N, V] the request's draft-logits cache rows
+  int accepted = 0;             // k: drafts the verifier accepted
+  int64_t emitted = 0;          // the token it emitted at a + k + 1 (the next anchor)
 };
 
 struct ScenarioRound {

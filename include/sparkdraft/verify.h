@@ -50,7 +50,7 @@ struct VerifyOutputs {
 // [-1, cache_slots) and no slot used twice, and for every non-padding row: draft
 // tokens in [0, V), a temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
 // and an anchor position a >= 0 with a + N within the options' positions and
-// below 2^60 (the verifier's key space, section 8.4). Reads only the host arrays
+// at most 2^60 (the verifier's key space, section 8.4). Reads only the host arrays
 // named above (not the logits).
 void validate_verify(const ModelConfig& c, const DraftOptions& o, const VerifyBatch& b);
 

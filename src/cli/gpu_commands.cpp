@@ -33,6 +33,7 @@
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
 #include "step/bench_step.h"
+#include "verify/bench_verify.h"
 #if defined(SPARKDRAFT_HAVE_NCCL)
 #include "sparkdraft/cuda/nccl_comm.h"
 #endif
@@ -564,6 +565,80 @@ Command add_bench_allreduce(CLI::App* bench) {
           }};
 }
 
+Command add_bench_verify(CLI::App* bench) {
+  struct Opts {
+    std::string json, dtype = "bf16", method = "standard";
+    std::vector<int> vocab{151936, 202048}, rows{1, 8, 32};
+    int steps = 7, repeats = 50;
+    float temperature = 1.0f;
+    uint64_t seed = 20240601;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* sub = bench->add_subcommand(
+      "verify",
+      "The lossless verifier (contract.md section 8) on the GPU, in a CUDA graph, against the "
+      "floor: the bytes of target logits and draft-logits cache it must read over the device "
+      "copy bandwidth measured in the same run. Seeded inputs (target logits uniform in [-8, 8], "
+      "the cache the target plus noise, the drafts the cache's greedy picks). Checks the GPU "
+      "against the CPU reference bit for bit before timing (exit 1 on a difference, nothing "
+      "timed); median of repeats with cudaEvents, L2 flushed before each. Prints bytes, floor "
+      "and ratio per shape; writes JSON. Default: V 151936 and 202048, N 7, 1, 8 and 32 rows.");
+  add_bounded(sub, "--vocab", opts->vocab, "Vocabularies V (several allowed)", 1, 1 << 24);
+  add_bounded(sub, "--rows", opts->rows, "Row counts (several allowed)", 1, kMaxReqs);
+  add_bounded(sub, "--steps", opts->steps, "Draft tokens N", 1, 64);
+  add_bounded(sub, "--repeats", opts->repeats, "Timed graph launches (the median is reported)", 1,
+              100000);
+  add_bounded(sub, "--temperature", opts->temperature, "Temperature of every row", 0.0f, 1e6f);
+  sub->add_option("--dtype", opts->dtype, "Target logits: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  sub->add_option("--method", opts->method, "standard (token-wise) or block verification")
+      ->check(CLI::IsMember({"standard", "block"}))
+      ->capture_default_str();
+  add_seed(sub, opts->seed, "Seed of the inputs");
+  sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
+  return {sub, [opts]() -> int {
+#if defined(SPARKDRAFT_HAVE_CUDA)
+            require_gpu("bench verify");
+            nlohmann::json all = nlohmann::json::array();
+            std::vector<cuda::VerifyBenchResult> results;
+            for (int v : opts->vocab)
+              for (int rows : opts->rows) {
+                cuda::VerifyBenchOptions b;
+                b.vocab = v;
+                b.n = opts->steps;
+                b.rows = rows;
+                b.repeats = opts->repeats;
+                b.temperature = opts->temperature;
+                b.dtype = opts->dtype == "f32" ? LogitsDType::f32 : LogitsDType::bf16;
+                b.method = opts->method == "block" ? VerifyMethod::block : VerifyMethod::standard;
+                b.seed = opts->seed;
+                const cuda::VerifyBenchResult r = cuda::bench_verify(b, std::cout);
+                if (!r.ok()) {
+                  std::fflush(stdout);
+                  std::fprintf(stderr, "sparkdraft: bench verify: nothing timed: %s\n",
+                               r.difference.c_str());
+                  return kExitDifference;
+                }
+                all.push_back(cuda::verify_bench_json(r));
+                results.push_back(r);
+              }
+            std::printf("\n%-8s %-3s %-5s %-5s %12s %10s %10s %8s %9s %9s\n", "V", "N", "rows",
+                        "dtype", "bytes", "floor us", "verify us", "ratio", "copy GB/s",
+                        "accepted");
+            for (const auto& r : results)
+              std::printf("%-8d %-3d %-5d %-5s %12.0f %10.1f %10.1f %8.3f %9.0f %9.2f\n",
+                          r.options.vocab, r.options.n, r.options.rows, to_string(r.options.dtype),
+                          r.bytes, r.floor_us, r.verify_us, r.ratio, r.copy_bandwidth_gbs,
+                          r.mean_accepted);
+            return write_bench_json(opts->json, all);
+#else
+            (void)opts;
+            no_cuda("bench verify");
+#endif
+          }};
+}
+
 }  // namespace
 
 Command add_bench(CLI::App& app) {
@@ -572,9 +647,11 @@ Command add_bench(CLI::App& app) {
   const Command markov = add_bench_markov(bench);
   const Command step = add_bench_step(bench);
   const Command allreduce = add_bench_allreduce(bench);
-  return {bench, [markov, step, allreduce] {
+  const Command verify = add_bench_verify(bench);
+  return {bench, [markov, step, allreduce, verify] {
             if (markov.sub->parsed()) return markov.run();
             if (allreduce.sub->parsed()) return allreduce.run();
+            if (verify.sub->parsed()) return verify.run();
             return step.run();
           }};
 }

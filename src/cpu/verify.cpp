@@ -48,24 +48,19 @@ MarkovPacket first_packet(const std::vector<float>& s, int64_t slice) {
       first_of);
 }
 
-U128 term_sum(const std::vector<float>& s, float max_value, int64_t slice) {
-  return over_slices<U128>(
-      static_cast<int>(s.size()), slice,
-      [&](int v0, int v1) {
-        U128 acc;
-        for (int v = v0; v < v1; ++v) acc = u128_add(acc, law_term(s[v], max_value));
-        return acc;
-      },
-      u128_add);
-}
-
 // One side's law at one position: its scaled logits (ids outside the kept set at
-// -inf), the stats and Z.
+// -inf), the stats, Z and the probabilities (law_prob_of_exp of every id).
 struct Law {
-  std::vector<float> s;
+  std::vector<float> s, p;
   LawStats st;
   float z = 0.0f;
-  float prob(int64_t v) const { return law_prob(st, z, s[v], v); }
+  float prob(int64_t v) const { return p[v]; }
+  // p from the E of every id (law_exp), computed once for the sum and the probabilities.
+  void finish(const std::vector<float>& e) {
+    p.resize(s.size());
+    for (size_t v = 0; v < s.size(); ++v)
+      p[v] = law_prob_of_exp(st, z, e.empty() ? 0.0f : e[v], static_cast<int64_t>(v));
+  }
 };
 
 // Ids in the order of section 8.2 (better).
@@ -83,7 +78,10 @@ Law make_law(std::vector<float> s, int32_t top_k, float top_p, int64_t slice) {
   law.s = std::move(s);
   const int V = static_cast<int>(law.s.size());
   law.st.first = first_packet(law.s, slice);
-  if (law.st.degenerate()) return law;  // a point mass: top-k / top-p keep its id
+  if (law.st.degenerate()) {  // a point mass: top-k / top-p keep its id
+    law.finish({});
+    return law;
+  }
   const float M = law.st.first.value;
   const bool use_k = top_k > 0 && top_k < V;
   const bool use_p = top_p < 1.0f;
@@ -102,8 +100,18 @@ Law make_law(std::vector<float> s, int32_t top_k, float top_p, int64_t slice) {
       }
     }
   }
-  law.st.sum = term_sum(law.s, M, slice);
+  std::vector<float> e(law.s.size());
+  for (size_t v = 0; v < e.size(); ++v) e[v] = law_exp(law.s[v], M);
+  law.st.sum = over_slices<U128>(
+      V, slice,
+      [&](int v0, int v1) {
+        U128 acc;
+        for (int v = v0; v < v1; ++v) acc = u128_add(acc, fixed64_of_unit(e[v]));
+        return acc;
+      },
+      u128_add);
   law.z = f32_of_fixed64(law.st.sum);
+  law.finish(e);
   return law;
 }
 

@@ -23,7 +23,7 @@ RequestRng rng_of(uint64_t seed, int request_id) {
   return RequestRng{static_cast<int64_t>(seed * 0x9E3779B97F4A7C15ull + request_id * 7919ull + 1)};
 }
 
-enum Stream : int64_t { kPrompt = 1, kHidden, kAccept, kBonus, kSeed, kTemp, kAnchor };
+enum Stream : int64_t { kPrompt = 1, kHidden, kAccept, kBonus, kSeed, kTemp, kAnchor, kTarget };
 
 // Synthetic target hidden state value: roughly N(0, 1) from a sum of uniforms.
 bf16 hidden_value(const RequestRng& rng, int64_t pos, int64_t i) {
@@ -31,6 +31,14 @@ bf16 hidden_value(const RequestRng& rng, int64_t pos, int64_t i) {
   const uint32_t b = rng.at(kHidden, pos * 65536 + i * 2 + 1);
   const float u = (static_cast<float>(a >> 8) + static_cast<float>(b >> 8)) * (1.0f / 16777216.0f);
   return to_bf16((u - 1.0f) * 2.45f);
+}
+
+// Noise of the stand-in target logits: mean 0, variance 1 (a sum of two uniforms).
+float target_noise_value(const RequestRng& rng, int round, int j, int n, int64_t v, int64_t vocab) {
+  const int64_t i = ((static_cast<int64_t>(round) * (n + 1) + j) * vocab + v) * 2;
+  const uint32_t a = rng.at(kTarget, i), b = rng.at(kTarget, i + 1);
+  const float u = (static_cast<float>(a >> 8) + static_cast<float>(b >> 8)) * (1.0f / 16777216.0f);
+  return (u - 1.0f) * 2.4494897f;  // sqrt(6): the sum of two uniforms has variance 1/6
 }
 
 struct RequestState {
@@ -69,6 +77,8 @@ std::vector<ScenarioRound> run_scenario(
   const int width = c.taps() * c.target_hidden_size;
   const int rows = static_cast<int>(s.request_ids.size() + s.padding_before.size());
   if (rows > o.max_reqs) throw InvalidArgument("scenario: more rows than the backend's max_reqs");
+  if (!(s.target_noise >= 0.0f && s.target_noise <= 1e30f))
+    throw InvalidArgument("scenario: target_noise must be finite and >= 0");
 
   std::vector<RequestState> reqs;
   for (int id : s.request_ids) {
@@ -151,6 +161,34 @@ std::vector<ScenarioRound> run_scenario(
     ScenarioRound sr;
     sr.timings = backend.last_timings();
     sr.timings.context_ms = context_ms;
+
+    // 3. The verifier: k accepted drafts and one emitted token per request.
+    std::vector<int32_t> accepted(rows, 0);
+    std::vector<int64_t> verified(static_cast<size_t>(rows) * (N + 1), -1);
+    if (s.real_verifier) {
+      std::vector<float> target(static_cast<size_t>(rows) * (N + 1) * V, 0.0f);
+      for (int r = 0; r < rows; ++r) {
+        if (row_request[r] < 0) continue;
+        const RequestState& st = reqs[row_request[r]];
+        for (int j = 0; j <= N; ++j) {
+          const bf16* c = cache.data() + (static_cast<size_t>(st.id) * N + std::min(j, N - 1)) * V;
+          float* t = target.data() + (static_cast<size_t>(r) * (N + 1) + j) * V;
+          for (int v = 0; v < V; ++v)
+            t[v] = to_f32(c[v]) + s.target_noise * target_noise_value(st.rng, round, j, N, v, V);
+        }
+      }
+      VerifyBatch vb;
+      vb.num_rows = rows;
+      vb.draft_tokens = tokens.data();
+      vb.anchor_positions = apos.data();
+      vb.seeds = seeds.data();
+      vb.temperatures = temps.data();
+      vb.cache_slots = cslots.data();
+      vb.draft_logits = cache.data();
+      vb.target_logits = target.data();
+      vb.target_dtype = LogitsDType::f32;
+      backend.verify(vb, VerifyOutputs{accepted.data(), verified.data()});
+    }
     for (int r = 0; r < rows; ++r) {
       if (row_request[r] < 0) continue;
       RequestState& st = reqs[row_request[r]];
@@ -159,11 +197,16 @@ std::vector<ScenarioRound> run_scenario(
                       tokens.begin() + static_cast<size_t>(r + 1) * N);
       const bf16* rowc = cache.data() + static_cast<size_t>(st.id) * N * V;
       d.logits.assign(rowc, rowc + static_cast<size_t>(N) * V);
+      if (s.real_verifier) {
+        d.accepted = accepted[r];
+        d.emitted = verified[static_cast<size_t>(r) * (N + 1) + d.accepted];
+      } else {  // the mock: a seeded k and a seeded token
+        d.accepted = static_cast<int>(st.rng.at(kAccept, round) % N);
+        d.emitted = st.rng.at(kBonus, round) % V;
+      }
+      st.anchor_pos += d.accepted + 1;
+      st.anchor_token = d.emitted;
       sr.drafts.push_back(std::move(d));
-      // 3. Mock verifier: accept k of the N drafts, then a bonus token.
-      const int k = static_cast<int>(st.rng.at(kAccept, round) % N);
-      st.anchor_pos += k + 1;
-      st.anchor_token = st.rng.at(kBonus, round) % V;
     }
     if (on_round) on_round(round, sr);
     result.push_back(std::move(sr));

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 
@@ -31,7 +32,7 @@ Result run(const std::string& args) {
 
 TEST(Cli, EverySubcommandHasHelp) {
   for (const char* sub : {"", "demo", "make-checkpoint", "check", "plan", "bench markov",
-                          "bench step", "bench allreduce"}) {
+                          "bench step", "bench allreduce", "bench verify"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.rc, 0) << sub << ": " << r.out;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << ": " << r.out;
@@ -43,6 +44,10 @@ TEST(Cli, EverySubcommandHasHelp) {
        {"--preset", "--checkpoint", "--preset-dir", "--ctx", "--rows", "--repeats", "--json",
         "--spec", "floor", "bit for bit", "--tp-reduce"})
     EXPECT_NE(step.find(needle), std::string::npos) << needle << " missing from:\n" << step;
+  const std::string verify = run("bench verify --help").out;
+  for (const char* needle : {"--vocab", "--rows", "--steps", "--dtype", "--method", "--repeats",
+                             "--json", "floor", "bit for bit", "151936 and 202048"})
+    EXPECT_NE(verify.find(needle), std::string::npos) << needle << " missing from:\n" << verify;
   const std::string allreduce = run("bench allreduce --help").out;
   for (const char* needle : {"--tp", "--rows", "--hidden", "--repeats", "--json", "ncclAllReduce",
                              "our fused one", "bit for bit", "2 or more"})
@@ -75,6 +80,48 @@ TEST(Cli, MakeCheckpointThenDemoDraftsThreeRequestsOverThreeRounds) {
   }
   EXPECT_EQ(rounds, 3) << demo.out;
   EXPECT_EQ(lines, 9) << demo.out;
+}
+
+// The demo verifies with the real verifier: each request continues from the
+// token it emitted, at a + k + 1; with no noise in the stand-in target every draft
+// is accepted (a mock verifier accepts fewer than N); it explains its columns and
+// says what to run next.
+TEST(Cli, DemoVerifiesAndExplainsItself) {
+  for (const char* noise : {"0", "0.3"}) {
+    const Result r =
+        run(std::string("demo --backend cpu --rounds 3 --requests 3 --target-noise ") + noise);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const std::regex line(
+        R"(request (\d) +anchor (\d+) @ (\d+) +T [0-9.]+ +draft:(( \d+){7}) +accepted (\d) +emitted (\d+))");
+    std::map<int, std::pair<long long, long long>> next;  // request -> (anchor, position)
+    int lines = 0, accepted = 0;
+    std::istringstream in(r.out);
+    for (std::string l; std::getline(in, l);) {
+      std::smatch m;
+      if (!std::regex_search(l, m, line)) continue;
+      ++lines;
+      const int req = std::stoi(m[1]), k = std::stoi(m[6]);
+      const long long anchor = std::stoll(m[2]), pos = std::stoll(m[3]);
+      if (next.count(req)) {
+        EXPECT_EQ(anchor, next[req].first) << "request " << req << " does not continue from the "
+                                           << "emitted token:\n"
+                                           << r.out;
+        EXPECT_EQ(pos, next[req].second) << r.out;
+      }
+      next[req] = {std::stoll(m[7]), pos + k + 1};
+      accepted += k;
+      if (std::string(noise) == "0") EXPECT_EQ(k, 7) << l;
+    }
+    EXPECT_EQ(lines, 9) << r.out;
+    for (const char* needle :
+         {"legend: request = request id",
+          "accepted k =", "emitted =", "acceptance per draft position",
+          "mean accepted length: ", "next: `sparkdraft check", "examples/python/spec_decode.py"})
+      EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " missing from:\n" << r.out;
+    char mean[64];
+    std::snprintf(mean, sizeof mean, "mean accepted length: %.2f", accepted / 9.0);
+    EXPECT_NE(r.out.find(mean), std::string::npos) << mean << " missing from:\n" << r.out;
+  }
 }
 
 TEST(Cli, DemoWithoutCheckpointMakesATinyOne) {

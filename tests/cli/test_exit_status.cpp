@@ -105,6 +105,9 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("bench step --spec --rows 8", kExitUsage, {"--spec", "--rows"});
   expect_refused("bench allreduce --tp 1", kExitUsage, {"--tp", "1"});
   expect_refused("bench allreduce --hidden 0", kExitUsage, {"--hidden", "0"});
+  expect_refused("bench verify --dtype f16", kExitUsage, {"--dtype", "f16"});
+  expect_refused("bench verify --rows 0", kExitUsage, {"--rows", "0"});
+  expect_refused("bench verify --temperature -1", kExitUsage, {"--temperature"});
   expect_refused("bench", kExitUsage, {"subcommand"});
 }
 
@@ -154,6 +157,7 @@ TEST(ExitStatus, MissingGpuOrCudaBackendIsFour) {
     expect_refused("bench markov --rows 1", kExitUnavailable, {"bench markov needs"});
     expect_refused("bench step --rows 1 --ctx 8", kExitUnavailable, {"bench step needs"});
     expect_refused("bench allreduce --rows 1", kExitUnavailable, {"bench allreduce needs"});
+    expect_refused("bench verify --rows 1", kExitUnavailable, {"bench verify needs"});
   } else {
     // A CUDA build on a machine with a GPU: check runs, and finds no difference.
     EXPECT_EQ(r.rc, kExitOk) << r.err << r.out;

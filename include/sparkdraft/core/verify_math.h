@@ -27,7 +27,7 @@
 namespace sparkdraft {
 
 // The verifier's Philox offsets (contract.md section 8.4): the target sampler
-// uses 0 and the draft 2^30; positions are refused from 2^60 on.
+// uses 0 and the draft 2^30; a row whose a + N exceeds 2^60 is refused.
 inline constexpr int64_t kVerifyAcceptSalt = int64_t{1} << 61;
 inline constexpr int64_t kVerifyDrawSalt = int64_t{1} << 62;
 inline constexpr int64_t kVerifyPositionLimit = int64_t{1} << 60;
@@ -196,9 +196,13 @@ SD_HD U128 law_term(float s, float max_value) { return fixed64_of_unit(law_exp(s
 
 // L(s)[v] for an id of the kept set with scaled logit s (0 for ids outside it).
 // z = f32_of_fixed64(stats.sum), computed once per law.
-SD_HD float law_prob(const LawStats& st, float z, float s, int64_t id) {
+// law_prob_of_exp takes E = law_exp(s, M) already computed.
+SD_HD float law_prob_of_exp(const LawStats& st, float z, float e, int64_t id) {
   if (st.degenerate()) return id == st.first.id ? 1.0f : 0.0f;
-  return fdiv_rn(law_exp(s, st.first.value), z);
+  return fdiv_rn(e, z);
+}
+SD_HD float law_prob(const LawStats& st, float z, float s, int64_t id) {
+  return law_prob_of_exp(st, z, st.degenerate() ? 0.0f : law_exp(s, st.first.value), id);
 }
 
 // ---- top-p (section 8.3) ------------------------------------------------------

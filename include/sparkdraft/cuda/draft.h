@@ -125,6 +125,19 @@ class CudaDraft final : public DraftBackend {
   // plan's "cuda graph" part is off.
   void propose_device_graphed(const ProposeBatch& batch, const ProposeOutputs& out,
                               cudaStream_t stream);
+  // The lossless verifier (contract.md section 8) on the GPU kernels of
+  // cuda/verify.h, the same bits as the CPU reference: validates (validate_verify),
+  // uploads the batch (the cache rows of its slots, the target logits), runs
+  // verify_device and downloads num_accepted and tokens of the non-padding rows.
+  void verify(const VerifyBatch& batch, const VerifyOutputs& out) override;
+  // The device entry point of the verifier: the same batch and outputs, every
+  // pointer a device pointer (draft_logits the [cache_slots, N, V] cache, e.g.
+  // propose_device's out.draft_logits), queued on the caller's stream; no
+  // allocation, no host synchronization (the scratch is sized for max_reqs at
+  // construction), so it can be captured in a graph. The caller guarantees what
+  // validate_verify checks; num_rows outside [1, max_reqs] or a missing array is
+  // refused (InvalidArgument).
+  void verify_device(const VerifyBatch& batch, const VerifyOutputs& out, cudaStream_t stream);
   // What runs (computed once at construction; the runtime follows it).
   const StepPlan& plan() const override;
   bool markov_fused() const;

@@ -25,6 +25,7 @@
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/cuda/peer_reduce.h"
+#include "sparkdraft/cuda/verify.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/ops/gemm.h"
 
@@ -284,6 +285,14 @@ struct CudaDraft::Impl {
   DeviceBuffer<int64_t> ctx_pos, ctx_slots;
   DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;
 
+  // The verifier's scratch (max_reqs rows) and its host API's staging (the small
+  // arrays sized for max_reqs at construction, the target logits grown on demand).
+  std::unique_ptr<VerifyWorkspace> verify_ws;
+  DeviceBuffer<int64_t> v_tokens, v_anchor, v_seed, v_slot, v_out_tokens;
+  DeviceBuffer<float> v_temp, v_top_p;
+  DeviceBuffer<int32_t> v_top_k, v_accepted;
+  DeviceBuffer<unsigned char> v_target;
+
   std::unique_ptr<MarkovLoop> markov;              // TP 1
   std::unique_ptr<VocabParallelMarkov> vp_markov;  // TP > 1
   CudaOps::Fusion fusion;                          // from the plan
@@ -325,6 +334,19 @@ struct CudaDraft::Impl {
     if (scan && rs.tp_size == 1) scan_nonfinite_on_device();
     allocate_block(static_cast<int>(o.max_reqs) * c.block_size);
     connect_peers(static_cast<int>(o.max_reqs) * c.block_size);
+    {
+      const size_t R = o.max_reqs, N = c.block_size;
+      verify_ws = std::make_unique<VerifyWorkspace>(o.max_reqs, c.block_size, c.vocab_size);
+      v_tokens = DeviceBuffer<int64_t>(R * N);
+      v_anchor = DeviceBuffer<int64_t>(R);
+      v_seed = DeviceBuffer<int64_t>(R);
+      v_slot = DeviceBuffer<int64_t>(R);
+      v_out_tokens = DeviceBuffer<int64_t>(R * (N + 1));
+      v_temp = DeviceBuffer<float>(R);
+      v_top_p = DeviceBuffer<float>(R);
+      v_top_k = DeviceBuffer<int32_t>(R);
+      v_accepted = DeviceBuffer<int32_t>(R);
+    }
     const ContextSizes cn = step.context_sizes(co.max_context_tokens);
     dev_ctx_h = DeviceBuffer<bf16>(cn.h);
     dev_ctx_normed = DeviceBuffer<bf16>(cn.normed);
@@ -718,6 +740,77 @@ struct CudaDraft::Impl {
     device_graphs[b.num_rows] = DeviceGraph{pointers, std::move(exec)};
   }
 
+  // The verifier's device call (cuda/verify.h) on device pointers.
+  void verify_device(const VerifyBatch& b, const VerifyOutputs& out, cudaStream_t s) {
+    if (b.num_rows < 1 || b.num_rows > o.max_reqs)
+      throw InvalidArgument("verify_device: num_rows " + std::to_string(b.num_rows) +
+                            " is outside [1, " + std::to_string(o.max_reqs) + "]");
+    ops::VerifyParams p;
+    p.rows = b.num_rows;
+    p.n = c.block_size;
+    p.vocab = c.vocab_size;
+    p.cache_rows = o.cache_slots;
+    p.draft_tokens = b.draft_tokens;
+    p.anchor_positions = b.anchor_positions;
+    p.seeds = b.seeds;
+    p.temperatures = b.temperatures;
+    p.top_k = b.top_k;
+    p.top_p = b.top_p;
+    p.cache_slots = b.cache_slots;
+    p.draft_logits = b.draft_logits;
+    p.target_logits = b.target_logits;
+    p.target_dtype = b.target_dtype;
+    p.method = b.method;
+    p.num_accepted = out.num_accepted;
+    p.tokens = out.tokens;
+    cuda::verify(p, *verify_ws, s);
+  }
+
+  // The verifier's host API: validate, upload, run, download the non-padding rows.
+  void verify(const VerifyBatch& b, const VerifyOutputs& out) {
+    validate_verify(c, o, b);
+    if (!out.num_accepted || !out.tokens)
+      throw InvalidArgument("verify: num_accepted and tokens must be given");
+    const size_t R = b.num_rows, N = c.block_size, V = c.vocab_size;
+    v_tokens.upload(b.draft_tokens, R * N, 0, stream);
+    v_anchor.upload(b.anchor_positions, R, 0, stream);
+    v_seed.upload(b.seeds, R, 0, stream);
+    v_slot.upload(b.cache_slots, R, 0, stream);
+    v_temp.upload(b.temperatures, R, 0, stream);
+    if (b.top_k) v_top_k.upload(b.top_k, R, 0, stream);
+    if (b.top_p) v_top_p.upload(b.top_p, R, 0, stream);
+    const size_t target_bytes =
+        R * (N + 1) * V * (b.target_dtype == LogitsDType::f32 ? sizeof(float) : sizeof(bf16));
+    if (v_target.size() < target_bytes) v_target = DeviceBuffer<unsigned char>(target_bytes);
+    v_target.upload(static_cast<const unsigned char*>(b.target_logits), target_bytes, 0, stream);
+    for (size_t r = 0; r < R; ++r) {
+      const int64_t slot = b.cache_slots[r];
+      if (slot < 0) continue;
+      const size_t at = static_cast<size_t>(slot) * N * V;
+      cache.upload(b.draft_logits + at, N * V, at, stream);
+    }
+    VerifyBatch d = b;
+    d.draft_tokens = v_tokens.data();
+    d.anchor_positions = v_anchor.data();
+    d.seeds = v_seed.data();
+    d.temperatures = v_temp.data();
+    d.top_k = b.top_k ? v_top_k.data() : nullptr;
+    d.top_p = b.top_p ? v_top_p.data() : nullptr;
+    d.cache_slots = v_slot.data();
+    d.draft_logits = cache.data();
+    d.target_logits = v_target.data();
+    verify_device(d, VerifyOutputs{v_accepted.data(), v_out_tokens.data()}, stream);
+    std::vector<int32_t> k(R);
+    std::vector<int64_t> tokens(R * (N + 1));
+    v_accepted.download(k.data(), R, 0, stream);
+    v_out_tokens.download(tokens.data(), tokens.size(), 0, stream);
+    for (size_t r = 0; r < R; ++r) {
+      if (b.cache_slots[r] < 0) continue;  // padding rows: untouched
+      out.num_accepted[r] = k[r];
+      std::copy_n(tokens.data() + r * (N + 1), N + 1, out.tokens + r * (N + 1));
+    }
+  }
+
   MarkovHead markov_head() const {
     MarkovHead head;
     head.w1 = w1.data();
@@ -814,6 +907,10 @@ void CudaDraft::propose_device(const ProposeBatch& b, const ProposeOutputs& out,
 void CudaDraft::propose_device_graphed(const ProposeBatch& b, const ProposeOutputs& out,
                                        cudaStream_t s) {
   impl_->propose_device_graphed(b, out, s);
+}
+void CudaDraft::verify(const VerifyBatch& b, const VerifyOutputs& out) { impl_->verify(b, out); }
+void CudaDraft::verify_device(const VerifyBatch& b, const VerifyOutputs& out, cudaStream_t s) {
+  impl_->verify_device(b, out, s);
 }
 bool CudaDraft::markov_fused() const { return impl_->plan.runs("markov loop", "fused"); }
 bool CudaDraft::fused_all_reduce() const { return impl_->peer != nullptr; }

@@ -1,0 +1,102 @@
+// The lossless verifier on the GPU (contract.md section 8; ops/verify.h): the same
+// bits as the CPU reference (src/cpu/verify.cpp) for any row count, block size and
+// vocabulary split.
+//
+// The three stages of ops/verify.h, each a kernel on the caller's stream
+// (src/cuda/verify/verify.cu):
+//   first    grid (items, S): each CTA reduces its vocabulary slice of one (row,
+//            position) to the first-id packets of the target's and the draft's
+//            scaled logits (items = rows x (N + 1), S slices of `slice` ids);
+//   head     one CTA per item: the S packets combined in the fixed tree (the law's
+//            M and whether it is degenerate); where the row has top-k / top-p, the
+//            kept set's threshold in the order (an exact radix selection over the
+//            64-bit order key, counts for top-k and exact 128-bit sums for top-p);
+//   sums     grid (items, S): each slice's exact 128-bit sums Zi of target (over
+//            the kept set) and draft;
+//   decide   one CTA per row: the sums combined in the fixed tree, Z, p_j(x_j),
+//            q_j(x_j), and the sequential decision (standard, or block's weights w);
+//   block    (method block) grid (rows x (N - 1), S) the residual masses R_i, then
+//            one CTA per row for h_i and k;
+//   draw     grid (rows, S): each slice's draw packets at position k (the residual
+//            or block residual, and the target draw as its fallback or the bonus);
+//   finish   one CTA per row: the draw packets combined in the fixed tree; writes
+//            num_accepted and tokens (padding rows untouched).
+// Every combine is exact (packets by the order, sums in integers), so the slice
+// width and the block size never change a bit; the tests run every block size the
+// launcher can pick and several slice widths against the CPU reference.
+//
+// No allocation and no host synchronization per call (the scratch is a
+// VerifyWorkspace, sized when it is built), so a call can be captured in a CUDA
+// graph. Values behind device pointers (tokens, slots, temperatures, top-k/top-p)
+// are not read on the host: the API boundary validates them (validate_verify).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sparkdraft/core/packet.h"
+#include "sparkdraft/core/verify_math.h"
+#include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/ops/verify.h"
+
+namespace sparkdraft::cuda {
+
+// Threads per CTA of the vocabulary kernels (every size the launcher may pick).
+inline constexpr int kVerifyThreadChoices[] = {64, 128, 256, 512};
+inline constexpr int kVerifyMaxSlices = 64;  // default bound on the vocabulary slices
+
+// How one call is cut: `threads` per CTA of the vocabulary kernels, `slice` ids per
+// vocabulary slice (S = ceil(V / slice) slices, at most the workspace's max_slices).
+// exp_table: the sums kernel memoises E of bf16 logits by their bits in shared
+// memory (the same bits; far fewer exp evaluations, the vocabulary holding few
+// distinct bf16 values).
+struct VerifyShape {
+  int threads = 256;
+  int slice = 0;
+  bool exp_table = true;
+};
+
+// A (row, position, side) law between the kernels: its first-id packet and Z.
+struct VerifyLaw {
+  MarkovPacket first;
+  float z;
+  int32_t pad;
+};
+
+// The scratch of the verify kernels for up to max_rows rows of N drafts over V ids.
+class VerifyWorkspace {
+ public:
+  VerifyWorkspace(int max_rows, int n, int vocab, int max_slices = kVerifyMaxSlices);
+  int max_rows() const { return max_rows_; }
+  int n() const { return n_; }
+  int vocab() const { return vocab_; }
+  int max_slices() const { return max_slices_; }
+  // The launcher's shape for `rows` rows: 256 threads, the exp table, and slices
+  // narrow enough that about four CTAs per SM run even at one row (a row alone fills
+  // the GPU).
+  VerifyShape pick(int rows) const;
+
+  DeviceBuffer<MarkovPacket> packets;  // [rows][N + 1][2][S] first-id packets (target, draft)
+  DeviceBuffer<U128> sums;             // [rows][N + 1][2][S] Zi partials
+  DeviceBuffer<U128> mass;             // [rows][N][S] block: R_i partials
+  DeviceBuffer<MarkovPacket> draws;    // [rows][2][S] residual and target draw packets
+  DeviceBuffer<VerifyLaw> laws;        // [rows][N + 1][2]
+  DeviceBuffer<uint64_t> keep;         // [rows][N + 1] target's kept-set threshold key (0: all)
+  DeviceBuffer<float> weights;         // [rows][N + 1] block: w_i
+  DeviceBuffer<float> chosen_weight;   // [rows] block: w_k after the decision
+  DeviceBuffer<int32_t> accepted;      // [rows] k
+  DeviceBuffer<int64_t> emitted;       // [rows] T = 0: the greedy pick
+
+ private:
+  int max_rows_, n_, vocab_, max_slices_, sm_count_ = 1;
+};
+
+// Queues the verification of p (every pointer a device pointer) on `stream`:
+// p.check(), then InvalidArgument when p exceeds the workspace (rows, N, V) or the
+// shape is not one the launcher can run (threads one of kVerifyThreadChoices, slice
+// >= 1 with at most max_slices slices). shape null: ws.pick(p.rows).
+void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream,
+            const VerifyShape* shape = nullptr);
+
+}  // namespace sparkdraft::cuda

@@ -1,0 +1,159 @@
+// The GPU verifier's kept-set selection (src/cuda/verify/select.h): the radix
+// descent over the order key, run here on one thread with the kernel's own bucket
+// steps, keeps exactly the set of contract.md section 8.3 written by sorting (the
+// first k ids of the order, then the ids whose earlier top-k mass is below
+// top_p * Zi), over seeded rows with ties, +-0, -inf and logits scaled by small
+// temperatures; and the order key sorts as the sampling rule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/random.h"
+#include "cuda/verify/select.h"
+
+namespace sparkdraft {
+namespace {
+
+using verify_select::kBuckets;
+using verify_select::order_key;
+
+// The descent as the kernel runs it (histograms built sequentially here).
+uint64_t descend(const std::vector<float>& s, float M, int top_k, float top_p) {
+  const int V = static_cast<int>(s.size());
+  uint64_t thr_k = 0;
+  if (top_k > 0 && top_k < V) {
+    uint64_t prefix = 0, mask = 0;
+    uint32_t k_left = static_cast<uint32_t>(top_k);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      uint32_t count[kBuckets] = {};
+      for (int v = 0; v < V; ++v) {
+        const uint64_t key = order_key(s[v], v);
+        if ((key & mask) == prefix) ++count[verify_select::digit(key, shift)];
+      }
+      prefix |= static_cast<uint64_t>(verify_select::top_k_bucket(count, k_left)) << shift;
+      mask |= uint64_t{0xff} << shift;
+    }
+    thr_k = prefix;
+  }
+  if (!(top_p < 1.0f)) return thr_k;
+  U128 total, above;
+  for (int v = 0; v < V; ++v)
+    if (order_key(s[v], v) >= thr_k) total = u128_add(total, verify_select::sum_term(s[v], M));
+  uint64_t prefix = 0, mask = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    uint32_t count[kBuckets] = {};
+    std::vector<U128> sum(kBuckets);
+    for (int v = 0; v < V; ++v) {
+      const uint64_t key = order_key(s[v], v);
+      if (key >= thr_k && (key & mask) == prefix) {
+        const int b = verify_select::digit(key, shift);
+        ++count[b];
+        sum[b] = u128_add(sum[b], verify_select::sum_term(s[v], M));
+      }
+    }
+    const int b = verify_select::top_p_bucket(count, sum.data(), above, top_p, total);
+    EXPECT_GE(b, 0) << "no bucket at shift " << shift;
+    prefix |= static_cast<uint64_t>(b) << shift;
+    mask |= uint64_t{0xff} << shift;
+  }
+  return prefix;
+}
+
+// Section 8.3 by sorting.
+std::vector<bool> kept_by_sorting(const std::vector<float>& s, float M, int top_k, float top_p) {
+  const int V = static_cast<int>(s.size());
+  std::vector<int> ids(V);
+  for (int v = 0; v < V; ++v) ids[v] = v;
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return better(s[a], a, s[b], b); });
+  const int keep_k = top_k > 0 && top_k < V ? top_k : V;
+  std::vector<bool> kept(V, false);
+  for (int i = 0; i < keep_k; ++i) kept[ids[i]] = true;
+  if (top_p < 1.0f) {
+    U128 total, before;
+    for (int i = 0; i < keep_k; ++i) total = u128_add(total, law_term(s[ids[i]], M));
+    for (int i = 0; i < keep_k; ++i) {
+      if (!top_p_keeps(before, top_p, total)) kept[ids[i]] = false;
+      before = u128_add(before, law_term(s[ids[i]], M));
+    }
+  }
+  return kept;
+}
+
+TEST(VerifySelect, RadixDescentKeepsTheSetOfSection8_3) {
+  test::Gen g(8303);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  int cases = 0;
+  for (int it = 0; it < 1500; ++it) {
+    const int V = static_cast<int>(g.integer(1, 700));
+    const int kind = static_cast<int>(g.integer(0, 3));
+    std::vector<float> s(V);
+    for (float& x : s) {
+      const float u = g.uniform(-6.0f, 6.0f);
+      x = kind == 0   ? round_bf16(u)  // bf16 logits: many ties
+          : kind == 1 ? std::round(u)  // integers: large tie groups
+          : kind == 2 ? u / 0.05f      // T 0.05: most terms below 2^-64
+                      : (g.integer(0, 2) == 0 ? ninf : u);
+      if (g.integer(0, 49) == 0) x = 0.0f;
+      if (g.integer(0, 49) == 0) x = -0.0f;
+    }
+    int f = 0;
+    for (int v = 1; v < V; ++v)
+      if (better(s[v], v, s[f], f)) f = v;
+    if (s[f] == ninf) continue;  // degenerate: no selection
+    const int ks[] = {0, 1, 2, 5, V - 1, V, V + 3, 50};
+    const float ps[] = {1.0f, 0.9f, 0.5f, 0.01f, 0.999f, 1e-30f, 0.3f};
+    const int top_k = ks[g.integer(0, 7)];
+    const float top_p = ps[g.integer(0, 6)];
+    if (!((top_k > 0 && top_k < V) || top_p < 1.0f)) continue;
+    ++cases;
+    const std::vector<bool> want = kept_by_sorting(s, s[f], top_k, top_p);
+    const uint64_t thr = descend(s, s[f], top_k, top_p);
+    for (int v = 0; v < V; ++v)
+      ASSERT_EQ(order_key(s[v], v) >= thr, want[v])
+          << "case " << it << ": V " << V << ", top_k " << top_k << ", top_p " << top_p << ", id "
+          << v << " (s " << s[v] << ")";
+  }
+  EXPECT_GT(cases, 1000);
+}
+
+// The key orders as better(): a larger key exactly when the id comes first.
+TEST(VerifySelect, OrderKeySortsAsTheSamplingRule) {
+  test::Gen g(11);
+  const float vals[] = {std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity(),
+                        0.0f,
+                        -0.0f,
+                        1.5f,
+                        -1.5f,
+                        1e-40f,
+                        -1e-40f,
+                        3.0f};
+  for (int it = 0; it < 20000; ++it) {
+    const float a = g.integer(0, 1) ? vals[g.integer(0, 9)] : g.uniform(-4.0f, 4.0f);
+    const float b = g.integer(0, 1) ? vals[g.integer(0, 9)] : g.uniform(-4.0f, 4.0f);
+    const int32_t ia = static_cast<int32_t>(g.integer(0, 1000));
+    int32_t ib = static_cast<int32_t>(g.integer(0, 1000));
+    if (ib == ia) ib = ia + 1;
+    ASSERT_EQ(order_key(a, ia) > order_key(b, ib), better(a, ia, b, ib))
+        << a << " id " << ia << " vs " << b << " id " << ib;
+  }
+}
+
+// The skipped exp is exact: every term at s - M < -45 is 0, and at -45 and above
+// sum_term is law_term.
+TEST(VerifySelect, SumTermEqualsLawTerm) {
+  test::Gen g(45);
+  for (int it = 0; it < 200000; ++it) {
+    const float M = g.uniform(-20.0f, 20.0f);
+    const float s = M - g.uniform(0.0f, 120.0f);
+    const U128 a = verify_select::sum_term(s, M), b = law_term(s, M);
+    ASSERT_TRUE(a.lo == b.lo && a.hi == b.hi) << "s " << s << ", M " << M;
+  }
+}
+
+}  // namespace
+}  // namespace sparkdraft

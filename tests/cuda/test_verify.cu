@@ -1,0 +1,534 @@
+// The verifier on the GPU (issue 22; sparkdraft/cuda/verify.h) against the CPU
+// reference (src/cpu/verify.cpp), bit for bit on num_accepted and every output
+// token: every row count (1, odd, max_reqs), every block size the launcher can
+// pick and several vocabulary splits (with and without the sums' exp table), NaN / +inf / all -inf
+// / tied rows, padding rows (left untouched), T 0 / 0.05 / 0.7 / 1 / 2, top-k and top-p, bf16 and
+// fp32 target logits, both methods; a graph replay equals the eager call; the comparison catches a
+// decision flipped by one corrupted logit; CudaDraft's host and device entry points equal the CPU
+// reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "cuda/common/graph.h"
+#include "cuda/gpu_test_util.h"
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/cpu/verify.h"
+#include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/cuda/draft.h"
+#include "sparkdraft/cuda/verify.h"
+#include "sparkdraft/error.h"
+#include "sparkdraft/scenario.h"
+
+namespace sparkdraft {
+namespace {
+
+constexpr int64_t kUnwritten = -7;  // what padding rows must keep
+constexpr int32_t kUnwrittenK = -3;
+
+// One verify call's host inputs.
+struct Case {
+  int rows = 0, n = 0, vocab = 0, cache_rows = 0;
+  LogitsDType dtype = LogitsDType::bf16;
+  VerifyMethod method = VerifyMethod::standard;
+  int64_t accept_salt = kVerifyAcceptSalt, draw_salt = kVerifyDrawSalt;
+  std::vector<int64_t> tokens, anchors, seeds, slots;
+  std::vector<float> temps, top_p;
+  std::vector<int32_t> top_k;
+  std::vector<bf16> cache;
+  std::vector<bf16> target_bf16;
+  std::vector<float> target_f32;
+
+  const void* target() const {
+    return dtype == LogitsDType::f32 ? static_cast<const void*>(target_f32.data())
+                                     : static_cast<const void*>(target_bf16.data());
+  }
+  size_t target_bytes() const {
+    return dtype == LogitsDType::f32 ? target_f32.size() * sizeof(float)
+                                     : target_bf16.size() * sizeof(bf16);
+  }
+  float target_at(int r, int j, int v) const {
+    const size_t i = (static_cast<size_t>(r) * (n + 1) + j) * vocab + v;
+    return dtype == LogitsDType::f32 ? target_f32[i] : to_f32(target_bf16[i]);
+  }
+  void set_target(int r, int j, int v, float x) {
+    const size_t i = (static_cast<size_t>(r) * (n + 1) + j) * vocab + v;
+    if (dtype == LogitsDType::f32)
+      target_f32[i] = x;
+    else
+      target_bf16[i] = to_bf16(x);
+  }
+  // The greedy pick of the target at (r, j) (section 4's rule).
+  int64_t target_pick(int r, int j) const {
+    int64_t best = 0;
+    for (int v = 1; v < vocab; ++v)
+      if (better(target_at(r, j, v), v, target_at(r, j, static_cast<int>(best)), best)) best = v;
+    return best;
+  }
+};
+
+struct Result {
+  std::vector<int32_t> k;
+  std::vector<int64_t> tokens;
+};
+
+const float kTemps[] = {0.0f, 0.05f, 0.7f, 1.0f, 2.0f};
+
+// Seeded inputs: the draft's cache near the target (acceptance happens) or its
+// negation (rejections), special rows (NaN, +inf, every value -inf, all tied),
+// padding rows, a temperature, top-k and top-p per row.
+Case make_case(test::Gen& g, int rows, int n, int vocab, LogitsDType dtype, VerifyMethod method,
+               bool truncation) {
+  Case c;
+  c.rows = rows;
+  c.n = n;
+  c.vocab = vocab;
+  c.cache_rows = rows + 2;
+  c.dtype = dtype;
+  c.method = method;
+  const size_t tn = static_cast<size_t>(rows) * (n + 1) * vocab;
+  if (dtype == LogitsDType::f32)
+    c.target_f32 = g.floats(tn, -6.0f, 6.0f);
+  else
+    c.target_bf16 = g.bf16s(tn, -6.0f, 6.0f);
+  c.cache = g.bf16s(static_cast<size_t>(c.cache_rows) * n * vocab, -6.0f, 6.0f);
+  // Slots: a shuffled subset of the cache rows; every fifth row (from row 2) padding.
+  std::vector<int64_t> free_slots(c.cache_rows);
+  for (int i = 0; i < c.cache_rows; ++i) free_slots[i] = i;
+  std::shuffle(free_slots.begin(), free_slots.end(), g.engine());
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int r = 0; r < rows; ++r) {
+    const bool pad = rows > 2 && r % 5 == 2;
+    c.slots.push_back(pad ? -1 : free_slots[r]);
+    c.anchors.push_back(100 + 13 * r);
+    c.seeds.push_back(static_cast<int64_t>(g.bits() >> 1));
+    c.temps.push_back(kTemps[(r + g.integer(0, 4)) % 5]);
+    const int32_t ks[] = {0, 1, 5, vocab - 1, vocab + 3, 50};
+    const float ps[] = {1.0f, 0.9f, 0.5f, 0.01f, 0.999f, 1.0f};
+    c.top_k.push_back(truncation ? ks[g.integer(0, 5)] : 0);
+    c.top_p.push_back(truncation ? ps[g.integer(0, 5)] : 1.0f);
+    const int64_t slot = pad ? free_slots[r] : c.slots.back();
+    const int kind = static_cast<int>(g.integer(0, 9));
+    for (int j = 0; j < n; ++j) {
+      bf16* row = c.cache.data() + (static_cast<size_t>(slot) * n + j) * vocab;
+      for (int v = 0; v < vocab; ++v) {
+        const float t = c.target_at(r, j, v);
+        // Near the target (kind < 6), its negation (kind 6, 7), unrelated otherwise.
+        if (kind < 6) row[v] = to_bf16(t + g.uniform(-0.5f, 0.5f));
+        if (kind == 6 || kind == 7) row[v] = to_bf16(-t);
+      }
+    }
+    // Special rows (each at one position j).
+    const int j = static_cast<int>(g.integer(0, n));
+    switch (r % 7) {
+      case 1:  // NaNs in the target
+        c.set_target(r, j, static_cast<int>(g.integer(0, vocab - 1)), nan);
+        c.set_target(r, j, static_cast<int>(g.integer(0, vocab - 1)), nan);
+        break;
+      case 3:  // +inf in the target
+        c.set_target(r, j, static_cast<int>(g.integer(0, vocab - 1)), inf);
+        break;
+      case 4:  // every value -inf
+        for (int v = 0; v < vocab; ++v) c.set_target(r, j, v, -inf);
+        break;
+      case 5:  // all tied
+        for (int v = 0; v < vocab; ++v) c.set_target(r, j, v, 1.5f);
+        break;
+      case 6:  // NaN in the draft's cache row
+        if (j < n)
+          c.cache[(static_cast<size_t>(slot) * n + j) * vocab + g.integer(0, vocab - 1)] =
+              to_bf16(nan);
+        break;
+      default: break;
+    }
+    // Draft tokens: the target's pick (accepted at T 0), the cache's greedy pick, or random.
+    for (int jj = 0; jj < n; ++jj) {
+      const int how = static_cast<int>(g.integer(0, 2));
+      int64_t x = g.integer(0, vocab - 1);
+      if (how == 0) x = c.target_pick(r, jj);
+      if (how == 1) {
+        const bf16* row = c.cache.data() + (static_cast<size_t>(slot) * n + jj) * vocab;
+        int64_t best = 0;
+        for (int v = 1; v < vocab; ++v)
+          if (better(to_f32(row[v]), v, to_f32(row[best]), best)) best = v;
+        x = best;
+      }
+      c.tokens.push_back(x);
+    }
+  }
+  return c;
+}
+
+ops::VerifyParams params_of(const Case& c) {
+  ops::VerifyParams p;
+  p.rows = c.rows;
+  p.n = c.n;
+  p.vocab = c.vocab;
+  p.cache_rows = c.cache_rows;
+  p.target_dtype = c.dtype;
+  p.method = c.method;
+  p.accept_salt = c.accept_salt;
+  p.draw_salt = c.draw_salt;
+  return p;
+}
+
+Result cpu_verify(const Case& c) {
+  Result res{std::vector<int32_t>(c.rows, kUnwrittenK),
+             std::vector<int64_t>(static_cast<size_t>(c.rows) * (c.n + 1), kUnwritten)};
+  ops::VerifyParams p = params_of(c);
+  p.draft_tokens = c.tokens.data();
+  p.anchor_positions = c.anchors.data();
+  p.seeds = c.seeds.data();
+  p.temperatures = c.temps.data();
+  p.top_k = c.top_k.data();
+  p.top_p = c.top_p.data();
+  p.cache_slots = c.slots.data();
+  p.draft_logits = c.cache.data();
+  p.target_logits = c.target();
+  p.num_accepted = res.k.data();
+  p.tokens = res.tokens.data();
+  cpu::verify(p, 0, 4);
+  return res;
+}
+
+// The case on the device, and the outputs.
+struct DeviceCase {
+  explicit DeviceCase(const Case& c)
+      : tokens(c.tokens),
+        anchors(c.anchors),
+        seeds(c.seeds),
+        slots(c.slots),
+        temps(c.temps),
+        top_p(c.top_p),
+        top_k(c.top_k),
+        cache(c.cache),
+        target(c.target_bytes()),
+        k(c.rows),
+        out(static_cast<size_t>(c.rows) * (c.n + 1)) {
+    target.upload(static_cast<const unsigned char*>(c.target()), c.target_bytes());
+    p = params_of(c);
+    p.draft_tokens = tokens.data();
+    p.anchor_positions = anchors.data();
+    p.seeds = seeds.data();
+    p.temperatures = temps.data();
+    p.top_k = top_k.data();
+    p.top_p = top_p.data();
+    p.cache_slots = slots.data();
+    p.draft_logits = cache.data();
+    p.target_logits = target.data();
+    p.num_accepted = k.data();
+    p.tokens = out.data();
+  }
+  void reset_outputs(const Case& c) {
+    k.upload(std::vector<int32_t>(c.rows, kUnwrittenK));
+    out.upload(std::vector<int64_t>(static_cast<size_t>(c.rows) * (c.n + 1), kUnwritten));
+  }
+  Result result() const { return {k.download(), out.download()}; }
+
+  cuda::DeviceBuffer<int64_t> tokens, anchors, seeds, slots;
+  cuda::DeviceBuffer<float> temps, top_p;
+  cuda::DeviceBuffer<int32_t> top_k;
+  cuda::DeviceBuffer<bf16> cache;
+  cuda::DeviceBuffer<unsigned char> target;
+  cuda::DeviceBuffer<int32_t> k;
+  cuda::DeviceBuffer<int64_t> out;
+  ops::VerifyParams p;
+};
+
+// "" when equal, else where and what.
+std::string difference(const Case& c, const Result& want, const Result& got) {
+  for (int r = 0; r < c.rows; ++r) {
+    std::ostringstream os;
+    os << "row " << r << " (T " << c.temps[r] << ", top_k " << c.top_k[r] << ", top_p "
+       << c.top_p[r] << ", slot " << c.slots[r] << "): ";
+    if (want.k[r] != got.k[r]) {
+      os << "num_accepted cpu " << want.k[r] << ", gpu " << got.k[r];
+      return os.str();
+    }
+    for (int i = 0; i <= c.n; ++i) {
+      const size_t at = static_cast<size_t>(r) * (c.n + 1) + i;
+      if (want.tokens[at] != got.tokens[at]) {
+        os << "token " << i << " cpu " << want.tokens[at] << ", gpu " << got.tokens[at];
+        return os.str();
+      }
+    }
+  }
+  return "";
+}
+
+Result gpu_verify(const Case& c, DeviceCase& d, cuda::VerifyWorkspace& ws,
+                  const cuda::VerifyShape* shape) {
+  d.reset_outputs(c);
+  cuda::verify(d.p, ws, nullptr, shape);
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  return d.result();
+}
+
+// Every block size with several slice widths (the launcher's pick, one slice,
+// narrow, odd and the most slices the workspace holds) against the CPU.
+void check_every_shape(const Case& c, int max_rows) {
+  const Result want = cpu_verify(c);
+  int accepted = 0, padding = 0;
+  for (int r = 0; r < c.rows; ++r) {
+    if (c.slots[r] < 0)
+      ++padding;
+    else
+      accepted += want.k[r];
+  }
+  std::printf("  rows %d, V %d, %s, %s: %d drafts accepted, %d padding rows\n", c.rows, c.vocab,
+              to_string(c.dtype), to_string(c.method), accepted, padding);
+  DeviceCase d(c);
+  cuda::VerifyWorkspace ws(max_rows, c.n, c.vocab);
+  const int most = (c.vocab + cuda::kVerifyMaxSlices - 1) / cuda::kVerifyMaxSlices;
+  std::vector<int> slices = {ws.pick(c.rows).slice, c.vocab, 1021, most};
+  if (c.vocab <= 4096) slices.push_back(std::max(most, 97));
+  for (int threads : cuda::kVerifyThreadChoices)
+    for (int slice : slices)
+      for (bool table : {true, false}) {
+        const cuda::VerifyShape shape{threads, slice, table};
+        const std::string diff = difference(c, want, gpu_verify(c, d, ws, &shape));
+        ASSERT_EQ(diff, "") << "threads " << threads << ", slice " << slice << ", exp table "
+                            << table;
+      }
+}
+
+TEST(CudaVerify, EqualsCpuAtEveryRowCountBlockSizeAndSplit) {
+  SD_REQUIRE_GPU();
+  for (LogitsDType dtype : {LogitsDType::bf16, LogitsDType::f32})
+    for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block})
+      for (int rows : {1, 7, 32})
+        for (bool truncation : {false, true}) {
+          test::Gen g(1000 + rows * 10 + (truncation ? 1 : 0) +
+                      (dtype == LogitsDType::f32 ? 100 : 0) +
+                      (method == VerifyMethod::block ? 200 : 0));
+          SCOPED_TRACE(std::string(to_string(dtype)) + " " + to_string(method) + " rows " +
+                       std::to_string(rows) + (truncation ? " top-k/top-p" : ""));
+          const Case c = make_case(g, rows, 7, 1237, dtype, method, truncation);
+          check_every_shape(c, 32);
+          if (HasFatalFailure()) return;
+        }
+}
+
+TEST(CudaVerify, EqualsCpuAtOneDraftToken) {
+  SD_REQUIRE_GPU();
+  for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block}) {
+    test::Gen g(77);
+    const Case c = make_case(g, 9, 1, 333, LogitsDType::bf16, method, true);
+    check_every_shape(c, 9);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The streams' salts reach the kernels (the broken verifier of the statistics
+// tests sets the accept salt to the draft's): the GPU follows the CPU there too,
+// and the outputs change with the salts.
+TEST(CudaVerify, EqualsCpuWithOtherStreamSalts) {
+  SD_REQUIRE_GPU();
+  test::Gen g(4321);
+  Case c = make_case(g, 16, 7, 777, LogitsDType::bf16, VerifyMethod::standard, false);
+  for (float& t : c.temps) t = 1.0f;
+  const Result ours = cpu_verify(c);
+  c.accept_salt = kDraftNoiseSalt;
+  c.draw_salt = 12345;
+  const Result want = cpu_verify(c);
+  EXPECT_NE(difference(c, ours, want), "") << "the salts changed nothing";
+  DeviceCase d(c);
+  cuda::VerifyWorkspace ws(16, c.n, c.vocab);
+  EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
+}
+
+// The bench's vocabulary: the launcher's shapes over 152k ids.
+TEST(CudaVerify, EqualsCpuAtAFullVocabulary) {
+  SD_REQUIRE_GPU();
+  for (LogitsDType dtype : {LogitsDType::bf16, LogitsDType::f32}) {
+    test::Gen g(4242);
+    const Case c = make_case(g, 3, 7, 151936, dtype, VerifyMethod::standard, true);
+    const Result want = cpu_verify(c);
+    DeviceCase d(c);
+    cuda::VerifyWorkspace ws(8, c.n, c.vocab);
+    for (int threads : cuda::kVerifyThreadChoices)
+      for (bool table : {true, false}) {
+        const cuda::VerifyShape shape{threads, ws.pick(c.rows).slice, table};
+        ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "")
+            << "threads " << threads << ", exp table " << table;
+      }
+    ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
+  }
+}
+
+TEST(CudaVerify, GraphReplayEqualsEager) {
+  SD_REQUIRE_GPU();
+  for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block}) {
+    test::Gen g(31337);
+    const Case c = make_case(g, 11, 7, 2048, LogitsDType::bf16, method, true);
+    DeviceCase d(c);
+    cuda::VerifyWorkspace ws(16, c.n, c.vocab);
+    const Result eager = gpu_verify(c, d, ws, nullptr);
+    ASSERT_EQ(difference(c, cpu_verify(c), eager), "");
+    cuda::DeviceStream stream;
+    d.reset_outputs(c);
+    const cuda::GraphExec graph(stream.get(),
+                                [&](cudaStream_t s) { cuda::verify(d.p, ws, s, nullptr); });
+    for (int i = 0; i < 3; ++i) graph.launch(stream.get());
+    stream.synchronize();
+    EXPECT_EQ(difference(c, eager, d.result()), "");
+  }
+}
+
+// The comparison can fail: one corrupted target logit (a new maximum at position 0
+// of a greedy row whose first draft was the target's pick) flips that decision; the
+// GPU on the corrupted input differs from the CPU on the original, and equals the
+// CPU on the corrupted input.
+TEST(CudaVerify, ACorruptedLogitFlipsADecisionAndTheComparisonSeesIt) {
+  SD_REQUIRE_GPU();
+  test::Gen g(99);
+  Case c = make_case(g, 4, 7, 1000, LogitsDType::bf16, VerifyMethod::standard, false);
+  c.temps[0] = 0.0f;
+  c.tokens[0] = c.target_pick(0, 0);
+  const Result original = cpu_verify(c);
+  ASSERT_GE(original.k[0], 1);
+  const int other = static_cast<int>((c.tokens[0] + 1) % c.vocab);
+  c.set_target(0, 0, other, 100.0f);
+  DeviceCase d(c);
+  cuda::VerifyWorkspace ws(4, c.n, c.vocab);
+  const Result corrupted = gpu_verify(c, d, ws, nullptr);
+  EXPECT_EQ(corrupted.k[0], 0);
+  EXPECT_EQ(corrupted.tokens[0], other);
+  const std::string diff = difference(c, original, corrupted);
+  EXPECT_NE(diff, "");
+  std::printf("  the comparison reports: %s\n", diff.c_str());
+  EXPECT_EQ(difference(c, cpu_verify(c), corrupted), "");
+}
+
+TEST(CudaVerify, RefusesShapesTheLauncherCannotRun) {
+  SD_REQUIRE_GPU();
+  test::Gen g(5);
+  const Case c = make_case(g, 3, 7, 1000, LogitsDType::bf16, VerifyMethod::standard, false);
+  DeviceCase d(c);
+  cuda::VerifyWorkspace ws(2, c.n, c.vocab);
+  EXPECT_THROW(cuda::verify(d.p, ws, nullptr), InvalidArgument);  // 3 rows > 2
+  cuda::VerifyWorkspace ws3(3, c.n, c.vocab);
+  const cuda::VerifyShape odd{100, 256, true}, narrow{256, 10, true};
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &odd), InvalidArgument);
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow), InvalidArgument);  // 100 slices
+  cuda::VerifyWorkspace other_n(3, 5, c.vocab);
+  EXPECT_THROW(cuda::verify(d.p, other_n, nullptr), InvalidArgument);
+}
+
+std::shared_ptr<const Checkpoint> tiny_checkpoint() {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "sparkdraft-gpu-test-verify-tiny";
+  if (!std::filesystem::exists(dir / "config.json")) {
+    SyntheticOptions so;
+    so.seed = 5;
+    write_synthetic_checkpoint(preset_config("tiny", "qwen3"), dir.string(), so);
+  }
+  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.string()));
+}
+
+// CudaDraft::verify (host buffers) and verify_device (device pointers, a stream)
+// equal the CPU reference (DraftBackend::verify's own definition).
+TEST(CudaVerify, CudaDraftHostAndDeviceEntryPointsEqualTheCpuReference) {
+  SD_REQUIRE_GPU();
+  auto ckpt = tiny_checkpoint();
+  const ModelConfig& mc = ckpt->config();
+  DraftOptions o;
+  o.max_reqs = 5;
+  o.cache_slots = 7;
+  o.threads = 2;
+  cuda::CudaDraft draft(ckpt, o);
+  test::Gen g(2026);
+  Case c =
+      make_case(g, 5, mc.block_size, mc.vocab_size, LogitsDType::f32, VerifyMethod::block, true);
+  ASSERT_EQ(c.cache_rows, o.cache_slots);  // rows + 2
+  VerifyBatch b;
+  b.num_rows = c.rows;
+  b.draft_tokens = c.tokens.data();
+  b.anchor_positions = c.anchors.data();
+  b.seeds = c.seeds.data();
+  b.temperatures = c.temps.data();
+  b.top_k = c.top_k.data();
+  b.top_p = c.top_p.data();
+  b.cache_slots = c.slots.data();
+  b.draft_logits = c.cache.data();
+  b.target_logits = c.target();
+  b.target_dtype = c.dtype;
+  b.method = c.method;
+  Result want{std::vector<int32_t>(c.rows, kUnwrittenK),
+              std::vector<int64_t>(static_cast<size_t>(c.rows) * (c.n + 1), kUnwritten)};
+  Result got = want;
+  draft.DraftBackend::verify(b, VerifyOutputs{want.k.data(), want.tokens.data()});
+  draft.verify(b, VerifyOutputs{got.k.data(), got.tokens.data()});
+  EXPECT_EQ(difference(c, want, got), "");
+
+  DeviceCase d(c);
+  d.reset_outputs(c);
+  VerifyBatch db = b;
+  db.draft_tokens = d.tokens.data();
+  db.anchor_positions = d.anchors.data();
+  db.seeds = d.seeds.data();
+  db.temperatures = d.temps.data();
+  db.top_k = d.top_k.data();
+  db.top_p = d.top_p.data();
+  db.cache_slots = d.slots.data();
+  db.draft_logits = d.cache.data();
+  db.target_logits = d.target.data();
+  cuda::DeviceStream stream;
+  draft.verify_device(db, VerifyOutputs{d.k.data(), d.out.data()}, stream.get());
+  stream.synchronize();
+  EXPECT_EQ(difference(c, want, d.result()), "");
+
+  // The boundary refuses what validate_verify refuses (a draft token out of range).
+  c.tokens[0] = mc.vocab_size;
+  EXPECT_THROW(draft.verify(b, VerifyOutputs{got.k.data(), got.tokens.data()}), InvalidArgument);
+}
+
+// The multi-round scenario with the real verifier (draft, verify, continue from the
+// accepted drafts and the emitted token): the GPU backend (propose and verify on the
+// GPU) gives the CPU backend's tokens, accepted counts and emitted tokens, round
+// after round, also with padding rows in the batch.
+TEST(CudaVerify, ScenarioWithTheRealVerifierEqualsTheCpuBackend) {
+  SD_REQUIRE_GPU();
+  auto ckpt = tiny_checkpoint();
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2, 3, 4};
+  s.rounds = 4;
+  s.seed = 9;
+  s.real_verifier = true;
+  s.target_noise = 0.3f;
+  s.padding_before = {0, 3};
+  DraftOptions o = scenario_draft_options(ckpt->config(), s);
+  o.threads = 2;
+  auto cpu_backend = make_cpu_backend(ckpt, o);
+  cuda::CudaDraft gpu(ckpt, o);
+  const std::vector<ScenarioRound> want = run_scenario(*cpu_backend, s);
+  const std::vector<ScenarioRound> got = run_scenario(gpu, s);
+  ASSERT_EQ(want.size(), got.size());
+  int accepted = 0;
+  for (size_t round = 0; round < want.size(); ++round) {
+    ASSERT_EQ(want[round].drafts.size(), got[round].drafts.size());
+    for (size_t i = 0; i < want[round].drafts.size(); ++i) {
+      const RequestDraft &a = want[round].drafts[i], &b = got[round].drafts[i];
+      const std::string where =
+          "round " + std::to_string(round) + ", request " + std::to_string(a.request_id);
+      ASSERT_EQ(a.request_id, b.request_id) << where;
+      EXPECT_EQ(a.tokens, b.tokens) << where;
+      EXPECT_EQ(a.accepted, b.accepted) << where;
+      EXPECT_EQ(a.emitted, b.emitted) << where;
+      accepted += a.accepted;
+    }
+  }
+  EXPECT_GT(accepted, 0) << "no draft accepted: the accept path was not exercised";
+}
+
+}  // namespace
+}  // namespace sparkdraft
