@@ -46,6 +46,13 @@ struct DraftOptions {
   // either way. The CUDA backend drafts at tp 1.
   int tp = 1;
   int threads = 0;  // CPU worker threads (0 = hardware concurrency)
+  // The caller's KV caches, for an engine that owns every layer's KV memory: empty =
+  // the backend allocates its own (zeroed); else one pointer per layer to
+  // [num_pages * page_size, kv_heads, 2 * head_dim] bf16 (host memory for the CPU
+  // backend, device memory of the backend's GPU for the CUDA backend) that the caller
+  // keeps alive for the backend's lifetime. The backend neither clears nor frees them
+  // and writes only the slots store_context names. tp 1 only.
+  std::vector<bf16*> kv_caches;
   int64_t max_positions() const { return static_cast<int64_t>(max_pages_per_req) * page_size; }
 };
 
@@ -98,6 +105,15 @@ class DraftBackend {
   virtual StageTimings last_timings() const = 0;
   // Host copy of one layer's KV cache [pages * page_size * kv_heads * 2 * head_dim].
   virtual std::vector<bf16> kv_cache(int layer) const = 0;
+  // Where one layer's KV cache lives (the layout above; host memory for the CPU
+  // backend, device memory for the CUDA backend; DraftOptions::kv_caches[layer] when
+  // the caller gave them), for a zero-copy view. InvalidArgument for a layer out of
+  // range; Unavailable where the cache is sharded over TP ranks.
+  virtual bf16* kv_cache_data(int layer) {
+    (void)layer;
+    throw Unavailable("kv_cache_data: the " + name() +
+                      " backend keeps its KV caches sharded over TP ranks (no single buffer)");
+  }
   // What runs (computed once at construction; the backend follows it).
   virtual const StepPlan& plan() const = 0;
 };
@@ -105,7 +121,8 @@ class DraftBackend {
 // Refuses options no backend can honour: max_reqs, num_pages, page_size,
 // max_pages_per_req and cache_slots >= 1, max_reqs <= kMaxReqs, threads in
 // [0, kMaxThreads], tp a power of two <= kMaxTp dividing the vocabulary, and a
-// KV cache of at most 1 TiB (InvalidArgument naming the field).
+// KV cache of at most 1 TiB, kv_caches empty or one non-null pointer per layer and
+// only at tp 1 (InvalidArgument naming the field).
 void validate_options(const ModelConfig& c, const DraftOptions& o);
 
 // Refuses bad input at the API boundary (InvalidArgument naming row and field).

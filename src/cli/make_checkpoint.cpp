@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -39,6 +40,9 @@ Command add_make_checkpoint(CLI::App& app) {
     std::string preset = "tiny", style, out;
     uint64_t seed = 1;
     bool force = false;
+    // Shape options for a draft of a given target (0 / empty: the preset's).
+    int vocab = 0, target_hidden = 0, block_size = 0;
+    std::vector<int> target_layers;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -62,8 +66,30 @@ Command add_make_checkpoint(CLI::App& app) {
       ->required()
       ->check(non_empty(""));
   sub->add_flag("--force", opts->force, "Overwrite a checkpoint already in --out");
+  sub->add_option("--vocab", opts->vocab,
+                  "Vocabulary size V (the target's; the mask token becomes V-1 when the "
+                  "preset's is out of range). Default: the preset's")
+      ->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--target-hidden", opts->target_hidden,
+                  "Target hidden size H_t (fc reads taps x H_t). Default: the preset's")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--target-layers", opts->target_layers,
+                  "Target layer ids whose hidden states feed the draft (the taps), e.g. "
+                  "--target-layers 0 2 3 (-1: the embedding output). Default: the preset's")
+      ->check(CLI::Range(-1, 1 << 20));
+  sub->add_option("--block-size", opts->block_size,
+                  "Draft tokens per request per round N. Default: the preset's")
+      ->check(CLI::Range(1, 1 << 10));
   return {sub, [opts] {
             ModelConfig config = preset_config(opts->preset, opts->style);
+            if (opts->vocab > 0) {
+              config.vocab_size = opts->vocab;
+              if (config.mask_token_id >= opts->vocab) config.mask_token_id = opts->vocab - 1;
+            }
+            if (opts->target_hidden > 0) config.target_hidden_size = opts->target_hidden;
+            if (!opts->target_layers.empty()) config.target_layer_ids = opts->target_layers;
+            if (opts->block_size > 0) config.block_size = opts->block_size;
+            config.validate();  // a bad shape is refused before anything is written
             refuse_existing_output(opts->out, opts->force);
             SyntheticOptions so;
             so.seed = opts->seed;

@@ -47,7 +47,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 struct LayerRank {
   DraftStep step;
   PackedWeights packed;
-  std::vector<std::vector<bf16>> kv;  // [layer][slots * kv_heads/t * 2 * hd]
+  std::vector<std::vector<bf16>> kv;  // [layer][slots * kv_heads/t * 2 * hd] (own caches)
+  std::vector<bf16*> kv_data;         // [layer] the caches used: kv's, or the caller's
+  size_t kv_per_layer = 0;            // elements of one layer's cache
   StepWeights sw;
   std::vector<bf16> hidden;  // the last propose's final hidden states
 };
@@ -94,11 +96,23 @@ class CpuDraft final : public CpuDraftBackend {
       throw InvalidArgument("kv_cache: layer " + std::to_string(layer) + " of " +
                             std::to_string(c_.num_layers));
     std::vector<std::vector<bf16>> shards;
-    for (const LayerRank& lr : ranks_) shards.push_back(lr.kv[static_cast<size_t>(layer)]);
+    for (const LayerRank& lr : ranks_) shards.push_back(layer_cache(lr, layer));
     return gather_kv_shards(c_, std::move(shards));
   }
   std::vector<bf16> kv_cache_shard(int tp_rank, int layer) const override {
-    return rank(tp_rank).kv.at(static_cast<size_t>(layer));
+    if (layer < 0 || layer >= c_.num_layers)
+      throw InvalidArgument("kv_cache_shard: layer " + std::to_string(layer) + " of " +
+                            std::to_string(c_.num_layers));
+    return layer_cache(rank(tp_rank), layer);
+  }
+  bf16* kv_cache_data(int layer) override {
+    if (layer < 0 || layer >= c_.num_layers)
+      throw InvalidArgument("kv_cache_data: layer " + std::to_string(layer) + " of " +
+                            std::to_string(c_.num_layers));
+    if (layer_tp_ != 1)
+      throw Unavailable("kv_cache_data: the KV caches are sharded over " +
+                        std::to_string(layer_tp_) + " layer ranks (no single buffer)");
+    return ranks_[0].kv_data[static_cast<size_t>(layer)];
   }
   std::vector<bf16> last_hidden(int tp_rank) const override { return rank(tp_rank).hidden; }
 
@@ -141,6 +155,11 @@ class CpuDraft final : public CpuDraftBackend {
  private:
   int rank_threads() const { return std::max(1, o_.threads / layer_tp_); }
 
+  static std::vector<bf16> layer_cache(const LayerRank& lr, int layer) {
+    const bf16* p = lr.kv_data[static_cast<size_t>(layer)];
+    return std::vector<bf16>(p, p + lr.kv_per_layer);
+  }
+
   const LayerRank& rank(int tp_rank) const {
     if (tp_rank < 0 || tp_rank >= layer_tp_)
       throw InvalidArgument("CPU backend: layer rank " + std::to_string(tp_rank) + " of " +
@@ -149,11 +168,12 @@ class CpuDraft final : public CpuDraftBackend {
   }
 
   LayerRank make_rank(const LayerShard& shard) {
-    LayerRank lr{DraftStep(c_, o_, shard), PackedWeights::pack(c_, w_, shard), {}, {}, {}};
+    LayerRank lr{DraftStep(c_, o_, shard), PackedWeights::pack(c_, w_, shard), {}, {}, 0, {}, {}};
     const size_t per_layer =
         static_cast<size_t>(o_.num_pages) * o_.page_size * shard.kv_heads(c_) * 2 * c_.head_dim;
+    lr.kv_per_layer = per_layer;
     try {
-      lr.kv.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
+      if (o_.kv_caches.empty()) lr.kv.assign(c_.num_layers, std::vector<bf16>(per_layer, bf16{0}));
     } catch (const std::bad_alloc&) {
       throw InvalidArgument("DraftOptions: the KV cache (" + std::to_string(c_.num_layers) +
                             " layers x " + std::to_string(per_layer * sizeof(bf16)) +
@@ -165,6 +185,9 @@ class CpuDraft final : public CpuDraftBackend {
                             " elements per layer for num_pages " + std::to_string(o_.num_pages) +
                             ", page_size " + std::to_string(o_.page_size) + ") is too large");
     }
+    for (int l = 0; l < c_.num_layers; ++l)
+      lr.kv_data.push_back(o_.kv_caches.empty() ? lr.kv[static_cast<size_t>(l)].data()
+                                                : o_.kv_caches[static_cast<size_t>(l)]);
     StepWeights& sw = lr.sw;
     sw.embed = w_.embed;
     sw.fc = w_.fc;
@@ -196,7 +219,7 @@ class CpuDraft final : public CpuDraftBackend {
       s.attn_beta = lw.attn_beta;
       s.mlp_alpha = lw.mlp_alpha;
       s.mlp_beta = lw.mlp_beta;
-      s.kv_cache = lr.kv[static_cast<size_t>(l)].data();
+      s.kv_cache = lr.kv_data[static_cast<size_t>(l)];
       sw.layers.push_back(s);
     }
     return lr;

@@ -37,6 +37,16 @@ void validate_options(const ModelConfig& c, const DraftOptions& o) {
   require(o.tp >= 1 && o.tp <= kMaxTp && (o.tp & (o.tp - 1)) == 0 && c.vocab_size % o.tp == 0,
           "tp " + std::to_string(o.tp) + " must be a power of two <= " + std::to_string(kMaxTp) +
               " dividing the vocabulary (" + std::to_string(c.vocab_size) + ")");
+  if (!o.kv_caches.empty()) {
+    require(o.kv_caches.size() == static_cast<size_t>(c.num_layers),
+            "DraftOptions: kv_caches has " + std::to_string(o.kv_caches.size()) +
+                " entries; give none or one per layer (" + std::to_string(c.num_layers) + ")");
+    for (size_t l = 0; l < o.kv_caches.size(); ++l)
+      require(o.kv_caches[l] != nullptr,
+              "DraftOptions: kv_caches[" + std::to_string(l) + "] is null");
+    require(o.tp == 1, "DraftOptions: kv_caches (the caller's KV caches) need tp 1 (got tp " +
+                           std::to_string(o.tp) + ")");
+  }
   // Elements of one layer's KV cache and of the RoPE table: refused when the
   // product overflows (the allocation itself reports a size that is merely too large).
   int64_t kv = 0, rope = 0;

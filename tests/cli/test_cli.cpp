@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/tool.h"
+#include "sparkdraft/checkpoint.h"
 #include "test_util.h"
 
 namespace sparkdraft {
@@ -161,6 +162,29 @@ TEST(Cli, PlanTpNSaysHowTheRanksShard) {
   r = run("check --tp 2 --tp-reduce sometimes");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("auto,eager,fused"), std::string::npos) << r.out;
+}
+
+// A draft shaped for a given target: vocabulary, target hidden size, taps, block size.
+TEST(Cli, MakeCheckpointTakesTheTargetsShape) {
+  testing::TempDir dir;
+  const Result made =
+      run("make-checkpoint --preset tiny --vocab 96 --target-hidden 40 --target-layers 0 2 3 "
+          "--block-size 4 --out " +
+          dir.path());
+  ASSERT_EQ(made.rc, 0) << made.out;
+  const Checkpoint ck = Checkpoint::load(dir.path());
+  EXPECT_EQ(ck.config().vocab_size, 96);
+  EXPECT_EQ(ck.config().mask_token_id, 95);  // the preset's 999 is out of range
+  EXPECT_EQ(ck.config().target_hidden_size, 40);
+  EXPECT_EQ(ck.config().target_layer_ids, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(ck.config().block_size, 4);
+  EXPECT_EQ(ck.weights().layers.size(), 2u);
+  // A shape the config refuses is refused before anything is written.
+  testing::TempDir bad;
+  const Result refused =
+      run("make-checkpoint --preset tiny --target-layers 3 1 --out " + bad.path());
+  EXPECT_NE(refused.rc, 0);
+  EXPECT_FALSE(std::filesystem::exists(bad / "config.json")) << refused.out;
 }
 
 TEST(Cli, BadInputFailsWithAMessage) {

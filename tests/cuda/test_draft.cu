@@ -206,6 +206,105 @@ TEST(CudaDraft, DeviceApiInOneGraphEqualsHostApi) {
   }
 }
 
+// The Python package's device paths (docs/python.md): a draft on the caller's KV
+// caches (DraftOptions::kv_caches, device memory the test owns) and
+// propose_device_graphed (the backend's own graph per row count, captured at the first
+// call, replayed after; launched directly inside the caller's capture) equal the host
+// API of a draft on its own caches bit for bit: tokens, cache and every KV cache.
+TEST(CudaDraft, CallersKvCachesAndGraphedProposeEqualHostApi) {
+  SD_REQUIRE_GPU();
+  const uint64_t seed = 0x5D2100;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto ckpt = make_preset("tiny", "qwen3");
+  const ModelConfig& c = ckpt->config();
+  DraftOptions o;
+  o.max_reqs = 3;
+  o.cache_slots = 4;
+  o.num_pages = 16;
+  o.max_pages_per_req = 4;
+  const size_t kv_elems =
+      static_cast<size_t>(o.num_pages) * o.page_size * c.num_kv_heads * 2 * c.head_dim;
+  cuda::DeviceStream stream;
+  const cudaStream_t s = stream.get();
+  std::vector<cuda::DeviceBuffer<bf16>> mine;
+  DraftOptions ext = o;
+  for (int l = 0; l < c.num_layers; ++l) {
+    mine.emplace_back(std::vector<bf16>(kv_elems, bf16{0}), s);
+    ext.kv_caches.push_back(mine.back().data());
+  }
+  cuda::CudaDraft host(ckpt, o), dev(ckpt, ext);
+  for (int l = 0; l < c.num_layers; ++l) EXPECT_EQ(dev.kv_cache_data(l), mine[l].data());
+  test::Gen gen(seed);
+  const int R = 3, per = 9, T = R * per;
+  const int64_t width = static_cast<int64_t>(c.taps()) * c.target_hidden_size;
+  const std::vector<bf16> hidden = gen.bf16s(static_cast<size_t>(T * width), -2.0f, 2.0f);
+  std::vector<int32_t> tables(static_cast<size_t>(R) * o.max_pages_per_req);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+  std::vector<int64_t> positions(T), slots(T);
+  for (int t = 0; t < T; ++t) {
+    positions[t] = t % per;
+    slots[t] = int64_t{tables[static_cast<size_t>(t / per) * o.max_pages_per_req]} * o.page_size +
+               positions[t];
+  }
+  std::vector<int64_t> anchors(R), anchor_pos(R, per), seeds(R), cache_slots = {3, 0, -1};
+  for (int r = 0; r < R; ++r) {
+    anchors[r] = gen.integer(0, c.vocab_size - 1);
+    seeds[r] = gen.integer(0, int64_t{1} << 40);
+  }
+  const std::vector<float> temps = {1.0f, 0.0f, 0.7f};
+  const size_t n_tokens = static_cast<size_t>(R) * c.block_size;
+  const size_t n_cache = static_cast<size_t>(o.cache_slots) * c.block_size * c.vocab_size;
+  host.store_context({T, hidden.data(), positions.data(), slots.data()});
+  std::vector<int64_t> want_tokens(n_tokens, -5);
+  std::vector<bf16> want_cache(n_cache, bf16{0});
+  host.propose({R, anchors.data(), anchor_pos.data(), seeds.data(), temps.data(),
+                cache_slots.data(), tables.data()},
+               {want_tokens.data(), want_cache.data()});
+
+  cuda::DeviceBuffer<bf16> d_hidden(hidden, s), d_cache(std::vector<bf16>(n_cache, bf16{0}), s);
+  cuda::DeviceBuffer<int64_t> d_pos(positions, s), d_slots(slots, s), d_anchors(anchors, s),
+      d_anchor_pos(anchor_pos, s), d_seeds(seeds, s), d_cache_slots(cache_slots, s),
+      d_tokens(std::vector<int64_t>(n_tokens, -5), s);
+  cuda::DeviceBuffer<float> d_temps(temps, s);
+  cuda::DeviceBuffer<int32_t> d_tables(tables, s);
+  dev.store_context_device({T, d_hidden.data(), d_pos.data(), d_slots.data()}, s);
+  const ProposeBatch db{R,
+                        d_anchors.data(),
+                        d_anchor_pos.data(),
+                        d_seeds.data(),
+                        d_temps.data(),
+                        d_cache_slots.data(),
+                        d_tables.data()};
+  const ProposeOutputs dout{d_tokens.data(), d_cache.data()};
+  auto check = [&](const char* what) {
+    SD_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_TRUE(test::same_bits(d_tokens.download(s), want_tokens, {c.block_size})) << what;
+    EXPECT_TRUE(test::same_bits(d_cache.download(s), want_cache, {c.vocab_size})) << what;
+    d_tokens.upload(std::vector<int64_t>(n_tokens, -5), s);
+    d_cache.upload(std::vector<bf16>(n_cache, bf16{0}), s);
+  };
+  dev.propose_device_graphed(db, dout, s);  // runs directly, captures the graph for 3 rows
+  check("first call");
+  dev.propose_device_graphed(db, dout, s);  // replays it
+  check("replay");
+  // Inside the caller's capture the backend launches its kernels into it.
+  const cuda::GraphExec outer(s,
+                              [&](cudaStream_t st) { dev.propose_device_graphed(db, dout, st); });
+  outer.launch(s);
+  check("inside the caller's graph");
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_TRUE(test::same_bits(dev.kv_cache(l), host.kv_cache(l))) << "KV cache, layer " << l;
+    EXPECT_TRUE(test::same_bits(mine[l].download(s), host.kv_cache(l))) << "caller's layer " << l;
+  }
+  DraftOptions bad = ext;
+  bad.kv_caches.pop_back();
+  EXPECT_THROW(cuda::CudaDraft(ckpt, bad), InvalidArgument);
+  std::vector<bf16> on_host(kv_elems);
+  bad = ext;
+  bad.kv_caches[0] = on_host.data();
+  EXPECT_THROW(cuda::CudaDraft(ckpt, bad), InvalidArgument);
+}
+
 // The deferred NaN/inf scan on the device copies (LoadOptions::defer_nonfinite_scan):
 // the CUDA backend refuses exactly as the host scan at load does (same exception,
 // same message: tensor, file, kind, index, coordinates), for a plain matrix, a piece

@@ -174,3 +174,60 @@ TEST(Draft, RefusesBadInputAtTheBoundary) {
 
 }  // namespace
 }  // namespace sparkdraft
+
+namespace sparkdraft {
+namespace {
+
+// DraftOptions::kv_caches: a CPU draft on the caller's KV caches drafts what a draft on
+// its own caches drafts (tokens, cache rows), and the caller's memory then holds what
+// the draft's own caches hold; kv_cache_data points at them. Refusals: a count other
+// than the layers', a null pointer, tp > 1.
+TEST(CpuDraft, CallersKvCachesEqualOwnCaches) {
+  TempDir dir;
+  auto ckpt = tiny("qwen3", dir);
+  const ModelConfig& c = ckpt->config();
+  ScenarioOptions s;
+  s.request_ids = {0, 3, 1};
+  s.padding_before = {1};
+  const DraftOptions o = scenario_draft_options(c, s);
+  const DraftRun own = run(ckpt, s);
+  const size_t per_layer =
+      static_cast<size_t>(o.num_pages) * o.page_size * c.num_kv_heads * 2 * c.head_dim;
+  std::vector<std::vector<bf16>> mine(static_cast<size_t>(c.num_layers),
+                                      std::vector<bf16>(per_layer, bf16{0}));
+  DraftOptions ext = o;
+  for (auto& m : mine) ext.kv_caches.push_back(m.data());
+  const DraftRun theirs = run(ckpt, s, 1, 2, &ext);
+  for (int id : s.request_ids) expect_same_request(own, theirs, id, "caller's KV caches");
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_TRUE(test::same_bits(mine[static_cast<size_t>(l)], own.kv[static_cast<size_t>(l)]))
+        << "layer " << l;
+    EXPECT_TRUE(test::same_bits(theirs.kv[static_cast<size_t>(l)], own.kv[static_cast<size_t>(l)]))
+        << "layer " << l;
+  }
+  auto backend = make_cpu_backend(ckpt, ext);
+  EXPECT_EQ(backend->kv_cache_data(1), mine[1].data());
+  EXPECT_THROW(backend->kv_cache_data(c.num_layers), InvalidArgument);
+
+  DraftOptions bad = ext;
+  bad.kv_caches.pop_back();
+  EXPECT_THROW(make_cpu_backend(ckpt, bad), InvalidArgument);
+  bad = ext;
+  bad.kv_caches[0] = nullptr;
+  EXPECT_THROW(make_cpu_backend(ckpt, bad), InvalidArgument);
+  bad = ext;
+  bad.tp = 2;
+  EXPECT_THROW(make_cpu_backend(ckpt, bad), InvalidArgument);
+  // The backend's own caches: kv_cache_data at tp 1, Unavailable where they are sharded.
+  auto own_backend = make_cpu_backend(ckpt, o);
+  EXPECT_NE(own_backend->kv_cache_data(0), nullptr);
+  DraftOptions tp2 = o;
+  tp2.tp = 2;
+  tp2.threads = 2;
+  auto sharded = make_cpu_backend(ckpt, tp2);
+  ASSERT_TRUE(sharded->plan().runs("layers", "sharded")) << sharded->plan().text();
+  EXPECT_THROW(sharded->kv_cache_data(0), Unavailable);
+}
+
+}  // namespace
+}  // namespace sparkdraft

@@ -90,6 +90,7 @@ class CudaDraft final : public DraftBackend {
   void propose(const ProposeBatch& batch, const ProposeOutputs& out) override;
   StageTimings last_timings() const override;
   std::vector<bf16> kv_cache(int layer) const override;
+  bf16* kv_cache_data(int layer) override;  // device memory
 
   // propose without reading the outputs back (they stay on the device): a TP rank
   // whose peer returns them (make_cuda_backend's ranks other than 0).
@@ -113,7 +114,17 @@ class CudaDraft final : public DraftBackend {
   // The device entry point (see the file comment): the same batch and outputs as
   // propose, every pointer a device pointer. The caller guarantees what
   // validate_propose checks (ids, positions, slots in range).
+  // It launches the kernels directly (no graph of ours), so it can be captured.
   void propose_device(const ProposeBatch& batch, const ProposeOutputs& out, cudaStream_t stream);
+  // propose_device for a caller whose buffers stay put (the Python bind-once form):
+  // replays one CUDA graph per row count, captured (on this object's own stream) at the
+  // first call with these pointers; a call with other pointers runs directly and
+  // recaptures that row count's graph. While `stream` is capturing (the caller's own
+  // graph, cudaStreamIsCapturing) it launches the kernels directly instead, since a
+  // nested graph launch would invalidate the caller's capture; so it does where the
+  // plan's "cuda graph" part is off.
+  void propose_device_graphed(const ProposeBatch& batch, const ProposeOutputs& out,
+                              cudaStream_t stream);
   // The lossless verifier (contract.md section 8) on the GPU kernels of
   // cuda/verify.h, the same bits as the CPU reference: validates (validate_verify),
   // uploads the batch (the cache rows of its slots, the target logits), runs

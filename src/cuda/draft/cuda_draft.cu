@@ -9,6 +9,7 @@
 #include "sparkdraft/cuda/draft.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -228,7 +229,9 @@ struct CudaDraft::Impl {
   DeviceBuffer<bf16> embed, lm_head, fc, hidden_norm, final_norm, w1, w2, context_kv;
   std::vector<DeviceLayer> layers;
   DeviceBuffer<float> rope;
-  std::vector<DeviceBuffer<bf16>> kv;  // per layer [pages*page_size, kvh, 2hd]
+  std::vector<DeviceBuffer<bf16>> kv;  // per layer [pages*page_size, kvh, 2hd] (own caches)
+  std::vector<bf16*> kv_data;          // per layer: the caches used (kv's or the caller's)
+  size_t kv_per_layer = 0;             // elements of one layer's cache
   StepWeights sw;
 
   // The step's scratch, sized for max_reqs rows (`block` points into it), and the
@@ -267,6 +270,12 @@ struct CudaDraft::Impl {
   std::unique_ptr<VocabParallelMarkov> vp_markov;  // TP > 1
   CudaOps::Fusion fusion;                          // from the plan
   std::map<int, GraphExec> graphs;                 // by row count
+  // propose_device_graphed's graphs: by row count, with the pointers they were captured on.
+  struct DeviceGraph {
+    std::array<const void*, 8> pointers{};
+    GraphExec exec;
+  };
+  std::map<int, DeviceGraph> device_graphs;
 
   Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts,
        const CudaDraftOptions& copts, Communicator* cm)
@@ -495,9 +504,24 @@ struct CudaDraft::Impl {
     cpu::rope_table(c.rope_theta, c.head_dim, o.max_positions(), table.data());
     rope = DeviceBuffer<float>(table);
     const size_t slots_per_layer = static_cast<size_t>(o.num_pages) * o.page_size;
+    kv_per_layer = slots_per_layer * ls.kv_heads(c) * 2 * hd;
+    int device = 0;
+    SD_CUDA_CHECK(cudaGetDevice(&device));
     for (size_t l = 0; l < L; ++l) {
-      kv.emplace_back(slots_per_layer * ls.kv_heads(c) * 2 * hd);
+      if (!o.kv_caches.empty()) {  // the caller's (validate_options: one per layer, tp 1)
+        cudaPointerAttributes attr{};
+        const cudaError_t e = cudaPointerGetAttributes(&attr, o.kv_caches[l]);
+        if (e != cudaSuccess || attr.type != cudaMemoryTypeDevice || attr.device != device) {
+          (void)cudaGetLastError();
+          throw InvalidArgument("DraftOptions: kv_caches[" + std::to_string(l) +
+                                "] is not device memory of GPU " + std::to_string(device));
+        }
+        kv_data.push_back(o.kv_caches[l]);
+        continue;
+      }
+      kv.emplace_back(kv_per_layer);
       SD_CUDA_CHECK(cudaMemsetAsync(kv.back().data(), 0, kv.back().bytes(), stream));
+      kv_data.push_back(kv.back().data());
     }
     sw.embed = embed.data();
     sw.fc = fc.data();
@@ -523,7 +547,7 @@ struct CudaDraft::Impl {
       s.attn_beta = d.attn_beta.data();
       s.mlp_alpha = d.mlp_alpha.data();
       s.mlp_beta = d.mlp_beta.data();
-      s.kv_cache = kv[l].data();
+      s.kv_cache = kv_data[l];
       sw.layers.push_back(s);
     }
   }
@@ -662,6 +686,32 @@ struct CudaDraft::Impl {
     else
       eager_markov_loop(markov_head(), mb, markov->workspace(), s);
     ops.mark(4);
+  }
+
+  void propose_device_graphed(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    SD_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    // Inside the caller's capture a graph launch of ours would invalidate it: the
+    // kernels go straight into the caller's graph instead.
+    if (capture != cudaStreamCaptureStatusNone || !plan.runs("cuda graph", "on")) {
+      run_device(b, out, s, nullptr);
+      return;
+    }
+    const std::array<const void*, 8> pointers{b.anchor_tokens,  b.anchor_positions, b.seeds,
+                                              b.temperatures,   b.cache_slots,      b.block_tables,
+                                              out.draft_tokens, out.draft_logits};
+    auto it = device_graphs.find(b.num_rows);
+    if (it != device_graphs.end() && it->second.pointers == pointers) {
+      it->second.exec.launch(s);
+      last_rows = b.num_rows;
+      return;
+    }
+    // This call runs directly (it also loads the kernels and sets their shared memory
+    // limits); the graph is captured on our own stream for the next calls (capture
+    // queues nothing).
+    run_device(b, out, s, nullptr);
+    GraphExec exec(stream, [&](cudaStream_t cs) { run_device(b, out, cs, nullptr); });
+    device_graphs[b.num_rows] = DeviceGraph{pointers, std::move(exec)};
   }
 
   // The verifier's device call (cuda/verify.h) on device pointers.
@@ -828,6 +878,10 @@ StageTimings CudaDraft::last_timings() const { return impl_->timings; }
 void CudaDraft::propose_device(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s) {
   impl_->run_device(b, out, s, nullptr);
 }
+void CudaDraft::propose_device_graphed(const ProposeBatch& b, const ProposeOutputs& out,
+                                       cudaStream_t s) {
+  impl_->propose_device_graphed(b, out, s);
+}
 void CudaDraft::verify(const VerifyBatch& b, const VerifyOutputs& out) { impl_->verify(b, out); }
 void CudaDraft::verify_device(const VerifyBatch& b, const VerifyOutputs& out, cudaStream_t s) {
   impl_->verify_device(b, out, s);
@@ -863,10 +917,19 @@ std::vector<bf16> CudaDraft::last_hidden() const {
 }
 
 std::vector<bf16> CudaDraft::kv_cache(int layer) const {
-  const auto& buf = impl_->kv.at(layer);
-  std::vector<bf16> host(buf.size());
-  buf.download(host.data(), host.size(), 0, impl_->stream);
+  const bf16* src = const_cast<CudaDraft*>(this)->kv_cache_data(layer);
+  std::vector<bf16> host(impl_->kv_per_layer);
+  SD_CUDA_CHECK(cudaMemcpyAsync(host.data(), src, host.size() * sizeof(bf16),
+                                cudaMemcpyDeviceToHost, impl_->stream));
+  SD_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
   return host;
+}
+
+bf16* CudaDraft::kv_cache_data(int layer) {
+  if (layer < 0 || layer >= impl_->c.num_layers)
+    throw InvalidArgument("kv_cache_data: layer " + std::to_string(layer) + " of " +
+                          std::to_string(impl_->c.num_layers));
+  return impl_->kv_data[static_cast<size_t>(layer)];
 }
 
 const StepPlan& CudaDraft::plan() const { return impl_->plan; }
