@@ -215,6 +215,9 @@ TEST(Config, ValidateNamesTheBadField) {
       {"rms_norm_eps",
        [](ModelConfig& c) { c.rms_norm_eps = std::numeric_limits<float>::quiet_NaN(); }},
       {"rope_theta", [](ModelConfig& c) { c.rope_theta = -10000.0; }},
+      // A denormal theta passed "> 0" and made every RoPE angle NaN (every token 0).
+      {"rope_theta", [](ModelConfig& c) { c.rope_theta = 4.9e-324; }},
+      {"rope_theta", [](ModelConfig& c) { c.rope_theta = 0.5; }},
       {"layer_attention",
        [](ModelConfig& c) {
          c.layer_attention = {{-1, false}, {0, false}};
