@@ -15,8 +15,7 @@ class RemoveOnInterrupt {
   RemoveOnInterrupt() = default;
   // `names` are file names inside `dir`; `remove_dir`: rmdir `dir` after them (it
   // goes only when empty, so nothing else in it is lost).
-  RemoveOnInterrupt(const std::string& dir, const std::vector<std::string>& names,
-                    bool remove_dir);
+  RemoveOnInterrupt(const std::string& dir, const std::vector<std::string>& names, bool remove_dir);
   ~RemoveOnInterrupt();
   RemoveOnInterrupt(const RemoveOnInterrupt&) = delete;
   RemoveOnInterrupt& operator=(const RemoveOnInterrupt&) = delete;

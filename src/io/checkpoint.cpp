@@ -126,6 +126,10 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   json j;
   try {
     j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Where, not what: the parser's message quotes the file's bytes.
+    throw CheckpointError(index.string() + ": not valid JSON (a syntax error at byte " +
+                          std::to_string(e.byte) + ")");
   } catch (const json::exception& e) {
     throw CheckpointError(index.string() + ": not valid JSON (" + io::excerpt(e.what()) + ")");
   }

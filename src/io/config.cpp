@@ -622,6 +622,10 @@ ModelConfig load_config_file(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Where, not what: the parser's message quotes the file's bytes.
+    throw ConfigError(path + ": not valid JSON (a syntax error at byte " + std::to_string(e.byte) +
+                      ")");
   } catch (const json::exception& e) {
     throw ConfigError(path + ": not valid JSON (" + io::excerpt(e.what()) + ")");
   }

@@ -122,8 +122,8 @@ std::string fuzz_propose(Model& m, std::mt19937_64& rng) {
   const DraftOptions& o = m.o;
   const int64_t limit = position_limit(c, o);
   const int N = c.block_size, V = c.vocab_size;
-  const int R = rng() % 8 == 0 ? edge_int(rng, 1, o.max_reqs + 1)
-                               : 1 + static_cast<int>(rng() % o.max_reqs);
+  const int R =
+      rng() % 8 == 0 ? edge_int(rng, 1, o.max_reqs + 1) : 1 + static_cast<int>(rng() % o.max_reqs);
   const size_t n = static_cast<size_t>(std::clamp(R, 0, o.max_reqs));  // beyond: refused first
   std::vector<int64_t> anchors(n), apos(n), seeds(n), cslots(n);
   std::vector<float> temps(n);
@@ -138,8 +138,8 @@ std::string fuzz_propose(Model& m, std::mt19937_64& rng) {
   for (int32_t& p : tables) p = edge_int(rng, 0, o.num_pages);
   std::vector<int64_t> tokens(n * N, -7);
   std::vector<bf16> cache(static_cast<size_t>(o.cache_slots) * N * V);
-  ProposeBatch b{R,           anchors.data(), apos.data(),  seeds.data(),
-                 temps.data(), cslots.data(),  tables.data()};
+  ProposeBatch b{
+      R, anchors.data(), apos.data(), seeds.data(), temps.data(), cslots.data(), tables.data()};
   if (rng() % 32 == 0) b.block_tables = nullptr;
   try {
     m.backend->propose(b, ProposeOutputs{tokens.data(), cache.data()});
@@ -181,8 +181,8 @@ std::string fuzz_options(Model& m, std::mt19937_64& rng) {
     return "";
   }
   using i128 = __int128;
-  const i128 kv = i128{o.num_pages} * o.page_size * c.num_kv_heads * 2 * c.head_dim * 2 *
-                  c.num_layers;
+  const i128 kv =
+      i128{o.num_pages} * o.page_size * c.num_kv_heads * 2 * c.head_dim * 2 * c.num_layers;
   const i128 rope = i128{position_limit(c, o)} * c.head_dim * 4;
   const i128 logits = i128{o.max_reqs} * c.block_size * c.vocab_size * 4;
   if (o.max_reqs < 1 || o.num_pages < 1 || o.page_size < 1 || o.max_pages_per_req < 1 ||
@@ -242,7 +242,10 @@ TEST(Fuzz, ApiBoundary) {
       failure = std::string("threw something other than InvalidArgument: ") + e.what();
     }
     if (failure.empty()) return true;
-    ADD_FAILURE() << "api (" << (kind == 0 ? "options" : kind == 1 ? "store_context" : "propose")
+    ADD_FAILURE() << "api ("
+                  << (kind == 0   ? "options"
+                      : kind == 1 ? "store_context"
+                                  : "propose")
                   << "): " << failure << "\n  reproduce: SPARKDRAFT_FUZZ_SEED=" << fs.seed
                   << " SPARKDRAFT_FUZZ_ITER=" << i;
     ++failures;

@@ -565,6 +565,11 @@ TEST(Config, FilesAreDetectedAndErrorsNameThePath) {
   test::write_file(dir / "broken.json", "{\"hidden_size\": 4096,");
   expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "broken.json"); }),
                   {dir / "broken.json", "not valid JSON"});
+  // A text file as config.json: where the syntax breaks, never its bytes.
+  test::write_file(dir / "text.json", "{\"hidden_size\": \"SECRET-WORD:/root:/bin/bash\n");
+  const std::string text_msg = error_of<ConfigError>([&] { load_config_file(dir / "text.json"); });
+  expect_mentions(text_msg, {"not valid JSON", "byte"});
+  EXPECT_EQ(text_msg.find("SECRET"), std::string::npos) << text_msg;
   json fill_in = qwen3_8b();
   fill_in["sample_from_anchor"] = false;
   test::write_file(dir / "fill.json", fill_in.dump());
