@@ -80,6 +80,11 @@ struct LoadOptions {
   // host memory). Same refusal, same message. A checkpoint loaded this way and used
   // without a backend is not scanned (nonfinite_scan_pending() says so).
   bool defer_nonfinite_scan = false;
+  // A tensor the draft knows but the config switches off (q_norm weights with
+  // qk_norm false, g_proj with output_gate false, a layer past num_layers, ...)
+  // is refused with CheckpointError naming the tensor and the switch: drafting
+  // without it would not be the trained model. Set this to load it anyway.
+  bool allow_unused_weights = false;
 };
 
 // One resolved tensor of a loaded checkpoint (the data stays in the file mapping).
@@ -163,8 +168,16 @@ struct SyntheticOptions {
   bool hf_config = true;  // write config.json in the DeepSpec/HF form when the config allows it
   std::function<void(size_t done, size_t total)> progress;
 };
-// Writes config.json + model.safetensors with seeded, non-zero, sanely scaled weights.
+// Writes config.json + model.safetensors with seeded, non-zero, sanely scaled weights,
+// atomically: both go to temporary names in `dir` first (model.safetensors.tmp,
+// config.json.tmp), the weights are renamed into place, then config.json last (an
+// old config.json is removed first), so `dir` never holds a config beside other
+// weights. On failure the temporaries (and `dir`, when this call created it) are
+// removed; IoError names the file and the reason.
 void write_synthetic_checkpoint(const ModelConfig& config, const std::string& dir,
                                 const SyntheticOptions& options);
+// The names write_synthetic_checkpoint may create in its directory (temporaries
+// first): what a caller removes when the write is interrupted.
+std::vector<std::string> synthetic_checkpoint_files();
 
 }  // namespace sparkdraft

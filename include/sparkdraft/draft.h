@@ -32,6 +32,8 @@ namespace sparkdraft {
 constexpr int kMaxThreads = 1024;  // CPU worker threads
 constexpr int kMaxReqs = 1 << 16;  // rows per propose call
 constexpr int kMaxTp = 1024;       // TP ranks
+// The RoPE table (position_limit() rows of head_dim floats) is refused beyond this.
+constexpr int64_t kMaxRopeTableBytes = int64_t{4} << 30;
 
 struct DraftOptions {
   int max_reqs = 8;            // rows per propose call
@@ -120,15 +122,28 @@ class DraftBackend {
 
 // Refuses options no backend can honour: max_reqs, num_pages, page_size,
 // max_pages_per_req and cache_slots >= 1, max_reqs <= kMaxReqs, threads in
-// [0, kMaxThreads], tp a power of two <= kMaxTp dividing the vocabulary, and a
-// KV cache of at most 1 TiB, kv_caches empty or one non-null pointer per layer and
-// only at tp 1 (InvalidArgument naming the field).
+// [0, kMaxThreads], tp a power of two <= kMaxTp dividing the vocabulary, a
+// KV cache of at most 1 TiB, a RoPE table of at most kMaxRopeTableBytes,
+// logits buffers of at most 1 TiB, and kv_caches empty or one non-null pointer per
+// layer and only at tp 1 (InvalidArgument naming the field).
 void validate_options(const ModelConfig& c, const DraftOptions& o);
 
-// Refuses bad input at the API boundary (InvalidArgument naming row and field).
-// store_context also refuses two tokens of one batch writing the same KV slot.
+// Positions a backend takes: [0, position_limit), the block table's reach
+// (max_pages_per_req x page_size) cut at the config's max_position_embeddings.
+// The RoPE table has this many rows.
+int64_t position_limit(const ModelConfig& c, const DraftOptions& o);
+
+// Refuses bad input at the API boundary (InvalidArgument naming row and field):
+// positions outside [0, position_limit) (a propose's whole block a .. a + N - 1),
+// slots, pages, ids and temperatures out of range. Every bound is checked without
+// an overflowing sum or product, whatever int64 the caller passes. store_context
+// also refuses two tokens of one batch writing the same KV slot.
 void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b);
 void validate_propose(const ModelConfig& c, const DraftOptions& o, const ProposeBatch& b);
+
+// Every refusal of make_cpu_backend that needs no weights (the config's and the
+// options' checks): what `sparkdraft plan --backend cpu` runs before it prints.
+void validate_cpu_backend(const ModelConfig& c, const DraftOptions& o);
 
 std::unique_ptr<DraftBackend> make_cpu_backend(std::shared_ptr<const Checkpoint> ckpt,
                                                const DraftOptions& options);

@@ -66,6 +66,11 @@ class SafetensorsWriter {
   // progress(bytes_done, bytes_total) is called after each tensor.
   void write(const std::string& path,
              const std::function<void(size_t, size_t)>& progress = nullptr) const;
+  // Writes the whole file under path + ".tmp" (in the same directory) and returns
+  // that name without renaming it: for a caller that renames several files into
+  // place in an order of its own. On failure nothing is left behind.
+  std::string write_temp(const std::string& path,
+                         const std::function<void(size_t, size_t)>& progress = nullptr) const;
   size_t total_bytes() const;
 
  private:

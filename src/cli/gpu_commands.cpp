@@ -43,13 +43,12 @@ namespace sparkdraft::cli {
 namespace {
 
 // The checkpoint of --checkpoint, or a tiny synthetic one in `tiny`'s directory.
-[[maybe_unused]] std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir,
-                                                                     const std::string& style,
-                                                                     bool allow_nonfinite,
-                                                                     TinyCheckpoint& tiny,
-                                                                     bool defer_scan = false) {
+[[maybe_unused]] std::shared_ptr<const Checkpoint> load_or_make_tiny(
+    const std::string& dir, const std::string& style, bool allow_nonfinite, TinyCheckpoint& tiny,
+    bool defer_scan = false, bool allow_unused = false) {
   LoadOptions lo;
   lo.allow_nonfinite = allow_nonfinite;
+  lo.allow_unused_weights = allow_unused;
   lo.defer_nonfinite_scan = defer_scan;  // the backends built on it scan (the GPU on the device)
   return std::make_shared<const Checkpoint>(
       Checkpoint::load(dir.empty() ? tiny.make(style) : dir, lo));
@@ -62,12 +61,13 @@ namespace {
 }
 
 void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string& style,
-                            bool& allow_nonfinite) {
+                            bool& allow_nonfinite, bool& allow_unused) {
   sub->add_option("--checkpoint", checkpoint, "Checkpoint directory; default: a tiny synthetic one")
       ->check(non_empty(" (leave --checkpoint out for a tiny synthetic checkpoint)"));
   sub->add_option("--style", style, "Style of the default tiny checkpoint: qwen3 or muse")
       ->check(CLI::IsMember({"qwen3", "muse"}));
   add_allow_nonfinite(sub, allow_nonfinite);
+  add_allow_unused(sub, allow_unused);
 }
 
 // --tp-reduce: how the GPU's TP ranks complete o_proj's and down's all-reduce
@@ -111,7 +111,7 @@ Command add_check(CLI::App& app) {
     int requests = 3, rounds = 3, tp = 1;
     std::vector<int> devices;
     uint64_t seed = 1;
-    bool allow_nonfinite = false;
+    bool allow_nonfinite = false, allow_unused = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -125,7 +125,8 @@ Command add_check(CLI::App& app) {
       "included. --backend cpu --tp N (no GPU needed): the CPU backend at N thread ranks (the "
       "layers sharded where the config splits, the vocabulary always) vs the CPU backend at TP "
       "1. Exit 1 on any difference, 4 without a GPU for --backend cuda.");
-  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
+  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite,
+                         opts->allow_unused);
   add_bounded(sub, "--requests", opts->requests, "Requests", 1, 64);
   add_bounded(sub, "--rounds", opts->rounds, "Rounds", 1, 100);
   add_seed(sub, opts->seed, "Scenario seed");
@@ -151,8 +152,8 @@ Command add_check(CLI::App& app) {
                     "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
                     "1; give --tp 2, 4, 8, ...");
               TinyCheckpoint tiny;
-              auto ckpt =
-                  load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+              auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite,
+                                            tiny, false, opts->allow_unused);
               const CheckReport report = check_tp_invariance(ckpt, s, opts->tp);
               std::fputs(report.text().c_str(), stdout);
               return report.ok() ? 0 : 1;
@@ -162,8 +163,8 @@ Command add_check(CLI::App& app) {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
-            auto ckpt =
-                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny, true);
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite,
+                                          tiny, true, opts->allow_unused);
             const CheckReport report = opts->tp == 1
                                            ? cuda::check_draft(ckpt, s)
                                            : cuda::check_tp(ckpt, s, opts->tp, opts->devices,
@@ -180,37 +181,39 @@ Command add_plan(CLI::App& app) {
   struct Opts {
     std::string checkpoint, style, backend = "cuda";
     int max_reqs = 8, tp = 1;
-    bool allow_nonfinite = false;
+    bool allow_nonfinite = false, allow_unused = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "plan",
       "Print the plan of a backend for a checkpoint: for each part of the draft step the variant "
       "that runs (eager, fused, ...) and why; the backend runs exactly this plan");
-  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite);
+  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite,
+                         opts->allow_unused);
   sub->add_option("--backend", opts->backend, "cuda (the GPU plan, host logic only) or cpu")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
   add_bounded(sub, "--max-reqs", opts->max_reqs, "Rows per call", 1, kMaxReqs);
-  add_bounded(sub, "--tp", opts->tp,
-              "TP ranks (cpu: thread ranks; cuda: one GPU a rank): the vocabulary, and the layers "
-              "where they split",
-              1, kMaxTp);
+  sub->add_option("--tp", opts->tp,
+                  "TP ranks (cpu: thread ranks; cuda: one GPU a rank): the vocabulary, and the "
+                  "layers where they split")
+      ->check(power_of_two(kMaxTp))
+      ->capture_default_str();
   return {sub, [opts]() -> int {
             TinyCheckpoint tiny;
-            auto ckpt =
-                load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite, tiny);
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite,
+                                          tiny, false, opts->allow_unused);
+            // The backend's own refusals first: a plan it would not run is not printed.
+            DraftOptions o;
+            o.max_reqs = opts->max_reqs;
+            o.tp = opts->tp;
             if (opts->backend == "cpu") {
+              validate_cpu_backend(ckpt->config(), o);
               std::printf("%s", cpu_plan(ckpt->config(), opts->tp).text().c_str());
               return 0;
             }
 #if defined(SPARKDRAFT_HAVE_CUDA)
-            {
-              DraftOptions o;
-              o.max_reqs = opts->max_reqs;
-              o.tp = opts->tp;
-              validate_options(ckpt->config(), o);  // the tp the backend would refuse
-            }
+            validate_options(ckpt->config(), o);  // what the CUDA backend refuses first
             cuda::PlanTp tp;
             tp.tp_size = opts->tp;
             std::printf(
@@ -346,7 +349,7 @@ Command add_bench_step(CLI::App* bench) {
     std::vector<int> rows{1, 8, 32}, devices;
     int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
-    bool spec_suite = false, allow_nonfinite = false;
+    bool spec_suite = false, allow_nonfinite = false, allow_unused = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = bench->add_subcommand(
@@ -401,6 +404,7 @@ Command add_bench_step(CLI::App* bench) {
   add_tp_reduce(sub, opts->tp_reduce);
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
+  add_allow_unused(sub, opts->allow_unused);
   return {
       sub, [opts]() -> int {
         if (!opts->devices.empty() && opts->tp == 1)
@@ -426,6 +430,7 @@ Command add_bench_step(CLI::App* bench) {
           if (t.dir.empty()) t.dir = preset_checkpoint(t.preset, opts->preset_dir);
           LoadOptions lo;
           lo.allow_nonfinite = opts->allow_nonfinite;
+          lo.allow_unused_weights = opts->allow_unused;
           lo.defer_nonfinite_scan = true;  // each backend scans its device copies
           auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(t.dir, lo));
           for (int r : row_counts) {

@@ -5,6 +5,7 @@
 #include <exception>
 #include <filesystem>
 #include <new>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -37,6 +38,21 @@ int main(int argc, char** argv) {
                        "Print the version and exit");
   app.footer("\n" + exit_status_table());
   std::vector<Command> commands = all_commands(app);
+  // A first word that is no subcommand: say so and list them (CLI11 would say
+  // "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const auto& c : commands) {
+      known = known || c.sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + c.sub->get_name();
+    }
+    if (!known) {
+      const std::string what = "unknown subcommand '" + std::string(argv[1]) +
+                               "' (the subcommands: " + names + "; sparkdraft --help says more)";
+      return fail(kExitUsage, "error", what.c_str());
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

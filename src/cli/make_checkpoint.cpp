@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "sparkdraft/checkpoint.h"
@@ -20,7 +21,14 @@ void refuse_existing_output(const std::string& out, bool force) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(out, ec);
-  if (st.type() == fs::file_type::not_found) return;
+  if (st.type() == fs::file_type::not_found) {
+    std::error_code e2;
+    if (fs::is_symlink(fs::symlink_status(out, e2)))
+      throw IoError("--out '" + out + "' is a dangling symbolic link (to '" +
+                    fs::read_symlink(out, e2).string() +
+                    "'); remove it or give a directory that exists or can be created");
+    return;
+  }
   if (ec) throw IoError("cannot use --out '" + out + "': " + ec.message());
   if (st.type() != fs::file_type::directory)
     throw IoError("--out '" + out + "' exists and is not a directory");
@@ -55,11 +63,13 @@ Command add_make_checkpoint(CLI::App& app) {
          "--preset", opts->preset,
          "Shape: tiny (seconds, for tests), qwen3-8b (the published Qwen3-8B draft, "
          "~4.7 GB) or muse (the open Muse Spark draft shape, ~13.9 GB with embeddings and lm_head)")
+      ->check(CLI::IsMember(preset_names()))
       ->capture_default_str();
   sub->add_option("--style", opts->style,
                   "Layer style on that shape: qwen3 (DeepSpec pre-norm) or muse (sandwich, "
                   "norm-preserving fp32 residual, GPT-J RoPE, output gate, logit transform). "
-                  "Default: the preset's own");
+                  "Default: the preset's own")
+      ->check(CLI::IsMember({"qwen3", "muse"}));
   add_seed(sub, opts->seed, "Seed of the weights");
   sub->add_option("--out", opts->out,
                   "Output directory (created; refused if it already holds a checkpoint)")
@@ -91,6 +101,17 @@ Command add_make_checkpoint(CLI::App& app) {
             if (opts->block_size > 0) config.block_size = opts->block_size;
             config.validate();  // a bad shape is refused before anything is written
             refuse_existing_output(opts->out, opts->force);
+            // Ctrl-C removes what this run wrote (never a file that was there before,
+            // the directory only when this run made it), so that a retry works.
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            const bool existed = fs::exists(fs::symlink_status(opts->out, ec));
+            std::vector<std::string> ours;
+            for (const std::string& name : synthetic_checkpoint_files())
+              if (!fs::exists(fs::symlink_status(fs::path(opts->out) / name, ec)) ||
+                  (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0))
+                ours.push_back(name);
+            RemoveOnInterrupt on_interrupt(opts->out, ours, !existed);
             SyntheticOptions so;
             so.seed = opts->seed;
             so.progress = write_progress("make-checkpoint");

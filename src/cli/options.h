@@ -58,6 +58,14 @@ inline void add_allow_nonfinite(CLI::App* sub, bool& flag) {
                 "naming the tensor and the first bad index)");
 }
 
+// --allow-unused-weights, on every command that loads a checkpoint.
+inline void add_allow_unused(CLI::App* sub, bool& flag) {
+  sub->add_flag("--allow-unused-weights", flag,
+                "Load a checkpoint even when it holds draft tensors its config switches off "
+                "(e.g. q_norm weights with qk_norm false; refused by default, naming the tensor "
+                "and the switch)");
+}
+
 // An option whose value must lie in [lo, hi]; --help shows its default.
 template <class T, class Bound>
 CLI::Option* add_bounded(CLI::App* sub, const std::string& name, T& value, const std::string& help,

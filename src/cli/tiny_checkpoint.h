@@ -1,6 +1,7 @@
 // The tiny synthetic checkpoint the CLI makes when no --checkpoint is given:
 // written to a fresh temporary directory of its own (so concurrent runs never
-// share one) and removed when the command ends.
+// share one) and removed when the command ends, or on SIGINT / SIGTERM. What it
+// says goes to stderr: a command refused after it prints nothing on stdout.
 #pragma once
 
 #include <cerrno>
@@ -8,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 
+#include "cli/interrupt.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
 
@@ -38,16 +41,18 @@ class TinyCheckpoint {
       throw IoError("cannot create a temporary directory for the tiny checkpoint in '" +
                     tmp.string() + "': " + std::strerror(errno));
     dir_ = tmpl;
+    on_interrupt_.emplace(dir_, synthetic_checkpoint_files(), true);
     SyntheticOptions so;
     so.seed = 1;
     write_synthetic_checkpoint(preset_config("tiny", style), dir_, so);
-    std::printf("made a tiny synthetic checkpoint (%s style) in %s\n",
-                style.empty() ? "qwen3" : style.c_str(), dir_.c_str());
+    std::fprintf(stderr, "made a tiny synthetic checkpoint (%s style) in %s\n",
+                 style.empty() ? "qwen3" : style.c_str(), dir_.c_str());
     return dir_;
   }
 
  private:
   std::string dir_;
+  std::optional<RemoveOnInterrupt> on_interrupt_;
 };
 
 }  // namespace sparkdraft::cli

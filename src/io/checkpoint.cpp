@@ -6,13 +6,20 @@
 // read garbage rather than fail. Every expected tensor is checked for presence,
 // dtype, shape and alignment, with messages that name the tensor and the file.
 // Formats out of scope (speculators d2t, DeepSeek-V4 MLA) are recognised by
-// their tensor names too, in case a config did not give them away. Extra
-// tensors the runtime does not use (confidence_head.*, gated/rnn Markov
-// extras of other configs, ...) are allowed and ignored.
+// their tensor names too, in case a config did not give them away. A tensor
+// the draft knows but the config switches off (q_norm weights with qk_norm
+// false, a layer past num_layers, ...) is refused, naming the tensor and the
+// switch (LoadOptions::allow_unused_weights loads it anyway); tensors the
+// draft does not know (confidence_head.*, gated/rnn Markov extras of other
+// configs, ...) are allowed and ignored.
 #include "sparkdraft/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -63,7 +70,7 @@ bool present(const fs::path& p) {
 void refuse_unsupported(const std::string& name, const SafetensorsFile& file) {
   if (name == "d2t" || name == "t2d" || ends_with(name, ".d2t") || ends_with(name, ".t2d"))
     throw CheckpointError("speculators reduced-vocabulary draft (d2t) is not supported (tensor '" +
-                          name + "' in " + file.path() + ")");
+                          io::excerpt(name) + "' in " + file.path() + ")");
   static const std::set<std::string> mla_parts = {"wkv",  "wq_a",      "wq_b",     "wo_a",
                                                   "wo_b", "attn_sink", "main_proj"};
   bool mla = name.rfind("mtp.", 0) == 0;
@@ -77,8 +84,29 @@ void refuse_unsupported(const std::string& name, const SafetensorsFile& file) {
     start = dot + 1;
   }
   if (mla)
-    throw CheckpointError("DeepSeek-V4 MLA draft is not supported (tensor '" + name + "' in " +
-                          file.path() + ")");
+    throw CheckpointError("DeepSeek-V4 MLA draft is not supported (tensor '" + io::excerpt(name) +
+                          "' in " + file.path() + ")");
+}
+
+// Whether `p` (canonical) is `root` (canonical) or lies under it.
+bool is_under(const fs::path& p, const fs::path& root) {
+  auto r = root.begin(), q = p.begin();
+  for (; r != root.end(); ++r, ++q)
+    if (q == p.end() || *q != *r) return false;
+  return true;
+}
+
+// A shard name of the index must stay in the checkpoint directory: relative, no
+// "..", not empty (a symlink leaving it is refused once resolved).
+void refuse_leaving_name(const std::string& shard, const std::string& index) {
+  const fs::path p(shard);
+  bool up = false;
+  for (const fs::path& part : p) up = up || part == "..";
+  if (shard.empty() || p.is_absolute() || p.has_root_name() || up ||
+      shard.find('\0') != std::string::npos)
+    throw CheckpointError("shard '" + io::excerpt(shard) + "' listed in " + index +
+                          " leaves the checkpoint directory (shard names are file names inside "
+                          "it, without '..' or a leading '/'): refused");
 }
 
 // The safetensors files of `dir`: model.safetensors, or the shards of
@@ -98,15 +126,19 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   json j;
   try {
     j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Where, not what: the parser's message quotes the file's bytes.
+    throw CheckpointError(index.string() + ": not valid JSON (a syntax error at byte " +
+                          std::to_string(e.byte) + ")");
   } catch (const json::exception& e) {
-    throw CheckpointError(index.string() + ": not valid JSON (" + e.what() + ")");
+    throw CheckpointError(index.string() + ": not valid JSON (" + io::excerpt(e.what()) + ")");
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw CheckpointError(index.string() + ": missing 'weight_map' object");
   std::vector<std::string> shard_names;
   for (const auto& item : j["weight_map"].items()) {
     if (!item.value().is_string())
-      throw CheckpointError(index.string() + ": weight_map entry '" + item.key() +
+      throw CheckpointError(index.string() + ": weight_map entry '" + io::excerpt(item.key()) +
                             "' is not a file name");
     const std::string shard = item.value().get<std::string>();
     if (std::find(shard_names.begin(), shard_names.end(), shard) == shard_names.end())
@@ -114,17 +146,30 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   }
   std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
   std::vector<std::shared_ptr<SafetensorsFile>> files;
+  std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
+  if (ec) throw CheckpointError("cannot resolve checkpoint directory '" + dir.string() + "'");
   for (const std::string& shard : shard_names) {
     const fs::path p = dir / shard;
+    refuse_leaving_name(shard, index.string());
     if (!present(p))
-      throw CheckpointError("shard '" + shard + "' listed in " + index.string() + " is missing");
+      throw CheckpointError("shard '" + io::excerpt(shard) + "' listed in " + index.string() +
+                            " is missing");
+    const fs::path real = fs::canonical(p, ec);
+    if (ec)
+      throw CheckpointError("shard '" + io::excerpt(shard) + "' listed in " + index.string() +
+                            " cannot be resolved: " + ec.message());
+    if (!is_under(real, root))
+      throw CheckpointError("shard '" + io::excerpt(shard) + "' listed in " + index.string() +
+                            " is a link to " + real.string() +
+                            ", outside the checkpoint directory: refused");
     files.push_back(SafetensorsFile::open(p.string()));
     shards[shard] = files.back();
   }
   for (const auto& item : j["weight_map"].items()) {
     const auto& file = shards.at(item.value().get<std::string>());
     if (!file->find(item.key()))
-      throw CheckpointError(index.string() + " lists tensor '" + item.key() + "' in " +
+      throw CheckpointError(index.string() + " lists tensor '" + io::excerpt(item.key()) + "' in " +
                             file->path() + ", which has no such tensor");
   }
   return files;
@@ -199,6 +244,94 @@ std::string coordinates(int64_t i, const std::vector<int64_t>& shape) {
   return shape_text(idx);
 }
 
+// The config switches a draft may turn off, each with what turns it on and how
+// the config says it is off.
+struct Switch {
+  void (*on)(ModelConfig&);
+  void (*off_like)(ModelConfig& c, const ModelConfig& config);  // back to the config's value
+  std::string (*said)(const ModelConfig&);
+};
+const Switch kSwitches[] = {
+    {[](ModelConfig& c) { c.qk_norm = true; },
+     [](ModelConfig& c, const ModelConfig& k) { c.qk_norm = k.qk_norm; },
+     [](const ModelConfig&) { return std::string("qk_norm is false"); }},
+    {[](ModelConfig& c) { c.o_norm = true, c.o_norm_weight = true; },
+     [](ModelConfig& c, const ModelConfig& k) {
+       c.o_norm = k.o_norm, c.o_norm_weight = k.o_norm_weight;
+     },
+     [](const ModelConfig& k) {
+       return std::string(k.o_norm ? "o_norm_weight is false" : "o_norm is false");
+     }},
+    {[](ModelConfig& c) { c.output_gate = true; },
+     [](ModelConfig& c, const ModelConfig& k) { c.output_gate = k.output_gate; },
+     [](const ModelConfig&) { return std::string("output_gate is false"); }},
+    {[](ModelConfig& c) { c.layer_style = LayerStyle::sandwich; },
+     [](ModelConfig& c, const ModelConfig& k) { c.layer_style = k.layer_style; },
+     [](const ModelConfig& k) {
+       return std::string("layer_style is ") + to_string(k.layer_style);
+     }},
+    {[](ModelConfig& c) { c.residual_kind = ResidualKind::norm_preserving; },
+     [](ModelConfig& c, const ModelConfig& k) { c.residual_kind = k.residual_kind; },
+     [](const ModelConfig& k) {
+       return std::string("residual_kind is ") + to_string(k.residual_kind);
+     }},
+    {[](ModelConfig& c) { c.norm_gain = NormGain::weight; },
+     [](ModelConfig& c, const ModelConfig& k) { c.norm_gain = k.norm_gain; },
+     [](const ModelConfig& k) { return std::string("norm_gain is ") + to_string(k.norm_gain); }},
+    {[](ModelConfig& c) { c.markov_rank = std::max(c.markov_rank, 1); },
+     [](ModelConfig& c, const ModelConfig& k) { c.markov_rank = k.markov_rank; },
+     [](const ModelConfig&) { return std::string("markov_rank is 0"); }},
+};
+
+std::set<std::string> names_of(const ModelConfig& c) {
+  std::set<std::string> names;
+  for (const TensorSpec& t : expected_tensors(c)) names.insert(t.name);
+  return names;
+}
+
+// Refuses a stored tensor the draft knows but this config switches off (q_norm
+// weights with qk_norm false, a layer past num_layers, ...): loading it anyway
+// would draft with a different model than the one trained. Names the draft does
+// not know (confidence_head.*, other heads' extras) stay allowed.
+void refuse_unused(const ModelConfig& config, const std::map<std::string, Found>& stored,
+                   const std::string& dir) {
+  ModelConfig all_on = config;
+  for (const Switch& sw : kSwitches) sw.on(all_on);
+  all_on.num_layers = 1;  // layer 0's names stand for every layer's
+  const std::set<std::string> used = names_of(config), known = names_of(all_on);
+  for (const auto& [name, found] : stored) {
+    if (used.count(name)) continue;
+    // "layers.<i>.<rest>": known when layer 0 has <rest>.
+    std::string as_known = name, layer_note;
+    if (name.rfind("layers.", 0) == 0) {
+      const size_t dot = name.find('.', 7);
+      const std::string index = name.substr(7, dot == std::string::npos ? 0 : dot - 7);
+      if (dot == std::string::npos || index.empty() || index.size() > 9 ||
+          index.find_first_not_of("0123456789") != std::string::npos)
+        continue;
+      as_known = "layers.0" + name.substr(dot);
+      if (std::stoll(index) >= config.num_layers)
+        layer_note = "num_layers is " + std::to_string(config.num_layers);
+    }
+    if (!known.count(as_known)) continue;
+    std::string why = layer_note;
+    if (why.empty()) {
+      ModelConfig one = all_on;
+      for (const Switch& sw : kSwitches) {
+        sw.off_like(one, config);
+        const bool needed = !names_of(one).count(as_known);
+        sw.on(one);
+        if (needed) why += (why.empty() ? "" : " and ") + sw.said(config);
+      }
+    }
+    throw CheckpointError("tensor '" + io::excerpt(found.info->name) + "' in " +
+                          found.file->path() + " is not used by the config of " + dir + " (" + why +
+                          "): refusing to draft without a weight the checkpoint holds "
+                          "(LoadOptions::allow_unused_weights, or --allow-unused-weights on the "
+                          "CLI, loads it anyway)");
+  }
+}
+
 }  // namespace
 
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
@@ -262,7 +395,21 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
     throw CheckpointError("checkpoint path '" + dir +
                           "' is not a directory (a checkpoint is a directory "
                           "holding config.json and model.safetensors)");
-  if (!present(d / "config.json")) throw CheckpointError("no config.json in " + dir);
+  {
+    // A directory that cannot be read says so (not "no config.json").
+    std::error_code ec2;
+    const fs::file_status cs = fs::symlink_status(d / "config.json", ec2);
+    if (ec2 && cs.type() != fs::file_type::not_found)
+      throw CheckpointError("cannot read checkpoint directory '" + dir + "': " + ec2.message());
+    if (cs.type() == fs::file_type::not_found || cs.type() == fs::file_type::none) {
+      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0)
+        throw CheckpointError("cannot read checkpoint directory '" + dir +
+                              "': " + std::strerror(errno));
+      ::close(fd);
+      throw CheckpointError("no config.json in " + dir);
+    }
+  }
 
   Checkpoint ck;
   ck.dir_ = dir;
@@ -277,11 +424,14 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
       refuse_unsupported(key, *file);
       auto [it, inserted] = stored.emplace(key, Found{&info, file.get()});
       if (!inserted)
-        throw CheckpointError("tensor '" + key + "' is stored twice (as '" + it->second.info->name +
-                              "' in " + it->second.file->path() + " and as '" + name + "' in " +
+        throw CheckpointError("tensor '" + io::excerpt(key) + "' is stored twice (as '" +
+                              io::excerpt(it->second.info->name) + "' in " +
+                              it->second.file->path() + " and as '" + io::excerpt(name) + "' in " +
                               file->path() + ")");
     }
   }
+
+  if (!options.allow_unused_weights) refuse_unused(ck.config_, stored, dir);
 
   std::map<std::string, const uint8_t*> data;
   for (const TensorSpec& spec : expected_tensors(ck.config_)) {

@@ -66,12 +66,14 @@ class Fields {
   int64_t integer(const char* key, int64_t lo, int64_t hi = kIntMax) const {
     const json& v = at(key);
     if (!v.is_number_integer())
-      fail(std::string("field '") + key + "' must be an integer (got " + v.dump() + ")");
+      fail(std::string("field '") + key + "' must be an integer (got " + io::excerpt(v.dump()) +
+           ")");
     int64_t x = 0;
     if (v.is_number_unsigned()) {
       const uint64_t u = v.get<uint64_t>();
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        fail(std::string("field '") + key + "' is out of range (got " + v.dump() + ")");
+        fail(std::string("field '") + key + "' is out of range (got " + io::excerpt(v.dump()) +
+             ")");
       x = static_cast<int64_t>(u);
     } else {
       x = v.get<int64_t>();
@@ -87,7 +89,7 @@ class Fields {
   double number(const char* key) const {
     const json& v = at(key);
     if (!v.is_number())
-      fail(std::string("field '") + key + "' must be a number (got " + v.dump() + ")");
+      fail(std::string("field '") + key + "' must be a number (got " + io::excerpt(v.dump()) + ")");
     return v.get<double>();
   }
   float number_f32(const char* key) const {
@@ -99,24 +101,27 @@ class Fields {
   bool boolean(const char* key) const {
     const json& v = at(key);
     if (!v.is_boolean())
-      fail(std::string("field '") + key + "' must be true or false (got " + v.dump() + ")");
+      fail(std::string("field '") + key + "' must be true or false (got " + io::excerpt(v.dump()) +
+           ")");
     return v.get<bool>();
   }
   std::string string(const char* key) const {
     const json& v = at(key);
     if (!v.is_string())
-      fail(std::string("field '") + key + "' must be a string (got " + v.dump() + ")");
+      fail(std::string("field '") + key + "' must be a string (got " + io::excerpt(v.dump()) + ")");
     return v.get<std::string>();
   }
   std::vector<int> int_list(const char* key) const {
     const json& v = at(key);
     if (!v.is_array())
-      fail(std::string("field '") + key + "' must be a list of integers (got " + v.dump() + ")");
+      fail(std::string("field '") + key + "' must be a list of integers (got " +
+           io::excerpt(v.dump()) + ")");
     std::vector<int> out;
     for (const json& e : v) {
       if (!e.is_number_integer() || e.get<int64_t>() < std::numeric_limits<int>::min() ||
           e.get<int64_t>() > kIntMax)
-        fail(std::string("field '") + key + "' must be a list of integers (got " + v.dump() + ")");
+        fail(std::string("field '") + key + "' must be a list of integers (got " +
+             io::excerpt(v.dump()) + ")");
       out.push_back(static_cast<int>(e.get<int64_t>()));
     }
     return out;
@@ -162,7 +167,8 @@ E parse_enum(const Fields& f, const char* key, const EnumName<E> (&names)[N]) {
     if (s == n.name) return n.value;
     accepted += (accepted.empty() ? "\"" : ", \"") + std::string(n.name) + "\"";
   }
-  f.fail(std::string("field '") + key + "' must be one of " + accepted + " (got \"" + s + "\")");
+  f.fail(std::string("field '") + key + "' must be one of " + accepted + " (got \"" +
+         io::excerpt(s) + "\")");
 }
 
 // The int fields of our format that are read and written as they are, in the
@@ -276,8 +282,10 @@ void ModelConfig::validate() const {
                              std::to_string(mask_token_id) + ")");
   if (!(std::isfinite(rms_norm_eps) && rms_norm_eps > 0))
     bad("rms_norm_eps", "must be finite and > 0 (got " + fmt_double(rms_norm_eps) + ")");
-  if (!(std::isfinite(rope_theta) && rope_theta > 0))
-    bad("rope_theta", "must be finite and > 0 (got " + fmt_double(rope_theta) + ")");
+  // theta < 1 makes RoPE frequencies theta^(-2i/d) above one radian a position, and
+  // a tiny (denormal) theta makes them infinite: every angle NaN, every token 0.
+  if (!(std::isfinite(rope_theta) && rope_theta >= 1.0))
+    bad("rope_theta", "must be finite and >= 1 (got " + fmt_double(rope_theta) + ")");
   if (!layer_attention.empty() && static_cast<int>(layer_attention.size()) != num_layers)
     bad("layer_attention", "must list one entry per layer (" + std::to_string(num_layers) +
                                "), got " + std::to_string(layer_attention.size()));
@@ -346,7 +354,7 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     f.fail("format_version " + std::to_string(f.integer("format_version", 1)) +
            " is not supported (this build reads " + std::to_string(kFormatVersion) + ")");
   for (const auto& item : j.items())
-    if (!our_keys().count(item.key())) f.fail("unknown field '" + item.key() + "'");
+    if (!our_keys().count(item.key())) f.fail("unknown field '" + io::excerpt(item.key()) + "'");
   for (const std::string& key : our_keys())
     if (!j.contains(key)) f.fail("missing field '" + key + "'");
 
@@ -373,15 +381,15 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     const json& la = f.at("layer_attention");
     if (!la.is_array())
       f.fail("field 'layer_attention' must be a list of {\"window\", \"causal\"} objects (got " +
-             la.dump() + ")");
+             io::excerpt(la.dump()) + ")");
     for (size_t l = 0; l < la.size(); ++l) {
       if (!la[l].is_object())
         f.fail("field 'layer_attention' entry " + std::to_string(l) + " must be an object (got " +
-               la[l].dump() + ")");
+               io::excerpt(la[l].dump()) + ")");
       Fields e(la[l], "config: layer_attention[" + std::to_string(l) + "]");
       for (const auto& item : la[l].items())
         if (item.key() != "window" && item.key() != "causal")
-          e.fail("unknown field '" + item.key() + "'");
+          e.fail("unknown field '" + io::excerpt(item.key()) + "'");
       LayerAttention a;
       a.window = static_cast<int>(e.integer("window", 0));
       a.causal = e.boolean("causal");
@@ -420,7 +428,7 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   }
   if (f.has("speculators_model_type"))
     f.fail("speculators-format drafts (speculators_model_type " +
-           f.at("speculators_model_type").dump() +
+           io::excerpt(f.at("speculators_model_type").dump()) +
            ") are not supported yet; only DeepSpec Qwen3DSparkModel configs are imported");
   for (const char* key : kDeepSeekV4Fields)
     if (j.contains(key))
@@ -433,18 +441,20 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
 
   const json& archs = f.at("architectures");
   if (!archs.is_array())
-    f.fail("field 'architectures' must be a list of strings (got " + archs.dump() + ")");
+    f.fail("field 'architectures' must be a list of strings (got " + io::excerpt(archs.dump()) +
+           ")");
   bool qwen3_dspark = false;
   for (const json& a : archs) {
     if (!a.is_string())
-      f.fail("field 'architectures' must be a list of strings (got " + archs.dump() + ")");
+      f.fail("field 'architectures' must be a list of strings (got " + io::excerpt(archs.dump()) +
+             ")");
     const std::string name = a.get<std::string>();
     if (name.rfind("Deepseek", 0) == 0 || name.rfind("DeepSeek", 0) == 0)
       f.fail("DeepSeek-V4 MLA/MoE drafts are not supported (architecture '" + name + "')");
     if (name == "Qwen3DSparkModel") qwen3_dspark = true;
   }
   if (!qwen3_dspark)
-    f.fail("architectures " + archs.dump() +
+    f.fail("architectures " + io::excerpt(archs.dump()) +
            " are not supported: only Qwen3DSparkModel (DeepSpec) configs are imported");
   if (f.has("model_type") && f.string("model_type") != "qwen3")
     f.fail("model_type '" + f.string("model_type") +
@@ -494,7 +504,7 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   if (f.has("rope_parameters")) {
     const json& rp = f.at("rope_parameters");
     if (!rp.is_object())
-      f.fail("field 'rope_parameters' must be an object (got " + rp.dump() + ")");
+      f.fail("field 'rope_parameters' must be an object (got " + io::excerpt(rp.dump()) + ")");
     Fields r(rp, "config.json: rope_parameters");
     if (r.has("rope_type") && r.string("rope_type") != "default")
       r.fail("rope_type '" + r.string("rope_type") +
@@ -507,11 +517,11 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   if (f.has("rope_scaling")) {
     const json& rs = f.at("rope_scaling");
     if (!rs.is_object())
-      f.fail("field 'rope_scaling' must be an object or null (got " + rs.dump() + ")");
+      f.fail("field 'rope_scaling' must be an object or null (got " + io::excerpt(rs.dump()) + ")");
     Fields r(rs, "config.json: rope_scaling");
     const char* key = r.has("rope_type") ? "rope_type" : "type";
     if (!r.has(key) || r.string(key) != "default")
-      f.fail("RoPE scaling " + rs.dump() + " is not supported");
+      f.fail("RoPE scaling " + io::excerpt(rs.dump()) + " is not supported");
   }
   if (!have_theta && f.has("rope_theta")) {
     c.rope_theta = f.number("rope_theta");
@@ -533,10 +543,11 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
     const json& lt = f.at("layer_types");
     if (!lt.is_array() || static_cast<int>(lt.size()) != c.num_layers)
       f.fail("field 'layer_types' must list one entry per layer (" + std::to_string(c.num_layers) +
-             "), got " + lt.dump());
+             "), got " + io::excerpt(lt.dump()));
     for (size_t l = 0; l < lt.size(); ++l) {
       if (!lt[l].is_string())
-        f.fail("field 'layer_types' must be a list of strings (got " + lt.dump() + ")");
+        f.fail("field 'layer_types' must be a list of strings (got " + io::excerpt(lt.dump()) +
+               ")");
       const std::string kind = lt[l].get<std::string>();
       if (kind != "full_attention" && kind != "sliding_attention")
         f.fail("layer type '" + kind +
@@ -555,7 +566,8 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
     causal_override = f.boolean("is_causal");
   } else if (f.has("dflash_config")) {
     const json& dc = f.at("dflash_config");
-    if (!dc.is_object()) f.fail("field 'dflash_config' must be an object (got " + dc.dump() + ")");
+    if (!dc.is_object())
+      f.fail("field 'dflash_config' must be an object (got " + io::excerpt(dc.dump()) + ")");
     Fields d(dc, "config.json: dflash_config");
     if (d.has("causal")) causal_override = d.boolean("causal");
   }
@@ -610,8 +622,12 @@ ModelConfig load_config_file(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Where, not what: the parser's message quotes the file's bytes.
+    throw ConfigError(path + ": not valid JSON (a syntax error at byte " + std::to_string(e.byte) +
+                      ")");
   } catch (const json::exception& e) {
-    throw ConfigError(path + ": not valid JSON (" + e.what() + ")");
+    throw ConfigError(path + ": not valid JSON (" + io::excerpt(e.what()) + ")");
   }
   try {
     return io::is_sparkdraft_json(j) ? config_from_json(j) : import_hf_config(j);

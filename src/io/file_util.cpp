@@ -24,6 +24,11 @@ std::string file_kind(unsigned mode) {
   }
 }
 
+std::string excerpt(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  return text.substr(0, max) + "... (" + std::to_string(text.size()) + " characters)";
+}
+
 template <class E>
 int open_regular_file(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);

@@ -20,4 +20,9 @@ std::string read_regular_file(const std::string& path, const std::string& what);
 // What kind of thing `path` is, for messages: "a directory", "a FIFO", ...
 std::string file_kind(unsigned mode);
 
+// What a message quotes from an input (a name, a JSON value): at most `max`
+// characters, cut with "..." and the full length, so that one bad entry of a
+// file cannot make a message of megabytes.
+std::string excerpt(const std::string& text, size_t max = 200);
+
 }  // namespace sparkdraft::io

@@ -10,8 +10,9 @@
 // Writer: the output file is sized up front (posix_fallocate, so a full disk
 // fails here rather than as SIGBUS later), mapped, and each tensor's fill
 // callback writes straight into the mapping: multi-GB checkpoints are never
-// held in memory twice. The file is written under a temporary name and
-// renamed at the end, so a failed write leaves no half file behind.
+// held in memory twice. The file is written under a temporary name (path +
+// ".tmp", in the same directory) and renamed at the end, so a failed write
+// leaves no half file behind.
 #include "sparkdraft/safetensors.h"
 
 #include <fcntl.h>
@@ -22,8 +23,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <set>
+#include <functional>
 #include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +71,99 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// The header's JSON, read entry by entry (a SAX pass, linear in the header size):
+// each top-level entry is built as a small JSON value of its own and handed to
+// `on_entry` as soon as it is complete, so that no DOM of the whole header is held. (nlohmann's
+// callback parser, which caught duplicates before, rescans the parent object at the end of every
+// entry: quadratic, 190 s for 50 000 entries.)
+class HeaderReader {
+ public:
+  using OnEntry = std::function<void(const std::string& name, json& value)>;
+  explicit HeaderReader(OnEntry on_entry) : on_entry_(std::move(on_entry)) {}
+
+  // Empty, or why the header is refused.
+  const std::string& refusal() const { return refusal_; }
+
+  bool null() { return add(json(nullptr)); }
+  bool boolean(bool v) { return add(json(v)); }
+  bool number_integer(json::number_integer_t v) { return add(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return add(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return add(json(v)); }
+  bool string(json::string_t& v) { return add(json(std::move(v))); }
+  bool binary(json::binary_t&) { return refuse("corrupt header: not valid JSON (binary value)"); }
+  bool start_object(std::size_t) {
+    if (!started_) return started_ = true;
+    return open(json::object());
+  }
+  bool end_object() { return stack_.empty() ? true : close(); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    if (!stack_.empty()) {
+      key_ = std::move(k);
+      return true;
+    }
+    name_ = std::move(k);
+    return true;
+  }
+  // Where, not what: the parser's own message quotes the bad token (file bytes,
+  // possibly megabytes of them).
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception&) {
+    return refuse("corrupt header: not valid JSON (a syntax error at byte " +
+                  std::to_string(position) + " of the header)");
+  }
+
+ private:
+  bool refuse(const std::string& why) {
+    if (refusal_.empty()) refusal_ = why;
+    return false;
+  }
+  // A value: the whole entry (top level), or a part of the one being built.
+  bool add(json v) {
+    if (!started_) return refuse("corrupt header: not a JSON object");
+    if (stack_.empty()) {
+      on_entry_(name_, v);
+      return true;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array())
+      parent.push_back(std::move(v));
+    else
+      parent[key_] = std::move(v);
+    return true;
+  }
+  bool open(json container) {
+    if (!started_) return refuse("corrupt header: not a JSON object");
+    if (stack_.empty()) {
+      entry_ = std::move(container);
+      stack_.push_back(&entry_);
+      return true;
+    }
+    // Pointers into the parent stay valid: only the innermost container grows.
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(container));
+      stack_.push_back(&parent.back());
+    } else {
+      json& slot = parent[key_];
+      slot = std::move(container);
+      stack_.push_back(&slot);
+    }
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    if (stack_.empty()) on_entry_(name_, entry_);
+    return true;
+  }
+
+  OnEntry on_entry_;
+  bool started_ = false;
+  std::string name_, key_, refusal_;
+  json entry_;
+  std::vector<json*> stack_;
+};
+
 }  // namespace
 
 const char* dtype_name(DType d) {
@@ -86,7 +181,7 @@ size_t dtype_size(DType d) {
 DType dtype_from_name(const std::string& name) {
   for (const auto& t : kDTypes)
     if (name == t.name) return t.dtype;
-  throw CheckpointError("unsupported safetensors dtype '" + name + "'");
+  throw CheckpointError("unsupported safetensors dtype '" + io::excerpt(name) + "'");
 }
 
 int64_t TensorInfo::numel() const {
@@ -127,49 +222,43 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   const auto* bytes = static_cast<const uint8_t*>(map);
   uint64_t header_size = 0;
   for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
+  // The messages never quote the file's bytes (the header size field of a file
+  // that is no safetensors file at all is its first 8 bytes of text).
   if (header_size > kMaxHeaderBytes)
-    corrupt("corrupt header: header size " + std::to_string(header_size) + " exceeds the " +
-            std::to_string(kMaxHeaderBytes) + "-byte limit");
+    corrupt(
+        "not a safetensors file, or a corrupt one: its header size field (the first 8 "
+        "bytes) exceeds the " +
+        std::to_string(kMaxHeaderBytes) + "-byte limit");
   if (header_size > file_size - 8)
-    corrupt("truncated or corrupt file: header size " + std::to_string(header_size) +
-            " does not fit in the file (" + std::to_string(file_size) + " bytes)");
-
-  // nlohmann::json keeps the last of two equal keys; a repeated tensor name is
-  // a corrupt (or forged) header, so the parser callback refuses it.
-  json header;
-  std::set<std::string> top_keys;
-  std::string duplicate;
-  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && duplicate.empty() &&
-        !top_keys.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  try {
-    header = json::parse(bytes + 8, bytes + 8 + header_size, on_event);
-  } catch (const json::exception& e) {
-    corrupt(std::string("corrupt header: not valid JSON (") + e.what() + ")");
-  }
-  if (!duplicate.empty()) corrupt("corrupt header: tensor name '" + duplicate + "' appears twice");
-  if (!header.is_object()) corrupt("corrupt header: not a JSON object");
+    corrupt(
+        "truncated or corrupt file: the header size field (the first 8 bytes) says more "
+        "than the file holds, so the header does not fit in the file (" +
+        std::to_string(file_size) + " bytes)");
 
   const uint8_t* data = bytes + 8 + header_size;
   const uint64_t data_size = file_size - 8 - header_size;
   std::vector<std::tuple<uint64_t, uint64_t, std::string>> ranges;
-  for (const auto& item : header.items()) {
-    const std::string& name = item.key();
-    const json& v = item.value();
+  bool metadata_seen = false;
+  // nlohmann::json would keep the last of two equal keys; a repeated tensor name
+  // is a corrupt (or forged) header.
+  auto twice = [&](const std::string& name) {
+    corrupt("corrupt header: tensor name '" + io::excerpt(name) + "' appears twice");
+  };
+  auto on_entry = [&](const std::string& name, const json& v) {
     if (name == "__metadata__") {
+      if (metadata_seen) twice(name);
+      metadata_seen = true;
       if (!v.is_object()) corrupt("corrupt header: __metadata__ must be an object of strings");
       for (const auto& m : v.items()) {
         if (!m.value().is_string())
-          corrupt("corrupt header: __metadata__ entry '" + m.key() + "' is not a string");
+          corrupt("corrupt header: __metadata__ entry '" + io::excerpt(m.key()) +
+                  "' is not a string");
         file->metadata_[m.key()] = m.value().get<std::string>();
       }
-      continue;
+      return;
     }
     auto bad = [&](const std::string& what) {
-      corrupt("corrupt header: tensor '" + name + "': " + what);
+      corrupt("corrupt header: tensor '" + io::excerpt(name) + "': " + what);
     };
     if (!v.is_object()) bad("entry is not an object");
     if (!v.contains("dtype") || !v["dtype"].is_string()) bad("missing or non-string 'dtype'");
@@ -189,35 +278,39 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     for (const json& d : v["shape"]) {
       uint64_t dim = 0;
       if (!read_u64(d, &dim) || dim > (uint64_t{1} << 62))
-        bad("shape " + v["shape"].dump() + " must hold non-negative integers");
+        bad("shape " + io::excerpt(v["shape"].dump()) + " must hold non-negative integers");
       t.shape.push_back(static_cast<int64_t>(dim));
       if (__builtin_mul_overflow(numel, dim, &numel))
-        bad("shape " + v["shape"].dump() + " overflows");
+        bad("shape " + io::excerpt(v["shape"].dump()) + " overflows");
     }
     uint64_t begin = 0, end = 0, nbytes = 0;
     if (!read_u64(v["data_offsets"][0], &begin) || !read_u64(v["data_offsets"][1], &end) ||
         end < begin)
-      bad("data_offsets " + v["data_offsets"].dump() +
+      bad("data_offsets " + io::excerpt(v["data_offsets"].dump()) +
           " must be non-negative integers with begin <= end");
     if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &nbytes))
-      bad("shape " + v["shape"].dump() + " overflows");
+      bad("shape " + io::excerpt(v["shape"].dump()) + " overflows");
     if (end - begin != nbytes)
-      bad("data_offsets " + v["data_offsets"].dump() + " hold " + std::to_string(end - begin) +
-          " bytes but " + dtype_name(t.dtype) + " " + t.shape_string() + " needs " +
-          std::to_string(nbytes));
+      bad("data_offsets " + io::excerpt(v["data_offsets"].dump()) + " hold " +
+          std::to_string(end - begin) + " bytes but " + dtype_name(t.dtype) + " " +
+          t.shape_string() + " needs " + std::to_string(nbytes));
     if (end > data_size)
-      bad("data_offsets " + v["data_offsets"].dump() + " are out of range (the data section has " +
-          std::to_string(data_size) + " bytes; truncated file?)");
+      bad("data_offsets " + io::excerpt(v["data_offsets"].dump()) +
+          " are out of range (the data section has " + std::to_string(data_size) +
+          " bytes; truncated file?)");
     t.data = data + begin;
     t.nbytes = nbytes;
     if (nbytes > 0) ranges.emplace_back(begin, end, name);
-    file->tensors_.emplace(name, std::move(t));
-  }
+    if (!file->tensors_.emplace(name, std::move(t)).second) twice(name);
+  };
+  HeaderReader reader(on_entry);
+  if (!json::sax_parse(bytes + 8, bytes + 8 + header_size, &reader))
+    corrupt(reader.refusal().empty() ? "corrupt header: not valid JSON" : reader.refusal());
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (std::get<0>(ranges[i]) < std::get<1>(ranges[i - 1]))
-      corrupt("corrupt header: tensors '" + std::get<2>(ranges[i - 1]) + "' and '" +
-              std::get<2>(ranges[i]) + "' overlap in the data section");
+      corrupt("corrupt header: tensors '" + io::excerpt(std::get<2>(ranges[i - 1])) + "' and '" +
+              io::excerpt(std::get<2>(ranges[i])) + "' overlap in the data section");
   // The data section ends where the last tensor does: bytes after it are a
   // sign of a damaged or concatenated file (the reference reader refuses them too).
   uint64_t data_end = 0;
@@ -288,6 +381,16 @@ size_t SafetensorsWriter::total_bytes() const {
 
 void SafetensorsWriter::write(const std::string& path,
                               const std::function<void(size_t, size_t)>& progress) const {
+  const std::string tmp = write_temp(path, progress);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + why);
+  }
+}
+
+std::string SafetensorsWriter::write_temp(
+    const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
   // Header: metadata first, then the tensors in declaration order (that is
   // also their order in the data section).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -368,11 +471,7 @@ void SafetensorsWriter::write(const std::string& path,
     ::unlink(tmp.c_str());
     throw IoError("cannot write '" + tmp + "': " + why);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + why);
-  }
+  return tmp;
 }
 
 }  // namespace sparkdraft

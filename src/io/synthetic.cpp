@@ -12,10 +12,14 @@
 // w1 ~ variance 1 (so the Markov bias w2 @ e is O(1)), norm gains 1 +- 0.1
 // for `w` and 0 +- 0.1 for `1+w`, residual alpha/beta in (0.9, 1.1). Values
 // are never zero: the uniform draw (u + 0.5) / 32768 - 1 has no zero.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -195,9 +199,35 @@ ModelConfig preset_config(const std::string& preset, const std::string& style) {
 }
 
 namespace {
-void write_files(const ModelConfig& config, const std::string& dir, const std::string& config_path,
-                 const SyntheticOptions& options);
+void write_files(const ModelConfig& config, const fs::path& dir, const SyntheticOptions& options);
+
+// A whole small file under `path` (created or truncated); IoError with the reason.
+void write_small_file(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError("cannot create " + path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw IoError("cannot write " + path + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) throw IoError("cannot write " + path + ": " + std::strerror(errno));
+}
+
+void rename_into_place(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    throw IoError("cannot rename " + from + " to " + to + ": " + std::strerror(errno));
+}
 }  // namespace
+
+std::vector<std::string> synthetic_checkpoint_files() {
+  return {"model.safetensors.tmp", "config.json.tmp", "model.safetensors", "config.json"};
+}
 
 void write_synthetic_checkpoint(const ModelConfig& config, const std::string& dir,
                                 const SyntheticOptions& options) {
@@ -205,31 +235,34 @@ void write_synthetic_checkpoint(const ModelConfig& config, const std::string& di
   std::error_code ec;
   const bool created = fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create checkpoint directory '" + dir + "': " + ec.message());
-  // No partial output: on any failure what this call wrote is removed again.
-  const std::string config_path = (fs::path(dir) / "config.json").string();
+  // No partial output: on any failure what this call wrote is removed again (the
+  // temporaries; the directory too when this call made it).
   try {
-    write_files(config, dir, config_path, options);
+    write_files(config, dir, options);
   } catch (...) {
     std::error_code ignored;
-    if (created)
+    if (created) {
       fs::remove_all(dir, ignored);
-    else
-      fs::remove(config_path, ignored);
+    } else {
+      fs::remove(fs::path(dir) / "config.json.tmp", ignored);
+      fs::remove(fs::path(dir) / "model.safetensors.tmp", ignored);
+    }
     throw;
   }
 }
 
 namespace {
-void write_files(const ModelConfig& config, const std::string& dir, const std::string& config_path,
-                 const SyntheticOptions& options) {
+// Every file goes to a temporary name in `dir` first; then the old config.json (a
+// --force overwrite) goes, the weights are renamed into place, and config.json
+// last: at every moment `dir` holds the old checkpoint, no config.json (no
+// checkpoint) or the whole new one, never a config beside other weights.
+void write_files(const ModelConfig& config, const fs::path& dir, const SyntheticOptions& options) {
   const nlohmann::json cj = options.hf_config && io::hf_expressible(config)
                                 ? io::export_hf_config(config)
                                 : config_to_json(config);
-  std::ofstream out(config_path);
-  if (!out) throw IoError("cannot create " + config_path);
-  out << cj.dump(2) << "\n";
-  out.close();
-  if (!out) throw IoError("cannot write " + config_path);
+  const std::string config_path = (dir / "config.json").string(), config_tmp = config_path + ".tmp",
+                    weights_path = (dir / "model.safetensors").string();
+  write_small_file(config_tmp, cj.dump(2) + "\n");
 
   // fp32 tensors first, so that every tensor stays aligned to its dtype in the
   // contiguous data section (the loader requires it).
@@ -254,7 +287,11 @@ void write_files(const ModelConfig& config, const std::string& dir, const std::s
         fill_tensor<bf16>(init, key, dst, n);
     });
   }
-  writer.write((fs::path(dir) / "model.safetensors").string(), options.progress);
+  const std::string weights_tmp = writer.write_temp(weights_path, options.progress);
+  if (::unlink(config_path.c_str()) != 0 && errno != ENOENT)
+    throw IoError("cannot replace " + config_path + ": " + std::strerror(errno));
+  rename_into_place(weights_tmp, weights_path);
+  rename_into_place(config_tmp, config_path);
 }
 }  // namespace
 

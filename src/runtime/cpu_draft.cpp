@@ -59,24 +59,22 @@ class CpuDraft final : public CpuDraftBackend {
   CpuDraft(std::shared_ptr<const Checkpoint> ckpt, const DraftOptions& options,
            CpuOpsFactory make_ops)
       : ckpt_(std::move(ckpt)), c_(ckpt_->config()), o_(options), w_(ckpt_->weights()) {
-    c_.validate();
-    validate_options(c_, o_);
+    validate_cpu_backend(c_, o_);
     if (o_.threads <= 0) o_.threads = std::max(1u, std::thread::hardware_concurrency());
     if (ckpt_->nonfinite_scan_pending()) ckpt_->scan_nonfinite_on_host(o_.threads);
-    if (c_.markov_rank <= 0)
-      throw ConfigError("the CPU backend needs a Markov head (markov_rank > 0)");
     make_ops_ = make_ops ? std::move(make_ops) : [](int threads, Communicator* comm) {
       return std::make_unique<CpuOps>(threads, comm);
     };
     layer_tp_ = sparkdraft::layer_tp_size(c_, o_.tp);
     plan_ = cpu_plan(c_, o_.tp);
     try {
-      rope_.resize(static_cast<size_t>(o_.max_positions()) * c_.head_dim);
+      rope_.resize(static_cast<size_t>(position_limit(c_, o_)) * c_.head_dim);
     } catch (const std::bad_alloc&) {
       throw InvalidArgument("DraftOptions: the RoPE table for " +
-                            std::to_string(o_.max_positions()) + " positions cannot be allocated");
+                            std::to_string(position_limit(c_, o_)) +
+                            " positions cannot be allocated");
     }
-    cpu::rope_table(c_.rope_theta, c_.head_dim, o_.max_positions(), rope_.data());
+    cpu::rope_table(c_.rope_theta, c_.head_dim, position_limit(c_, o_), rope_.data());
     transform_ = ops::LogitTransform::from_config(c_);
     ranks_.reserve(static_cast<size_t>(layer_tp_));  // sw points into each rank's vectors
     for (int r = 0; r < layer_tp_; ++r) ranks_.push_back(make_rank(LayerShard{r, layer_tp_}));
@@ -277,6 +275,13 @@ std::unique_ptr<CpuDraftBackend> make_cpu_draft(std::shared_ptr<const Checkpoint
                                                 const DraftOptions& options, CpuOpsFactory ops) {
   if (!ckpt) throw InvalidArgument("make_cpu_backend: no checkpoint");
   return std::make_unique<CpuDraft>(std::move(ckpt), options, std::move(ops));
+}
+
+void validate_cpu_backend(const ModelConfig& c, const DraftOptions& o) {
+  c.validate();
+  validate_options(c, o);
+  if (c.markov_rank <= 0)
+    throw ConfigError("the CPU backend needs a Markov head (markov_rank > 0)");
 }
 
 std::unique_ptr<DraftBackend> make_cpu_backend(std::shared_ptr<const Checkpoint> ckpt,

@@ -1,5 +1,6 @@
 // Input checks at the API boundary (contract.md section 4: bad input is refused with a
 // clear error; no kernel runs on it). Shared by every backend.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -15,6 +16,13 @@ namespace {
 
 void require(bool ok, const std::string& what) {
   if (!ok) refuse(what);
+}
+
+// Which bound made position_limit() what it is, for the refusals.
+std::string limit_reason(const ModelConfig& c, const DraftOptions& o) {
+  return o.max_positions() <= c.max_position_embeddings
+             ? " (the block table's max_pages_per_req x page_size)"
+             : " (the config's max_position_embeddings)";
 }
 
 }  // namespace
@@ -47,13 +55,12 @@ void validate_options(const ModelConfig& c, const DraftOptions& o) {
     require(o.tp == 1, "DraftOptions: kv_caches (the caller's KV caches) need tp 1 (got tp " +
                            std::to_string(o.tp) + ")");
   }
-  // Elements of one layer's KV cache and of the RoPE table: refused when the
-  // product overflows (the allocation itself reports a size that is merely too large).
-  int64_t kv = 0, rope = 0;
+  // Elements of one layer's KV cache: refused when the product overflows (the
+  // allocation itself reports a size that is merely too large).
+  int64_t kv = 0;
   const bool overflow =
       __builtin_mul_overflow(static_cast<int64_t>(o.num_pages), o.page_size, &kv) ||
-      __builtin_mul_overflow(kv, static_cast<int64_t>(c.num_kv_heads) * 2 * c.head_dim, &kv) ||
-      __builtin_mul_overflow(o.max_positions(), static_cast<int64_t>(c.head_dim), &rope);
+      __builtin_mul_overflow(kv, static_cast<int64_t>(c.num_kv_heads) * 2 * c.head_dim, &kv);
   require(!overflow, "DraftOptions: num_pages " + std::to_string(o.num_pages) + " x page_size " +
                          std::to_string(o.page_size) + " (x max_pages_per_req " +
                          std::to_string(o.max_pages_per_req) + ") overflows the KV cache size");
@@ -66,6 +73,31 @@ void validate_options(const ModelConfig& c, const DraftOptions& o) {
                              " makes a KV cache of more than 1 TiB (" +
                              std::to_string(c.num_layers) + " layers x " + std::to_string(kv) +
                              " bf16 values each)");
+  // The RoPE table holds position_limit() rows of head_dim floats (max_pages_per_req x
+  // page_size, at most max_position_embeddings); bounded like the KV cache.
+  const int64_t rope_rows = position_limit(c, o);
+  require(rope_rows <= kMaxRopeTableBytes / 4 / std::max<int64_t>(c.head_dim, 1),
+          "DraftOptions: the RoPE table of " + std::to_string(rope_rows) +
+              " positions (max_pages_per_req " + std::to_string(o.max_pages_per_req) +
+              " x page_size " + std::to_string(o.page_size) + ", at most max_position_embeddings " +
+              std::to_string(c.max_position_embeddings) + ") x head_dim " +
+              std::to_string(c.head_dim) + " floats exceeds " +
+              std::to_string(kMaxRopeTableBytes >> 30) + " GiB");
+  // The logits buffers a backend holds: [max_reqs * N, V] fp32 and the draft-logits
+  // cache [cache_slots, N, V] bf16 (also what a caller allocates for the outputs).
+  const int64_t row_logits = static_cast<int64_t>(c.block_size) * c.vocab_size;  // < 2^37
+  require(o.max_reqs <= (int64_t{1} << 40) / 4 / row_logits,
+          "DraftOptions: max_reqs " + std::to_string(o.max_reqs) + " x block " +
+              std::to_string(c.block_size) + " x vocabulary " + std::to_string(c.vocab_size) +
+              " makes logits buffers of more than 1 TiB");
+  require(o.cache_slots <= (int64_t{1} << 40) / 2 / row_logits,
+          "DraftOptions: cache_slots " + std::to_string(o.cache_slots) + " x block " +
+              std::to_string(c.block_size) + " x vocabulary " + std::to_string(c.vocab_size) +
+              " makes a draft-logits cache of more than 1 TiB");
+}
+
+int64_t position_limit(const ModelConfig& c, const DraftOptions& o) {
+  return std::min<int64_t>(o.max_positions(), std::max(c.max_position_embeddings, 0));
 }
 
 void validate_context(const ModelConfig& c, const DraftOptions& o, const ContextBatch& b) {
@@ -74,12 +106,13 @@ void validate_context(const ModelConfig& c, const DraftOptions& o, const Context
   require(b.hidden && b.positions && b.slots,
           "store_context: hidden, positions and slots must all be given");
   const int64_t slots = static_cast<int64_t>(o.num_pages) * o.page_size;
+  const int64_t limit = position_limit(c, o);
   std::map<int64_t, int> writer;  // slot -> first token writing it
   for (int t = 0; t < b.num_tokens; ++t) {
     const int64_t pos = b.positions[t], slot = b.slots[t];
-    require(pos >= 0 && pos < o.max_positions(),
-            "store_context: token " + std::to_string(t) + " position " + std::to_string(pos) +
-                " is outside [0, " + std::to_string(o.max_positions()) + ")");
+    require(pos >= 0 && pos < limit, "store_context: token " + std::to_string(t) + " position " +
+                                         std::to_string(pos) + " is outside [0, " +
+                                         std::to_string(limit) + ")" + limit_reason(c, o));
     require(slot >= -1 && slot < slots, "store_context: token " + std::to_string(t) + " slot " +
                                             std::to_string(slot) + " is outside [-1, " +
                                             std::to_string(slots) + ")");
@@ -88,7 +121,6 @@ void validate_context(const ModelConfig& c, const DraftOptions& o, const Context
     require(fresh, "store_context: tokens " + std::to_string(it->second) + " and " +
                        std::to_string(t) + " both write KV slot " + std::to_string(slot));
   }
-  (void)c;
 }
 
 void validate_propose(const ModelConfig& c, const DraftOptions& o, const ProposeBatch& b) {
@@ -98,6 +130,7 @@ void validate_propose(const ModelConfig& c, const DraftOptions& o, const Propose
   require(b.anchor_tokens && b.anchor_positions && b.seeds && b.temperatures && b.cache_slots &&
               b.block_tables,
           "propose: every input array must be given");
+  const int64_t limit = position_limit(c, o);
   std::set<int64_t> used_slots;
   for (int r = 0; r < b.num_rows; ++r) {
     const std::string row = "propose: row " + std::to_string(r) + ": ";
@@ -115,11 +148,12 @@ void validate_propose(const ModelConfig& c, const DraftOptions& o, const Propose
     require(tok >= 0 && tok < c.vocab_size, row + "anchor token " + std::to_string(tok) +
                                                 " is outside [0, " + std::to_string(c.vocab_size) +
                                                 ")");
+    // a + N <= limit, written so that no sum can overflow (a may be INT64_MAX).
     const int64_t a = b.anchor_positions[r];
-    require(a >= 0 && a + c.block_size <= o.max_positions(),
-            row + "anchor position " + std::to_string(a) + " + block " +
-                std::to_string(c.block_size) + " exceeds the block table's " +
-                std::to_string(o.max_positions()) + " positions");
+    require(a >= 0 && a <= limit - c.block_size, row + "anchor position " + std::to_string(a) +
+                                                     " + block " + std::to_string(c.block_size) +
+                                                     " exceeds the " + std::to_string(limit) +
+                                                     " positions" + limit_reason(c, o));
     const int pages = static_cast<int>((a + c.block_size + o.page_size - 1) / o.page_size);
     for (int p = 0; p < pages; ++p) {
       const int32_t page = b.block_tables[static_cast<int64_t>(r) * o.max_pages_per_req + p];

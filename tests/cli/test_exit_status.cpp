@@ -92,8 +92,9 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("bench step --devices 0 1", kExitUsage, {"--devices", "--tp N"});
   expect_refused("bench step --tp 3", kExitUsage, {"tp 3"});
   expect_refused("check --backend tpu", kExitUsage, {"--backend", "tpu"});
-  expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitBadInput,
-                 {"'nope'"});
+  // A bad preset is a bad flag value like any other (it was 3, a bad checkpoint).
+  expect_refused("make-checkpoint --preset nope --out /tmp/sparkdraft-never", kExitUsage,
+                 {"--preset", "nope"});
   EXPECT_FALSE(fs::exists("/tmp/sparkdraft-never"));
   expect_refused("bench step --rows 0", kExitUsage, {"--rows", "0"});
   expect_refused("bench step --rows 1 70000", kExitUsage, {"--rows", "70000"});

@@ -7,9 +7,7 @@
 // sparkdraft::Error. Anything else (another exception type, a crash, an ASan
 // or UBSan report) is a failure.
 //
-//   SPARKDRAFT_FUZZ_SECONDS  time per target (default 2; CI runs 40 under ASan+UBSan)
-//   SPARKDRAFT_FUZZ_SEED     base seed (default 1); iteration i uses (seed, i)
-//   SPARKDRAFT_FUZZ_ITER     replay only iteration i (to reproduce a report)
+// Settings: fuzz/fuzz_env.h (SPARKDRAFT_FUZZ_SECONDS, _SEED, _ITER).
 //
 // A failing input is written to the temporary directory and its path printed.
 #include <gtest/gtest.h>
@@ -27,6 +25,7 @@
 
 #include "common/errors.h"
 #include "common/files.h"
+#include "fuzz/fuzz_env.h"
 #include "io/hf_config.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
@@ -38,15 +37,6 @@ namespace sparkdraft {
 namespace {
 
 namespace fs = std::filesystem;
-
-double env_double(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtod(v, nullptr) : fallback;
-}
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-}
 
 const char* const kNumbers[] = {"-1",
                                 "0",
@@ -138,23 +128,13 @@ struct Target {
 };
 
 void fuzz(const Target& t, const std::string& path) {
-  const double seconds = env_double("SPARKDRAFT_FUZZ_SECONDS", 2.0);
-  const uint64_t seed = static_cast<uint64_t>(env_int("SPARKDRAFT_FUZZ_SEED", 1));
-  const int64_t only = env_int("SPARKDRAFT_FUZZ_ITER", -1);
-  const auto t0 = std::chrono::steady_clock::now();
-  int64_t iters = 0, accepted = 0;
-  for (int64_t i = only >= 0 ? only : 0;; ++i) {
-    if (only >= 0 ? i > only
-                  : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
-                        seconds)
-      break;
-    std::seed_seq ss{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                     static_cast<uint32_t>(i),
-                     static_cast<uint32_t>(std::hash<std::string>{}(t.name))};
-    std::mt19937_64 rng(ss);
+  const test::FuzzSettings fs_;
+  int64_t accepted = 0;
+  bool failed = false;
+  const int64_t iters = test::fuzz_loop(fs_, [&](int64_t i) {
+    std::mt19937_64 rng = test::fuzz_rng(fs_, i, t.name);
     const std::string input = mutate(t.seeds[rng() % t.seeds.size()], rng, t.header_size_field);
     test::write_file(path, input);
-    ++iters;
     std::string failure;
     try {
       t.parse(path);
@@ -166,19 +146,20 @@ void fuzz(const Target& t, const std::string& path) {
     } catch (...) {
       failure = "threw a non-exception";
     }
-    if (!failure.empty()) {
-      const std::string keep =
-          (fs::temp_directory_path() /
-           ("sparkdraft-fuzz-" + t.name + "-" + std::to_string(seed) + "-" + std::to_string(i)))
-              .string();
-      test::write_file(keep, input);
-      ADD_FAILURE() << t.name << ": " << failure << "\n  reproduce: SPARKDRAFT_FUZZ_SEED=" << seed
-                    << " SPARKDRAFT_FUZZ_ITER=" << i << "\n  input kept in " << keep;
-      return;
-    }
-  }
+    if (failure.empty()) return true;
+    const std::string keep =
+        (fs::temp_directory_path() /
+         ("sparkdraft-fuzz-" + t.name + "-" + std::to_string(fs_.seed) + "-" + std::to_string(i)))
+            .string();
+    test::write_file(keep, input);
+    ADD_FAILURE() << t.name << ": " << failure << "\n  reproduce: SPARKDRAFT_FUZZ_SEED=" << fs_.seed
+                  << " SPARKDRAFT_FUZZ_ITER=" << i << "\n  input kept in " << keep;
+    failed = true;
+    return false;
+  });
+  if (failed) return;
   std::printf("fuzz %s: %lld inputs in %.1f s (seed %llu), %lld accepted\n", t.name.c_str(),
-              static_cast<long long>(iters), seconds, static_cast<unsigned long long>(seed),
+              static_cast<long long>(iters), fs_.seconds, static_cast<unsigned long long>(fs_.seed),
               static_cast<long long>(accepted));
   EXPECT_GT(iters, 0);
 }

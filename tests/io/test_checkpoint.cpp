@@ -551,6 +551,111 @@ TEST(Checkpoint, LoadsShardsThroughTheIndex) {
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }), {"weight_map"});
 }
 
+// A tensor the draft knows but the config switches off is refused, naming the
+// tensor and the switch (it was ignored: rc 0 and other tokens than the trained
+// model's); LoadOptions::allow_unused_weights loads it anyway.
+TEST(Checkpoint, RefusesWeightsTheConfigSwitchesOff) {
+  struct Case {
+    const char* what;
+    void (*edit)(ModelConfig&);
+    std::string tensor, flag;
+  };
+  const Case cases[] = {
+      {"q_norm without qk_norm", [](ModelConfig& c) { c.qk_norm = false; },
+       "layers.0.self_attn.k_norm.weight", "qk_norm is false"},
+      {"g_proj without output_gate", [](ModelConfig& c) { c.output_gate = false; },
+       "layers.0.self_attn.g_proj.weight", "output_gate is false"},
+      {"o_norm weight without it", [](ModelConfig& c) { c.o_norm_weight = false; },
+       "layers.0.self_attn.o_norm.weight", "o_norm_weight is false"},
+      {"sandwich norms in pre_norm", [](ModelConfig& c) { c.layer_style = LayerStyle::pre_norm; },
+       "layers.0.post_feedforward_layernorm.weight", "layer_style is pre_norm"},
+      {"residual gains of a plain residual",
+       [](ModelConfig& c) { c.residual_kind = ResidualKind::plain; },
+       "layers.0.attn_residual.alpha", "residual_kind is plain"},
+      {"a layer past num_layers",
+       [](ModelConfig& c) { c.num_layers = 1, c.layer_attention.resize(1); },
+       "layers.1.attn_residual.alpha", "num_layers is 1"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    ModelConfig full = preset_config("tiny", "muse");
+    full.o_norm_weight = true;  // every Muse-style tensor present
+    ModelConfig used = full;
+    k.edit(used);
+    used.validate();
+    test::TempDir dir;
+    write_checkpoint(dir.path(), used, aligned_specs(full));
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {"'" + k.tensor + "'", k.flag, "not used", "--allow-unused-weights"});
+    LoadOptions lo;
+    lo.allow_unused_weights = true;
+    EXPECT_NO_THROW(Checkpoint::load(dir.path(), lo));
+  }
+}
+
+// Shard names that leave the checkpoint directory ("../", absolute, a symlink
+// resolving outside) are refused, and no message quotes a file's bytes (a shard
+// of /etc/passwd printed its first 8 bytes as a header size).
+TEST(Checkpoint, RefusesShardsOutsideTheDirectory) {
+  const ModelConfig c = preset_config("tiny");
+  test::TempDir outside;
+  write_tensors(outside / "x.safetensors", aligned_specs(c), 0x3c);
+  test::write_file(outside / "secret", "SECRET-BYTES-0123456789");
+  test::TempDir dir;
+  save_config_file(c, dir / "config.json");
+  auto index_naming = [&](const std::string& shard) {
+    json index = {{"weight_map", json::object()}};
+    for (const auto& s : aligned_specs(c)) index["weight_map"][s.name] = shard;
+    test::write_file(dir / "model.safetensors.index.json", index.dump());
+  };
+  const std::string rel = "../" + fs::path(outside.path()).filename().string() + "/x.safetensors";
+  for (const std::string& shard : {rel, outside / "x.safetensors", std::string("a/../../x")}) {
+    SCOPED_TRACE(shard);
+    index_naming(shard);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {"leaves the checkpoint directory"});
+  }
+  fs::create_symlink(outside / "x.safetensors", dir / "link.safetensors");
+  index_naming("link.safetensors");
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"'link.safetensors'", "outside the checkpoint directory"});
+  // Inside: a symlink to a shard in the directory loads.
+  write_tensors(dir / "real.safetensors", aligned_specs(c), 0x3c);
+  fs::create_symlink(dir / "real.safetensors", dir / "inner.safetensors");
+  index_naming("inner.safetensors");
+  EXPECT_NO_THROW(Checkpoint::load(dir.path()));
+  // A text file as a shard: refused without quoting it.
+  fs::copy_file(outside / "secret", dir / "text.safetensors");
+  index_naming("text.safetensors");
+  const std::string msg = error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); });
+  expect_mentions(msg, {"text.safetensors", "header size"});
+  EXPECT_EQ(msg.find("SECRET"), std::string::npos) << msg;
+  uint64_t n = 0;  // the first 8 bytes as the reader sees them
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>("SECRET-B"[i]);
+  EXPECT_EQ(msg.find(std::to_string(n)), std::string::npos) << msg;
+}
+
+// What a message quotes from a file is capped: one tensor entry with a name or a
+// shape of megabytes gave a message of 10-52 MB.
+TEST(Checkpoint, MessagesQuoteAtMostAFewHundredCharacters) {
+  test::TempDir dir;
+  const std::string name(1 << 20, 'n');
+  std::string shape = "[";
+  for (int i = 0; i < 200000; ++i) shape += (i ? ",-1" : "-1");
+  shape += "]";
+  for (const std::string& header :
+       {"{\"" + name + "\": 3}",
+        R"({"w": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 8]}})",
+        "{\"w\": \"" + name + "\"x}"}) {
+    std::string file(8, '\0');
+    for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    test::write_file(dir / "big.safetensors", file + header + std::string(8, '\1'));
+    const std::string msg =
+        error_of<CheckpointError>([&] { SafetensorsFile::open(dir / "big.safetensors"); });
+    EXPECT_LT(msg.size(), 1000u) << msg.substr(0, 400);
+  }
+}
+
 TEST(Checkpoint, RefusesIncompleteDirectories) {
   test::TempDir dir;
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir / "nope"); }),

@@ -215,6 +215,9 @@ TEST(Config, ValidateNamesTheBadField) {
       {"rms_norm_eps",
        [](ModelConfig& c) { c.rms_norm_eps = std::numeric_limits<float>::quiet_NaN(); }},
       {"rope_theta", [](ModelConfig& c) { c.rope_theta = -10000.0; }},
+      // A denormal theta passed "> 0" and made every RoPE angle NaN (every token 0).
+      {"rope_theta", [](ModelConfig& c) { c.rope_theta = 4.9e-324; }},
+      {"rope_theta", [](ModelConfig& c) { c.rope_theta = 0.5; }},
       {"layer_attention",
        [](ModelConfig& c) {
          c.layer_attention = {{-1, false}, {0, false}};
@@ -562,6 +565,11 @@ TEST(Config, FilesAreDetectedAndErrorsNameThePath) {
   test::write_file(dir / "broken.json", "{\"hidden_size\": 4096,");
   expect_mentions(error_of<ConfigError>([&] { load_config_file(dir / "broken.json"); }),
                   {dir / "broken.json", "not valid JSON"});
+  // A text file as config.json: where the syntax breaks, never its bytes.
+  test::write_file(dir / "text.json", "{\"hidden_size\": \"SECRET-WORD:/root:/bin/bash\n");
+  const std::string text_msg = error_of<ConfigError>([&] { load_config_file(dir / "text.json"); });
+  expect_mentions(text_msg, {"not valid JSON", "byte"});
+  EXPECT_EQ(text_msg.find("SECRET"), std::string::npos) << text_msg;
   json fill_in = qwen3_8b();
   fill_in["sample_from_anchor"] = false;
   test::write_file(dir / "fill.json", fill_in.dump());

@@ -159,6 +159,12 @@ TEST(Draft, RefusesBadInputAtTheBoundary) {
   slot = 0;
   apos = o.max_positions();
   EXPECT_THROW(propose(), InvalidArgument);
+  // a + N overflowed int64 here and passed (then a SIGBUS in the KV reads).
+  for (int64_t big : {std::numeric_limits<int64_t>::max() - 3, std::numeric_limits<int64_t>::max(),
+                      std::numeric_limits<int64_t>::min()}) {
+    apos = big;
+    EXPECT_THROW(propose(), InvalidArgument) << "anchor position " << big;
+  }
   apos = 20;
   table[1] = o.num_pages;
   EXPECT_THROW(propose(), InvalidArgument);
@@ -169,6 +175,54 @@ TEST(Draft, RefusesBadInputAtTheBoundary) {
     ADD_FAILURE() << "negative temperature accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("temperature"), std::string::npos) << e.what();
+  }
+}
+
+// Positions past the config's max_position_embeddings are refused even where the
+// block table reaches further, and the RoPE table is sized by that limit (a block
+// table of 2^21 pages cost 2 GB of table at construction; INT_MAX aborted).
+TEST(Draft, PositionsStopAtMaxPositionEmbeddings) {
+  TempDir dir;
+  auto ckpt = tiny("qwen3", dir);
+  const ModelConfig& c = ckpt->config();
+  DraftOptions o;
+  o.threads = 1;
+  o.max_pages_per_req = 1 << 21;  // 2^25 positions of the block table, 8192 of the config
+  EXPECT_EQ(position_limit(c, o), c.max_position_embeddings);
+  auto backend = make_cpu_backend(ckpt, o);
+  std::vector<bf16> hidden(static_cast<size_t>(c.taps()) * c.target_hidden_size, to_bf16(0.5f));
+  int64_t pos = c.max_position_embeddings - 1, slot = 3;
+  EXPECT_NO_THROW(backend->store_context({1, hidden.data(), &pos, &slot}));
+  pos = c.max_position_embeddings;
+  try {
+    backend->store_context({1, hidden.data(), &pos, &slot});
+    ADD_FAILURE() << "position " << pos << " accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings"), std::string::npos) << e.what();
+  }
+  const int N = c.block_size;
+  int64_t anchor = 5, apos = c.max_position_embeddings - N + 1, seed = 1, cslot = 0;
+  float temp = 0.5f;
+  std::vector<int32_t> table(static_cast<size_t>(o.max_pages_per_req), 0);
+  std::vector<int64_t> tokens(N);
+  std::vector<bf16> cache(static_cast<size_t>(o.cache_slots) * N * c.vocab_size);
+  auto propose = [&] {
+    ProposeBatch b{1, &anchor, &apos, &seed, &temp, &cslot, table.data()};
+    backend->propose(b, ProposeOutputs{tokens.data(), cache.data()});
+  };
+  EXPECT_THROW(propose(), InvalidArgument);  // the block's last position is the limit
+  apos -= 1;
+  EXPECT_NO_THROW(propose());
+  // A table that no limit cuts small enough is refused by size, not allocated.
+  ModelConfig big = c;
+  big.max_position_embeddings = std::numeric_limits<int>::max();
+  DraftOptions huge;
+  huge.max_pages_per_req = std::numeric_limits<int>::max();
+  try {
+    validate_options(big, huge);
+    ADD_FAILURE() << "a RoPE table of 2^31 positions accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("RoPE table"), std::string::npos) << e.what();
   }
 }
 

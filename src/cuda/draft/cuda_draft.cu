@@ -500,8 +500,8 @@ struct CudaDraft::Impl {
       d.mlp_beta = optf(lw.mlp_beta, H);
       layers.push_back(std::move(d));
     }
-    std::vector<float> table(static_cast<size_t>(o.max_positions()) * hd);
-    cpu::rope_table(c.rope_theta, c.head_dim, o.max_positions(), table.data());
+    std::vector<float> table(static_cast<size_t>(position_limit(c, o)) * hd);
+    cpu::rope_table(c.rope_theta, c.head_dim, position_limit(c, o), table.data());
     rope = DeviceBuffer<float>(table);
     const size_t slots_per_layer = static_cast<size_t>(o.num_pages) * o.page_size;
     kv_per_layer = slots_per_layer * ls.kv_heads(c) * 2 * hd;
