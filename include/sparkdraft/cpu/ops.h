@@ -65,8 +65,8 @@ void gemm(const bf16* x, int64_t x_stride, const bf16* w, int M, int N, int K, b
 // The fp32 sum before gemm's rounding: out[m * out_stride + n] = the canonical tree
 // (core/reduce.h canonical_tree_sum) of the k_slices slice chains of x[m] and w[n]
 // over K, no bf16 rounding. w has row stride w_stride >= K. With K the columns of
-// canonical slices [s0, s0 + k_slices) of a longer K (a TP rank's K columns, SPEC
-// section 6: an aligned power-of-two range), this is that range's subtree of the
+// canonical slices [s0, s0 + k_slices) of a longer K (a TP rank's K columns,
+// contract.md section 6: an aligned power-of-two range), this is that range's subtree of the
 // whole tree; gemm(k_slices) is bf16 of it. Same argument rules as gemm.
 void gemm_slices_f32(const bf16* x, int64_t x_stride, const bf16* w, int64_t w_stride, int M, int N,
                      int K, float* out, int64_t out_stride, int k_slices, int threads = 1);
