@@ -49,8 +49,8 @@
 #include "sparkdraft/comm.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/packet.h"
-#include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/ops/markov.h"
 
 namespace sparkdraft::cuda {
 

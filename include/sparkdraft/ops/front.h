@@ -26,8 +26,8 @@
 #include <cstdint>
 #include <string>
 
-#include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/ops/kinds.h"
 #include "sparkdraft/ops/require.h"
 
 namespace sparkdraft::ops {

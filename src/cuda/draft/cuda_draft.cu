@@ -17,6 +17,7 @@
 #include "cuda/common/graph.h"
 #include "runtime/packed_weights.h"
 #include "runtime/step.h"
+#include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
