@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU verification run of docs/gpu-results.md, in one command, on a machine with a
+# The GPU verification run of docs/history/gpu-log.md, in one command, on a machine with a
 # CUDA GPU and binaries already built (`bash tools/build.sh`, or carried as build/):
 #   tools/gpu_verify.sh OUT_DIR [tests|check|big|bench-qwen3|bench-muse ...]
 # Each stage writes its full log to OUT_DIR and one summary line to OUT_DIR/summary.txt

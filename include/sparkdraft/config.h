@@ -37,18 +37,15 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "sparkdraft/ops/kinds.h"
+
 namespace sparkdraft {
 
-// Gain of an RMSNorm: y = x * r * w, x * r * (1 + w), or x * r (no weight).
-enum class NormGain { weight, one_plus_weight, none };
 // pre_norm: Qwen3 (input norm -> branch -> residual add).
 // sandwich: Muse/Gemma (input norm -> branch -> post-norm -> residual -> next pre-norm).
 enum class LayerStyle { pre_norm, sandwich };
 // plain: s + b. norm_preserving: alpha * s + beta * b with fp32 [H] coefficients.
 enum class ResidualKind { plain, norm_preserving };
-enum class StreamDType { bf16, f32 };
-// neox: rotate halves (x[i], x[i + d/2]); gptj: rotate interleaved pairs (x[2i], x[2i+1]).
-enum class RopeStyle { neox, gptj };
 
 // One layer's attention (ops/attention.h): window 0 = full; causal: a query at
 // position pos reads positions < pos + 1 only.
@@ -127,10 +124,7 @@ void save_config_file(const ModelConfig& config, const std::string& path);
 // DeepSeek-V4 forms, which are refused with a clear message).
 ModelConfig import_hf_config(const nlohmann::json& j);
 
-const char* to_string(NormGain g);
 const char* to_string(LayerStyle s);
 const char* to_string(ResidualKind k);
-const char* to_string(StreamDType d);
-const char* to_string(RopeStyle s);
 
 }  // namespace sparkdraft

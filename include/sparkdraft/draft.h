@@ -22,7 +22,6 @@
 
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/core/bf16.h"
-#include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/plan.h"
 #include "sparkdraft/verify.h"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/parallel.h"
+#include "common/parallel.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/cpu/mma_gemm.h"
 #include "sparkdraft/cpu/ops.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/parallel.h"
+#include "common/parallel.h"
 #include "sparkdraft/core/mma.h"
 #include "sparkdraft/error.h"
 

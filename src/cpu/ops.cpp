@@ -2,7 +2,7 @@
 // literally: the same rounding points, the canonical reduction order of
 // core/reduce.h where the contract names it, the math of core/math.h, no fma
 // except the canonical lane accumulation (built with -ffp-contract=off). Work
-// is split over rows, heads or vocab entries (cpu/parallel.h) and every index
+// is split over rows, heads or vocab entries (common/parallel.h) and every index
 // gets the same arithmetic whatever thread runs it, so results never depend
 // on the thread count.
 //
@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/parallel.h"
+#include "common/parallel.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/core/sampling.h"

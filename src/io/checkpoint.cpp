@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpu/parallel.h"
+#include "common/parallel.h"
 #include "io/file_util.h"
 #include "sparkdraft/error.h"
 
@@ -213,7 +213,7 @@ int64_t first_nonfinite(const LoadedTensor& t, int threads) {
   constexpr int64_t kBlock = int64_t{1} << 16;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
-  cpu::parallel_for(blocks, threads, [&](int64_t b0, int64_t b1) {
+  parallel_for(blocks, threads, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1 && b * kBlock < first.load(std::memory_order_relaxed); ++b) {
       const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
       const bool bad = t.dtype == DType::bf16

@@ -2,7 +2,7 @@
 // part equal to the independent form of tests/common/floor.h (the weights summed
 // from the checkpoint's own tensor list) for every preset and both styles and
 // several row counts and contexts, and to the bytes worked out by hand for the
-// published Qwen3-8B draft shape at ctx 4096 (the SPEC's draft step rows).
+// published Qwen3-8B draft shape at ctx 4096 (contract.md section 7, the draft step rows).
 #include <gtest/gtest.h>
 
 #include <stdexcept>

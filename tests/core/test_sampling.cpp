@@ -204,5 +204,45 @@ TEST(SamplingRule, BetterIsAStrictTotalOrder) {
   }
 }
 
+// The test vectors printed in docs/contract.md section 4 (the Gumbel noise of the
+// Philox vectors' uniforms, and the worked step): the document quotes exactly these.
+TEST(SamplingRule, ContractDocumentVectors) {
+  struct row {
+    int64_t seed, off;
+    uint32_t g_bits[3];  // gumbel_noise(philox_uniform(randint(seed, off), v)), v = 0, 1, 2
+  };
+  const row rows[] = {
+      {0, 0, {0x4099b072u, 0x3dd76873u, 0x3eb479bdu}},
+      {12345, 77, {0xbf59eb2eu, 0xbe8d9009u, 0x3dab43d6u}},
+      {-5, 9, {0x403a80d6u, 0xbf0e6e86u, 0xbe587571u}},
+  };
+  for (const row& r : rows) {
+    const uint32_t gs = philox_randint(r.seed, r.off);
+    for (int v = 0; v < 3; ++v)
+      EXPECT_EQ(f32_bits(draft_noise(gs, v)), r.g_bits[v])
+          << "randint(" << r.seed << ", " << r.off << "), v " << v;
+  }
+  // The worked step: seed 12345, anchor 70, step 7, logits (1.0, 1.5, 1.25, 1.5).
+  const uint32_t gs = draft_step_seed(12345, 70, 7);
+  ASSERT_EQ(gs, 2211821518u);
+  const uint32_t u_bits[4] = {0x3f7db1e9u, 0x3efc364du, 0x3e699922u, 0x3f3217f5u};
+  const uint32_t g_bits[4] = {0xbfc65cbbu, 0x3ec69ee4u, 0x3facf3ffu, 0xbe31d7ebu};
+  const uint32_t z1_bits[4] = {0xbf0cb976u, 0x3ff1a7b9u, 0x40267a00u, 0x3fa9c503u};
+  const float logits[4] = {1.0f, 1.5f, 1.25f, 1.5f};
+  std::vector<float> z0(4), z1(4);
+  for (int v = 0; v < 4; ++v) {
+    EXPECT_EQ(f32_bits(philox_uniform(gs, v)), u_bits[v]) << "v " << v;
+    EXPECT_EQ(f32_bits(draft_noise(gs, v)), g_bits[v]) << "v " << v;
+    z0[v] = noised_score(logits[v], 0.0f, gs, v);
+    z1[v] = noised_score(logits[v], 1.0f, gs, v);
+    EXPECT_EQ(f32_bits(z0[v]), f32_bits(logits[v])) << "v " << v;
+    EXPECT_EQ(f32_bits(z1[v]), z1_bits[v]) << "v " << v;
+  }
+  EXPECT_EQ(scan_token(z0), 1);
+  EXPECT_EQ(rule_token(z0), 1);
+  EXPECT_EQ(scan_token(z1), 2);
+  EXPECT_EQ(rule_token(z1), 2);
+}
+
 }  // namespace
 }  // namespace sparkdraft

@@ -1,4 +1,4 @@
-// cpu/parallel.h: the ranges cover [0, n) exactly once for any thread count,
+// common/parallel.h: the ranges cover [0, n) exactly once for any thread count,
 // the caller's range runs inline, and a worker's exception reaches the caller.
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/parallel.h"
+#include "common/parallel.h"
 
-namespace sparkdraft::cpu {
+namespace sparkdraft {
 namespace {
 
 TEST(CpuParallel, RangesCoverEveryIndexOnce) {
@@ -49,4 +49,4 @@ TEST(CpuParallel, WorkerExceptionIsRethrown) {
 }
 
 }  // namespace
-}  // namespace sparkdraft::cpu
+}  // namespace sparkdraft

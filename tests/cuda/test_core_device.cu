@@ -297,7 +297,7 @@ TEST(CoreDevice, PhiloxUniformNoiseAndScores) {
     c.logit = i % 97 == 0 ? odd_logits[(i / 97) % 6] : round_bf16(logit(rng));
     c.temperature = temps[i % 5];
   }
-  cases[0] = {0, 0, 0, 0, 1.0f, 1.0f};  // the SPEC vectors' first row
+  cases[0] = {0, 0, 0, 0, 1.0f, 1.0f};  // contract.md section 4's first vector
   DeviceBuffer<philox_case> d_cases(cases);
   DeviceBuffer<uint32_t> d_out(cases.size() * kPhiloxOutputs);
   philox_kernel<<<kBlocks, kThreads>>>(d_cases.data(), d_out.data(),

@@ -6,8 +6,8 @@
 //
 // NaN: a NaN output matches a NaN output whatever its sign and payload. The GPU's
 // fp32 arithmetic returns the canonical NaN 0x7fffffff where x86 keeps an
-// operand's payload or returns 0xffc00000, and bf16 rounding keeps that sign
-// (SPEC: "NaN stays NaN"). Exact copies (embed, kv_insert) compare raw bits.
+// operand's payload or returns 0xffc00000; a rounding to bf16 makes any NaN
+// 0x7fc0 (contract.md section 3). Exact copies (embed, kv_insert) compare raw bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -339,7 +339,7 @@ TEST(CudaResidualBoundary, MatchesCpuBitForBit) {
           }
 }
 
-// SPEC: the plain residual is alpha = beta = 1 and must give the same bits as s + b.
+// contract.md section 3: the plain residual is alpha = beta = 1 and gives the bits of s + b.
 TEST(CudaResidualBoundary, UnitAlphaBetaEqualsPlain) {
   SD_REQUIRE_GPU();
   DeviceStream stream;

@@ -69,7 +69,7 @@ LoopSetup make_setup(uint64_t seed, int R, int N, int V, int markov_rank, bool c
   return s;
 }
 
-// The loop written from the SPEC text, one entry at a time.
+// The loop written from the contract's text (contract.md section 1.5), one entry at a time.
 void naive_loop(const LoopSetup& s, std::vector<int64_t>& tokens, std::vector<bf16>& cache) {
   const int R = s.rows.num_rows, N = s.c.block_size, V = s.c.vocab_size, K = s.c.markov_rank;
   for (int r = 0; r < R; ++r) {

@@ -11,7 +11,7 @@
 
 #include "common/errors.h"
 #include "common/files.h"
-#include "cpu/parallel.h"
+#include "common/parallel.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
@@ -84,7 +84,7 @@ TEST(DraftOptions, TwoContextTokensWithOneSlotAreRefused) {
 }
 
 TEST(ThreadPool, IsSizedOnceAndLargeThreadCountsMakeNoThreads) {
-  auto& pool = cpu::ThreadPool::instance();
+  auto& pool = ThreadPool::instance();
   const int workers = pool.workers();
   EXPECT_GE(workers, 1);
   EXPECT_LE(workers, static_cast<int>(std::max(2u, std::thread::hardware_concurrency())) - 1);
@@ -92,7 +92,7 @@ TEST(ThreadPool, IsSizedOnceAndLargeThreadCountsMakeNoThreads) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int rep = 0; rep < 1000; ++rep) {
     std::atomic<int64_t> sum{0};
-    cpu::parallel_for(4096, kMaxThreads, [&](int64_t b, int64_t e) {
+    parallel_for(4096, kMaxThreads, [&](int64_t b, int64_t e) {
       int64_t s = 0;
       for (int64_t i = b; i < e; ++i) s += i;
       sum += s;
@@ -102,7 +102,7 @@ TEST(ThreadPool, IsSizedOnceAndLargeThreadCountsMakeNoThreads) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 20.0) << "1000 parallel_for calls of " << kMaxThreads << " ranges took " << s
                      << " s";
-  EXPECT_EQ(&cpu::ThreadPool::instance(), &pool);
+  EXPECT_EQ(&ThreadPool::instance(), &pool);
   EXPECT_EQ(pool.workers(), workers);
 }
 
@@ -113,9 +113,9 @@ TEST(ThreadPool, NestedAndConcurrentCallsFinish) {
   std::atomic<int64_t> total{0};
   for (int t = 0; t < 4; ++t)
     callers.emplace_back([&] {
-      cpu::parallel_for(8, 8, [&](int64_t b, int64_t e) {
+      parallel_for(8, 8, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i)
-          cpu::parallel_for(100, 4, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
+          parallel_for(100, 4, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
       });
     });
   for (auto& c : callers) c.join();

@@ -1,8 +1,8 @@
 // The canonical fp32 reduction order (contract.md section 3), written once.
 //
-// Every fp32 reduction the contract covers (an RMSNorm's sum of squares, the
-// Markov bias GEMV's dot products) sums n terms in this one order, on the CPU
-// reference, the eager kernels and the fused kernels alike:
+// Every fp32 reduction of the contract that is not a matrix product (an RMSNorm's
+// sum of squares; the products are tensor-core chains, core/mma.h) sums n terms in
+// this one order, on the CPU reference, the eager kernels and the fused kernels alike:
 //
 //   * 32 lanes. Element i belongs to chunk c = i / 8 (8 elements = one 16-byte
 //     bf16 load), and chunk c to lane c % 32.

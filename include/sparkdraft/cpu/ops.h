@@ -4,7 +4,7 @@
 // kernels (cuda/kernels.h); this header only declares the CPU side.
 //
 // Threads: ops that loop over rows or heads split them over `threads` workers
-// (cpu/parallel.h); the result never depends on the thread count.
+// (common/parallel.h); the result never depends on the thread count.
 #pragma once
 
 #include <cstdint>

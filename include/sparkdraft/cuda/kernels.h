@@ -133,7 +133,7 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K);
 
 // The bulk_n8 kernel's ring, for the tuning sweep of the tests
 // (CudaGemm.BulkTuningEqualsCpu, GemmSpeed.BulkTuning); cuda::gemm runs the default,
-// which the sweep measured fastest (docs/gpu-results.md, fifth session, run 1; a
+// which the sweep measured fastest (docs/history/gpu-log.md, 2026-12-01g, run 1; a
 // 32-lane producer it also tried helped only the narrow stages and is gone).
 //   stage_k          k of a ring stage (512, 256, 128 or 64); 0: the widest that
 //                    leaves min_stages in the CTA's share of shared memory

@@ -49,8 +49,8 @@
 #include "sparkdraft/comm.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/packet.h"
-#include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
+#include "sparkdraft/ops/markov.h"
 
 namespace sparkdraft::cuda {
 
@@ -146,8 +146,8 @@ std::string fused_markov_refusal(const MarkovPlanInput& in);
 // first time it is seen (thread safe); returns whether this call logged it.
 bool markov_log_once(const std::string& message);
 
-// Launch shape of the fused step for `rows` rows (the launcher-owned table, SPEC
-// section 5: "block size chosen by row count"). 256 threads per block; each block
+// Launch shape of the fused step for `rows` rows (the launcher-owned table,
+// contract.md section 5: "block size chosen by row count"). 256 threads per block; each block
 // walks a contiguous run of vocab tiles.
 struct FusedStepShape {
   int blocks_per_sm = 0;  // target residency (memory-bound few rows: deep prefetch)

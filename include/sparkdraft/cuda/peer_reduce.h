@@ -1,4 +1,4 @@
-// The fused all-reduce of contract.md section 6 (b): TP ranks whose GPUs reach each
+// The fused all-reduce boundary of contract.md section 6: TP ranks whose GPUs reach each
 // other's memory (NVLink peers, or ranks sharing one GPU; threads of one process or
 // processes of their own) complete
 // the fixed tree of their fp32 partials in one kernel, without NCCL and without the

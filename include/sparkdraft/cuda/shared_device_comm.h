@@ -1,5 +1,5 @@
 // The shared-device group communicator: TP ranks as host threads that share one
-// GPU, each with its own stream (contract.md section 6 (c): where no GPU pair is lent, the
+// GPU, each with its own stream (contract.md section 6 (c): where the ranks have no GPU each, the
 // ranks' shards run on one device; unlike the loopback, each rank runs its own
 // step in its own thread, as it would with NCCL). Built over a host communicator of
 // the same ranks (run_thread_group's), which carries only pointers and events.

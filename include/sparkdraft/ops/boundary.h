@@ -10,8 +10,8 @@
 // cuda::residual_boundary take these params.
 #pragma once
 
-#include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/ops/kinds.h"
 #include "sparkdraft/ops/require.h"
 
 namespace sparkdraft::ops {

@@ -26,9 +26,9 @@
 #include <cstdint>
 #include <string>
 
-#include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/ops/embed.h"
+#include "sparkdraft/ops/kinds.h"
 #include "sparkdraft/ops/kv.h"
 #include "sparkdraft/ops/require.h"
 

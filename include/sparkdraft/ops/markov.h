@@ -16,7 +16,9 @@
 // shards) folds to the same token in any order of equal-rank candidates.
 #pragma once
 
-#include "sparkdraft/config.h"
+namespace sparkdraft {
+struct ModelConfig;
+}  // namespace sparkdraft
 
 namespace sparkdraft::ops {
 

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/ops/kinds.h"
 
 namespace sparkdraft::ops {
 

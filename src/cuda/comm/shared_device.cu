@@ -39,7 +39,7 @@ SharedDeviceComm::SharedDeviceComm(Communicator& host, int device, size_t max_re
 SharedDeviceComm::~SharedDeviceComm() {
   // A peer queues its waits on this rank's events after the host exchange, so it may
   // not have done so yet when this rank is done: every rank meets here before any
-  // destroys its events (run 2 of 2026-12-02's seventh session: a segfault one run
+  // destroys its events (2026-12-02b, run 2: a segfault one run
   // in several, a wait on a destroyed event). An aborted group waits for nobody.
   try {
     host_.barrier();

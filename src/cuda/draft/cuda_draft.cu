@@ -18,6 +18,7 @@
 #include "cuda/common/graph.h"
 #include "runtime/packed_weights.h"
 #include "runtime/step.h"
+#include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
@@ -137,7 +138,7 @@ class CudaOps final : public StepOps {
   }
 
   // The fused gate_up + SwiGLU runs from 9 to 64 tokens; elsewhere the two passes
-  // are faster on the H200 (GemmSpeed.GateUpSwigluFusedVsTwoPasses, session 5 run
+  // are faster on the H200 (GemmSpeed.GateUpSwigluFusedVsTwoPasses, 2026-12-01g run
   // 5: 79 vs 107 us at M 7, fused 75 vs 90 at M 56, 134 vs 188 at M 224 with the wg
   // tiles; with the ring tiles the two were within 3% at 56 and 224).
   static constexpr int kMlpFusedAbove = 8, kMlpFusedUpTo = 64;

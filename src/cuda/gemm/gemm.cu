@@ -284,7 +284,7 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-// Measured on the H200 (GemmSpeed.EveryVariant, docs/runs/2026-12-01e): at M <= 8
+// Measured on the H200 (GemmSpeed.EveryVariant, docs/history/runs/2026-12-01e): at M <= 8
 // the bulk kernel streams one weight slice per warp fastest with one K slice, the
 // ring with K slices (the slices in parallel warps); past 8 tokens the ring's
 // tiles: ring_big (64 x 64 a CTA, three CTAs an SM) at 33-64 tokens when N is
@@ -294,7 +294,7 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
 // included, their 8 slices then run in sequence in one group (82 vs 117 us and 223
 // vs 268 us at M 224; in sequence they lose at 56 tokens: 81 vs 37 us). The general kernel
 // takes what the ring cannot (K % 8 != 0, odd strides, misaligned pointers).
-// Where wgmma runs (sm_90a, K % (64 k_slices) == 0; session 5 runs 4 and 5, same
+// Where wgmma runs (sm_90a, K % (64 k_slices) == 0; 2026-12-01g runs 4 and 5, same
 // test) the wg tiles win: up to 64 tokens wg_n128 for N >= 16384 (M 7: lm_head 315
 // vs 383 us bulk_n8, gate_up 71 vs 75; M 56: 325 vs 477 ring_big, 71 vs 99), else
 // bulk_n8 up to 8 tokens (qkv 28 vs 37, fc 71 vs 162) and wg_n64 from 9 (qkv 39 vs
@@ -416,7 +416,7 @@ void gemm_swiglu(const ops::GateUpParams& p, cudaStream_t stream) {
   const GemmVariant v = gemm_pick(p.gate_up());
   if (v == GemmVariant::wg_n64 || v == GemmVariant::wg_n128 || v == GemmVariant::wg_n256) {
     // The wg tiles: 64 tokens up to 64 (75 us at M 56), then 128 (the 256-token
-    // tile took 308 us where gate_up + silu_mul took 153 at M 224: session 5 run 4).
+    // tile took 308 us where gate_up + silu_mul took 153 at M 224: 2026-12-01g run 4).
     if (M <= 64)
       launch_wg<2, 1, true>(a, stream);
     else

@@ -12,8 +12,8 @@
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/core/sampling.h"
-#include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/ops/markov.h"
 
 namespace sparkdraft::cuda::markov_detail {
 

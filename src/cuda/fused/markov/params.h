@@ -8,8 +8,8 @@
 
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/packet.h"
-#include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/markov.h"
+#include "sparkdraft/ops/markov.h"
 
 namespace sparkdraft::cuda::markov_detail {
 

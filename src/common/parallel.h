@@ -1,3 +1,6 @@
+// A general host thread pool, below every room that runs host work in parallel (the
+// CPU reference ops, the checkpoint loader's scans).
+//
 // Splits [0, n) into `threads` contiguous, nearly equal ranges and runs
 // fn(begin, end) on each; with threads <= 1 (or n <= 1) fn(0, n) runs inline.
 // The ops give every index the same arithmetic whatever range it falls in, so
@@ -25,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-namespace sparkdraft::cpu {
+namespace sparkdraft {
 
 class ThreadPool {
  public:
@@ -142,4 +145,4 @@ void parallel_for(int64_t n, int threads, Fn&& fn) {
     if (e) std::rethrow_exception(e);
 }
 
-}  // namespace sparkdraft::cpu
+}  // namespace sparkdraft
