@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/parallel.h"
+#include "common/parallel.h"
 
 namespace sparkdraft::cpu {
 namespace {

@@ -117,7 +117,7 @@ TEST(CpuGemm, CanonicalSlicesEqualTheLiteralTree) {
     }
 }
 
-// gemm_slices_f32 on a TP rank's K columns (slices [s0, s0 + n) of 8, w's rows of
+// gemm with an fp32 output on a TP rank's K columns (slices [s0, s0 + n) of 8, w's rows of
 // the full K) is the fp32 subtree of the literal 8-slice tree, unrounded; the
 // subtrees of the ranks, added by the tree over ranks, are the whole tree.
 TEST(CpuGemm, SlicesF32OfASliceRangeIsItsSubtreeOfTheTree) {

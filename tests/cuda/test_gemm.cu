@@ -187,8 +187,8 @@ TEST(CudaGemm, SweepEqualsCpuBitForBit) {
   std::printf("[gemm] %d problems, %d kernel runs, all equal to cpu::gemm\n", cases, runs);
 }
 
-// cuda::gemm_f32 (a TP rank's unrounded subtree) == cpu::gemm_slices_f32, fp32 bit
-// for bit (a NaN matches any NaN: the GPU's arithmetic returns the canonical NaN, x86
+// cuda::gemm with an fp32 output (a TP rank's unrounded subtree) == cpu::gemm's fp32 output, fp32
+// bit for bit (a NaN matches any NaN: the GPU's arithmetic returns the canonical NaN, x86
 // propagates payloads), for automatic and every variant that takes the problem (the
 // epilogue's fp32 store in each tile); bf16(it) through cuda::narrow == cuda::gemm.
 // NaN / inf / -0 / subnormal inputs from make(); y's padding untouched.
@@ -244,7 +244,7 @@ TEST(CudaGemm, F32SubtreeEqualsCpuSlicesBitForBit) {
           if (HasFailure()) return;
         }
       }
-  std::printf("[gemm_f32] %d kernel runs, all equal to cpu::gemm_slices_f32\n", runs);
+  std::printf("[gemm_f32] %d kernel runs, all equal to cpu::gemm (fp32 out)\n", runs);
 }
 
 // gate_up + SwiGLU in one pass == cpu::gemm into [M, 2I] then cpu::silu_mul, bit for
