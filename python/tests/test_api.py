@@ -199,7 +199,7 @@ def bad_calls(tiny, device):
         ("page", lambda p: p["block_tables"].__setitem__((0, 0), 32), sparkdraft.InvalidArgument,
          "propose: row 0: block table entry 0 = 32 is outside [0, 32)"),
         ("position", lambda p: p["anchor_positions"].__setitem__(0, 60), sparkdraft.InvalidArgument,
-         "propose: row 0: anchor position 60 + block 7 exceeds the block table's 64 positions"),
+         "propose: row 0: anchor position 60 + block 7 exceeds the 64 positions (the block table's max_pages_per_req x page_size)"),
     ]
     if device == "cuda" or sparkdraft.cuda_available():
         cases.append(("device", lambda p: p.update(seeds=p["seeds"].to(other)), sparkdraft.InvalidArgument,
