@@ -16,10 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/common/graph.h"
-#include "cuda/markov/markov_internal.h"
+#include "cuda/markov/detail.h"
+#include "cuda/markov/markov.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {

@@ -27,10 +27,10 @@
 
 #include "allreduce/bench_allreduce.h"
 #include "common/harness.h"
+#include "cuda/markov/markov.h"
 #include "markov/bench_markov.h"
 #include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
 #include "step/bench_step.h"
 #include "verify/bench_verify.h"

@@ -14,12 +14,12 @@
 #include "common/random.h"
 #include "common/tree.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/markov/markov.h"
 #include "sparkdraft/comm.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/loopback.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {

@@ -1,4 +1,4 @@
-// The GPU Markov loop (cuda/markov.h) against its references:
+// The GPU Markov loop (cuda/markov/markov.h) against its references:
 //   * the eager kernels (bias GEMV, step logits + transform, sampler) against the
 //     CPU ops of cpu/ops.h, bit for bit, over sweeps;
 //   * the fused loop and the vocab-parallel loop (loopback, 2/4/8 shards) against
@@ -30,7 +30,8 @@
 #include "common/bits.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
-#include "cuda/markov/markov_internal.h"
+#include "cuda/markov/detail.h"
+#include "cuda/markov/markov.h"
 #include "markov/bench_markov.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/philox.h"
@@ -39,7 +40,6 @@
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/loopback.h"
-#include "sparkdraft/cuda/markov.h"
 #if defined(SPARKDRAFT_HAVE_NCCL)
 #include "sparkdraft/cuda/nccl_comm.h"
 #endif

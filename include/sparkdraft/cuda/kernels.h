@@ -165,7 +165,7 @@ void rms_norm(const ops::RmsNormParams& p, cudaStream_t stream);
 // ---- residual boundary --------------------------------------------------------------
 // ops::BoundaryParams with device pointers; `residual` is float* when residual_dtype is
 // f32, else bf16*; updated in place. One block per row of `hidden` contiguous values
-// (src/cuda/eager/residual_boundary.cuh).
+// (src/cuda/common/residual_boundary.cuh).
 void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual, bf16* next,
                        cudaStream_t stream);
 

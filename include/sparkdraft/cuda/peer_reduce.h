@@ -20,7 +20,7 @@
 //      canonical_tree_sum's order (core/reduce.h), the rank's own from its partial;
 //   4. the plain sum writes them in place; the boundary rounds them to bf16 (the
 //      branch the eager path would narrow) and runs the residual boundary of
-//      cuda/kernels.h on them (src/cuda/eager/residual_boundary.cuh: the same
+//      cuda/kernels.h on them (src/cuda/common/residual_boundary.cuh: the same
 //      kernel body): the bits of all_reduce_sum + narrow + residual_boundary;
 //   5. the last block to finish records e as completed.
 // No buffer is ever cleared and the ranks never meet between calls: the flags only

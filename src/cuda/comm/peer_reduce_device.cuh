@@ -1,6 +1,6 @@
 // The fused all-reduce's device pieces (cuda/peer_reduce.h): the push, the epoch
 // flags, the waits and the tree, shared by the plain sum kernel (peer_reduce.cu) and
-// the boundary's branch policy (src/cuda/eager/residual_boundary.cuh). The boundary
+// the boundary's branch policy (src/cuda/common/residual_boundary.cuh). The boundary
 // kernels compile in two translation units of their own, one a residual dtype
 // (peer_reduce_boundary_f32.cu, peer_reduce_boundary_bf16.cu), so that a parallel
 // build compiles them side by side.
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/eager/residual_boundary.cuh"
+#include "cuda/common/residual_boundary.cuh"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/peer_reduce.h"
 

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "cuda/common/graph.h"
+#include "cuda/markov/markov.h"
 #include "runtime/packed_weights.h"
 #include "runtime/step.h"
 #include "sparkdraft/cpu/ops.h"
@@ -23,7 +24,6 @@
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/cuda/peer_reduce.h"
 #include "sparkdraft/cuda/verify.h"

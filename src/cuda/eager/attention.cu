@@ -44,9 +44,9 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 
+#include "cuda/common/common.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/eager/common.cuh"
 
 namespace sparkdraft::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // The device scan for NaN and infinity in weights (Checkpoint's deferred scan):
 // the lowest index of a bf16 or fp32 element whose exponent bits are all ones,
 // by atomicMin over a grid-stride loop (any grid gives the same answer).
-#include "cuda/eager/common.cuh"
+#include "cuda/common/common.cuh"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 

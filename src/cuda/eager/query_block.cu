@@ -1,7 +1,7 @@
 // The eager kernels of the query block (ops/query_block.h), the residual's fp32
 // widening (ops/embed.h) and the per-head norm (ops/norm.h). The head norm rounds
 // where cuda::rms_norm and cpu::rms_norm do: only the output, once, to bf16.
-#include "cuda/eager/common.cuh"
+#include "cuda/common/common.cuh"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/ops/kv.h"

@@ -6,7 +6,7 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 
-#include "cuda/eager/residual_boundary.cuh"
+#include "cuda/common/residual_boundary.cuh"
 
 namespace sparkdraft::cuda {
 

@@ -10,7 +10,7 @@
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/kernels.h"
 
-#include "cuda/eager/common.cuh"
+#include "cuda/common/common.cuh"
 
 namespace sparkdraft::cuda {
 namespace {

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/markov/markov_internal.h"
+#include "cuda/markov/detail.h"
+#include "cuda/markov/markov.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/log.h"

@@ -15,8 +15,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/common.cuh"
 #include "cuda/common/vec.cuh"
-#include "cuda/eager/common.cuh"
 #include "cuda/fused/backbone/tile.h"
 #include "sparkdraft/ops/front.h"
 

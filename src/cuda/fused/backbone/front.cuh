@@ -5,7 +5,7 @@
 // Bits: the steps of the eager kernels, in their order and with their functions:
 //   norm   ss = the canonical sum (lane partial: fma per term from +0 over its chunk;
 //               the group butterfly), r = rms_scale, y_i = bf16(apply_norm(x_i))
-//          (cuda/eager/common.cuh, what head_rms_norm runs);
+//          (cuda/common/common.cuh, what head_rms_norm runs);
 //   rope   the staged bf16 values read back as f32, (x1*c - x2*s, x2*c + x1*s) with
 //          separate products and one add/subtract, rounded to bf16 (eager rope);
 //   insert the final bf16 values copied into the cache (kv_insert); a V head without
@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/common.cuh"
 #include "cuda/common/vec.cuh"
-#include "cuda/eager/common.cuh"
 #include "cuda/fused/backbone/tile.h"
 #include "sparkdraft/ops/front.h"
 

@@ -35,8 +35,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/common.cuh"
 #include "cuda/common/vec.cuh"
-#include "cuda/eager/common.cuh"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/ops/boundary.h"
 

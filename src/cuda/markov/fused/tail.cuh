@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
-#include "cuda/fused/markov/epilogue.cuh"
-#include "cuda/fused/markov/params.h"
-#include "cuda/fused/markov/tile.h"
+#include "cuda/markov/fused/epilogue.cuh"
+#include "cuda/markov/fused/params.h"
+#include "cuda/markov/tile.h"
 #include "sparkdraft/core/packet.h"
 
 namespace sparkdraft::cuda::markov_detail {

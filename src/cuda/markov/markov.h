@@ -19,7 +19,7 @@
 //   * fused: one anchor kernel, then per step ONE kernel over the vocabulary that
 //     reads w2 once for all rows (16-byte cp.async tiles), computes the bias on the
 //     tensor cores, logits, cache, noise brackets and a per-block best per row
-//     (src/cuda/fused/markov/); the last block of each row (an arrival counter)
+//     (src/cuda/markov/fused/); the last block of each row (an arrival counter)
 //     writes the token and the next step's embedding. Programmatic dependent launch.
 //   * vocab-parallel: S = tp_size ranks each hold a shard of V/S consecutive ids
 //     of w2 and the base logits; per step each rank runs the fused step over its

@@ -15,8 +15,8 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
-#include "cuda/fused/markov/params.h"
-#include "cuda/fused/markov/tile.h"
+#include "cuda/markov/fused/params.h"
+#include "cuda/markov/tile.h"
 #include "sparkdraft/core/bf16.h"
 
 namespace sparkdraft::cuda::markov_detail {

@@ -8,11 +8,11 @@
 
 #include <cstdint>
 
-#include "cuda/markov/markov_internal.h"
+#include "cuda/markov/detail.h"
+#include "cuda/markov/markov.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/core/sampling.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/ops/markov.h"
 
 namespace sparkdraft::cuda::markov_detail {

@@ -21,10 +21,10 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
-#include "cuda/fused/markov/params.h"
-#include "cuda/fused/markov/smem.cuh"
-#include "cuda/fused/markov/tile.h"
-#include "cuda/markov/markov_device.cuh"
+#include "cuda/markov/device.cuh"
+#include "cuda/markov/fused/params.h"
+#include "cuda/markov/fused/smem.cuh"
+#include "cuda/markov/tile.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "cuda/fused/markov/tile.h"
+#include "cuda/markov/tile.h"
 #include "sparkdraft/core/bf16.h"
 
 namespace sparkdraft::cuda::markov_detail {

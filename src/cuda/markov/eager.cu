@@ -14,12 +14,12 @@
 #include <string>
 
 #include "cuda/common/mma.cuh"
-#include "cuda/markov/markov_device.cuh"
-#include "cuda/markov/markov_internal.h"
+#include "cuda/markov/detail.h"
+#include "cuda/markov/device.cuh"
+#include "cuda/markov/markov.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/markov.h"
 
 namespace sparkdraft::cuda {
 namespace {

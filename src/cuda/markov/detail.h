@@ -1,6 +1,6 @@
 // Pieces shared by the Markov sources on both sides of the compiler: the fused
-// step's constants and shared-memory layout (cuda/fused/markov/tile.h), the noise
-// table, the argument checks, and the entry points fused/markov/launch.cu gives plan.cpp.
+// step's constants and shared-memory layout (cuda/markov/tile.h), the noise
+// table, the argument checks, and the entry points markov/fused/launch.cu gives plan.cpp.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "cuda/common/launch.h"
-#include "cuda/fused/markov/tile.h"
+#include "cuda/markov/markov.h"
+#include "cuda/markov/tile.h"
 #include "sparkdraft/core/bf16.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda::markov_detail {
@@ -35,7 +35,7 @@ DeviceLimits device_limits();
 // fused_markov_refusal with given shared-memory limits (a workspace's).
 std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int smem_per_sm);
 
-// fused/markov/launch.cu: raises the dynamic shared-memory limit of the fused step kernel of
+// markov/fused/launch.cu: raises the dynamic shared-memory limit of the fused step kernel of
 // `rank` to `max_smem` and returns how many 256-thread blocks fit on an SM by
 // registers.
 int prepare_fused_kernels(int rank, int max_smem);

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
+#include "cuda/markov/markov.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/packet.h"
-#include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/ops/markov.h"
 
 namespace sparkdraft::cuda::markov_detail {
