@@ -20,13 +20,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda/comm/peer_reduce.h"
 #include "cuda/common/graph.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/nccl_comm.h"
-#include "sparkdraft/cuda/peer_reduce.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {

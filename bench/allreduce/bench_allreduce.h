@@ -2,7 +2,7 @@
 // `bench allreduce` calls: for each TP size (ranks 0..tp-1 on GPUs 0..tp-1, one
 // thread each, run_nccl_group) and each rows x hidden, our eager all_reduce_sum
 // (ncclAllGather of the fp32 partials + the fixed tree, cuda/nccl_comm.h) and our
-// fused one (cuda/peer_reduce.h: the partials pushed into the peers' mailboxes over
+// fused one (cuda/comm/peer_reduce.h: the partials pushed into the peers' mailboxes over
 // NVLink, the tree in the same kernel) against ncclAllReduce on the same buffer. Seeded partials of
 // mixed magnitude; before anything is timed, our sums are checked bit for bit against the tree
 // computed on the host (canonical_tree_sum; both of ours), and the elements where ncclAllReduce's

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/common/graph.h"
+#include "cuda/verify/verify.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cpu/verify.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/verify.h"
 #include "sparkdraft/error.h"
 #include "verify/verify_floor.h"
 

@@ -10,9 +10,9 @@
 //                         (contract.md section 3.3: the TP size changes no bit): no GPU
 //                         needed; the layers shard where the config splits
 //                         (runtime/layer_shard.h), the vocabulary always.
-//   cuda::check_draft     CPU vs GPU eager vs GPU fused (sparkdraft/cuda/check_draft.h).
+//   cuda::check_draft     CPU vs GPU eager vs GPU fused (check/check_draft.h).
 //   cuda::check_tp        the GPU backend at TP n against the GPU at TP 1, hidden
-//                         states of every rank included (sparkdraft/cuda/check_draft.h).
+//                         states of every rank included (check/check_draft.h).
 #pragma once
 
 #include <memory>

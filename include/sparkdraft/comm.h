@@ -10,7 +10,7 @@
 //
 // Implementations: the CPU thread group (host memory, ranks as threads; what CI
 // proves TP logic with, run_thread_group below), the single-GPU loopback
-// (device memory, cuda/loopback.h; built with CUDA only), NCCL (device memory,
+// (device memory, cuda/comm/loopback.h; built with CUDA only), NCCL (device memory,
 // one GPU per rank, cuda/nccl_comm.h with its group runner run_nccl_group; built
 // with CUDA and NCCL only).
 //

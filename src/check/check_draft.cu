@@ -1,10 +1,10 @@
 // The CPU vs GPU vs fused comparison of `sparkdraft check` (see check_draft.h).
-#include "sparkdraft/cuda/check_draft.h"
+#include "check/check_draft.h"
 
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/plan.h"
 

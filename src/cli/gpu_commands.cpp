@@ -26,12 +26,12 @@
 #include <cuda_runtime.h>
 
 #include "allreduce/bench_allreduce.h"
+#include "check/check_draft.h"
 #include "common/harness.h"
+#include "cuda/common/mma_probe.h"
 #include "cuda/markov/markov.h"
 #include "markov/bench_markov.h"
-#include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/mma.h"
 #include "step/bench_step.h"
 #include "verify/bench_verify.h"
 #if defined(SPARKDRAFT_HAVE_NCCL)

@@ -58,7 +58,7 @@ class StepOps {
   // p.y = branch [b.rows, b.hidden] (p.M == b.rows, p.N == b.hidden), then
   // residual_boundary(b, branch, residual, next). The default is exactly those two
   // ops; an op table may complete the all-reduce and run the boundary in one kernel
-  // (the GPU's fused peer boundary, cuda/peer_reduce.h), with the same bits (branch
+  // (the GPU's fused peer boundary, cuda/comm/peer_reduce.h), with the same bits (branch
   // is then not written).
   virtual void gemm_all_reduce_boundary(const ops::GemmParams& p, const ops::BoundaryParams& b,
                                         void* residual, bf16* next);

@@ -22,10 +22,10 @@
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/kernels.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 namespace sparkdraft {
 namespace {

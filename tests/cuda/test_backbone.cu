@@ -1,4 +1,4 @@
-// The fused backbone kernels (cuda/backbone.h) against the compositions they replace
+// The fused backbone kernels (cuda/fused/backbone/backbone.h) against the compositions they replace
 // (ops/front.h; runtime/step.h eager_qkv_front and eager_embed_norm), bit for bit:
 //   * fused == the eager CUDA ops on the GPU, every output buffer and every cache,
 //     NaNs compared by their bits (both sides are the GPU's arithmetic);
@@ -26,14 +26,14 @@
 #include "common/errors.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
+#include "cuda/fused/backbone/backbone.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/kernels.h"
 #include "runtime/step.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cpu/ops.h"
-#include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {

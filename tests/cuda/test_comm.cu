@@ -1,5 +1,5 @@
 // The single-GPU loopback behind the one communicator interface (comm.h,
-// cuda/loopback.h): every rank local, device buffers, collectives on the stream;
+// cuda/comm/loopback.h): every rank local, device buffers, collectives on the stream;
 // the all-gather places rank k at block k, the all-reduce is the fixed tree of
 // contract.md section 6 (written out here), bit for bit, also inside a CUDA graph.
 #include <gtest/gtest.h>
@@ -13,13 +13,13 @@
 #include "common/bits.h"
 #include "common/random.h"
 #include "common/tree.h"
+#include "cuda/comm/loopback.h"
 #include "cuda/gpu_test_util.h"
 #include "cuda/markov/markov.h"
 #include "sparkdraft/comm.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/loopback.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {

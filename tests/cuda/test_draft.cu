@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "check/check_draft.h"
 #include "common/bits.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
@@ -23,7 +24,6 @@
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cuda/buffer.h"
-#include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
 #include "sparkdraft/scenario.h"
 

@@ -19,13 +19,13 @@
 #include "common/harness.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
+#include "cuda/common/mma_probe.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/kernels.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
-#include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/ops/gemm.h"
 
 namespace sparkdraft {

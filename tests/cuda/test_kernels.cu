@@ -24,10 +24,10 @@
 #include "common/query_block.h"
 #include "common/random.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/kernels.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
-#include "sparkdraft/cuda/kernels.h"
 
 namespace sparkdraft {
 namespace {

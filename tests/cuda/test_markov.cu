@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/bits.h"
+#include "cuda/comm/loopback.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
 #include "cuda/markov/detail.h"
@@ -39,7 +40,6 @@
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/loopback.h"
 #if defined(SPARKDRAFT_HAVE_NCCL)
 #include "sparkdraft/cuda/nccl_comm.h"
 #endif

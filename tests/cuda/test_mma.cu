@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/mma_fixture.h"
+#include "cuda/common/mma_probe.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/mma_probe.h"
-#include "sparkdraft/cuda/mma.h"
 
 namespace sparkdraft {
 namespace {

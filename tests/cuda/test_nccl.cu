@@ -27,6 +27,7 @@
 #include "common/random.h"
 #include "common/tree.h"
 #include "cuda/comm/gathered_tree.h"
+#include "cuda/comm/loopback.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/comm.h"
@@ -34,7 +35,6 @@
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/loopback.h"
 #include "sparkdraft/error.h"
 
 #if defined(SPARKDRAFT_HAVE_NCCL)

@@ -1,4 +1,4 @@
-// The fused all-reduce (cuda/peer_reduce.h), its TP ranks on one GPU: every rank a
+// The fused all-reduce (cuda/comm/peer_reduce.h), its TP ranks on one GPU: every rank a
 // PeerAllReduce of its own on its own stream, all launched from this thread (no
 // rank's thread makes a device-wide call while a peer waits), with few enough rows
 // that every rank's blocks run at once. The plain sum is the fixed tree of the
@@ -31,13 +31,13 @@
 #include "common/errors.h"
 #include "common/files.h"
 #include "common/random.h"
+#include "cuda/comm/peer_reduce.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
-#include "sparkdraft/cuda/peer_reduce.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {

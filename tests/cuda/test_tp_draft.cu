@@ -17,20 +17,20 @@
 #include <utility>
 #include <vector>
 
+#include "check/check_draft.h"
 #include "common/bits.h"
 #include "common/errors.h"
 #include "common/files.h"
 #include "common/random.h"
 #include "common/tp_model.h"
+#include "cuda/comm/peer_reduce.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/kernels.h"
 #include "sparkdraft/check.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/comm.h"
 #include "sparkdraft/cuda/buffer.h"
-#include "sparkdraft/cuda/check_draft.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/kernels.h"
-#include "sparkdraft/cuda/peer_reduce.h"
 #include "sparkdraft/cuda/shared_device_comm.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"

@@ -1,4 +1,4 @@
-// The verifier on the GPU (issue 22; sparkdraft/cuda/verify.h) against the CPU
+// The verifier on the GPU (issue 22; cuda/verify/verify.h) against the CPU
 // reference (src/cpu/verify.cpp), bit for bit on num_accepted and every output
 // token: every row count (1, odd, max_reqs), every block size the launcher can
 // pick and several vocabulary splits (with and without the sums' exp table), NaN / +inf / all -inf
@@ -20,11 +20,11 @@
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/verify/verify.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cpu/verify.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/draft.h"
-#include "sparkdraft/cuda/verify.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/scenario.h"
 

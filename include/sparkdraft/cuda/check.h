@@ -1,9 +1,10 @@
 // One family of check macros for CUDA and NCCL calls: a failing call throws
 // DeviceError naming the call, the file:line and the library's message.
-// Every kernel launch is followed by SD_CHECK_LAUNCH(). SD_NCCL_CHECK exists in
-// builds with NCCL (SPARKDRAFT_HAVE_NCCL); it is for the calls that never return
-// ncclInProgress (the NCCL communicator, cuda/nccl_comm.h, waits on a
-// non-blocking communicator's calls itself, through the same throw_device_error).
+// The library launches every kernel through src/cuda/common/launch.h (which checks
+// the launch); SD_CHECK_LAUNCH() checks a <<<>>> launch (tests, benchmarks). SD_NCCL_CHECK exists
+// in builds with NCCL (SPARKDRAFT_HAVE_NCCL); it is for the calls that never return ncclInProgress
+// (the NCCL communicator, cuda/nccl_comm.h, waits on a non-blocking communicator's calls itself,
+// through the same throw_device_error).
 #pragma once
 
 #include <cuda_runtime.h>

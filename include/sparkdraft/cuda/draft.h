@@ -41,7 +41,7 @@ namespace sparkdraft::cuda {
 //   eager      Communicator::all_reduce_sum (an all-gather of the fp32 partials,
 //              then the fixed tree), then the bf16 rounding, then the residual
 //              boundary;
-//   fused      the fused peer boundary (cuda/peer_reduce.h): each rank pushes its
+//   fused      the fused peer boundary (cuda/comm/peer_reduce.h): each rank pushes its
 //              partial into its peers' mailboxes, and one kernel completes the tree
 //              and runs the boundary; the same bits. Refused (InvalidArgument, with
 //              the reason) where the ranks cannot run it: other processes, GPUs
@@ -58,7 +58,7 @@ struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
   bool pdl = true;           // programmatic dependent launch in the fused loop
-  // The fused backbone kernels (cuda/backbone.h: embed norm, QKV front, context
+  // The fused backbone kernels (cuda/fused/backbone/backbone.h: embed norm, QKV front, context
   // front) where the plan accepts them; false: their eager ops (the GPU reference).
   bool fused_backbone = true;
   // Most tokens one store_context_device call takes: its scratch is allocated at
@@ -126,7 +126,7 @@ class CudaDraft final : public DraftBackend {
   void propose_device_graphed(const ProposeBatch& batch, const ProposeOutputs& out,
                               cudaStream_t stream);
   // The lossless verifier (contract.md section 8) on the GPU kernels of
-  // cuda/verify.h, the same bits as the CPU reference: validates (validate_verify),
+  // cuda/verify/verify.h, the same bits as the CPU reference: validates (validate_verify),
   // uploads the batch (the cache rows of its slots, the target logits), runs
   // verify_device and downloads num_accepted and tokens of the non-padding rows.
   void verify(const VerifyBatch& batch, const VerifyOutputs& out) override;
@@ -145,7 +145,7 @@ class CudaDraft final : public DraftBackend {
   // boundary (CudaDraftOptions::tp_reduce; false at TP 1 and with replicated layers).
   bool fused_all_reduce() const;
   // Throws DeviceError when a fused all-reduce of this rank gave up waiting for a
-  // peer (cuda/peer_reduce.h), naming both ranks; the ranks are then out of step
+  // peer (cuda/comm/peer_reduce.h), naming both ranks; the ranks are then out of step
   // and every later call throws. The host API checks after every propose; a caller
   // of propose_device checks after its stream has synchronized.
   void check_peers() const;

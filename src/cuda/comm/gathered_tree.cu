@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/launch.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/error.h"
@@ -41,14 +42,14 @@ void gathered_tree_sum(const float* gathered, float* out, int ranks, size_t coun
   constexpr int kThreads = 256;
   const int64_t n = static_cast<int64_t>(count);
   const int grid = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096));
-  switch (ranks) {
-    case 1: gathered_tree_kernel<1><<<grid, kThreads, 0, stream>>>(gathered, out, ranks, n); break;
-    case 2: gathered_tree_kernel<2><<<grid, kThreads, 0, stream>>>(gathered, out, ranks, n); break;
-    case 4: gathered_tree_kernel<4><<<grid, kThreads, 0, stream>>>(gathered, out, ranks, n); break;
-    case 8: gathered_tree_kernel<8><<<grid, kThreads, 0, stream>>>(gathered, out, ranks, n); break;
-    default: gathered_tree_kernel<0><<<grid, kThreads, 0, stream>>>(gathered, out, ranks, n); break;
-  }
-  SD_CHECK_LAUNCH();
+  // The unrolled trees for 1, 2, 4 and 8 ranks, the general one otherwise.
+  const auto kernel = ranks == 1   ? gathered_tree_kernel<1>
+                      : ranks == 2 ? gathered_tree_kernel<2>
+                      : ranks == 4 ? gathered_tree_kernel<4>
+                      : ranks == 8 ? gathered_tree_kernel<8>
+                                   : gathered_tree_kernel<0>;
+  launch_kernel("gathered_tree_kernel", kernel, LaunchShape{dim3(grid), dim3(kThreads), 0, stream},
+                gathered, out, ranks, n);
 }
 
 }  // namespace sparkdraft::cuda

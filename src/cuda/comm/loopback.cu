@@ -1,4 +1,4 @@
-// The single-GPU loopback communicator (cuda/loopback.h): every TP rank's buffer
+// The single-GPU loopback communicator (cuda/comm/loopback.h): every TP rank's buffer
 // is on this device, so the all-gather is a device copy per rank and the
 // all-reduce one kernel that completes the tree of core/reduce.h per element.
 #include <cuda_runtime.h>
@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/comm/loopback.h"
+#include "cuda/common/launch.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/loopback.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {
@@ -58,9 +59,9 @@ void LoopbackComm::all_reduce_sum(float* const* data, size_t count, void* stream
   constexpr int kThreads = 256;
   const int64_t blocks = (static_cast<int64_t>(count) + kThreads - 1) / kThreads;
   const int grid = static_cast<int>(blocks < 4096 ? blocks : 4096);
-  tree_all_reduce_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      buffers, ranks, static_cast<int64_t>(count));
-  SD_CHECK_LAUNCH();
+  launch_kernel("tree_all_reduce_kernel", tree_all_reduce_kernel,
+                LaunchShape{dim3(grid), dim3(kThreads), 0, static_cast<cudaStream_t>(stream)},
+                buffers, ranks, static_cast<int64_t>(count));
 }
 
 }  // namespace sparkdraft::cuda

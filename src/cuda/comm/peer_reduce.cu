@@ -1,7 +1,7 @@
-// The fused all-reduce (cuda/peer_reduce.h): the host side and the plain sum; the
+// The fused all-reduce (cuda/comm/peer_reduce.h): the host side and the plain sum; the
 // device pieces are in peer_reduce_device.cuh, the boundary's kernels in
 // peer_reduce_boundary_f32.cu and peer_reduce_boundary_bf16.cu.
-#include "sparkdraft/cuda/peer_reduce.h"
+#include "cuda/comm/peer_reduce.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "cuda/comm/peer_reduce_device.cuh"
+#include "cuda/common/launch.h"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/error.h"
@@ -285,9 +286,9 @@ void PeerAllReduce::all_reduce_sum(float* data, size_t count, cudaStream_t strea
                                options_.max_count, state_.data(), timeout_dev_, options_.timeout_s);
   const bool vec = detail::aligned16(data);
   with_ranks(tp_, [&](auto k) {
-    peer_sum_kernel<decltype(k)::value><<<grid, kSumThreads, 0, stream>>>(a, data, n, chunk, vec);
+    launch_kernel("peer_sum_kernel", peer_sum_kernel<decltype(k)::value>,
+                  LaunchShape{dim3(grid), dim3(kSumThreads), 0, stream}, a, data, n, chunk, vec);
   });
-  SD_CHECK_LAUNCH();
 }
 
 int64_t PeerAllReduce::resident_boundary_rows(int hidden, StreamDType residual_dtype) const {

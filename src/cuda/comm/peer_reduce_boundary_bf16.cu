@@ -1,4 +1,4 @@
-// The fused all-reduce boundary (cuda/peer_reduce.h) over a bf16 residual stream: the
+// The fused all-reduce boundary (cuda/comm/peer_reduce.h) over a bf16 residual stream: the
 // kernels of residual_boundary.cuh with the peer tree as their branch
 // (peer_reduce_device.cuh); the fp32 stream's are in peer_reduce_boundary_f32.cu.
 #include "cuda/comm/peer_reduce_device.cuh"

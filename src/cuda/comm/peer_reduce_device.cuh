@@ -1,4 +1,4 @@
-// The fused all-reduce's device pieces (cuda/peer_reduce.h): the push, the epoch
+// The fused all-reduce's device pieces (cuda/comm/peer_reduce.h): the push, the epoch
 // flags, the waits and the tree, shared by the plain sum kernel (peer_reduce.cu) and
 // the boundary's branch policy (src/cuda/common/residual_boundary.cuh). The boundary
 // kernels compile in two translation units of their own, one a residual dtype
@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/comm/peer_reduce.h"
 #include "cuda/common/residual_boundary.cuh"
 #include "sparkdraft/core/reduce.h"
-#include "sparkdraft/cuda/peer_reduce.h"
 
 namespace sparkdraft::cuda::peer_detail {
 

@@ -1,4 +1,4 @@
-// mma_probe and mma_self_test (include/sparkdraft/cuda/mma.h): one warp per case
+// mma_probe and mma_self_test (cuda/common/mma_probe.h): one warp per case
 // loads the case's A, B and C into the instruction's fragments (common/mma.cuh),
 // runs one mma.sync and stores D; the host compares every element with the twin.
 #include <cuda_runtime.h>
@@ -12,14 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/launch.h"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/mma_probe.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "sparkdraft/core/mma.h"
 #include "sparkdraft/core/mma_probe.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft::cuda {
@@ -110,8 +111,9 @@ MmaProbeResult mma_probe(MmaDist dist, uint64_t seed, int64_t first, int64_t cou
   DeviceBuffer<uint32_t> d_out(static_cast<size_t>(count) * 128);
   const int threads = 256;
   const int64_t blocks = (count * 32 + threads - 1) / threads;
-  mma_probe_kernel<<<static_cast<unsigned>(blocks), threads>>>(d_cases.data(), count, d_out.data());
-  SD_CHECK_LAUNCH();
+  launch_kernel("mma_probe_kernel", mma_probe_kernel,
+                LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, nullptr},
+                d_cases.data(), count, d_out.data());
   SD_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint32_t> dev = d_out.download();
   MmaProbeResult res;
@@ -167,8 +169,8 @@ const WgmmaStatus& wgmma_self_test() {
   SD_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   DeviceBuffer<int> flag(std::vector<int>{0});
   if (p.major == 9 && p.minor == 0) {
-    wgmma_compiled_kernel<<<1, 1>>>(flag.data());
-    SD_CHECK_LAUNCH();
+    launch_kernel("wgmma_compiled_kernel", wgmma_compiled_kernel,
+                  LaunchShape{dim3(1), dim3(1), 0, nullptr}, flag.data());
   }
   if (p.major != 9 || p.minor != 0) {
     st.why = "wgmma is an sm_90 instruction; device " + std::to_string(device) + " is sm_" +
@@ -185,8 +187,8 @@ const WgmmaStatus& wgmma_self_test() {
       for (size_t i = 0; i < cases.size(); ++i) make_mma_case(dist, 0x5eedu, i, cases[i]);
       DeviceBuffer<MmaCase> d_cases(cases);
       DeviceBuffer<uint32_t> d_out(static_cast<size_t>(kTiles) * 4096);
-      wgmma_probe_kernel<<<kTiles, 128>>>(d_cases.data(), d_out.data());
-      SD_CHECK_LAUNCH();
+      launch_kernel("wgmma_probe_kernel", wgmma_probe_kernel,
+                    LaunchShape{dim3(kTiles), dim3(128), 0, nullptr}, d_cases.data(), d_out.data());
       SD_CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<uint32_t> dev = d_out.download();
       for (int tile = 0; tile < kTiles; ++tile)

@@ -1,6 +1,6 @@
 // The residual boundary kernel (cuda/kernels.h residual_boundary; bit for bit
 // cpu::residual_boundary), with the branch it reads as a policy, so that the fused
-// all-reduce boundary (cuda/peer_reduce.h) runs the very same kernel body over the
+// all-reduce boundary (cuda/comm/peer_reduce.h) runs the very same kernel body over the
 // tree of the ranks' fp32 partials instead of a bf16 branch in memory.
 //
 // What it computes, per row:
@@ -251,10 +251,12 @@ void launch_boundary(const ops::BoundaryParams& p, const B& branch, S* residual,
                      bool vec, cudaStream_t stream) {
   const BoundaryLaunch l = boundary_launch(p.hidden);
   with_boundary_kernel<S, B, kMaxPerThread>(l, [&](auto kernel) {
-    kernel<<<static_cast<unsigned>(p.rows), static_cast<unsigned>(l.threads), l.smem, stream>>>(
+    launch_kernel(
+        "residual_boundary_kernel", kernel,
+        LaunchShape{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(l.threads)),
+                    static_cast<size_t>(l.smem), stream},
         p, branch, residual, next, vec);
   });
-  SD_CHECK_LAUNCH();
 }
 
 // How many blocks (rows) of the boundary over rows of `hidden` one GPU runs at once.

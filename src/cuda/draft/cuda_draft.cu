@@ -15,18 +15,18 @@
 #include <map>
 #include <unordered_map>
 
+#include "cuda/comm/peer_reduce.h"
 #include "cuda/common/graph.h"
+#include "cuda/common/mma_probe.h"
+#include "cuda/fused/backbone/backbone.h"
+#include "cuda/kernels.h"
 #include "cuda/markov/markov.h"
+#include "cuda/verify/verify.h"
 #include "runtime/packed_weights.h"
 #include "runtime/step.h"
 #include "sparkdraft/cpu/ops.h"
-#include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
-#include "sparkdraft/cuda/mma.h"
-#include "sparkdraft/cuda/peer_reduce.h"
-#include "sparkdraft/cuda/verify.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/ops/gemm.h"
 
@@ -715,7 +715,7 @@ struct CudaDraft::Impl {
     device_graphs[b.num_rows] = DeviceGraph{pointers, std::move(exec)};
   }
 
-  // The verifier's device call (cuda/verify.h) on device pointers.
+  // The verifier's device call (cuda/verify/verify.h) on device pointers.
   void verify_device(const VerifyBatch& b, const VerifyOutputs& out, cudaStream_t s) {
     if (b.num_rows < 1 || b.num_rows > o.max_reqs)
       throw InvalidArgument("verify_device: num_rows " + std::to_string(b.num_rows) +
@@ -988,7 +988,8 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
                                : c.o_norm                ? "the o-norm"
                                                          : "the output gate") +
                               " (the eager backend runs the same kernel)"});
-  // The fused backbone's parts (cuda/backbone.h), each with the reason it does not run.
+  // The fused backbone's parts (cuda/fused/backbone/backbone.h), each with the reason it does not
+  // run.
   const auto front_part = [&](const char* part, const std::string& refusal,
                               const std::string& fused, const std::string& eager) -> PlanPart {
     if (!co.fused_backbone) return {part, "eager", eager + " (the fused backbone is switched off)"};

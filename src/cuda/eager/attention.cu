@@ -40,9 +40,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "cuda/kernels.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/common.cuh"
 #include "cuda/common/mma.cuh"
@@ -881,8 +881,8 @@ uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_do
   SD_CUDA_CHECK(cudaMalloc(&d_first, sizeof(unsigned int)));
   SD_CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
   SD_CUDA_CHECK(cudaMemset(d_first, 0xff, sizeof(unsigned int)));
-  exp_fast_check_kernel<<<132 * 16, 256>>>(d_bad, d_first, d_slow);
-  SD_CHECK_LAUNCH();
+  launch_kernel("exp_fast_check_kernel", exp_fast_check_kernel,
+                LaunchShape{dim3(132 * 16), dim3(256), 0, nullptr}, d_bad, d_first, d_slow);
   unsigned long long bad = 0, slow = 0;
   SD_CUDA_CHECK(cudaMemcpy(&slow, d_slow, sizeof(slow), cudaMemcpyDeviceToHost));
   SD_CUDA_CHECK(cudaFree(d_slow));
@@ -1015,8 +1015,9 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
     if (capturing == cudaStreamCaptureStatusNone)
       SD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(most)));
-    kernel<<<grid, kThreads, smem, stream>>>(a, q, cache, out, ws_m, ws_l, ws_o);
-    SD_CHECK_LAUNCH();
+    launch_kernel("attention_chunk_kernel", kernel,
+                  LaunchShape{dim3(grid), dim3(kThreads), static_cast<size_t>(smem), stream}, a, q,
+                  cache, out, ws_m, ws_l, ws_o);
   };
   auto by_wq = [&](auto ks_tag) {
     constexpr int KS = decltype(ks_tag)::value;
@@ -1033,8 +1034,9 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   }
   if (splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.heads));
-    attention_combine_kernel<<<cgrid, kCombineThreads, 0, stream>>>(a, ws_m, ws_l, ws_o, out);
-    SD_CHECK_LAUNCH();
+    launch_kernel("attention_combine_kernel", attention_combine_kernel,
+                  LaunchShape{dim3(cgrid), dim3(kCombineThreads), 0, stream}, a, ws_m, ws_l, ws_o,
+                  out);
   }
 }
 

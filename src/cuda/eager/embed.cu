@@ -3,8 +3,8 @@
 // What it computes: out[r][j] = table[ids[r]][j] for j < hidden.
 // Where it rounds: nowhere, exact bf16 copies.
 // Launch: one 256-thread block per row, threads striding over the hidden size.
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/common.cuh"
 
@@ -26,9 +26,9 @@ __global__ void __launch_bounds__(kEmbedThreads)
 void embed(const ops::EmbedParams& p, cudaStream_t stream) {
   p.check();
   if (p.rows == 0) return;
-  embed_kernel<<<static_cast<unsigned>(p.rows), kEmbedThreads, 0, stream>>>(p.ids, p.table,
-                                                                            p.hidden, p.out);
-  SD_CHECK_LAUNCH();
+  launch_kernel("embed_kernel", embed_kernel,
+                LaunchShape{dim3(static_cast<unsigned>(p.rows)), dim3(kEmbedThreads), 0, stream},
+                p.ids, p.table, p.hidden, p.out);
 }
 
 }  // namespace sparkdraft::cuda

@@ -5,8 +5,8 @@
 // (cache layout [slots, kv_heads, 2*d]); a negative slot (-1 = padding) writes
 // nothing. Where it rounds: nowhere, these are exact bf16 copies.
 // Launch: one 128-thread block per token, threads striding over kv_heads * d.
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/common.cuh"
 
@@ -39,9 +39,9 @@ __global__ void __launch_bounds__(kKvThreads)
 void kv_insert(const ops::KvInsertParams& p, cudaStream_t stream) {
   p.check();
   if (p.tokens == 0) return;
-  kv_insert_kernel<<<static_cast<unsigned>(p.tokens), kKvThreads, 0, stream>>>(
-      p.k, p.k_stride, p.v, p.v_stride, p.kv_heads, p.head_dim, p.slots, p.cache);
-  SD_CHECK_LAUNCH();
+  launch_kernel("kv_insert_kernel", kv_insert_kernel,
+                LaunchShape{dim3(static_cast<unsigned>(p.tokens)), dim3(kKvThreads), 0, stream},
+                p.k, p.k_stride, p.v, p.v_stride, p.kv_heads, p.head_dim, p.slots, p.cache);
 }
 
 }  // namespace sparkdraft::cuda

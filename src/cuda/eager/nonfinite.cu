@@ -2,8 +2,8 @@
 // the lowest index of a bf16 or fp32 element whose exponent bits are all ones,
 // by atomicMin over a grid-stride loop (any grid gives the same answer).
 #include "cuda/common/common.cuh"
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -31,12 +31,13 @@ void first_nonfinite(const void* data, int64_t n, bool f32, unsigned long long* 
   const unsigned blocks =
       static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 4096));
   if (f32)
-    first_nonfinite_kernel<uint32_t>
-        <<<blocks, threads, 0, stream>>>(static_cast<const uint32_t*>(data), n, 0x7f800000u, first);
+    launch_kernel("first_nonfinite_kernel", first_nonfinite_kernel<uint32_t>,
+                  LaunchShape{dim3(blocks), dim3(threads), 0, stream},
+                  static_cast<const uint32_t*>(data), n, 0x7f800000u, first);
   else
-    first_nonfinite_kernel<uint16_t><<<blocks, threads, 0, stream>>>(
-        static_cast<const uint16_t*>(data), n, static_cast<uint16_t>(0x7f80u), first);
-  SD_CHECK_LAUNCH();
+    launch_kernel("first_nonfinite_kernel", first_nonfinite_kernel<uint16_t>,
+                  LaunchShape{dim3(blocks), dim3(threads), 0, stream},
+                  static_cast<const uint16_t*>(data), n, static_cast<uint16_t>(0x7f80u), first);
 }
 
 }  // namespace sparkdraft::cuda

@@ -8,9 +8,9 @@
 // core/math.h's.
 // Launch: one warp per (token, head) in the canonical order of the norm, 4 per
 // 128-thread block; each lane rewrites only its own elements.
+#include "cuda/kernels.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/common.cuh"
 
@@ -49,9 +49,9 @@ void o_norm_gate(const ops::ONormGateParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || (!p.o_norm && p.g == nullptr)) return;  // nothing to do: o stays as it is
   const int64_t units = static_cast<int64_t>(p.tokens) * p.heads;
   const unsigned blocks = detail::blocks_for(units, detail::kRowWarps, "o_norm_gate");
-  o_norm_gate_kernel<<<blocks, detail::kRowThreads, 0, stream>>>(
-      p.o, units, p.heads, p.head_dim, p.o_norm_weight, p.o_norm, p.gain, p.eps, p.g, p.g_stride);
-  SD_CHECK_LAUNCH();
+  launch_kernel("o_norm_gate_kernel", o_norm_gate_kernel,
+                LaunchShape{dim3(blocks), dim3(detail::kRowThreads), 0, stream}, p.o, units,
+                p.heads, p.head_dim, p.o_norm_weight, p.o_norm, p.gain, p.eps, p.g, p.g_stride);
 }
 
 }  // namespace sparkdraft::cuda

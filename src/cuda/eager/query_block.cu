@@ -2,8 +2,8 @@
 // widening (ops/embed.h) and the per-head norm (ops/norm.h). The head norm rounds
 // where cuda::rms_norm and cpu::rms_norm do: only the output, once, to bf16.
 #include "cuda/common/common.cuh"
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/ops/kv.h"
 
 namespace sparkdraft::cuda {
@@ -60,32 +60,36 @@ __global__ void __launch_bounds__(detail::kRowThreads)
 void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream) {
   p.check();
   const int total = p.rows * p.steps;
-  prepare_kernel<<<detail::blocks_for(total, 128, "prepare_query_block"), 128, 0, stream>>>(p);
-  SD_CHECK_LAUNCH();
+  launch_kernel("prepare_kernel", prepare_kernel,
+                LaunchShape{dim3(detail::blocks_for(total, 128, "prepare_query_block")), dim3(128),
+                            0, stream},
+                p);
 }
 
 void widen(const ops::WidenParams& p, cudaStream_t stream) {
   p.check();
   if (p.n == 0) return;
-  widen_kernel<<<detail::blocks_for(p.n, 256, "widen"), 256, 0, stream>>>(p.x, p.n, p.out);
-  SD_CHECK_LAUNCH();
+  launch_kernel("widen_kernel", widen_kernel,
+                LaunchShape{dim3(detail::blocks_for(p.n, 256, "widen")), dim3(256), 0, stream}, p.x,
+                p.n, p.out);
 }
 
 void narrow(const float* x, int64_t n, bf16* out, cudaStream_t stream) {
   detail::require(n >= 0, "narrow", "needs n >= 0");
   if (n == 0) return;
-  narrow_kernel<<<detail::blocks_for(n, 256, "narrow"), 256, 0, stream>>>(x, n, out);
-  SD_CHECK_LAUNCH();
+  launch_kernel("narrow_kernel", narrow_kernel,
+                LaunchShape{dim3(detail::blocks_for(n, 256, "narrow")), dim3(256), 0, stream}, x, n,
+                out);
 }
 
 void head_rms_norm(const ops::HeadNormParams& p, cudaStream_t stream) {
   p.check();
   if (p.tokens == 0) return;
   const int rows = p.tokens * p.heads;
-  head_norm_kernel<<<detail::blocks_for(rows, detail::kRowWarps, "head_rms_norm"),
-                     detail::kRowThreads, 0, stream>>>(p.x, p.token_stride, p.tokens, p.heads,
-                                                       p.head_dim, p.weight, p.gain, p.eps);
-  SD_CHECK_LAUNCH();
+  launch_kernel("head_norm_kernel", head_norm_kernel,
+                LaunchShape{dim3(detail::blocks_for(rows, detail::kRowWarps, "head_rms_norm")),
+                            dim3(detail::kRowThreads), 0, stream},
+                p.x, p.token_stride, p.tokens, p.heads, p.head_dim, p.weight, p.gain, p.eps);
 }
 
 }  // namespace sparkdraft::cuda

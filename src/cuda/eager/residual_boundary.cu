@@ -3,8 +3,8 @@
 // over a bf16 branch in memory. (Its previous form walked the row in 2-byte
 // steps: 14.5 us a boundary at H 4096, L2 flushed; the 16-byte loads issued at
 // once made it 7.6 us.)
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/residual_boundary.cuh"
 

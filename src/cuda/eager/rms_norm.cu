@@ -7,8 +7,8 @@
 // Launch: one warp per row (the canonical order is a warp's natural walk), 4 rows
 // per 128-thread block. Each lane reads and writes only its own elements, which
 // makes y == x safe.
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/common.cuh"
 
@@ -37,10 +37,10 @@ __global__ void __launch_bounds__(detail::kRowThreads)
 template <class In>
 void launch_rms_norm(const ops::RmsNormParams& p, cudaStream_t stream) {
   const unsigned blocks = detail::blocks_for(p.rows, detail::kRowWarps, "rms_norm");
-  rms_norm_kernel<In><<<blocks, detail::kRowThreads, 0, stream>>>(static_cast<const In*>(p.x),
-                                                                  p.x_stride, p.rows, p.n, p.weight,
-                                                                  p.gain, p.eps, p.y, p.y_stride);
-  SD_CHECK_LAUNCH();
+  launch_kernel("rms_norm_kernel", rms_norm_kernel<In>,
+                LaunchShape{dim3(blocks), dim3(detail::kRowThreads), 0, stream},
+                static_cast<const In*>(p.x), p.x_stride, p.rows, p.n, p.weight, p.gain, p.eps, p.y,
+                p.y_stride);
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 // subtract/add are separate fp32 operations (no fma), as on the CPU.
 // Launch: one thread per pair, 256 threads per block; pairs are disjoint, so the
 // update in place needs no synchronization.
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/common.cuh"
 
@@ -49,10 +49,9 @@ void rope(const ops::RopeParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const int64_t pairs = static_cast<int64_t>(p.tokens) * p.heads * (p.head_dim / 2);
   const unsigned blocks = detail::blocks_for(pairs, kRopeThreads, "rope");
-  rope_kernel<<<blocks, kRopeThreads, 0, stream>>>(p.x, p.x_stride, pairs, p.heads, p.head_dim,
-                                                   p.positions, p.table,
-                                                   p.style == RopeStyle::gptj);
-  SD_CHECK_LAUNCH();
+  launch_kernel("rope_kernel", rope_kernel,
+                LaunchShape{dim3(blocks), dim3(kRopeThreads), 0, stream}, p.x, p.x_stride, pairs,
+                p.heads, p.head_dim, p.positions, p.table, p.style == RopeStyle::gptj);
 }
 
 }  // namespace sparkdraft::cuda

@@ -5,9 +5,9 @@
 // with silu_f32 of core/math.h (the same bits on host and device).
 // Where it rounds: once, the product, to bf16.
 // Launch: one thread per output element, 256 threads per block.
+#include "cuda/kernels.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
 
 #include "cuda/common/common.cuh"
 
@@ -35,8 +35,9 @@ void silu_mul(const ops::SiluMulParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   const int64_t total = static_cast<int64_t>(p.rows) * p.inter;
   const unsigned blocks = detail::blocks_for(total, kSiluThreads, "silu_mul");
-  silu_mul_kernel<<<blocks, kSiluThreads, 0, stream>>>(p.gu, total, p.inter, p.y);
-  SD_CHECK_LAUNCH();
+  launch_kernel("silu_mul_kernel", silu_mul_kernel,
+                LaunchShape{dim3(blocks), dim3(kSiluThreads), 0, stream}, p.gu, total, p.inter,
+                p.y);
 }
 
 }  // namespace sparkdraft::cuda

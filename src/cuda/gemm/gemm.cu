@@ -13,11 +13,11 @@
 #include <utility>
 
 #include "cuda/common/launch.h"
+#include "cuda/common/mma_probe.h"
 #include "cuda/gemm/tile.cuh"
 #include "cuda/gemm/wg_tile.cuh"
+#include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/kernels.h"
-#include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/ops/gemm.h"
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/launch.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/markov/detail.h"
 #include "cuda/markov/device.cuh"
@@ -145,8 +146,8 @@ void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const b
   if (rows == 0) return;
   require(tokens != nullptr && w1 != nullptr && e != nullptr, "markov_embed",
           "tokens, w1 and e must not be null");
-  embed_kernel<<<rows, 128, 0, stream>>>(tokens, token_stride, w1, rank, e);
-  SD_CHECK_LAUNCH();
+  launch_kernel("embed_kernel", embed_kernel, LaunchShape{dim3(rows), dim3(128), 0, stream}, tokens,
+                token_stride, w1, rank, e);
 }
 
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, bf16* bias,
@@ -160,8 +161,8 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
           "e, w2 and bias must not be null");
   const int vocab_blocks = (vocab + 16 * kWarps - 1) / (16 * kWarps);
   const dim3 grid(vocab_blocks, (rows + 7) / 8);
-  bias_kernel<<<grid, kThreads, 0, stream>>>(e, rows, w2, vocab, rank, bias);
-  SD_CHECK_LAUNCH();
+  launch_kernel("bias_kernel", bias_kernel, LaunchShape{dim3(grid), dim3(kThreads), 0, stream}, e,
+                rows, w2, vocab, rank, bias);
 }
 
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
@@ -179,9 +180,9 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
   require(cache == nullptr || cache_slots != nullptr, "markov_step_logits",
           "cache_slots must be given with a cache");
   const dim3 grid((vocab + kThreads - 1) / kThreads, rows);
-  step_logits_kernel<<<grid, kThreads, 0, stream>>>(base, base_stride, bias, vocab, transform,
-                                                    logits, cache, cache_slots, cache_slot_stride);
-  SD_CHECK_LAUNCH();
+  launch_kernel("step_logits_kernel", step_logits_kernel,
+                LaunchShape{dim3(grid), dim3(kThreads), 0, stream}, base, base_stride, bias, vocab,
+                transform, logits, cache, cache_slots, cache_slot_stride);
 }
 
 int markov_sample_blocks(int vocab) { return (vocab + kSampleBlockVocab - 1) / kSampleBlockVocab; }
@@ -204,11 +205,12 @@ void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
           "logits, temperatures, seeds, anchor_positions, partials and best "
           "must not be null");
   const int blocks = markov_sample_blocks(vocab);
-  sample_block_kernel<<<dim3(blocks, rows), kThreads, 0, stream>>>(
-      logits, vocab, id_offset, temperatures, seeds, anchor_positions, step, partials);
-  SD_CHECK_LAUNCH();
-  sample_final_kernel<<<rows, kWarp, 0, stream>>>(partials, blocks, best, tokens, token_stride);
-  SD_CHECK_LAUNCH();
+  launch_kernel("sample_block_kernel", sample_block_kernel,
+                LaunchShape{dim3(blocks, rows), dim3(kThreads), 0, stream}, logits, vocab,
+                id_offset, temperatures, seeds, anchor_positions, step, partials);
+  launch_kernel("sample_final_kernel", sample_final_kernel,
+                LaunchShape{dim3(rows), dim3(kWarp), 0, stream}, partials, blocks, best, tokens,
+                token_stride);
 }
 
 void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,

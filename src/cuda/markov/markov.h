@@ -27,7 +27,7 @@
 //     kernel applies the rule in rank order; after the loop the cache shards are
 //     all-gathered.
 //     The two collectives go through the one Communicator (comm.h: the loopback
-//     of cuda/loopback.h on one GPU here, NCCL later).
+//     of cuda/comm/loopback.h on one GPU here, NCCL later).
 // The sampling rule is associative and commutative, so block size, grid and vocab
 // split never change a token.
 //

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/mma_probe.h"
 #include "cuda/markov/detail.h"
 #include "cuda/markov/markov.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cuda/check.h"
-#include "sparkdraft/cuda/mma.h"
 #include "sparkdraft/error.h"
 #include "sparkdraft/log.h"
 

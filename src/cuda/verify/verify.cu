@@ -2,7 +2,7 @@
 // stages, every element operation from core/verify_math.h (the CPU reference's
 // own functions), every combine exact (packets by the order, 128-bit integer sums)
 // and, across slices, in the fixed tree of contract.md section 6.
-#include "sparkdraft/cuda/verify.h"
+#include "cuda/verify/verify.h"
 
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-// The fused backbone kernels (sparkdraft/cuda/backbone.h): the kernels, assembled
+// The fused backbone kernels (cuda/fused/backbone/backbone.h): the kernels, assembled
 // from front.cuh and embed_norm.cuh, their refusals and their launches
 // (common/launch.h). Constants in tile.h.
 //
@@ -12,10 +12,10 @@
 #include <string>
 
 #include "cuda/common/launch.h"
+#include "cuda/fused/backbone/backbone.h"
 #include "cuda/fused/backbone/embed_norm.cuh"
 #include "cuda/fused/backbone/front.cuh"
 #include "cuda/fused/backbone/tile.h"
-#include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/error.h"
 

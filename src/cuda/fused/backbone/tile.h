@@ -7,8 +7,8 @@
 // squares changes nothing, so the group butterfly equals the 32-lane one).
 #pragma once
 
+#include "cuda/fused/backbone/backbone.h"
 #include "sparkdraft/core/hd.h"
-#include "sparkdraft/cuda/backbone.h"
 
 namespace sparkdraft::cuda::backbone_detail {
 

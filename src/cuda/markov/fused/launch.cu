@@ -476,10 +476,9 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
       sends[i] = p.packets;
     }
     comm_.all_gather(sends.data(), ws_.packets_recv.data(), rows * sizeof(MarkovPacket), stream);
-    pick_kernel<<<rows, kWarp, 0, stream>>>(ws_.packets_recv.data(), s_count, rows, head_.w1,
-                                            head_.markov_rank, batch.draft_tokens + j, batch.steps,
-                                            ws_.embeds.data() + (j + 1) * row_k);
-    SD_CHECK_LAUNCH();
+    launch_kernel("pick_kernel", pick_kernel, LaunchShape{dim3(rows), dim3(kWarp), 0, stream},
+                  ws_.packets_recv.data(), s_count, rows, head_.w1, head_.markov_rank,
+                  batch.draft_tokens + j, batch.steps, ws_.embeds.data() + (j + 1) * row_k);
   }
   // The cache slices: [rows][steps][width] of every shard -> the full cache.
   for (size_t i = 0; i < local.size(); ++i)
@@ -488,14 +487,13 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
                    static_cast<size_t>(rows) * batch.steps * width * sizeof(bf16), stream);
   const dim3 grid(rows * batch.steps, s_count);
   if (width % 8 == 0 && head_.vocab % 8 == 0 && reinterpret_cast<uintptr_t>(batch.cache) % 16 == 0)
-    cache_fill_kernel<8><<<grid, 256, 0, stream>>>(ws_.gathered_cache.data(), batch.cache_slots,
-                                                   rows, batch.steps, width, head_.vocab,
-                                                   batch.cache);
+    launch_kernel("cache_fill_kernel", cache_fill_kernel<8>,
+                  LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
+                  batch.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
   else
-    cache_fill_kernel<1><<<grid, 256, 0, stream>>>(ws_.gathered_cache.data(), batch.cache_slots,
-                                                   rows, batch.steps, width, head_.vocab,
-                                                   batch.cache);
-  SD_CHECK_LAUNCH();
+    launch_kernel("cache_fill_kernel", cache_fill_kernel<1>,
+                  LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
+                  batch.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
 }
 
 }  // namespace sparkdraft::cuda

@@ -85,7 +85,7 @@ namespace sparkdraft::cuda {
 // from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more
 // than 65535 row blocks. M == 0 or N == 0 launches nothing. The first call on a
-// device runs cuda::mma_self_test() and cuda::wgmma_self_test() (cuda/mma.h; they
+// device runs cuda::mma_self_test() and cuda::wgmma_self_test() (cuda/common/mma_probe.h; they
 // synchronize), so capture a graph after one eager call (CudaDraft runs both at
 // construction). The wg tiles encode their TMA tensor maps on the host at each call
 // (captured into a graph with the kernel's arguments).
