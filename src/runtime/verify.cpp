@@ -71,15 +71,13 @@ void validate_verify(const ModelConfig& c, const DraftOptions& o, const VerifyBa
   }
 }
 
-void DraftBackend::verify(const VerifyBatch& b, const VerifyOutputs& out) {
-  const ModelConfig& c = config();
-  validate_verify(c, options(), b);
-  require(out.num_accepted && out.tokens, "verify: num_accepted and tokens must be given");
+ops::VerifyParams ops::verify_params(const ModelConfig& c, const DraftOptions& o,
+                                     const VerifyBatch& b, const VerifyOutputs& out) {
   ops::VerifyParams p;
   p.rows = b.num_rows;
   p.n = c.block_size;
   p.vocab = c.vocab_size;
-  p.cache_rows = options().cache_slots;
+  p.cache_rows = o.cache_slots;
   p.draft_tokens = b.draft_tokens;
   p.anchor_positions = b.anchor_positions;
   p.seeds = b.seeds;
@@ -93,6 +91,14 @@ void DraftBackend::verify(const VerifyBatch& b, const VerifyOutputs& out) {
   p.method = b.method;
   p.num_accepted = out.num_accepted;
   p.tokens = out.tokens;
+  return p;
+}
+
+void DraftBackend::verify(const VerifyBatch& b, const VerifyOutputs& out) {
+  const ModelConfig& c = config();
+  validate_verify(c, options(), b);
+  require(out.num_accepted && out.tokens, "verify: num_accepted and tokens must be given");
+  const ops::VerifyParams p = ops::verify_params(c, options(), b, out);
   // The vocabulary-parallel form: one slice per TP rank (validate_options: tp
   // divides V), combined in the fixed tree; the bits are TP 1's.
   const int threads = options().threads > 0 ? options().threads

@@ -96,4 +96,9 @@ struct VerifyParams {
   int64_t cache_row_stride() const { return static_cast<int64_t>(n) * vocab; }
 };
 
+// The params of one verify call: the batch's arrays and the outputs, N and V from the config,
+// the cache rows from the options (cache_slots). Both backends build them here.
+VerifyParams verify_params(const ModelConfig& c, const DraftOptions& o, const VerifyBatch& b,
+                           const VerifyOutputs& out);
+
 }  // namespace sparkdraft::ops

@@ -5,19 +5,22 @@
 // given) its layer shard (runtime/layer_shard.h; o_proj and down complete the
 // canonical slice tree through the communicator), its vocabulary shard of lm_head
 // and of the Markov loop (the vocab-parallel loop). This file holds only what is the
-// GPU's: buffers, the op table, graphs, timing.
+// GPU's: the weights' upload, the calls and their timing; the buffers are the workspace
+// (workspace.h), the op table CudaOps (cuda_ops.h), the captured steps the graph cache
+// (graph_cache.h).
 #include "sparkdraft/cuda/draft.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <unordered_map>
 
 #include "cuda/comm/peer_reduce.h"
 #include "cuda/common/graph.h"
 #include "cuda/common/mma_probe.h"
+#include "cuda/draft/cuda_ops.h"
+#include "cuda/draft/graph_cache.h"
+#include "cuda/draft/workspace.h"
 #include "cuda/fused/backbone/backbone.h"
 #include "cuda/kernels.h"
 #include "cuda/markov/markov.h"
@@ -44,137 +47,6 @@ struct DeviceLayer {
   DeviceBuffer<bf16> input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm;
   DeviceBuffer<bf16> q_norm, k_norm, o_norm;
   DeviceBuffer<float> attn_alpha, attn_beta, mlp_alpha, mlp_beta;
-};
-
-// Timings of the host API: events between the stages (0 start, 1 embedded,
-// 2 backbone done, 3 lm_head done, 4 Markov loop done).
-struct StageEvents {
-  cudaEvent_t e[5] = {};
-  StageEvents() {
-    for (auto& x : e) SD_CUDA_CHECK(cudaEventCreate(&x));
-  }
-  ~StageEvents() {
-    for (auto& x : e) cudaEventDestroy(x);
-  }
-};
-
-// The GPU op table: the eager kernels of cuda/kernels.h (the GEMM included) on one
-// stream.
-class CudaOps final : public StepOps {
- public:
-  CudaOps(cudaStream_t s, void* attn_ws, size_t attn_ws_bytes, StageEvents* ev)
-      : s_(s), ws_(attn_ws), ws_bytes_(attn_ws_bytes), ev_(ev) {}
-
-  // The layers sharded over comm's ranks: gemm_all_reduce's fp32 partials in
-  // `reduce` (at most reduce_count floats).
-  // `peer` (null: eager) completes the tree in the fused peer boundary instead.
-  void shard_layers(Communicator* comm, int layer_tp, float* reduce, size_t reduce_count,
-                    PeerAllReduce* peer) {
-    comm_ = comm;
-    layer_tp_ = layer_tp;
-    reduce_ = reduce;
-    reduce_count_ = reduce_count;
-    peer_ = peer;
-  }
-  int layer_tp_size() const override { return layer_tp_; }
-  // This rank's subtree of its canonical K slices in fp32 (cuda::gemm_f32), the
-  // tree completed over the ranks (Communicator::all_reduce_sum), one rounding.
-  void gemm_all_reduce(const ops::GemmParams& p) override {
-    if (layer_tp_ == 1) return StepOps::gemm_all_reduce(p);
-    if (!partial_subtree("gemm_all_reduce", p)) return;
-    const size_t count = static_cast<size_t>(p.M) * p.N;
-    comm_->all_reduce_sum(reduce_, count, s_);
-    cuda::narrow(reduce_, static_cast<int64_t>(count), p.y_bf16(), s_);
-  }
-  // With the fused peer boundary: the rank's subtree, then one kernel that completes
-  // the tree over the ranks, rounds it and runs the boundary (branch unwritten).
-  void gemm_all_reduce_boundary(const ops::GemmParams& p, const ops::BoundaryParams& b,
-                                void* residual, bf16* next) override {
-    if (layer_tp_ == 1 || !peer_) return StepOps::gemm_all_reduce_boundary(p, b, residual, next);
-    if (!partial_subtree("gemm_all_reduce_boundary", p)) return;
-    peer_->residual_boundary(b, reduce_, residual, next, s_);
-  }
-
-  void gemm(const ops::GemmParams& p) override { cuda::gemm(p, s_); }
-  void rms_norm(const ops::RmsNormParams& p) override { cuda::rms_norm(p, s_); }
-  void head_rms_norm(const ops::HeadNormParams& p) override { cuda::head_rms_norm(p, s_); }
-  void rope(const ops::RopeParams& p) override { cuda::rope(p, s_); }
-  void kv_insert(const ops::KvInsertParams& p) override { cuda::kv_insert(p, s_); }
-  void prepare_query_block(const ops::QueryBlockParams& p) override {
-    cuda::prepare_query_block(p, s_);
-  }
-  void embed(const ops::EmbedParams& p) override { cuda::embed(p, s_); }
-  void widen(const ops::WidenParams& p) override { cuda::widen(p, s_); }
-  void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
-                 bf16* out) override {
-    cuda::attention(p, q, cache, out, ws_, ws_bytes_, s_);
-  }
-  void o_norm_gate(const ops::ONormGateParams& p) override { cuda::o_norm_gate(p, s_); }
-  void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
-                         bf16* next) override {
-    cuda::residual_boundary(p, branch, residual, next, s_);
-  }
-  void silu_mul(const ops::SiluMulParams& p) override { cuda::silu_mul(p, s_); }
-  void gate_up_swiglu(const ops::GateUpParams& p) override {
-    if (fusion.mlp && p.rows > kMlpFusedAbove && p.rows <= kMlpFusedUpTo)
-      cuda::gemm_swiglu(p, s_);
-    else
-      eager_gate_up_swiglu(*this, p);
-  }
-  void qkv_front(const ops::QkvFrontParams& p) override {
-    if (p.heads > 0 ? fusion.qkv_front : fusion.context_front)
-      cuda::qkv_front(p, s_);
-    else
-      eager_qkv_front(*this, p);
-  }
-  void embed_norm(const ops::EmbedNormParams& p) override {
-    if (fusion.embed_norm)
-      cuda::embed_norm(p, s_);
-    else
-      eager_embed_norm(*this, p);
-  }
-  void mark(int stage) override {
-    if (ev_) SD_CUDA_CHECK(cudaEventRecord(ev_->e[stage], s_));
-  }
-
-  // The fused gate_up + SwiGLU runs from 9 to 64 tokens; elsewhere the two passes
-  // are faster on the H200 (GemmSpeed.GateUpSwigluFusedVsTwoPasses, 2026-12-01g run
-  // 5: 79 vs 107 us at M 7, fused 75 vs 90 at M 56, 134 vs 188 at M 224 with the wg
-  // tiles; with the ring tiles the two were within 3% at 56 and 224).
-  static constexpr int kMlpFusedAbove = 8, kMlpFusedUpTo = 64;
-  // What runs fused: the plan's "embed norm", "qkv front", "context front" and "mlp".
-  struct Fusion {
-    bool embed_norm = false, qkv_front = false, context_front = false, mlp = false;
-  } fusion;
-
- private:
-  // This rank's fp32 subtree of its canonical K slices into the reduce buffer;
-  // false when there is nothing to reduce (M or N 0).
-  bool partial_subtree(const char* op, const ops::GemmParams& p) {
-    p.check(op);
-    const size_t count = static_cast<size_t>(p.M) * p.N;
-    if (p.w_row_stride() != p.K || p.y_stride != p.N || count > reduce_count_)
-      throw InvalidArgument(std::string(op) +
-                            ": the GPU op table takes packed shards (w_stride == K), dense outputs "
-                            "(y_stride == N) and at most its reduce buffer's " +
-                            std::to_string(reduce_count_) + " outputs");
-    if (count == 0) return false;
-    ops::GemmParams sub = p;
-    sub.y = reduce_;
-    sub.y_dtype = StreamDType::f32;
-    cuda::gemm(sub, s_);
-    return true;
-  }
-
-  cudaStream_t s_;
-  void* ws_;
-  size_t ws_bytes_;
-  StageEvents* ev_;
-  Communicator* comm_ = nullptr;
-  int layer_tp_ = 1;
-  float* reduce_ = nullptr;
-  size_t reduce_count_ = 0;
-  PeerAllReduce* peer_ = nullptr;
 };
 
 // The rank this object runs and its layer shard, after the refusals that must
@@ -235,48 +107,15 @@ struct CudaDraft::Impl {
   size_t kv_per_layer = 0;             // elements of one layer's cache
   StepWeights sw;
 
-  // The step's scratch, sized for max_reqs rows (`block` points into it), and the
-  // lm_head output.
-  DeviceBuffer<int64_t> ids, positions, slots, kv_lens, safe_anchor, safe_position;
-  DeviceBuffer<int32_t> token_request;
-  DeviceBuffer<bf16> x, h, qkv_out, attn_out, branch, gu, act, base;
-  DeviceBuffer<float> residual_f32;
-  DeviceBuffer<float> reduce_f32;       // sharded layers: gemm_all_reduce's fp32 partials [T, H]
+  std::unique_ptr<DraftWorkspace> ws;   // every buffer but the weights (workspace.h)
   std::unique_ptr<PeerAllReduce> peer;  // the fused peer boundary (null: eager)
   std::string reduce_why;               // why not, where the layers shard
   int last_rows = 0;                    // rows of the last propose (last_hidden)
-  BlockBuffers block;
-  DeviceBuffer<unsigned char> attn_ws;
-  size_t attn_ws_bytes = 0;
-  // Host API staging (device copies of the host batch and outputs).
-  DeviceBuffer<int64_t> in_anchor, in_pos, in_seed, in_slot, out_tokens;
-  DeviceBuffer<float> in_temp;
-  DeviceBuffer<int32_t> in_tables;
-  DeviceBuffer<bf16> cache;  // [cache_slots, N, V]
-  // Context chain: the host API's staging and scratch (grown on demand, outside any
-  // graph) and the device API's scratch (max_context_tokens, allocated up front).
-  DeviceBuffer<bf16> ctx_hidden, ctx_h, ctx_normed, ctx_in, ctx_kv;
-  DeviceBuffer<int64_t> ctx_pos, ctx_slots;
-  DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;
-
-  // The verifier's scratch (max_reqs rows) and its host API's staging (the small
-  // arrays sized for max_reqs at construction, the target logits grown on demand).
-  std::unique_ptr<VerifyWorkspace> verify_ws;
-  DeviceBuffer<int64_t> v_tokens, v_anchor, v_seed, v_slot, v_out_tokens;
-  DeviceBuffer<float> v_temp, v_top_p;
-  DeviceBuffer<int32_t> v_top_k, v_accepted;
-  DeviceBuffer<unsigned char> v_target;
 
   std::unique_ptr<MarkovLoop> markov;              // TP 1
   std::unique_ptr<VocabParallelMarkov> vp_markov;  // TP > 1
   CudaOps::Fusion fusion;                          // from the plan
-  std::map<int, GraphExec> graphs;                 // by row count
-  // propose_device_graphed's graphs: by row count, with the pointers they were captured on.
-  struct DeviceGraph {
-    std::array<const void*, 8> pointers{};
-    GraphExec exec;
-  };
-  std::map<int, DeviceGraph> device_graphs;
+  GraphCache<GraphExec> graphs;                    // the captured steps, by row count
 
   Impl(std::shared_ptr<const Checkpoint> ck, const DraftOptions& opts,
        const CudaDraftOptions& copts, Communicator* cm)
@@ -306,26 +145,10 @@ struct CudaDraft::Impl {
     if (scan && rs.tp_size > 1) ckpt->scan_nonfinite_on_host(0);
     upload_weights();
     if (scan && rs.tp_size == 1) scan_nonfinite_on_device();
-    allocate_block(static_cast<int>(o.max_reqs) * c.block_size);
-    connect_peers(static_cast<int>(o.max_reqs) * c.block_size);
-    {
-      const size_t R = o.max_reqs, N = c.block_size;
-      verify_ws = std::make_unique<VerifyWorkspace>(o.max_reqs, c.block_size, c.vocab_size);
-      v_tokens = DeviceBuffer<int64_t>(R * N);
-      v_anchor = DeviceBuffer<int64_t>(R);
-      v_seed = DeviceBuffer<int64_t>(R);
-      v_slot = DeviceBuffer<int64_t>(R);
-      v_out_tokens = DeviceBuffer<int64_t>(R * (N + 1));
-      v_temp = DeviceBuffer<float>(R);
-      v_top_p = DeviceBuffer<float>(R);
-      v_top_k = DeviceBuffer<int32_t>(R);
-      v_accepted = DeviceBuffer<int32_t>(R);
-    }
-    const ContextSizes cn = step.context_sizes(co.max_context_tokens);
-    dev_ctx_h = DeviceBuffer<bf16>(cn.h);
-    dev_ctx_normed = DeviceBuffer<bf16>(cn.normed);
-    dev_ctx_in = DeviceBuffer<bf16>(cn.layer_in);
-    dev_ctx_kv = DeviceBuffer<bf16>(cn.kv);
+    ws = std::make_unique<DraftWorkspace>(
+        c, o, step, WorkspaceShape{vocab_shard, rs.layers.tp_size, co.max_context_tokens}, stream);
+    if (rs.layers.tp_size > 1) comm->reserve_reduce(ws->reduce_f32.size());
+    connect_peers(ws->max_tokens());
     std::string markov_refusal;
     if (rs.tp_size == 1) {
       markov = std::make_unique<MarkovLoop>(markov_head(), o.max_reqs, c.block_size);
@@ -358,7 +181,7 @@ struct CudaDraft::Impl {
       return;
     }
     PeerReduceOptions po;
-    po.max_count = reduce_f32.size();
+    po.max_count = ws->reduce_f32.size();
     po.max_slots = T;
     po.timeout_s = co.tp_timeout_s;
     auto p = std::make_unique<PeerAllReduce>(rs.tp_rank, rs.tp_size, po);
@@ -553,53 +376,6 @@ struct CudaDraft::Impl {
     }
   }
 
-  void allocate_block(int T) {
-    const size_t R = o.max_reqs;
-    const BlockSizes n = step.block_sizes(T);
-    ids = DeviceBuffer<int64_t>(n.per_token);
-    positions = DeviceBuffer<int64_t>(n.per_token);
-    slots = DeviceBuffer<int64_t>(n.per_token);
-    token_request = DeviceBuffer<int32_t>(n.per_token);
-    kv_lens = DeviceBuffer<int64_t>(R);
-    safe_anchor = DeviceBuffer<int64_t>(R);
-    safe_position = DeviceBuffer<int64_t>(R);
-    x = DeviceBuffer<bf16>(n.x);
-    h = DeviceBuffer<bf16>(n.h);
-    qkv_out = DeviceBuffer<bf16>(n.qkv);
-    attn_out = DeviceBuffer<bf16>(n.attn);
-    branch = DeviceBuffer<bf16>(n.branch);
-    gu = DeviceBuffer<bf16>(n.gu);
-    act = DeviceBuffer<bf16>(n.act);
-    if (n.residual_f32) residual_f32 = DeviceBuffer<float>(n.residual_f32);
-    if (rs.layers.tp_size > 1) {
-      reduce_f32 = DeviceBuffer<float>(static_cast<size_t>(T) * c.hidden_size);
-      comm->reserve_reduce(reduce_f32.size());
-    }
-    block =
-        BlockBuffers{ids.data(),     positions.data(),   slots.data(),         token_request.data(),
-                     kv_lens.data(), safe_anchor.data(), safe_position.data(), x.data(),
-                     h.data(),       qkv_out.data(),     attn_out.data(),      branch.data(),
-                     gu.data(),      act.data(),         residual_f32.data()};
-    base = DeviceBuffer<bf16>(static_cast<size_t>(T) * vocab_shard);
-    in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
-    // The workspace bound: the most any batch of 1 .. max_reqs rows needs at the
-    // longest context, over every layer (the launcher's split depends on the rows).
-    attn_ws_bytes = 0;
-    for (int rows = 1; rows <= static_cast<int>(R); ++rows)
-      for (int l = 0; l < c.num_layers; ++l)
-        attn_ws_bytes = std::max(attn_ws_bytes, attention_workspace_bytes(step.attention_params(
-                                                    rows, l, in_tables.data(), block)));
-    attn_ws = DeviceBuffer<unsigned char>(attn_ws_bytes);
-    in_anchor = DeviceBuffer<int64_t>(R);
-    in_pos = DeviceBuffer<int64_t>(R);
-    in_seed = DeviceBuffer<int64_t>(R);
-    in_slot = DeviceBuffer<int64_t>(R);
-    in_temp = DeviceBuffer<float>(R);
-    out_tokens = DeviceBuffer<int64_t>(static_cast<size_t>(T));
-    cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * c.block_size * c.vocab_size);
-    SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
-  }
-
   void store_context(const ContextBatch& b) {
     validate_context(c, o, b);
     const int T = b.num_tokens;
@@ -607,22 +383,12 @@ struct CudaDraft::Impl {
     const auto t0 = std::chrono::steady_clock::now();
     const size_t in_width = static_cast<size_t>(c.taps()) * c.target_hidden_size;
     const ContextSizes n = step.context_sizes(T);
-    auto grow = [](auto& buf, size_t size) {
-      if (buf.size() < size) buf = std::remove_reference_t<decltype(buf)>(size);
-    };
-    grow(ctx_hidden, static_cast<size_t>(T) * in_width);
-    grow(ctx_h, n.h);
-    grow(ctx_normed, n.normed);
-    grow(ctx_in, n.layer_in);
-    grow(ctx_kv, n.kv);
-    grow(ctx_pos, T);
-    grow(ctx_slots, T);
-    ctx_hidden.upload(b.hidden, static_cast<size_t>(T) * in_width, 0, stream);
-    ctx_pos.upload(b.positions, T, 0, stream);
-    ctx_slots.upload(b.slots, T, 0, stream);
-    run_context(ContextBatch{T, ctx_hidden.data(), ctx_pos.data(), ctx_slots.data()},
-                ContextBuffers{ctx_h.data(), ctx_normed.data(), ctx_in.data(), ctx_kv.data()},
-                stream);
+    ws->reserve_context(n, T, in_width);
+    ws->ctx_hidden.upload(b.hidden, static_cast<size_t>(T) * in_width, 0, stream);
+    ws->ctx_pos.upload(b.positions, T, 0, stream);
+    ws->ctx_slots.upload(b.slots, T, 0, stream);
+    run_context(ContextBatch{T, ws->ctx_hidden.data(), ws->ctx_pos.data(), ws->ctx_slots.data()},
+                ws->host_context(), stream);
     SD_CUDA_CHECK(cudaStreamSynchronize(stream));
     timings.context_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -642,16 +408,14 @@ struct CudaDraft::Impl {
     if (b.num_tokens == 0) return;
     if (!b.hidden || !b.positions || !b.slots)
       throw InvalidArgument("store_context_device: hidden, positions and slots must be given");
-    run_context(b,
-                ContextBuffers{dev_ctx_h.data(), dev_ctx_normed.data(), dev_ctx_in.data(),
-                               dev_ctx_kv.data()},
-                s);
+    run_context(b, ws->device_context(), s);
   }
 
   CudaOps make_ops(cudaStream_t s, StageEvents* ev) {
-    CudaOps ops(s, attn_ws.data(), attn_ws_bytes, ev);
+    CudaOps ops(s, ws->attn.data(), ws->attn_bytes, ev);
     ops.fusion = fusion;
-    ops.shard_layers(comm, rs.layers.tp_size, reduce_f32.data(), reduce_f32.size(), peer.get());
+    ops.shard_layers(comm, rs.layers.tp_size, ws->reduce_f32.data(), ws->reduce_f32.size(),
+                     peer.get());
     return ops;
   }
 
@@ -663,24 +427,24 @@ struct CudaDraft::Impl {
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
                             std::to_string(o.max_reqs) + "]");
     CudaOps ops = make_ops(s, ev);
-    step.block(ops, sw, block, b);
+    step.block(ops, sw, ws->block, b);
     last_rows = R;
-    ops.gemm(
-        ops::gemm_of(h.data(), H, lm_head.data(), T, vocab_shard, H, base.data(), vocab_shard));
+    ops.gemm(ops::gemm_of(ws->h.data(), H, lm_head.data(), T, vocab_shard, H, ws->base.data(),
+                          vocab_shard));
     ops.mark(3);
     MarkovBatch mb;
     mb.rows = R;
     mb.steps = N;
-    mb.anchor_tokens = safe_anchor.data();
-    mb.anchor_positions = safe_position.data();
+    mb.anchor_tokens = ws->safe_anchor.data();
+    mb.anchor_positions = ws->safe_position.data();
     mb.seeds = b.seeds;
     mb.temperatures = b.temperatures;
     mb.cache_slots = b.cache_slots;
-    mb.base_logits = base.data();
+    mb.base_logits = ws->base.data();
     mb.draft_tokens = out.draft_tokens;
     mb.cache = out.draft_logits;
     if (vp_markov) {
-      const MarkovShard shard{w2.data(), base.data()};
+      const MarkovShard shard{w2.data(), ws->base.data()};
       vp_markov->run(mb, std::span<const MarkovShard>(&shard, 1), s);
     } else if (plan.runs("markov loop", "fused"))
       markov->run(mb, s);
@@ -698,12 +462,11 @@ struct CudaDraft::Impl {
       run_device(b, out, s, nullptr);
       return;
     }
-    const std::array<const void*, 8> pointers{b.anchor_tokens,  b.anchor_positions, b.seeds,
-                                              b.temperatures,   b.cache_slots,      b.block_tables,
-                                              out.draft_tokens, out.draft_logits};
-    auto it = device_graphs.find(b.num_rows);
-    if (it != device_graphs.end() && it->second.pointers == pointers) {
-      it->second.exec.launch(s);
+    const GraphCache<GraphExec>::Pointers pointers{
+        b.anchor_tokens, b.anchor_positions, b.seeds,          b.temperatures,
+        b.cache_slots,   b.block_tables,     out.draft_tokens, out.draft_logits};
+    if (GraphExec* g = graphs.find_bound(b.num_rows, pointers)) {
+      g->launch(s);
       last_rows = b.num_rows;
       return;
     }
@@ -711,8 +474,8 @@ struct CudaDraft::Impl {
     // limits); the graph is captured on our own stream for the next calls (capture
     // queues nothing).
     run_device(b, out, s, nullptr);
-    GraphExec exec(stream, [&](cudaStream_t cs) { run_device(b, out, cs, nullptr); });
-    device_graphs[b.num_rows] = DeviceGraph{pointers, std::move(exec)};
+    graphs.put_bound(b.num_rows, pointers,
+                     GraphExec(stream, [&](cudaStream_t cs) { run_device(b, out, cs, nullptr); }));
   }
 
   // The verifier's device call (cuda/verify/verify.h) on device pointers.
@@ -720,25 +483,7 @@ struct CudaDraft::Impl {
     if (b.num_rows < 1 || b.num_rows > o.max_reqs)
       throw InvalidArgument("verify_device: num_rows " + std::to_string(b.num_rows) +
                             " is outside [1, " + std::to_string(o.max_reqs) + "]");
-    ops::VerifyParams p;
-    p.rows = b.num_rows;
-    p.n = c.block_size;
-    p.vocab = c.vocab_size;
-    p.cache_rows = o.cache_slots;
-    p.draft_tokens = b.draft_tokens;
-    p.anchor_positions = b.anchor_positions;
-    p.seeds = b.seeds;
-    p.temperatures = b.temperatures;
-    p.top_k = b.top_k;
-    p.top_p = b.top_p;
-    p.cache_slots = b.cache_slots;
-    p.draft_logits = b.draft_logits;
-    p.target_logits = b.target_logits;
-    p.target_dtype = b.target_dtype;
-    p.method = b.method;
-    p.num_accepted = out.num_accepted;
-    p.tokens = out.tokens;
-    cuda::verify(p, *verify_ws, s);
+    cuda::verify(ops::verify_params(c, o, b, out), *ws->verify, s);
   }
 
   // The verifier's host API: validate, upload, run, download the non-padding rows.
@@ -747,38 +492,39 @@ struct CudaDraft::Impl {
     if (!out.num_accepted || !out.tokens)
       throw InvalidArgument("verify: num_accepted and tokens must be given");
     const size_t R = b.num_rows, N = c.block_size, V = c.vocab_size;
-    v_tokens.upload(b.draft_tokens, R * N, 0, stream);
-    v_anchor.upload(b.anchor_positions, R, 0, stream);
-    v_seed.upload(b.seeds, R, 0, stream);
-    v_slot.upload(b.cache_slots, R, 0, stream);
-    v_temp.upload(b.temperatures, R, 0, stream);
-    if (b.top_k) v_top_k.upload(b.top_k, R, 0, stream);
-    if (b.top_p) v_top_p.upload(b.top_p, R, 0, stream);
+    ws->v_tokens.upload(b.draft_tokens, R * N, 0, stream);
+    ws->v_anchor.upload(b.anchor_positions, R, 0, stream);
+    ws->v_seed.upload(b.seeds, R, 0, stream);
+    ws->v_slot.upload(b.cache_slots, R, 0, stream);
+    ws->v_temp.upload(b.temperatures, R, 0, stream);
+    if (b.top_k) ws->v_top_k.upload(b.top_k, R, 0, stream);
+    if (b.top_p) ws->v_top_p.upload(b.top_p, R, 0, stream);
     const size_t target_bytes =
         R * (N + 1) * V * (b.target_dtype == LogitsDType::f32 ? sizeof(float) : sizeof(bf16));
-    if (v_target.size() < target_bytes) v_target = DeviceBuffer<unsigned char>(target_bytes);
-    v_target.upload(static_cast<const unsigned char*>(b.target_logits), target_bytes, 0, stream);
+    ws->reserve_target(target_bytes);
+    ws->v_target.upload(static_cast<const unsigned char*>(b.target_logits), target_bytes, 0,
+                        stream);
     for (size_t r = 0; r < R; ++r) {
       const int64_t slot = b.cache_slots[r];
       if (slot < 0) continue;
       const size_t at = static_cast<size_t>(slot) * N * V;
-      cache.upload(b.draft_logits + at, N * V, at, stream);
+      ws->cache.upload(b.draft_logits + at, N * V, at, stream);
     }
     VerifyBatch d = b;
-    d.draft_tokens = v_tokens.data();
-    d.anchor_positions = v_anchor.data();
-    d.seeds = v_seed.data();
-    d.temperatures = v_temp.data();
-    d.top_k = b.top_k ? v_top_k.data() : nullptr;
-    d.top_p = b.top_p ? v_top_p.data() : nullptr;
-    d.cache_slots = v_slot.data();
-    d.draft_logits = cache.data();
-    d.target_logits = v_target.data();
-    verify_device(d, VerifyOutputs{v_accepted.data(), v_out_tokens.data()}, stream);
+    d.draft_tokens = ws->v_tokens.data();
+    d.anchor_positions = ws->v_anchor.data();
+    d.seeds = ws->v_seed.data();
+    d.temperatures = ws->v_temp.data();
+    d.top_k = b.top_k ? ws->v_top_k.data() : nullptr;
+    d.top_p = b.top_p ? ws->v_top_p.data() : nullptr;
+    d.cache_slots = ws->v_slot.data();
+    d.draft_logits = ws->cache.data();
+    d.target_logits = ws->v_target.data();
+    verify_device(d, VerifyOutputs{ws->v_accepted.data(), ws->v_out_tokens.data()}, stream);
     std::vector<int32_t> k(R);
     std::vector<int64_t> tokens(R * (N + 1));
-    v_accepted.download(k.data(), R, 0, stream);
-    v_out_tokens.download(tokens.data(), tokens.size(), 0, stream);
+    ws->v_accepted.download(k.data(), R, 0, stream);
+    ws->v_out_tokens.download(tokens.data(), tokens.size(), 0, stream);
     for (size_t r = 0; r < R; ++r) {
       if (b.cache_slots[r] < 0) continue;  // padding rows: untouched
       out.num_accepted[r] = k[r];
@@ -804,34 +550,34 @@ struct CudaDraft::Impl {
       throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
     const int R = b.num_rows, N = c.block_size;
     const size_t V = c.vocab_size;
-    in_anchor.upload(b.anchor_tokens, R, 0, stream);
-    in_pos.upload(b.anchor_positions, R, 0, stream);
-    in_seed.upload(b.seeds, R, 0, stream);
-    in_temp.upload(b.temperatures, R, 0, stream);
-    in_slot.upload(b.cache_slots, R, 0, stream);
-    in_tables.upload(b.block_tables, static_cast<size_t>(R) * o.max_pages_per_req, 0, stream);
+    ws->in_anchor.upload(b.anchor_tokens, R, 0, stream);
+    ws->in_pos.upload(b.anchor_positions, R, 0, stream);
+    ws->in_seed.upload(b.seeds, R, 0, stream);
+    ws->in_temp.upload(b.temperatures, R, 0, stream);
+    ws->in_slot.upload(b.cache_slots, R, 0, stream);
+    ws->in_tables.upload(b.block_tables, static_cast<size_t>(R) * o.max_pages_per_req, 0, stream);
     StageEvents ev;
     const double context_ms = timings.context_ms;
     const ProposeBatch d{R,
-                         in_anchor.data(),
-                         in_pos.data(),
-                         in_seed.data(),
-                         in_temp.data(),
-                         in_slot.data(),
-                         in_tables.data()};  // the device copies
-    const ProposeOutputs dout{out_tokens.data(), cache.data()};
+                         ws->in_anchor.data(),
+                         ws->in_pos.data(),
+                         ws->in_seed.data(),
+                         ws->in_temp.data(),
+                         ws->in_slot.data(),
+                         ws->in_tables.data()};  // the device copies
+    const ProposeOutputs dout{ws->out_tokens.data(), ws->cache.data()};
     if (plan.runs("cuda graph", "on")) {
-      auto it = graphs.find(R);
-      if (it == graphs.end()) {
+      GraphExec* g = graphs.find(R);
+      if (!g) {
         // Warm-up (loads the kernels, sets their shared memory limits), then capture.
         run_device(d, dout, stream, nullptr);
         SD_CUDA_CHECK(cudaStreamSynchronize(stream));
         if (peer) peer->check();
         auto body = [&](cudaStream_t s) { run_device(d, dout, s, nullptr); };
-        it = graphs.emplace(R, GraphExec(stream, body)).first;
+        g = &graphs.put(R, GraphExec(stream, body));
       }
       SD_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
-      it->second.launch(stream);
+      g->launch(stream);
       SD_CUDA_CHECK(cudaEventRecord(ev.e[4], stream));
       SD_CUDA_CHECK(cudaStreamSynchronize(stream));
       if (peer) peer->check();
@@ -849,12 +595,12 @@ struct CudaDraft::Impl {
       timings = StageTimings{context_ms, ms[0], ms[1], ms[2], ms[3]};
     }
     if (!out) return;
-    out_tokens.download(out->draft_tokens, static_cast<size_t>(R) * N, 0, stream);
+    ws->out_tokens.download(out->draft_tokens, static_cast<size_t>(R) * N, 0, stream);
     for (int r = 0; r < R; ++r) {
       const int64_t slot = b.cache_slots[r];
       if (slot < 0) continue;
-      cache.download(out->draft_logits + static_cast<size_t>(slot) * N * V, N * V,
-                     static_cast<size_t>(slot) * N * V, stream);
+      ws->cache.download(out->draft_logits + static_cast<size_t>(slot) * N * V, N * V,
+                         static_cast<size_t>(slot) * N * V, stream);
     }
   }
 };
@@ -913,7 +659,7 @@ int CudaDraft::layer_tp_size() const { return impl_->rs.layers.tp_size; }
 std::vector<bf16> CudaDraft::last_hidden() const {
   const Impl& m = *impl_;
   std::vector<bf16> host(static_cast<size_t>(m.last_rows) * m.c.block_size * m.c.hidden_size);
-  m.h.download(host.data(), host.size(), 0, m.stream);
+  m.ws->h.download(host.data(), host.size(), 0, m.stream);
   return host;
 }
 

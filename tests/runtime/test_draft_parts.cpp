@@ -1,0 +1,129 @@
+// The GPU backend's parts that need no GPU: the graph cache's bookkeeping
+// (src/cuda/draft/graph_cache.h, over a stand-in for the executable graph) and the one
+// place both backends build a verify call's params (ops::verify_params).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/draft/graph_cache.h"
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/draft.h"
+#include "sparkdraft/ops/verify.h"
+
+namespace sparkdraft {
+namespace {
+
+// Stands in for GraphExec: move-only, says which capture it came from.
+struct FakeExec {
+  int id = -1;
+  FakeExec() = default;
+  explicit FakeExec(int i) : id(i) {}
+  FakeExec(FakeExec&&) = default;
+  FakeExec& operator=(FakeExec&&) = default;
+  FakeExec(const FakeExec&) = delete;
+  FakeExec& operator=(const FakeExec&) = delete;
+};
+
+using Cache = cuda::GraphCache<FakeExec>;
+
+Cache::Pointers pointers(uintptr_t base) {
+  Cache::Pointers p{};
+  for (size_t i = 0; i < p.size(); ++i) p[i] = reinterpret_cast<const void*>(base + 16 * i);
+  return p;
+}
+
+TEST(GraphCache, HostGraphsAreKeptPerRowCount) {
+  Cache g;
+  EXPECT_EQ(g.find(3), nullptr);
+  g.put(3, FakeExec(30));
+  g.put(5, FakeExec(50));
+  ASSERT_NE(g.find(3), nullptr);
+  EXPECT_EQ(g.find(3)->id, 30);
+  ASSERT_NE(g.find(5), nullptr);
+  EXPECT_EQ(g.find(5)->id, 50);
+  EXPECT_EQ(g.find(4), nullptr);
+  EXPECT_EQ(g.size(), 2u);
+  EXPECT_EQ(g.bound_size(), 0u);
+  EXPECT_EQ(g.put(3, FakeExec(31)).id, 31);  // a recapture replaces the row count's graph
+  EXPECT_EQ(g.find(3)->id, 31);
+  EXPECT_EQ(g.size(), 2u);
+}
+
+TEST(GraphCache, BoundGraphsReplayOnlyOnTheirPointers) {
+  Cache g;
+  const Cache::Pointers a = pointers(0x1000), b = pointers(0x2000);
+  EXPECT_EQ(g.find_bound(2, a), nullptr);
+  g.put_bound(2, a, FakeExec(1));
+  ASSERT_NE(g.find_bound(2, a), nullptr);
+  EXPECT_EQ(g.find_bound(2, a)->id, 1);
+  EXPECT_EQ(g.find_bound(2, b), nullptr) << "other pointers must not replay a's graph";
+  EXPECT_EQ(g.find_bound(3, a), nullptr) << "another row count has no graph yet";
+  Cache::Pointers one_moved = a;
+  one_moved[7] = reinterpret_cast<const void*>(0x9999);
+  EXPECT_EQ(g.find_bound(2, one_moved), nullptr) << "one moved output must not replay it";
+  g.put_bound(2, b, FakeExec(2));  // the recapture on b replaces a's graph
+  EXPECT_EQ(g.find_bound(2, a), nullptr);
+  ASSERT_NE(g.find_bound(2, b), nullptr);
+  EXPECT_EQ(g.find_bound(2, b)->id, 2);
+  EXPECT_EQ(g.bound_size(), 1u);
+  EXPECT_EQ(g.find(2), nullptr) << "the host API's graphs are apart from the bound ones";
+  g.put(2, FakeExec(7));
+  g.clear();
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_EQ(g.bound_size(), 0u);
+  EXPECT_EQ(g.find(2), nullptr);
+  EXPECT_EQ(g.find_bound(2, b), nullptr);
+}
+
+TEST(VerifyParams, BuiltFromTheBatchTheConfigAndTheOptions) {
+  const ModelConfig c = preset_config("tiny", "qwen3");
+  DraftOptions o;
+  o.cache_slots = 11;
+  const int R = 3, N = c.block_size;
+  std::vector<int64_t> tokens(static_cast<size_t>(R) * N), anchors(R), seeds(R), slots(R);
+  std::vector<float> temps(R), top_p(R);
+  std::vector<int32_t> top_k(R), accepted(R);
+  std::vector<bf16> draft_logits(1);
+  std::vector<float> target(1);
+  std::vector<int64_t> out_tokens(static_cast<size_t>(R) * (N + 1));
+  VerifyBatch b;
+  b.num_rows = R;
+  b.draft_tokens = tokens.data();
+  b.anchor_positions = anchors.data();
+  b.seeds = seeds.data();
+  b.temperatures = temps.data();
+  b.top_k = top_k.data();
+  b.top_p = top_p.data();
+  b.cache_slots = slots.data();
+  b.draft_logits = draft_logits.data();
+  b.target_logits = target.data();
+  b.target_dtype = LogitsDType::f32;
+  b.method = VerifyMethod::block;
+  const VerifyOutputs out{accepted.data(), out_tokens.data()};
+  const ops::VerifyParams p = ops::verify_params(c, o, b, out);
+  EXPECT_EQ(p.rows, R);
+  EXPECT_EQ(p.n, c.block_size);
+  EXPECT_EQ(p.vocab, c.vocab_size);
+  EXPECT_EQ(p.cache_rows, 11);
+  EXPECT_EQ(p.draft_tokens, tokens.data());
+  EXPECT_EQ(p.anchor_positions, anchors.data());
+  EXPECT_EQ(p.seeds, seeds.data());
+  EXPECT_EQ(p.temperatures, temps.data());
+  EXPECT_EQ(p.top_k, top_k.data());
+  EXPECT_EQ(p.top_p, top_p.data());
+  EXPECT_EQ(p.cache_slots, slots.data());
+  EXPECT_EQ(p.draft_logits, draft_logits.data());
+  EXPECT_EQ(p.target_logits, static_cast<const void*>(target.data()));
+  EXPECT_EQ(p.target_dtype, LogitsDType::f32);
+  EXPECT_EQ(p.method, VerifyMethod::block);
+  EXPECT_EQ(p.num_accepted, accepted.data());
+  EXPECT_EQ(p.tokens, out_tokens.data());
+  // The streams' salts stay the contract's (only tests change them).
+  EXPECT_EQ(p.accept_salt, kVerifyAcceptSalt);
+  EXPECT_EQ(p.draw_salt, kVerifyDrawSalt);
+  EXPECT_NO_THROW(p.check());
+}
+
+}  // namespace
+}  // namespace sparkdraft
