@@ -111,13 +111,9 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   r.fused_smem = launch.shape.smem_bytes;
 
   MarkovBatch batch;
-  batch.rows = o.rows;
+  batch.rows = ops::MarkovRows{o.rows,         anchors.data(), d_positions.data(),
+                               d_seeds.data(), d_temps.data(), d_slots.data()};
   batch.steps = o.steps;
-  batch.anchor_tokens = anchors.data();
-  batch.anchor_positions = d_positions.data();
-  batch.seeds = d_seeds.data();
-  batch.temperatures = d_temps.data();
-  batch.cache_slots = d_slots.data();
   batch.base_logits = base.data();
   MarkovBatch eager_batch = batch, fused_batch = batch;
   eager_batch.draft_tokens = tok_e.data();

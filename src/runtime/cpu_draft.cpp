@@ -132,8 +132,8 @@ class CpuDraft final : public CpuDraftBackend {
     validate_propose(c_, o_, b);
     if (!out.draft_tokens || !out.draft_logits)
       throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
-    const MarkovRows rows = markov_rows(b, c_.block_size);
-    MarkovInputs in{&c_, &w_, &transform_, &rows, o_.cache_slots, o_.threads};
+    const SafeMarkovRows rows(b);
+    MarkovInputs in{&c_, &w_, &transform_, &rows.view(), o_.cache_slots, o_.threads};
     if (layer_tp_ == 1) {
       // Replicated layers: the backbone once, then the vocabulary over o_.tp ranks.
       block_tp_rank(ranks_[0], nullptr, b, o_.threads);

@@ -24,7 +24,7 @@ double ms_since(Clock::time_point t0) {
 void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
                 const ProposeOutputs& out) {
   const ModelConfig& c = *in.config;
-  const MarkovRows& rows = *in.rows;
+  const ops::MarkovRows& rows = *in.rows;
   const int R = rows.num_rows, N = c.block_size, markov_rank = c.markov_rank;
   const int tp = comm ? comm->tp_size() : 1, me = comm ? comm->tp_rank() : 0;
   const int slice = c.vocab_size / tp;
@@ -32,7 +32,7 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
   const bf16* w2 = in.weights->markov_w2 + offset * markov_rank;
   const bf16* w1 = in.weights->markov_w1;
 
-  std::vector<int64_t> prev(rows.anchor_tokens);
+  std::vector<int64_t> prev(rows.anchor_tokens, rows.anchor_tokens + R);
   std::vector<bf16> e(static_cast<size_t>(R) * markov_rank), bias(static_cast<size_t>(R) * slice);
   std::vector<bf16> local(static_cast<size_t>(R) * N * slice);  // [R, N, slice]
   if (c.vocab_size >= INT32_MAX)
@@ -110,19 +110,14 @@ void check_tp(const ModelConfig& c, int tp) {
 
 }  // namespace
 
-MarkovRows markov_rows(const ProposeBatch& b, int block_size) {
-  (void)block_size;
-  MarkovRows m;
-  m.num_rows = b.num_rows;
+SafeMarkovRows::SafeMarkovRows(const ProposeBatch& b) {
   for (int r = 0; r < b.num_rows; ++r) {
     const bool pad = b.cache_slots[r] < 0;
-    m.anchor_tokens.push_back(pad ? 0 : b.anchor_tokens[r]);
-    m.anchor_positions.push_back(pad ? 0 : b.anchor_positions[r]);
-    m.seeds.push_back(b.seeds[r]);
-    m.temperatures.push_back(b.temperatures[r]);
-    m.cache_slots.push_back(b.cache_slots[r]);
+    anchor_tokens_.push_back(pad ? 0 : b.anchor_tokens[r]);
+    anchor_positions_.push_back(pad ? 0 : b.anchor_positions[r]);
   }
-  return m;
+  view_ = ops::MarkovRows{b.num_rows, anchor_tokens_.data(), anchor_positions_.data(),
+                          b.seeds,    b.temperatures,        b.cache_slots};
 }
 
 void run_markov_tp_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,

@@ -12,23 +12,31 @@
 #include "sparkdraft/comm.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/draft.h"
+#include "sparkdraft/ops/markov.h"
 
 namespace sparkdraft {
 
-// Per-row sampling state, with padding rows (cache slot -1) made safe to run:
-// their anchor token and position are replaced by 0 (their tokens are don't-care).
-struct MarkovRows {
-  int num_rows = 0;
-  std::vector<int64_t> anchor_tokens, anchor_positions, seeds, cache_slots;
-  std::vector<float> temperatures;
+// A propose batch's rows as the loop reads them (ops::MarkovRows), with the padding rows
+// (cache slot -1) made safe to run: their anchor token and position are replaced by 0 (their
+// tokens are don't-care). The view points at the batch's seeds, temperatures and slots and at
+// this object's anchors: it lives no longer than either.
+class SafeMarkovRows {
+ public:
+  explicit SafeMarkovRows(const ProposeBatch& b);
+  SafeMarkovRows(const SafeMarkovRows&) = delete;
+  SafeMarkovRows& operator=(const SafeMarkovRows&) = delete;
+  const ops::MarkovRows& view() const { return view_; }
+
+ private:
+  std::vector<int64_t> anchor_tokens_, anchor_positions_;
+  ops::MarkovRows view_;
 };
-MarkovRows markov_rows(const ProposeBatch& b, int block_size);
 
 struct MarkovInputs {
   const ModelConfig* config;
   const DraftWeights* weights;
   const ops::LogitTransform* transform;
-  const MarkovRows* rows;
+  const ops::MarkovRows* rows;
   int cache_slots;  // rows of the output draft-logits cache
   int threads;
 };

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/markov_rows.h"
 #include "runtime/markov_loop.h"
 #include "sparkdraft/cpu/verify.h"
 #include "sparkdraft/ops/markov.h"
@@ -112,7 +113,7 @@ struct VerifyCase {
     w.markov_w1 = w1.data();
     w.markov_w2 = w2.data();
     const ops::LogitTransform transform = ops::LogitTransform::from_config(mc);
-    MarkovRows rows;
+    test::HostMarkovRows rows;
     rows.num_rows = R;
     for (int r = 0; r < R; ++r) {
       rows.anchor_tokens.push_back(r % V);
@@ -121,7 +122,8 @@ struct VerifyCase {
       rows.cache_slots.push_back(cache_slots[r]);
       rows.temperatures.push_back(temps[r]);
     }
-    MarkovInputs in{&mc, &w, &transform, &rows, slots, 1};
+    const ops::MarkovRows view = rows.view();
+    MarkovInputs in{&mc, &w, &transform, &view, slots, 1};
     ProposeOutputs po{tokens.data(), cache.data()};
     markov_loop_from_base(in, 1, base.data(), po);
   }

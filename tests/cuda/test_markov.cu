@@ -309,8 +309,11 @@ TEST(MarkovEager, StepLogitsMatchCpu) {
         DeviceBuffer<bf16> d_cache(
             std::vector<bf16>(static_cast<size_t>(slots) * vocab, bf16{kUntouched}), stream.get());
         DeviceBuffer<int64_t> d_slots(cache_slots, stream.get());
-        cuda::markov_step_logits(d_base.data(), vocab, d_bias.data(), rows, vocab, t, d_l.data(),
-                                 d_cache.data(), d_slots.data(), vocab, stream.get());
+        ops::MarkovRows mrows;
+        mrows.num_rows = rows;
+        mrows.cache_slots = d_slots.data();
+        cuda::markov_step_logits(d_base.data(), vocab, d_bias.data(), mrows, vocab, t, d_l.data(),
+                                 d_cache.data(), vocab, stream.get());
         test::BitsOptions logits_opts{vocab, true};
         logits_opts.note = [&](size_t i) {
           return "base " + test::hex_bits(base[i].bits, 2) + ", bias " +
@@ -365,9 +368,13 @@ TEST(MarkovEager, SamplerMatchesCpu) {
                                                      cuda::markov_sample_blocks(vocab));
         DeviceBuffer<cuda::MarkovCandidate> best(rows);
         DeviceBuffer<int64_t> tokens(rows);
-        cuda::markov_sample(d_l.data(), rows, vocab, offset, d_t.data(), d_seeds.data(),
-                            d_pos.data(), step, partials.data(), best.data(), tokens.data(), 1,
-                            stream.get());
+        ops::MarkovRows mrows;
+        mrows.num_rows = rows;
+        mrows.anchor_positions = d_pos.data();
+        mrows.seeds = d_seeds.data();
+        mrows.temperatures = d_t.data();
+        cuda::markov_sample(d_l.data(), mrows, vocab, offset, step, partials.data(), best.data(),
+                            tokens.data(), 1, stream.get());
         const std::vector<cuda::MarkovCandidate> found = best.download(stream.get());
         const std::vector<int64_t> found_tokens = tokens.download(stream.get());
         for (int r = 0; r < rows; ++r) {
@@ -522,13 +529,9 @@ struct RunOptions {
 
 cuda::MarkovBatch batch_of(const LoopCase& c, LoopInputs& in, int64_t* tokens, bf16* cache) {
   cuda::MarkovBatch b;
-  b.rows = c.rows;
+  b.rows = ops::MarkovRows{c.rows,          in.anchors.data(), in.positions.data(),
+                           in.seeds.data(), in.temps.data(),   in.slots.data()};
   b.steps = c.steps;
-  b.anchor_tokens = in.anchors.data();
-  b.anchor_positions = in.positions.data();
-  b.seeds = in.seeds.data();
-  b.temperatures = in.temps.data();
-  b.cache_slots = in.slots.data();
   b.base_logits = in.base.data();
   b.draft_tokens = tokens;
   b.cache = cache;

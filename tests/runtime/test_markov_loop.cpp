@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/bits.h"
+#include "common/markov_rows.h"
 #include "common/random.h"
 #include "runtime/markov_loop.h"
 #include "sparkdraft/core/philox.h"
@@ -21,7 +22,7 @@ struct LoopSetup {
   std::vector<bf16> w1, w2, base;
   DraftWeights w;
   ops::LogitTransform transform;
-  MarkovRows rows;
+  test::HostMarkovRows rows;
 };
 
 LoopSetup make_setup(uint64_t seed, int R, int N, int V, int markov_rank, bool cap) {
@@ -129,7 +130,8 @@ TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
       for (int j = 0; j < k.N; ++j)
         EXPECT_EQ(naive_tokens[2 * k.N + j], k.V / 3) << "exact tie at T = 0: the lowest id wins";
     }
-    MarkovInputs in{&s.c, &s.w, &s.transform, &s.rows, k.R, 2};
+    const ops::MarkovRows rows = s.rows.view();
+    MarkovInputs in{&s.c, &s.w, &s.transform, &rows, k.R, 2};
     for (int tp : {1, 2, 4, 8}) {
       if (k.V % tp) continue;
       std::vector<int64_t> tokens(naive_tokens.size(), -1);

@@ -16,11 +16,26 @@
 // shards) folds to the same token in any order of equal-rank candidates.
 #pragma once
 
+#include <cstdint>
+
 namespace sparkdraft {
 struct ModelConfig;
 }  // namespace sparkdraft
 
 namespace sparkdraft::ops {
+
+// One call's request rows as the Markov loop reads them: the one per-request view from the
+// API boundary to the launchers (host pointers on the CPU, device pointers on the GPU; each
+// array [num_rows]). The API's ProposeBatch carries the same arrays; a backend builds this
+// view once, with the padding rows' anchors made safe to run (token and position 0).
+struct MarkovRows {
+  int num_rows = 0;
+  const int64_t* anchor_tokens = nullptr;     // step 0's previous token
+  const int64_t* anchor_positions = nullptr;  // a: keys the step seeds with the seed
+  const int64_t* seeds = nullptr;
+  const float* temperatures = nullptr;   // T >= 0, finite (0: greedy)
+  const int64_t* cache_slots = nullptr;  // the row's draft-logits cache row; -1: padding
+};
 
 // The output-logit transform, fixed at load: multiplier rounded to fp32,
 // inv_cap = fp32(1) / fp32(cap).

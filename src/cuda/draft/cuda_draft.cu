@@ -432,14 +432,12 @@ struct CudaDraft::Impl {
     ops.gemm(ops::gemm_of(ws->h.data(), H, lm_head.data(), T, vocab_shard, H, ws->base.data(),
                           vocab_shard));
     ops.mark(3);
+    // The request rows, the padding rows' anchors made safe by the step (safe_anchor,
+    // safe_position).
     MarkovBatch mb;
-    mb.rows = R;
+    mb.rows = ops::MarkovRows{R,       ws->safe_anchor.data(), ws->safe_position.data(),
+                              b.seeds, b.temperatures,         b.cache_slots};
     mb.steps = N;
-    mb.anchor_tokens = ws->safe_anchor.data();
-    mb.anchor_positions = ws->safe_position.data();
-    mb.seeds = b.seeds;
-    mb.temperatures = b.temperatures;
-    mb.cache_slots = b.cache_slots;
     mb.base_logits = ws->base.data();
     mb.draft_tokens = out.draft_tokens;
     mb.cache = out.draft_logits;

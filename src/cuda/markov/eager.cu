@@ -165,10 +165,12 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
                 rows, w2, vocab, rank, bias);
 }
 
-void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
-                        int vocab, const ops::LogitTransform& transform, bf16* logits, bf16* cache,
-                        const int64_t* cache_slots, int64_t cache_slot_stride,
-                        cudaStream_t stream) {
+void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
+                        const ops::MarkovRows& mrows, int vocab,
+                        const ops::LogitTransform& transform, bf16* logits, bf16* cache,
+                        int64_t cache_slot_stride, cudaStream_t stream) {
+  const int rows = mrows.num_rows;
+  const int64_t* cache_slots = mrows.cache_slots;
   require(rows >= 0 && vocab >= 1, "markov_step_logits",
           "rows must be >= 0 and vocab >= 1, got rows " + std::to_string(rows) + ", vocab " +
               std::to_string(vocab));
@@ -187,10 +189,12 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
 
 int markov_sample_blocks(int vocab) { return (vocab + kSampleBlockVocab - 1) / kSampleBlockVocab; }
 
-void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
-                   const float* temperatures, const int64_t* seeds, const int64_t* anchor_positions,
+void markov_sample(const bf16* logits, const ops::MarkovRows& mrows, int vocab, int64_t id_offset,
                    int step, MarkovCandidate* partials, MarkovCandidate* best, int64_t* tokens,
                    int64_t token_stride, cudaStream_t stream) {
+  const int rows = mrows.num_rows;
+  const float* temperatures = mrows.temperatures;
+  const int64_t *seeds = mrows.seeds, *anchor_positions = mrows.anchor_positions;
   require(rows >= 0 && vocab >= 1, "markov_sample",
           "rows must be >= 0 and vocab >= 1, got rows " + std::to_string(rows) + ", vocab " +
               std::to_string(vocab));
@@ -222,35 +226,33 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
           "head (vocab " + std::to_string(head.vocab) + ", rank " +
               std::to_string(head.markov_rank) + ") does not match the workspace (vocab " +
               std::to_string(ws.vocab()) + ", rank " + std::to_string(ws.markov_rank()) + ")");
-  require(
-      batch.rows >= 0 && batch.rows <= ws.max_rows(), "eager_markov_loop",
-      "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) + "]");
+  require(batch.rows.num_rows >= 0 && batch.rows.num_rows <= ws.max_rows(), "eager_markov_loop",
+          "rows " + std::to_string(batch.rows.num_rows) + " not in [0, " +
+              std::to_string(ws.max_rows()) + "]");
   require(
       batch.steps >= 1 && batch.steps <= ws.steps(), "eager_markov_loop",
       "steps " + std::to_string(batch.steps) + " not in [1, " + std::to_string(ws.steps()) + "]");
-  if (batch.rows == 0) return;
+  if (batch.rows.num_rows == 0) return;
   require(head.w1 != nullptr && head.w2 != nullptr, "eager_markov_loop",
           "head.w1 and head.w2 must not be null");
-  require(batch.anchor_tokens != nullptr && batch.draft_tokens != nullptr &&
+  require(batch.rows.anchor_tokens != nullptr && batch.draft_tokens != nullptr &&
               batch.base_logits != nullptr && batch.cache != nullptr,
           "eager_markov_loop",
           "anchor_tokens, draft_tokens, base_logits and cache must not be null");
   const int64_t n = batch.steps, v = head.vocab;
   for (int j = 0; j < batch.steps; ++j) {
     if (j == 0)
-      markov_embed(batch.anchor_tokens, 1, batch.rows, head.w1, head.markov_rank, ws.e.data(),
-                   stream);
-    else
-      markov_embed(batch.draft_tokens + (j - 1), n, batch.rows, head.w1, head.markov_rank,
+      markov_embed(batch.rows.anchor_tokens, 1, batch.rows.num_rows, head.w1, head.markov_rank,
                    ws.e.data(), stream);
-    markov_bias(ws.e.data(), batch.rows, head.w2, head.vocab, head.markov_rank, ws.bias.data(),
-                stream);
+    else
+      markov_embed(batch.draft_tokens + (j - 1), n, batch.rows.num_rows, head.w1, head.markov_rank,
+                   ws.e.data(), stream);
+    markov_bias(ws.e.data(), batch.rows.num_rows, head.w2, head.vocab, head.markov_rank,
+                ws.bias.data(), stream);
     markov_step_logits(batch.base_logits + j * v, n * v, ws.bias.data(), batch.rows, head.vocab,
-                       head.transform, ws.logits.data(), batch.cache + j * v, batch.cache_slots,
-                       n * v, stream);
-    markov_sample(ws.logits.data(), batch.rows, head.vocab, 0, batch.temperatures, batch.seeds,
-                  batch.anchor_positions, j, ws.sample_partials.data(), ws.sample_best.data(),
-                  batch.draft_tokens + j, n, stream);
+                       head.transform, ws.logits.data(), batch.cache + j * v, n * v, stream);
+    markov_sample(ws.logits.data(), batch.rows, head.vocab, 0, j, ws.sample_partials.data(),
+                  ws.sample_best.data(), batch.draft_tokens + j, n, stream);
   }
 }
 

@@ -75,23 +75,23 @@ void markov_embed(const int64_t* tokens, int64_t token_stride, int rows, const b
 void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int markov_rank, bf16* bias,
                  cudaStream_t stream);
 
-// cpu::step_logits over rows: l = transform(bf16(base + bias)) into logits
-// [rows, vocab]; also into cache + slot * cache_slot_stride for rows whose
-// cache_slots[r] >= 0 (cache may be null: no store). base row r starts at
+// cpu::step_logits over the rows.num_rows rows: l = transform(bf16(base + bias)) into
+// logits [rows, vocab]; also into cache + slot * cache_slot_stride for rows whose
+// rows.cache_slots[r] >= 0 (cache may be null: no store). base row r starts at
 // base + r * base_stride.
-void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias, int rows,
-                        int vocab, const ops::LogitTransform& transform, bf16* logits, bf16* cache,
-                        const int64_t* cache_slots, int64_t cache_slot_stride, cudaStream_t stream);
+void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
+                        const ops::MarkovRows& rows, int vocab,
+                        const ops::LogitTransform& transform, bf16* logits, bf16* cache,
+                        int64_t cache_slot_stride, cudaStream_t stream);
 
-// cpu::sample_row over rows: each block of kSampleBlockVocab entries writes its
-// best (noised score, id + id_offset) to partials [rows, markov_sample_blocks(vocab)],
-// a final kernel reduces them per row into best[r] and, when tokens is not null,
-// tokens[r * token_stride] = best id. Step seed: draft_step_seed(seeds[r],
-// anchor_positions[r], step).
+// cpu::sample_row over the rows.num_rows rows: each block of kSampleBlockVocab entries
+// writes its best (noised score, id + id_offset) to partials [rows,
+// markov_sample_blocks(vocab)], a final kernel reduces them per row into best[r] and, when
+// tokens is not null, tokens[r * token_stride] = best id. Temperature rows.temperatures[r],
+// step seed draft_step_seed(rows.seeds[r], rows.anchor_positions[r], step).
 inline constexpr int kSampleBlockVocab = 2048;
 int markov_sample_blocks(int vocab);
-void markov_sample(const bf16* logits, int rows, int vocab, int64_t id_offset,
-                   const float* temperatures, const int64_t* seeds, const int64_t* anchor_positions,
+void markov_sample(const bf16* logits, const ops::MarkovRows& rows, int vocab, int64_t id_offset,
                    int step, MarkovCandidate* partials, MarkovCandidate* best, int64_t* tokens,
                    int64_t token_stride, cudaStream_t stream);
 
@@ -105,18 +105,14 @@ struct MarkovHead {
   ops::LogitTransform transform;
 };
 
-// One call over `rows` rows (device pointers).
+// One call (device pointers): the request rows (ops/markov.h, the one per-request view)
+// and the call's arrays.
 struct MarkovBatch {
-  int rows = 0;
-  int steps = 0;                              // N
-  const int64_t* anchor_tokens = nullptr;     // [rows]
-  const int64_t* anchor_positions = nullptr;  // [rows] a
-  const int64_t* seeds = nullptr;             // [rows]
-  const float* temperatures = nullptr;        // [rows] >= 0, finite
-  const int64_t* cache_slots = nullptr;       // [rows] -1 = padding row
-  const bf16* base_logits = nullptr;          // [rows, steps, vocab] (TP 1)
-  int64_t* draft_tokens = nullptr;            // [rows, steps]
-  bf16* cache = nullptr;                      // [cache slots, steps, vocab]
+  ops::MarkovRows rows;
+  int steps = 0;                      // N
+  const bf16* base_logits = nullptr;  // [rows, steps, vocab] (TP 1)
+  int64_t* draft_tokens = nullptr;    // [rows, steps]
+  bf16* cache = nullptr;              // [cache slots, steps, vocab]
 };
 
 // One TP rank's shard of the vocab-parallel loop: ids [tp_rank * V/S, (tp_rank + 1) * V/S)

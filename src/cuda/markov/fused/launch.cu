@@ -324,13 +324,13 @@ FusedStepParams common_params(const MarkovHead& head, const MarkovBatch& batch, 
                               const StepLaunch& l) {
   FusedStepParams p{};
   p.w1 = head.w1;
-  p.temperatures = batch.temperatures;
-  p.seeds = batch.seeds;
-  p.anchor_positions = batch.anchor_positions;
-  p.cache_slots = batch.cache_slots;
+  p.temperatures = batch.rows.temperatures;
+  p.seeds = batch.rows.seeds;
+  p.anchor_positions = batch.rows.anchor_positions;
+  p.cache_slots = batch.rows.cache_slots;
   p.noise_bound = ws.noise_bound.data();
   p.transform = head.transform;
-  p.rows = batch.rows;
+  p.rows = batch.rows.num_rows;
   p.steps = batch.steps;
   p.stages = l.stages;
   return p;
@@ -342,16 +342,16 @@ void check_batch(const char* op, const MarkovHead& head, const MarkovBatch& batc
           "head (vocab " + std::to_string(head.vocab) + ", rank " +
               std::to_string(head.markov_rank) + ") does not match the workspace (vocab " +
               std::to_string(ws.vocab()) + ", rank " + std::to_string(ws.markov_rank()) + ")");
-  require(
-      batch.rows >= 0 && batch.rows <= ws.max_rows(), op,
-      "rows " + std::to_string(batch.rows) + " not in [0, " + std::to_string(ws.max_rows()) + "]");
+  require(batch.rows.num_rows >= 0 && batch.rows.num_rows <= ws.max_rows(), op,
+          "rows " + std::to_string(batch.rows.num_rows) + " not in [0, " +
+              std::to_string(ws.max_rows()) + "]");
   require(
       batch.steps >= 1 && batch.steps <= ws.steps(), op,
       "steps " + std::to_string(batch.steps) + " not in [1, " + std::to_string(ws.steps()) + "]");
   require(head.w1 != nullptr, op, "head.w1 must not be null");
-  require(batch.anchor_tokens != nullptr && batch.anchor_positions != nullptr &&
-              batch.seeds != nullptr && batch.temperatures != nullptr &&
-              batch.cache_slots != nullptr && batch.draft_tokens != nullptr &&
+  require(batch.rows.anchor_tokens != nullptr && batch.rows.anchor_positions != nullptr &&
+              batch.rows.seeds != nullptr && batch.rows.temperatures != nullptr &&
+              batch.rows.cache_slots != nullptr && batch.draft_tokens != nullptr &&
               batch.cache != nullptr,
           op, "the batch's row arrays, draft_tokens and cache must not be null");
 }
@@ -359,9 +359,10 @@ void check_batch(const char* op, const MarkovHead& head, const MarkovBatch& batc
 void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
                    cudaStream_t stream) {
   launch_kernel("anchor_kernel", anchor_kernel,
-                LaunchShape{dim3(batch.rows), dim3(128), 0, stream, false}, batch.anchor_tokens,
-                head.w1, head.markov_rank, ws.embeds.data(), ws.arrivals.data(), ws.known.data(),
-                ws.row_best.data(), static_cast<int>(ws.arrivals.size()));
+                LaunchShape{dim3(batch.rows.num_rows), dim3(128), 0, stream, false},
+                batch.rows.anchor_tokens, head.w1, head.markov_rank, ws.embeds.data(),
+                ws.arrivals.data(), ws.known.data(), ws.row_best.data(),
+                static_cast<int>(ws.arrivals.size()));
 }
 
 }  // namespace
@@ -397,11 +398,11 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
   check_batch("fused_markov_loop", head, batch, ws);
   require(head.w2 != nullptr && batch.base_logits != nullptr, "fused_markov_loop",
           "head.w2 and base_logits must not be null");
-  if (batch.rows == 0) return;
+  if (batch.rows.num_rows == 0) return;
 
-  const StepLaunch l = plan_step(ws, batch.rows, head.vocab);
+  const StepLaunch l = plan_step(ws, batch.rows.num_rows, head.vocab);
   const int64_t n = batch.steps, v = head.vocab,
-                row_k = static_cast<int64_t>(batch.rows) * head.markov_rank;
+                row_k = static_cast<int64_t>(batch.rows.num_rows) * head.markov_rank;
   launch_anchor(head, batch, ws, stream);
   for (int j = 0; j < batch.steps; ++j) {
     FusedStepParams p = common_params(head, batch, ws, l);
@@ -440,9 +441,9 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
     require(reinterpret_cast<uintptr_t>(local[i].w2) % 16 == 0, "VocabParallelMarkov::run",
             "shard " + std::to_string(shards[i]) + ": w2 is not 16-byte aligned");
   }
-  if (batch.rows == 0) return;
+  if (batch.rows.num_rows == 0) return;
 
-  const int s_count = ws_.tp_size(), width = ws_.shard_width(), rows = batch.rows;
+  const int s_count = ws_.tp_size(), width = ws_.shard_width(), rows = batch.rows.num_rows;
   const int64_t n = batch.steps, row_k = static_cast<int64_t>(rows) * head_.markov_rank;
   const int64_t shard_cache_len = static_cast<int64_t>(ws_.max_rows()) * ws_.steps() * width;
   const StepLaunch l = plan_step(ws_, rows, width);
@@ -489,11 +490,11 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
   if (width % 8 == 0 && head_.vocab % 8 == 0 && reinterpret_cast<uintptr_t>(batch.cache) % 16 == 0)
     launch_kernel("cache_fill_kernel", cache_fill_kernel<8>,
                   LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
-                  batch.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
+                  batch.rows.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
   else
     launch_kernel("cache_fill_kernel", cache_fill_kernel<1>,
                   LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
-                  batch.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
+                  batch.rows.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
 }
 
 }  // namespace sparkdraft::cuda

@@ -13,6 +13,9 @@
 
 namespace sparkdraft::cuda::markov_detail {
 
+// The kernel's own argument block, passed by value: the request rows' arrays are copied in
+// from the batch's ops::MarkovRows (fused/launch.cu common_params), the one per-request view
+// above the launch.
 struct FusedStepParams {
   const bf16* w2;    // [width, K] this shard's rows
   const bf16* base;  // step j's plane: row r at base + r * base_row_stride
