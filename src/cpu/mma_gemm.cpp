@@ -420,8 +420,8 @@ struct XFma : XSteps {
     w_at.assign(2 * kp * a.m_rows, 0);
     code2.assign(kp / 2 * a.m_rows, 0);
     for (int m = 0; m < a.m_rows; ++m)
-      for (int k = 0; k < a.K; ++k) {
-        const bf16 x = a.x[m * a.x_stride + k];
+      for (int k = 0; k < static_cast<int>(kp); ++k) {  // the padding is +0
+        const bf16 x = k < a.K ? a.x[m * a.x_stride + k] : bf16{0};
         const size_t i = m * kp + k;
         v[i] = static_cast<double>(to_f32(x));  // exact (subnormal bf16 included)
         const int32_t at = static_cast<int32_t>(sizeof(__m512d) * 4 * (k % kMmaK)),
