@@ -1,13 +1,15 @@
 // The fast chain of cpu/mma_gemm.h. Every step follows core/mma.h's rules
 // literally; the argument that each vector operation is exact is written next
-// to it. Exponents are kept "biased by 254" (the sum of two bf16 exponent fields):
-// a bf16's field counts as max(field, 1) (zero and subnormal: -126), a product's
-// PE = fa + fb = pe + 254, c's EC = max(field, 1) + 127 = ec + 254, the floor
-// -133 is 121, and E' = E + 254.
+// to it. Two kernels: AVX2 (integer terms, below) and AVX-512 (fp64 terms
+// truncated by fused multiply-adds rounding toward zero, further below). They
+// share the set-up and the tail: the rows in blocks of 16 (block_rows), a step's
+// values zero-padded past K (StepSources), a lane with inf / NaN on the twin's
+// step (twin_lanes), the per-step x flags (XSteps).
 #include "sparkdraft/cpu/mma_gemm.h"
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,7 @@
 #include <immintrin.h>
 #define SD_MMA_AVX2 1
 #define SD_AVX2 __attribute__((target("avx2")))
-#define SD_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512dq,avx512vl,avx512vpopcntdq")))
+#define SD_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512dq,avx512vl")))
 #else
 #define SD_MMA_AVX2 0
 #endif
@@ -67,40 +69,98 @@ void reference_rows(const Args& a, int64_t n_begin, int64_t n_end) {
 
 #if SD_MMA_AVX2
 
+// ---- Shared by the vector kernels ------------------------------------------------
+
+// A step's 16 values k0 .. k0 + 15 of each of 16 rows: src[j] points at row j's
+// values, or, in the step that runs past K, at a zero-padded copy in pad.
+struct StepSources {
+  const bf16* src[16];
+  alignas(32) uint16_t pad[16][kMmaK];
+  StepSources(const bf16* const rows[16], int k0, int K) {
+    for (int j = 0; j < 16; ++j) {
+      src[j] = rows[j] + k0;
+      if (k0 + kMmaK > K) {
+        std::memset(pad[j], 0, sizeof(pad[j]));
+        std::memcpy(pad[j], rows[j] + k0, static_cast<size_t>(K - k0) * sizeof(bf16));
+        src[j] = reinterpret_cast<const bf16*>(pad[j]);
+      }
+    }
+  }
+};
+
+// Rule 7: lane j of `lanes` (bit j) runs the twin's step from c[j] on w row
+// rows[lane_row[j]].
+inline void twin_lanes(uint32_t lanes, uint32_t* c, const bf16* const rows[16], const int* lane_row,
+                       const bf16* xrow, int k0, int K) {
+  for (int j = 0; j < 16; ++j)
+    if ((lanes >> j) & 1) c[j] = step_bits(c[j], rows[lane_row[j]], xrow, k0, K);
+}
+
+// Per x row m and step: whether any of its 16 values is inf or NaN (that step
+// of that row runs the twin's step on every lane).
+struct XSteps {
+  int steps = 0;
+  std::vector<uint8_t> special;  // [m][steps]
+  explicit XSteps(const Args& a) : steps((a.K + kMmaK - 1) / kMmaK) {
+    special.assign(static_cast<size_t>(steps) * a.m_rows, 0);
+    for (int m = 0; m < a.m_rows; ++m)
+      for (int k = 0; k < a.K; ++k)
+        if ((a.x[m * a.x_stride + k].bits & 0x7f80u) == 0x7f80u)
+          special[static_cast<size_t>(m) * steps + k / kMmaK] = 1;
+  }
+  bool at(int m, int s) const { return special[static_cast<size_t>(m) * steps + s] != 0; }
+};
+
+// Blocks [block_begin, block_end) of 16 w rows, the last one's padding lanes
+// repeating its last real row: run(rows, bits) leaves in bits[m * 16 + lane] the
+// chain's fp32 bits of row rows[lane_row[lane]] against x row m; the real rows
+// go to out.
+template <class Run>
+void block_rows(const Args& a, int64_t block_begin, int64_t block_end, const int (&lane_row)[16],
+                Run&& run) {
+  std::vector<uint32_t> bits(static_cast<size_t>(a.m_rows) * 16);
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const int64_t n0 = b * 16;
+    const int valid = static_cast<int>(std::min<int64_t>(16, a.n_rows - n0));
+    const bf16* rows[16];
+    for (int j = 0; j < 16; ++j) rows[j] = a.w + (n0 + std::min(j, valid - 1)) * a.w_stride;
+    run(rows, bits.data());
+    for (int m = 0; m < a.m_rows; ++m)
+      for (int lane = 0; lane < 16; ++lane)
+        if (lane_row[lane] < valid)
+          a.out[m * a.out_stride + n0 + lane_row[lane]] =
+              bits_f32(bits[16 * static_cast<size_t>(m) + lane]);
+  }
+}
+
+// ---- AVX2: 16 rows in two vectors of 8 int32 lanes ---------------------------------
+// Exponents are kept "biased by 254" (the sum of two bf16 exponent fields): a
+// bf16's field counts as max(field, 1) (zero and subnormal: -126), a product's
+// PE = fa + fb = pe + 254, c's EC = max(field, 1) + 127 = ec + 254, the floor
+// -133 is 121, and E' = E + 254.
+
 // The exponent (field, biased) given to a zero bf16: any product with a zero
 // factor has PE <= 255 + kZeroExp < 121 (never sets E), and a shift count
 // E' - PE >= 121 - 2 * kZeroExp >= 32 (its term is 0).
 constexpr int kZeroExp = -1000;
 
 // The x rows decoded once per call: per row m and k (padded to whole steps with
-// +0): the 8-bit significand, max(field, 1), the sign as a 0 / -1 mask; and per
-// step whether any of its 16 values is inf or NaN.
-// The AVX-512 kernel also reads sig7 = sig << 7 (its products carry the << 11)
-// and, per step, the 16 signs as a bit mask (bit i: value i is negative).
-struct XDecoded {
-  int steps = 0;
-  std::vector<int32_t> sig, sig7, exp, neg;  // [m][steps * 16]
-  std::vector<uint32_t> sign_mask;           // [m][steps]
-  std::vector<uint8_t> special;              // [m][steps]
+// +0): the 8-bit significand, max(field, 1), the sign as a 0 / -1 mask.
+struct XInt : XSteps {
+  std::vector<int32_t> sig, exp, neg;  // [m][steps * 16]
 
-  XDecoded(const Args& a) : steps((a.K + kMmaK - 1) / kMmaK) {
+  explicit XInt(const Args& a) : XSteps(a) {
     const size_t kp = static_cast<size_t>(steps) * kMmaK;
     sig.assign(kp * a.m_rows, 0);
-    sig7.assign(kp * a.m_rows, 0);
     exp.assign(kp * a.m_rows, kZeroExp);
     neg.assign(kp * a.m_rows, 0);
-    sign_mask.assign(static_cast<size_t>(steps) * a.m_rows, 0);
-    special.assign(static_cast<size_t>(steps) * a.m_rows, 0);
     for (int m = 0; m < a.m_rows; ++m)
       for (int k = 0; k < a.K; ++k) {
         const uint16_t h = a.x[m * a.x_stride + k].bits;
-        const size_t i = m * kp + k, ms = static_cast<size_t>(m) * steps + k / kMmaK;
+        const size_t i = m * kp + k;
         sig[i] = static_cast<int32_t>(mma_detail::bf16_sig(h));
-        sig7[i] = sig[i] << 7;
         exp[i] = (h & 0x7fffu) == 0 ? kZeroExp : mma_detail::bf16_exp(h) + 127;
         neg[i] = (h & 0x8000u) != 0 ? -1 : 0;
-        if (neg[i]) sign_mask[ms] |= 1u << (k % kMmaK);
-        if ((h & 0x7f80u) == 0x7f80u) special[ms] = 1;
       }
   }
 };
@@ -207,42 +267,32 @@ SD_AVX2 inline void transpose8x8x2(const __m256i* in, __m256i* out) {
   out[6] = _mm256_unpacklo_epi64(u3, u7), out[7] = _mm256_unpackhi_epi64(u3, u7);
 }
 
-// The lane of half h (0, 1) that row r (0..15) of a block of 16 takes: the 16-bit
-// decode widens with unpacklo / unpackhi, so half 0 holds rows 0-3 and 8-11, half
-// 1 rows 4-7 and 12-15.
-constexpr int block_row(int h, int lane) { return (lane < 4 ? lane : lane + 4) + 4 * h; }
+// The row of a block of 16 that lane i of the AVX2 kernel holds (half h = i / 8,
+// lane i % 8): the 16-bit decode widens with unpacklo / unpackhi, so half 0
+// holds rows 0-3 and 8-11, half 1 rows 4-7 and 12-15.
+constexpr int kAvx2LaneRow[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
 
-// Rows rows[0..15] (padding lanes repeat a real row) against every x row:
-// cstate[m][h * 8 + lane] holds the chain's fp32 bits of row block_row(h, lane).
-SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecoded& xd,
-                        uint32_t* cstate) {
+// Rows rows[0..15] against every x row: bits[m][i] holds the chain's fp32 bits
+// of row kAvx2LaneRow[i].
+SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XInt& xd, uint32_t* bits) {
   const int K = a.K;
   const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
   for (int m = 0; m < 2 * a.m_rows; ++m)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cstate + 8 * m), _mm256_setzero_si256());
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + 8 * m), _mm256_setzero_si256());
   const __m256i k7f = _mm256_set1_epi16(0x7f), k80 = _mm256_set1_epi16(0x80),
                 kff = _mm256_set1_epi16(0xff);
   const __m256i zero = _mm256_setzero_si256();
-  alignas(32) uint16_t pad[16][kMmaK];
   for (int s = 0; s < xd.steps; ++s) {
     const int k0 = s * kMmaK;
-    const bf16* src[16];
-    for (int j = 0; j < 16; ++j) {
-      src[j] = rows[j] + k0;
-      if (k0 + kMmaK > K) {
-        std::memset(pad[j], 0, sizeof(pad[j]));
-        std::memcpy(pad[j], rows[j] + k0, static_cast<size_t>(K - k0) * sizeof(bf16));
-        src[j] = reinterpret_cast<const bf16*>(pad[j]);
-      }
-    }
+    const StepSources src(rows, k0, K);
     // in[0][j] = values 0-7 of rows j, j + 8; in[1][j] = values 8-15.
     __m256i in[2][8], v[kMmaK];
     for (int j = 0; j < 8; ++j)
       for (int q = 0; q < 2; ++q)
         in[q][j] = _mm256_inserti128_si256(
             _mm256_castsi128_si256(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j] + 8 * q))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j + 8] + 8 * q)), 1);
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j] + 8 * q))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j + 8] + 8 * q)), 1);
     transpose8x8x2(in[0], v);
     transpose8x8x2(in[1], v + 8);
     // Decode per k in 16-bit lanes, then widen: W1 = sig | PEw << 16 (pmaddwd
@@ -265,241 +315,323 @@ SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XDecode
       W2[1][k] = _mm256_unpackhi_epi16(sg, sg);
       spec = _mm256_or_si256(spec, _mm256_cmpeq_epi16(f, kff));
     }
-    const int wspec[2] = {
-        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(spec, spec))),
-        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(spec, spec)))};
+    const uint32_t wspec =
+        static_cast<uint32_t>(
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(spec, spec)))) |
+        static_cast<uint32_t>(
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(spec, spec))))
+            << 8;
 
     for (int m = 0; m < a.m_rows; ++m) {
       const bf16* xrow = a.x + m * a.x_stride;
-      for (int h = 0; h < 2; ++h) {
-        uint32_t* cm = cstate + 16 * m + 8 * h;
-        if (xd.special[static_cast<size_t>(m) * xd.steps + s]) {
-          for (int j = 0; j < 8; ++j) cm[j] = step_bits(cm[j], rows[block_row(h, j)], xrow, k0, K);
-          continue;
-        }
-        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm));
-        const __m256i d = step8(W1[h], W2[h], xd.sig.data() + m * kp + k0,
-                                xd.exp.data() + m * kp + k0, xd.neg.data() + m * kp + k0, c);
-        // Rule 7: a lane with inf or NaN in w or c runs the twin's step.
-        const __m256i cf = _mm256_and_si256(_mm256_srli_epi32(c, 23), _mm256_set1_epi32(0xff));
-        const int special = wspec[h] | _mm256_movemask_ps(_mm256_castsi256_ps(
-                                           _mm256_cmpeq_epi32(cf, _mm256_set1_epi32(0xff))));
-        if (special != 0) {
-          alignas(32) uint32_t nd[8];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(nd), d);
-          for (int j = 0; j < 8; ++j)
-            if ((special >> j) & 1) nd[j] = step_bits(cm[j], rows[block_row(h, j)], xrow, k0, K);
-          std::memcpy(cm, nd, sizeof(nd));
-        } else {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(cm), d);
-        }
-      }
-    }
-  }
-}
-
-void avx2_rows(const Args& a, const XDecoded& xd, int64_t block_begin, int64_t block_end) {
-  std::vector<uint32_t> cstate(static_cast<size_t>(a.m_rows) * 16);
-  for (int64_t b = block_begin; b < block_end; ++b) {
-    const int64_t n0 = b * 16;
-    const int valid = static_cast<int>(std::min<int64_t>(16, a.n_rows - n0));
-    const bf16* rows[16];
-    for (int j = 0; j < 16; ++j) rows[j] = a.w + (n0 + std::min(j, valid - 1)) * a.w_stride;
-    avx2_block(rows, a, xd, cstate.data());
-    for (int m = 0; m < a.m_rows; ++m)
-      for (int h = 0; h < 2; ++h)
-        for (int lane = 0; lane < 8; ++lane) {
-          const int r = block_row(h, lane);
-          if (r < valid)
-            a.out[m * a.out_stride + n0 + r] =
-                bits_f32(cstate[16 * static_cast<size_t>(m) + 8 * h + lane]);
-        }
-  }
-}
-
-// ---- AVX-512: 16 rows in the 16 int32 lanes of one vector ----------------------
-// The same arithmetic as step8 with three changes, each exact:
-//   * W1 = (sig << 4) | PEw << 16 and x's operand is sig << 7, so pmaddwd gives
-//     sig * sx << 11 directly (sig << 4 <= 4080, sx << 7 <= 32640: both fit int16;
-//     the product < 2^27);
-//   * the sign: sum_k ((t ^ s_k) - s_k) = sum_k (t ^ s_k) - sum_k s_k, and
-//     -sum_k s_k is the number of k where the signs of w and x differ: the
-//     popcount of the lane's 16 w sign bits xor x's (one vpopcntd a step, not a
-//     subtraction a product). The int32 adds wrap; the final sum is the exact
-//     value (< 2^31 in magnitude, as in step8);
-//   * rule 6 in fp64: v = the products' sum + c's term (exact, < 2^33), y = v *
-//     2^(E - 25) (scalef, exact: |y| in [2^-158, 2^262] or 0), then one
-//     conversion to fp32 rounding toward zero (vcvtpd2ps {rz-sae}: truncation of
-//     the magnitude, subnormal results kept as multiples of 2^-149) and the two
-//     places where the rules differ from the conversion: |y| >= 2^128 gives
-//     +-infinity (the conversion gives +-FLT_MAX), and a result that truncated to
-//     zero is +0. MXCSR's flush-to-zero would flush the subnormal results: the
-//     kernel is not run when FTZ or DAZ is set (mma_gemm_rows_with).
-
-struct Decoded16 {
-  __m512i W1[kMmaK], W2[kMmaK], PEw[kMmaK];  // per k, 16 lanes
-  __m512i sign_mask;                         // bit k of lane j: w[j][k] < 0
-  uint32_t special = 0;                      // lane j: some w[j][k] is inf or NaN
-};
-
-// Lanes j: rows rows[j], values k0 .. k0 + 15 (zero-padded past K).
-SD_AVX512 inline void decode16(const bf16* const rows[16], int k0, int K, Decoded16& d) {
-  alignas(32) uint16_t pad[16][kMmaK];
-  const bf16* src[16];
-  for (int j = 0; j < 16; ++j) {
-    src[j] = rows[j] + k0;
-    if (k0 + kMmaK > K) {
-      std::memset(pad[j], 0, sizeof(pad[j]));
-      std::memcpy(pad[j], rows[j] + k0, static_cast<size_t>(K - k0) * sizeof(bf16));
-      src[j] = reinterpret_cast<const bf16*>(pad[j]);
-    }
-  }
-  __m256i in[2][8], v[kMmaK];
-  for (int j = 0; j < 8; ++j)
-    for (int q = 0; q < 2; ++q)
-      in[q][j] = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j] + 8 * q))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[j + 8] + 8 * q)), 1);
-  // v[k]: value k of rows 0..7 (low half) and 8..15 (high half): widened, lane j = row j.
-  transpose8x8x2(in[0], v);
-  transpose8x8x2(in[1], v + 8);
-  const __m256i k7f = _mm256_set1_epi16(0x7f), kff = _mm256_set1_epi16(0xff);
-  __m256i fmax = _mm256_setzero_si256();
-  __m512i signs = _mm512_setzero_si512();
-  for (int k = 0; k < kMmaK; ++k) {
-    const __m256i h = v[k];
-    const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), kff);
-    // max(field, 1), kZeroExp for +-0; the significand with its leading bit where f != 0
-    // (m7 < 0x80: the add is an or).
-    const __m256i pe = _mm256_mask_mov_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
-                                             _mm256_testn_epi16_mask(h, _mm256_set1_epi16(0x7fff)),
-                                             _mm256_set1_epi16(kZeroExp));
-    const __m256i m7 = _mm256_and_si256(h, k7f);
-    const __m256i sig =
-        _mm256_mask_add_epi16(m7, _mm256_test_epi16_mask(f, f), m7, _mm256_set1_epi16(0x80));
-    d.PEw[k] = _mm512_cvtepi16_epi32(pe);
-    d.W1[k] = _mm512_or_si512(_mm512_cvtepu16_epi32(_mm256_slli_epi16(sig, 4)),
-                              _mm512_slli_epi32(d.PEw[k], 16));
-    d.W2[k] = _mm512_cvtepi16_epi32(_mm256_srai_epi16(h, 15));
-    // Bit k of each lane: the sign (signs | (W2 & (1 << k))).
-    signs = _mm512_ternarylogic_epi32(signs, d.W2[k], _mm512_set1_epi32(1 << k), 0xf8);
-    fmax = _mm256_max_epu16(fmax, f);
-  }
-  d.sign_mask = signs;
-  d.special = _mm256_cmpeq_epi16_mask(fmax, kff);
-}
-
-// Rule 6 for 8 lanes: fp32 bits (before the two fixes) of (acc + tc) * 2^e, and
-// in ovf the lanes whose magnitude is 2^128 or more.
-SD_AVX512 inline __m256 finish8(__m256i acc, __m256i tc, __m256i e, __mmask8& ovf) {
-  const __m512d v = _mm512_add_pd(_mm512_cvtepi32_pd(acc), _mm512_cvtepi32_pd(tc));
-  const __m512d y = _mm512_scalef_pd(v, _mm512_cvtepi32_pd(e));
-  ovf = _mm512_cmp_pd_mask(_mm512_abs_pd(y), _mm512_set1_pd(0x1p128), _CMP_GE_OQ);
-  return _mm512_cvt_roundpd_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-}
-
-// One step of one x row for the 16 lanes of d; c = the lanes' fp32 bits; returns
-// the new bits (lanes with inf / NaN are fixed by the caller).
-SD_AVX512 inline __m512i step16(const Decoded16& d, const int32_t* xs7, const int32_t* xe,
-                                const int32_t* xn, uint32_t x_signs, __m512i c) {
-  const __m512i kff = _mm512_set1_epi32(0xff);
-  // Rule 3, as step8.
-  const __m512i cf = _mm512_and_si512(_mm512_srli_epi32(c, 23), kff);
-  const __m512i ec =
-      _mm512_add_epi32(_mm512_max_epi32(cf, _mm512_set1_epi32(1)), _mm512_set1_epi32(127));
-  const __mmask16 c_nonzero = _mm512_test_epi32_mask(c, _mm512_set1_epi32(0x7fffffff));
-  const __m512i floor = _mm512_set1_epi32(kMmaMinExp + 254);
-  __m512i E = _mm512_mask_max_epi32(floor, c_nonzero, floor, ec);
-  __m512i PE[kMmaK];
-  for (int k = 0; k < kMmaK; ++k) {
-    PE[k] = _mm512_add_epi32(d.PEw[k], _mm512_set1_epi32(xe[k]));
-    E = _mm512_max_epi32(E, PE[k]);
-  }
-  // Rules 4-5: t = (sig * sx << 11) >> (E' - PE), the magnitude truncated (a
-  // count of 32 or more gives 0); the sign by the xor and the popcount below.
-  __m512i acc = _mm512_setzero_si512();
-  for (int k = 0; k < kMmaK; ++k) {
-    const __m512i p = _mm512_madd_epi16(d.W1[k], _mm512_set1_epi32(xs7[k]));
-    const __m512i t = _mm512_srlv_epi32(p, _mm512_sub_epi32(E, PE[k]));
-    acc = _mm512_add_epi32(acc,
-                           _mm512_ternarylogic_epi32(t, d.W2[k], _mm512_set1_epi32(xn[k]), 0x96));
-  }
-  acc = _mm512_add_epi32(acc, _mm512_popcnt_epi32(_mm512_xor_si512(
-                                  d.sign_mask, _mm512_set1_epi32(static_cast<int>(x_signs)))));
-  // c's term, as step8.
-  const __m512i csig = _mm512_mask_or_epi32(
-      _mm512_and_si512(c, _mm512_set1_epi32(0x7fffff)), _mm512_test_epi32_mask(cf, cf),
-      _mm512_and_si512(c, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
-  const __m512i cs = _mm512_srai_epi32(c, 31);
-  __m512i tc = _mm512_srlv_epi32(_mm512_slli_epi32(csig, 2), _mm512_sub_epi32(E, ec));
-  tc = _mm512_sub_epi32(_mm512_xor_si512(tc, cs), cs);
-  // Rule 6 in fp64, 8 lanes at a time.
-  const __m512i e_scale = _mm512_sub_epi32(E, _mm512_set1_epi32(279));
-  __mmask8 ovf_lo, ovf_hi;
-  const __m256 lo = finish8(_mm512_castsi512_si256(acc), _mm512_castsi512_si256(tc),
-                            _mm512_castsi512_si256(e_scale), ovf_lo);
-  const __m256 hi = finish8(_mm512_extracti64x4_epi64(acc, 1), _mm512_extracti64x4_epi64(tc, 1),
-                            _mm512_extracti64x4_epi64(e_scale, 1), ovf_hi);
-  __m512i r = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
-  const __mmask16 ovf = _mm512_kunpackb(ovf_hi, ovf_lo);
-  r = _mm512_mask_or_epi32(r, ovf, _mm512_and_si512(r, _mm512_set1_epi32(int(0x80000000u))),
-                           _mm512_set1_epi32(0x7f800000));
-  // Zero, or truncated to zero: +0.
-  return _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(r, _mm512_set1_epi32(0x7fffffff)), r);
-}
-
-// Rows rows[0..15] (padding lanes repeat a real row) against every x row:
-// cstate[m][j] holds the chain's fp32 bits of row j.
-SD_AVX512 void avx512_block(const bf16* const rows[16], const Args& a, const XDecoded& xd,
-                            uint32_t* cstate) {
-  const int K = a.K;
-  const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
-  for (int m = 0; m < a.m_rows; ++m) _mm512_storeu_si512(cstate + 16 * m, _mm512_setzero_si512());
-  Decoded16 d;
-  for (int s = 0; s < xd.steps; ++s) {
-    const int k0 = s * kMmaK;
-    decode16(rows, k0, K, d);
-    for (int m = 0; m < a.m_rows; ++m) {
-      const bf16* xrow = a.x + m * a.x_stride;
-      uint32_t* cm = cstate + 16 * m;
-      const size_t ms = static_cast<size_t>(m) * xd.steps + s;
-      if (xd.special[ms]) {
-        for (int j = 0; j < 16; ++j) cm[j] = step_bits(cm[j], rows[j], xrow, k0, K);
+      uint32_t* cm = bits + 16 * m;
+      if (xd.at(m, s)) {
+        twin_lanes(0xffffu, cm, rows, kAvx2LaneRow, xrow, k0, K);
         continue;
       }
-      const __m512i c = _mm512_loadu_si512(cm);
-      const size_t i = m * kp + k0;
-      const __m512i r =
-          step16(d, xd.sig7.data() + i, xd.exp.data() + i, xd.neg.data() + i, xd.sign_mask[ms], c);
-      // Rule 7: a lane with inf or NaN in w or c runs the twin's step.
-      const uint32_t special =
-          d.special | _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f800000)),
-                                              _mm512_set1_epi32(0x7f800000));
+      alignas(32) uint32_t c_old[16];
+      uint32_t special = wspec;
+      for (int h = 0; h < 2; ++h) {
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm + 8 * h));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(c_old + 8 * h), c);
+        const __m256i d = step8(W1[h], W2[h], xd.sig.data() + m * kp + k0,
+                                xd.exp.data() + m * kp + k0, xd.neg.data() + m * kp + k0, c);
+        // Rule 7: a lane with inf or NaN in c runs the twin's step (as one in w).
+        const __m256i cf = _mm256_and_si256(_mm256_srli_epi32(c, 23), _mm256_set1_epi32(0xff));
+        special |= static_cast<uint32_t>(_mm256_movemask_ps(
+                       _mm256_castsi256_ps(_mm256_cmpeq_epi32(cf, _mm256_set1_epi32(0xff)))))
+                   << (8 * h);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(cm + 8 * h), d);
+      }
       if (special != 0) {
-        alignas(64) uint32_t nd[16];
-        _mm512_store_si512(nd, r);
         for (int j = 0; j < 16; ++j)
-          if ((special >> j) & 1) nd[j] = step_bits(cm[j], rows[j], xrow, k0, K);
-        std::memcpy(cm, nd, sizeof(nd));
-      } else {
-        _mm512_storeu_si512(cm, r);
+          if ((special >> j) & 1) cm[j] = c_old[j];
+        twin_lanes(special, cm, rows, kAvx2LaneRow, xrow, k0, K);
       }
     }
   }
 }
 
-void avx512_rows(const Args& a, const XDecoded& xd, int64_t block_begin, int64_t block_end) {
-  std::vector<uint32_t> cstate(static_cast<size_t>(a.m_rows) * 16);
-  for (int64_t b = block_begin; b < block_end; ++b) {
-    const int64_t n0 = b * 16;
-    const int valid = static_cast<int>(std::min<int64_t>(16, a.n_rows - n0));
-    const bf16* rows[16];
-    for (int j = 0; j < 16; ++j) rows[j] = a.w + (n0 + std::min(j, valid - 1)) * a.w_stride;
-    avx512_block(rows, a, xd, cstate.data());
+void avx2_rows(const Args& a, const XInt& xd, int64_t block_begin, int64_t block_end) {
+  block_rows(a, block_begin, block_end, kAvx2LaneRow,
+             [&](const bf16* const rows[16], uint32_t* bits) { avx2_block(rows, a, xd, bits); });
+}
+
+// ---- AVX-512: the terms truncated by fp64 fused multiply-adds -------------------
+// 16 rows in two vectors of 8 fp64 lanes (lane j: row j). Per step and x row:
+//   * rule 3 in 16-bit lanes, two k a vector: a product's code is
+//     code(pe) = 16 (pe + 1050) = the w part 16 max(field, 1) (kWZeroCode for +-0)
+//     plus the x part 16 (max(field, 1) + 796) (0 for +-0): a zero factor keeps
+//     the sum below kFloorCode, so zero products never set E. E's code starts at
+//     c's (kFloorCode for c = 0, at least kSubCode: a subnormal c counts at -126)
+//     and takes the max of the 16 products' codes. code(E) is the top 16 bits of
+//     the fp64 bits of bias = 2^(E + 27), so the bias is a word permute.
+//   * rules 4-5: the exact sum of the truncated terms is held as A - B, A and B
+//     starting at the bias, A adding the positive terms, B subtracting the
+//     negative ones, each by one fused multiply-add rounding toward zero. A and B
+//     stay in [2^(E + 27), 2^(E + 28)) (the terms add less than 16 * 2^(E + 2) +
+//     2^(E + 1) < 2^(E + 27)), where the fp64 spacing is 2^(E - 25): so the
+//     product (exact inside the fma), a multiple of the spacing added to a
+//     nonnegative value below 2^(E + 2), rounded toward zero, adds exactly the
+//     term truncated toward zero (rule 4), and A - B is exact (Sterbenz). Which of
+//     w+ (w where w > 0, else 0) and w- goes to A follows the sign of x; zero
+//     products add nothing. c's term enters the same way: A = bias + max(c, 0),
+//     B = bias - min(c, 0), rounded toward zero (|c| < 2^(E + 1)).
+//   * rule 6: A - B (exact, |sum| < 2^(E + 7)) converted to fp32 rounding toward
+//     zero (vcvtpd2ps {rz-sae}: the magnitude truncated, subnormal results kept
+//     as multiples of 2^-149), then back to fp64 (exact) as the next step's c.
+//     Where the rules differ from the conversion: |sum| >= 2^128 gives +-infinity
+//     (the conversion gives +-FLT_MAX; possible only where E > 121, checked on
+//     E's code), and a result that truncated to zero is +0: a -0 inside the chain
+//     acts as +0 (a zero c counts nowhere), so the sign is cleared once, on the
+//     chain's result. MXCSR's flush-to-zero or denormals-are-zero would flush
+//     subnormal weights and results: the kernel is not run when either is set
+//     (mma_gemm_rows_with).
+
+constexpr int16_t kWZeroCode = -8192;                 // w = +-0: + any x part < kFloorCode
+constexpr int16_t kFloorCode = 16 * (-133 + 1050);    // E's floor
+constexpr int16_t kSubCode = 16 * (-126 + 1050);      // a subnormal c
+constexpr int16_t kOverflowCode = 16 * (121 + 1050);  // E above this: the sum may reach 2^128
+constexpr int kFma64Rz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+// Word permutes: word 3 of each fp64 lane of c (lanes 0-7, then 8-15) into both
+// words of dword j; E's word 2j into word 3 of fp64 lane j (kBiasWords[0]) or
+// lane j - 8 (kBiasWords[1]).
+alignas(64) constexpr int16_t kCWords[32] = {3,  3,  7,  7,  11, 11, 15, 15, 19, 19, 23,
+                                             23, 27, 27, 31, 31, 35, 35, 39, 39, 43, 43,
+                                             47, 47, 51, 51, 55, 55, 59, 59, 63, 63};
+alignas(64) constexpr int16_t kBiasWords[2][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 2,  0, 0, 0, 4,  0, 0, 0, 6,
+     0, 0, 0, 8, 0, 0, 0, 10, 0, 0, 0, 12, 0, 0, 0, 14},
+    {0, 0, 0, 16, 0, 0, 0, 18, 0, 0, 0, 20, 0, 0, 0, 22,
+     0, 0, 0, 24, 0, 0, 0, 26, 0, 0, 0, 28, 0, 0, 0, 30}};
+
+// The x rows decoded once per call, per row m and k (padded to whole steps with
+// +0): the value in fp64; where in Fma16::w (bytes) the w rows whose products go
+// to A (w+ for x >= +0, w- for x <= -0) and to B (the other) are; and per pair of
+// k (2i, 2i + 1) the two codes' x parts as one dword.
+struct XFma : XSteps {
+  std::vector<double> v;        // [m][steps * 16]
+  std::vector<int32_t> w_at;    // [m][steps * 16][2]: A's, B's
+  std::vector<uint32_t> code2;  // [m][steps * 8]
+
+  explicit XFma(const Args& a) : XSteps(a) {
+    const size_t kp = static_cast<size_t>(steps) * kMmaK;
+    v.assign(kp * a.m_rows, 0.0);
+    w_at.assign(2 * kp * a.m_rows, 0);
+    code2.assign(kp / 2 * a.m_rows, 0);
     for (int m = 0; m < a.m_rows; ++m)
-      for (int j = 0; j < valid; ++j)
-        a.out[m * a.out_stride + n0 + j] = bits_f32(cstate[16 * static_cast<size_t>(m) + j]);
+      for (int k = 0; k < static_cast<int>(kp); ++k) {  // the padding is +0
+        const bf16 x = k < a.K ? a.x[m * a.x_stride + k] : bf16{0};
+        const size_t i = m * kp + k;
+        v[i] = static_cast<double>(to_f32(x));  // exact (subnormal bf16 included)
+        const int32_t at = static_cast<int32_t>(sizeof(__m512d) * 4 * (k % kMmaK)),
+                      half = static_cast<int32_t>(sizeof(__m512d) * 2);
+        w_at[2 * i] = at + ((x.bits & 0x8000u) != 0 ? half : 0);
+        w_at[2 * i + 1] = at + ((x.bits & 0x8000u) != 0 ? 0 : half);
+        const uint32_t code =
+            (x.bits & 0x7fffu) == 0
+                ? 0u
+                : static_cast<uint32_t>(16 * (std::max((x.bits >> 7) & 0xff, 1) + 796));
+        code2[i / 2] |= code << (16 * (k % 2));
+      }
   }
+};
+
+// One step's 16 rows decoded for fma_step.
+struct alignas(64) Fma16 {
+  __m512d w[kMmaK][4];      // per k: w+ of rows 0-7, of rows 8-15, then w- of both
+  __m512i code[kMmaK / 2];  // per pair i: dword j = w parts of (w[j][2i], w[j][2i + 1])
+  uint32_t special = 0;     // lane j: some w[j][k] is inf or NaN
+};
+
+SD_AVX512 inline void decode_fma16(const bf16* const rows[16], int k0, int K, Fma16& d) {
+  const StepSources src(rows, k0, K);
+  // z[j]: row j's 8 dwords (values 2i, 2i + 1) in the low half, row j + 8's in the high.
+  __m512i z[8], t[8];
+  for (int j = 0; j < 8; ++j)
+    z[j] = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src.src[j]))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src.src[j + 8])), 1);
+  // 8 x 8 dword transposes inside each 256-bit half: t[i] lane j = dword i of row j.
+  {
+    __m512i p[8], q[8];
+    for (int j = 0; j < 4; ++j) {
+      p[2 * j] = _mm512_unpacklo_epi32(z[2 * j], z[2 * j + 1]);
+      p[2 * j + 1] = _mm512_unpackhi_epi32(z[2 * j], z[2 * j + 1]);
+    }
+    for (int j = 0; j < 2; ++j) {
+      q[4 * j] = _mm512_unpacklo_epi64(p[4 * j], p[4 * j + 2]);          // dwords 0, 4
+      q[4 * j + 1] = _mm512_unpackhi_epi64(p[4 * j], p[4 * j + 2]);      // 1, 5
+      q[4 * j + 2] = _mm512_unpacklo_epi64(p[4 * j + 1], p[4 * j + 3]);  // 2, 6
+      q[4 * j + 3] = _mm512_unpackhi_epi64(p[4 * j + 1], p[4 * j + 3]);  // 3, 7
+    }
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int i = 0; i < 4; ++i) {
+      t[i] = _mm512_permutex2var_epi64(q[i], lo, q[4 + i]);
+      t[i + 4] = _mm512_permutex2var_epi64(q[i], hi, q[4 + i]);
+    }
+  }
+  const __m512d zero = _mm512_setzero_pd();
+  __m512i fmax = _mm512_setzero_si512();
+  for (int i = 0; i < kMmaK / 2; ++i) {
+    // 16 * field in each 16-bit half; the w part: 16 max(field, 1), kWZeroCode for +-0.
+    const __m512i f16 = _mm512_and_si512(_mm512_srli_epi16(t[i], 3), _mm512_set1_epi16(0x0ff0));
+    d.code[i] = _mm512_mask_max_epi16(_mm512_set1_epi16(kWZeroCode),
+                                      _mm512_test_epi16_mask(t[i], _mm512_set1_epi16(0x7fff)), f16,
+                                      _mm512_set1_epi16(16));
+    fmax = _mm512_max_epu16(fmax, f16);
+    // The values as fp32 (bf16 bits on top: exact), then fp64 (exact), split by sign.
+    const __m512 v32[2] = {_mm512_castsi512_ps(_mm512_slli_epi32(t[i], 16)),
+                           _mm512_castsi512_ps(_mm512_and_si512(
+                               t[i], _mm512_set1_epi32(static_cast<int>(0xffff0000u))))};
+    for (int e = 0; e < 2; ++e) {
+      __m512d* w = d.w[2 * i + e];
+      const __m512d v_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v32[e]));
+      const __m512d v_hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v32[e], 1));
+      w[0] = _mm512_max_pd(v_lo, zero);
+      w[1] = _mm512_max_pd(v_hi, zero);
+      w[2] = _mm512_min_pd(v_lo, zero);
+      w[3] = _mm512_min_pd(v_hi, zero);
+    }
+  }
+  const __m512i spec = _mm512_movm_epi16(_mm512_cmpeq_epi16_mask(fmax, _mm512_set1_epi16(0x0ff0)));
+  d.special = _mm512_test_epi32_mask(spec, spec);
+}
+
+// One step of one x row (xv, xa, xc: its values, w places and codes from k0) for
+// the 16 lanes of d: c[0], c[1] hold lanes 0-7, 8-15 of the chain and get the
+// step's results (lanes with inf / NaN are fixed by the caller). Returns the
+// lanes set to +-infinity by overflow.
+SD_AVX512 inline uint32_t fma_step(const Fma16& d, const double* xv, const int32_t* xa,
+                                   const uint32_t* xc, __m512d* c) {
+  // c's code: the fp64 exponent field of word 3 of each lane, into both words
+  // of dword j; code(ec) = 16 field + 432, at least kSubCode; kFloorCode for c = 0.
+  const __m512i c_words = _mm512_permutex2var_epi16(
+      _mm512_castpd_si512(c[0]), _mm512_loadu_si512(kCWords), _mm512_castpd_si512(c[1]));
+  const __m512i c_field = _mm512_and_si512(c_words, _mm512_set1_epi16(0x7ff0));
+  __m512i E = _mm512_mask_max_epi16(
+      _mm512_set1_epi16(kFloorCode), _mm512_test_epi16_mask(c_words, _mm512_set1_epi16(0x7ff0)),
+      _mm512_add_epi16(c_field, _mm512_set1_epi16(432)), _mm512_set1_epi16(kSubCode));
+  __m512i pe[kMmaK / 2];  // the products' codes, pairs of k; their max as a tree
+  for (int i = 0; i < kMmaK / 2; ++i)
+    pe[i] = _mm512_add_epi16(d.code[i], _mm512_set1_epi32(static_cast<int>(xc[i])));
+  for (int n = kMmaK / 4; n >= 1; n /= 2)
+    for (int i = 0; i < n; ++i) pe[i] = _mm512_max_epi16(pe[i], pe[i + n]);
+  E = _mm512_max_epi16(E, pe[0]);
+  E = _mm512_max_epi16(E, _mm512_srli_epi32(E, 16));  // lane j's E: the low word of dword j
+  const __mmask32 big = _mm512_cmpgt_epi16_mask(E, _mm512_set1_epi16(kOverflowCode));
+  // bias = 2^(E + 27): code(E) as the top word of each fp64 lane, the rest 0.
+  const __m512d bias[2] = {_mm512_castsi512_pd(_mm512_maskz_permutexvar_epi16(
+                               0x88888888u, _mm512_loadu_si512(kBiasWords[0]), E)),
+                           _mm512_castsi512_pd(_mm512_maskz_permutexvar_epi16(
+                               0x88888888u, _mm512_loadu_si512(kBiasWords[1]), E))};
+  // Two sums per half (even and odd k: shorter dependency chains); c's term in
+  // the even one.
+  const __m512d zero = _mm512_setzero_pd();
+  __m512d A[2][2], B[2][2];
+  for (int h = 0; h < 2; ++h) {
+    A[0][h] = _mm512_add_round_pd(bias[h], _mm512_max_pd(c[h], zero), kFma64Rz);
+    B[0][h] = _mm512_sub_round_pd(bias[h], _mm512_min_pd(c[h], zero), kFma64Rz);
+    A[1][h] = bias[h];
+    B[1][h] = bias[h];
+  }
+  const char* w0 = reinterpret_cast<const char*>(d.w);
+#pragma GCC unroll 16
+  for (int k = 0; k < kMmaK; ++k) {
+    const __m512d x = _mm512_set1_pd(xv[k]);
+    // The positive products (w+ or w-, as x's sign says) to A, the negative ones from B.
+    const __m512d* wa = reinterpret_cast<const __m512d*>(w0 + xa[2 * k]);
+    const __m512d* wb = reinterpret_cast<const __m512d*>(w0 + xa[2 * k + 1]);
+    A[k % 2][0] = _mm512_fmadd_round_pd(wa[0], x, A[k % 2][0], kFma64Rz);
+    A[k % 2][1] = _mm512_fmadd_round_pd(wa[1], x, A[k % 2][1], kFma64Rz);
+    B[k % 2][0] = _mm512_fnmadd_round_pd(wb[0], x, B[k % 2][0], kFma64Rz);
+    B[k % 2][1] = _mm512_fnmadd_round_pd(wb[1], x, B[k % 2][1], kFma64Rz);
+  }
+  uint32_t overflow = 0;
+  for (int h = 0; h < 2; ++h) {
+    // Each difference is exact (Sterbenz), and so is their sum (multiples of
+    // 2^(E - 25) below 2^(E + 8) in magnitude).
+    const __m512d sum =
+        _mm512_add_pd(_mm512_sub_pd(A[0][h], B[0][h]), _mm512_sub_pd(A[1][h], B[1][h]));
+    c[h] = _mm512_cvtps_pd(_mm512_cvt_roundpd_ps(sum, kFma64Rz));
+    if (big != 0) {
+      const __mmask8 o =
+          _mm512_cmp_pd_mask(_mm512_abs_pd(sum), _mm512_set1_pd(0x1p128), _CMP_GE_OQ);
+      c[h] = _mm512_mask_or_pd(c[h], o, _mm512_set1_pd(std::numeric_limits<double>::infinity()),
+                               _mm512_and_pd(sum, _mm512_set1_pd(-0.0)));
+      overflow |= static_cast<uint32_t>(o) << (8 * h);
+    }
+  }
+  return overflow;
+}
+
+// The lanes of c that hold inf or NaN.
+SD_AVX512 inline uint32_t nonfinite_lanes(const __m512d* c) {
+  return static_cast<uint32_t>(_mm512_fpclass_pd_mask(c[0], 0x99)) |
+         static_cast<uint32_t>(_mm512_fpclass_pd_mask(c[1], 0x99)) << 8;
+}
+
+constexpr int kLaneRow[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+// Rows rows[0..15] against every x row: bits[m][j] gets the chain's fp32 bits of
+// row j. state: 16 doubles per x row; nonfinite: one flag per x row (its chain
+// may hold inf / NaN).
+SD_AVX512 void avx512_block(const bf16* const rows[16], const Args& a, const XFma& xd,
+                            double* state, uint8_t* nonfinite, uint32_t* bits) {
+  const int K = a.K;
+  const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
+  std::fill(state, state + 16 * static_cast<size_t>(a.m_rows), 0.0);
+  std::fill(nonfinite, nonfinite + a.m_rows, uint8_t{0});
+  Fma16 d;
+  for (int s = 0; s < xd.steps; ++s) {
+    const int k0 = s * kMmaK;
+    decode_fma16(rows, k0, K, d);
+    for (int m = 0; m < a.m_rows; ++m) {
+      double* cm = state + 16 * m;
+      uint32_t twin = 0xffffu;  // the lanes that run the twin's step
+      alignas(64) uint32_t c_bits[16];
+      if (!xd.at(m, s)) {
+        __m512d c[2] = {_mm512_loadu_pd(cm), _mm512_loadu_pd(cm + 8)};
+        twin = d.special;
+        if (nonfinite[m]) {
+          const uint32_t nf = nonfinite_lanes(c);
+          twin |= nf;
+          nonfinite[m] = nf != 0;
+        }
+        if (twin != 0)
+          for (int j = 0; j < 16; ++j) c_bits[j] = f32_bits(static_cast<float>(cm[j]));
+        const size_t i = m * kp + k0;
+        if (fma_step(d, xd.v.data() + i, xd.w_at.data() + 2 * i, xd.code2.data() + i / 2, c) != 0)
+          nonfinite[m] = 1;
+        _mm512_storeu_pd(cm, c[0]);
+        _mm512_storeu_pd(cm + 8, c[1]);
+      } else {
+        for (int j = 0; j < 16; ++j) c_bits[j] = f32_bits(static_cast<float>(cm[j]));
+      }
+      if (twin != 0) {
+        twin_lanes(twin, c_bits, rows, kLaneRow, a.x + m * a.x_stride, k0, K);
+        for (int j = 0; j < 16; ++j)
+          if ((twin >> j) & 1) {
+            cm[j] = static_cast<double>(bits_f32(c_bits[j]));
+            if ((c_bits[j] & 0x7f800000u) == 0x7f800000u) nonfinite[m] = 1;
+          }
+      }
+    }
+  }
+  // Rule 6: a result that truncated to zero is +0.
+  for (size_t i = 0; i < 16 * static_cast<size_t>(a.m_rows); ++i) {
+    const uint32_t u = f32_bits(static_cast<float>(state[i]));
+    bits[i] = u == 0x80000000u ? 0u : u;
+  }
+}
+
+void avx512_rows(const Args& a, const XFma& xd, int64_t block_begin, int64_t block_end) {
+  std::vector<double> state(16 * static_cast<size_t>(a.m_rows));
+  std::vector<uint8_t> nonfinite(static_cast<size_t>(a.m_rows));
+  block_rows(a, block_begin, block_end, kLaneRow, [&](const bf16* const rows[16], uint32_t* bits) {
+    avx512_block(rows, a, xd, state.data(), nonfinite.data(), bits);
+  });
 }
 
 #endif  // SD_MMA_AVX2
@@ -517,10 +649,9 @@ bool mma_gemm_has_avx2() {
 
 bool mma_gemm_has_avx512() {
 #if SD_MMA_AVX2
-  static const bool has =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vpopcntdq");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   return has;
 #else
   return false;
@@ -556,24 +687,24 @@ void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, i
   require(kernel != MmaGemmKernel::avx2 || mma_gemm_has_avx2(),
           "the AVX2 kernel needs an AVX2 CPU");
   require(kernel != MmaGemmKernel::avx512 || mma_gemm_has_avx512(),
-          "the AVX-512 kernel needs AVX-512 F, BW, DQ, VL and VPOPCNTDQ");
+          "the AVX-512 kernel needs AVX-512 F, BW, DQ and VL");
   require(kernel != MmaGemmKernel::avx512 || !mxcsr_flushes(),
           "the AVX-512 kernel needs MXCSR without flush-to-zero and denormals-are-zero");
 #if SD_MMA_AVX2
   if (kernel == MmaGemmKernel::avx512) {
-    const XDecoded xd(a);
+    const XFma xd(a);
     // Each worker thread has its own MXCSR: one that flushes runs the AVX2 kernel
     // (the same bits) on its range.
     parallel_for((n_rows + 15) / 16, threads, [&](int64_t begin, int64_t end) {
       if (mxcsr_flushes())
-        avx2_rows(a, xd, begin, end);
+        avx2_rows(a, XInt(a), begin, end);
       else
         avx512_rows(a, xd, begin, end);
     });
     return;
   }
   if (kernel == MmaGemmKernel::avx2) {
-    const XDecoded xd(a);
+    const XInt xd(a);
     parallel_for((n_rows + 15) / 16, threads,
                  [&](int64_t begin, int64_t end) { avx2_rows(a, xd, begin, end); });
     return;

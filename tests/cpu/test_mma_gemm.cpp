@@ -273,9 +273,54 @@ TEST(CpuMmaGemm, FlushToZeroModeDoesNotChangeBits) {
   _mm_setcsr(saved);
   for (size_t i = 0; i < want.size(); ++i)
     EXPECT_EQ(hex32(f32_bits(out[i])), hex32(want[i])) << "index " << i;
-  if (mma_gemm_has_avx512()) EXPECT_TRUE(refused);
+  if (mma_gemm_has_avx512()) {
+    EXPECT_TRUE(refused);
+  }
 }
 #endif
+
+// The places where the AVX-512 kernel's fp64 form differs from a plain
+// conversion: chains that overflow to +-inf part-way (sums of products near
+// 2^250, the overflow check on E) and go on (inf, inf - inf); chains whose c
+// becomes subnormal and then meets products far below it (c sets E at -126) or
+// none (c = 0 sets nothing); results that truncate to zero from below (+0); and
+// every K modulo 16 (the padded tail step), rows modulo 16.
+TEST(CpuMmaGemm, OverflowSubnormalCAndSignedZeroChains) {
+  const uint64_t seed = 20261205;
+  SCOPED_TRACE(test::seed_note(seed));
+  test::Gen rng(seed);
+  auto val = [&rng](int field_lo, int field_hi, int zero_in) {
+    if (rng.integer(0, zero_in - 1) == 0)
+      return bf16{static_cast<uint16_t>(rng.integer(0, 1) << 15)};
+    return bf16{static_cast<uint16_t>(
+        (rng.integer(0, 1) << 15) | (rng.integer(field_lo, field_hi) << 7) | rng.integer(0, 127))};
+  };
+  struct Range {
+    int lo, hi;
+  };
+  // Exponent-field ranges of w and x per case: huge (overflow), tiny
+  // (subnormal sums), tiny then tinier (c outgrows products), mixed.
+  const Range cases[][2] = {{{245, 254}, {245, 254}},
+                            {{0, 6}, {0, 6}},
+                            {{0, 30}, {100, 127}},
+                            {{1, 254}, {1, 254}},
+                            {{120, 254}, {0, 134}}};
+  for (const auto& c : cases)
+    for (int K : {16, 31, 48, 77, 160}) {
+      const int n_rows = 33, m_rows = 3;
+      Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+      Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+      for (auto& v : w.v) v = val(c[0].lo, c[0].hi, 5);
+      for (auto& v : x.v) v = val(c[1].lo, c[1].hi, 5);
+      // Row 1: step 0 large, later steps tiny (the chain's c dominates E).
+      for (int k = 16; k < K; ++k) w.v[K + k] = val(0, 2, 3);
+      EXPECT_EQ(check(w, x, K,
+                      "fields w " + std::to_string(c[0].lo) + "-" + std::to_string(c[0].hi) +
+                          " x " + std::to_string(c[1].lo) + "-" + std::to_string(c[1].hi)),
+                0)
+          << "K " << K;
+    }
+}
 
 TEST(CpuMmaGemm, RejectsBadShapes) {
   const bf16 one{0x3f80};

@@ -2,18 +2,23 @@
 // few rows of x, every output bit for bit equal to mma_chain(w[n], x[m], K) on every
 // input (finite, subnormal, zero, inf, NaN).
 //
-// How (src/cpu/mma_gemm.cpp): 16 w rows at a time in vector lanes (AVX-512: one
-// vector of 16 int32 lanes; AVX2: two of 8), one 16-wide k step after another (the
-// chain's order), each x row's values broadcast; a step's 16 x 16 block of w is
-// transposed and decoded once for all x rows. Per step and lane: E from the
-// exponents of the nonzero products, c and the floor -133 (core/mma.h rule 3);
-// each product is an exact 16-bit integer significand product shifted to units of
-// 2^(E - 25) with one variable right shift (rule 4: truncation toward zero of the
-// magnitude, the sign applied after); the 16 terms add exactly in int32
-// (|sum| < 2^31), c's term and that sum add exactly in fp64 (< 2^33), the scaling
-// by 2^(E - 25) is exact in fp64, and the fp64 -> fp32 truncation is done on the
-// bits (AVX2) or by one conversion rounding toward zero plus the overflow and +0
-// fixes (AVX-512; not run when MXCSR flushes subnormals: then AVX2) (rule 6).
+// How (src/cpu/mma_gemm.cpp): 16 w rows at a time in vector lanes, one 16-wide k
+// step after another (the chain's order), each x row's values broadcast; a
+// step's 16 x 16 block of w is transposed and decoded once for all x rows.
+//   * AVX2 (two vectors of 8 int32 lanes): per step and lane, E from the
+//     exponents of the nonzero products, c and the floor -133 (core/mma.h rule
+//     3); each product an exact 16-bit integer significand product shifted to
+//     units of 2^(E - 25) by one variable right shift (rule 4: truncation of the
+//     magnitude, the sign applied after); the terms add exactly in int32, c's
+//     term and that sum in fp64, and the fp64 -> fp32 truncation is done on the
+//     bits (rule 6).
+//   * AVX-512 (two vectors of 8 fp64 lanes): E from 16-bit exponent codes, two k
+//     a vector; each term truncated by a fused multiply-add rounding toward zero
+//     onto a bias of 2^(E + 27) (where the fp64 spacing is 2^(E - 25)), the
+//     positive terms added to one biased sum, the negative ones subtracted from
+//     another; their exact difference converted to fp32 rounding toward zero,
+//     plus the overflow and +0 fixes (rule 6). Not run when MXCSR flushes
+//     subnormals: then AVX2.
 // A step where any input of a lane is inf or NaN runs mma_step_bits for that lane.
 // Without AVX2 (or off x86) every element runs mma_chain. The kernel is chosen at
 // run time (automatic: AVX-512, else AVX2, else the reference); all give the same
@@ -37,7 +42,7 @@ void mma_gemm_rows(const bf16* w, int64_t w_stride, int n_rows, const bf16* x, i
 // reads denormals as zero), else AVX2, else the reference.
 enum class MmaGemmKernel { automatic, reference, avx2, avx512 };
 bool mma_gemm_has_avx2();    // this CPU runs the AVX2 kernel
-bool mma_gemm_has_avx512();  // this CPU runs the AVX-512 kernel (F, BW, DQ, VL, VPOPCNTDQ)
+bool mma_gemm_has_avx512();  // this CPU runs the AVX-512 kernel (F, BW, DQ, VL)
 void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows,
                         const bf16* x, int64_t x_stride, int m_rows, int K, float* out,
                         int64_t out_stride, int threads = 1);
