@@ -22,6 +22,7 @@
 #include "sparkdraft/cuda/backbone.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
+#include "sparkdraft/cuda/confidence.h"
 #include "sparkdraft/cuda/kernels.h"
 #include "sparkdraft/cuda/markov.h"
 #include "sparkdraft/cuda/mma.h"
@@ -115,6 +116,7 @@ class CudaOps final : public StepOps {
     cuda::residual_boundary(p, branch, residual, next, s_);
   }
   void silu_mul(const ops::SiluMulParams& p) override { cuda::silu_mul(p, s_); }
+  void confidence(const ops::ConfidenceParams& p) override { cuda::confidence(p, s_); }
   void gate_up_swiglu(const ops::GateUpParams& p) override {
     if (fusion.mlp && p.rows > kMlpFusedAbove && p.rows <= kMlpFusedUpTo)
       cuda::gemm_swiglu(p, s_);
@@ -228,6 +230,7 @@ struct CudaDraft::Impl {
 
   // Weights (device copies; `sw` points into them).
   DeviceBuffer<bf16> embed, lm_head, fc, hidden_norm, final_norm, w1, w2, context_kv;
+  DeviceBuffer<bf16> conf_w, conf_b;  // the confidence head (contract.md section 9)
   std::vector<DeviceLayer> layers;
   DeviceBuffer<float> rope;
   std::vector<DeviceBuffer<bf16>> kv;  // per layer [pages*page_size, kvh, 2hd] (own caches)
@@ -252,7 +255,8 @@ struct CudaDraft::Impl {
   DeviceBuffer<int64_t> in_anchor, in_pos, in_seed, in_slot, out_tokens;
   DeviceBuffer<float> in_temp;
   DeviceBuffer<int32_t> in_tables;
-  DeviceBuffer<bf16> cache;  // [cache_slots, N, V]
+  DeviceBuffer<bf16> cache;      // [cache_slots, N, V]
+  DeviceBuffer<float> out_conf;  // [max_reqs, N] with the confidence head
   // Context chain: the host API's staging and scratch (grown on demand, outside any
   // graph) and the device API's scratch (max_context_tokens, allocated up front).
   DeviceBuffer<bf16> ctx_hidden, ctx_h, ctx_normed, ctx_in, ctx_kv;
@@ -273,7 +277,7 @@ struct CudaDraft::Impl {
   std::map<int, GraphExec> graphs;                 // by row count
   // propose_device_graphed's graphs: by row count, with the pointers they were captured on.
   struct DeviceGraph {
-    std::array<const void*, 8> pointers{};
+    std::array<const void*, 9> pointers{};
     GraphExec exec;
   };
   std::map<int, DeviceGraph> device_graphs;
@@ -478,6 +482,10 @@ struct CudaDraft::Impl {
     if (w.final_norm) final_norm = upload(w.final_norm, H);
     w1 = upload(w.markov_w1, V * K);
     w2 = upload(w.markov_w2 + v0 * K, Vs * K);
+    if (c.confidence_head) {
+      conf_w = upload(w.confidence_w, static_cast<size_t>(c.confidence_inputs()));
+      conf_b = upload(w.confidence_b, 1);
+    }
     context_kv = upload_pieces(context_kv_pieces(c, w, ls));
     auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
     auto optf = [&](const float* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<float>(); };
@@ -596,6 +604,7 @@ struct CudaDraft::Impl {
     in_slot = DeviceBuffer<int64_t>(R);
     in_temp = DeviceBuffer<float>(R);
     out_tokens = DeviceBuffer<int64_t>(static_cast<size_t>(T));
+    if (c.confidence_head) out_conf = DeviceBuffer<float>(static_cast<size_t>(T));
     cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * c.block_size * c.vocab_size);
     SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
   }
@@ -686,6 +695,10 @@ struct CudaDraft::Impl {
       markov->run(mb, s);
     else
       eager_markov_loop(markov_head(), mb, markov->workspace(), s);
+    // The confidence head after the loop (its tokens feed it), timed with the loop.
+    if (out.confidences)
+      step.confidence(ops, b, h.data(), safe_anchor.data(), out.draft_tokens, w1.data(),
+                      conf_w.data(), conf_b.data(), out.confidences);
     ops.mark(4);
   }
 
@@ -698,9 +711,9 @@ struct CudaDraft::Impl {
       run_device(b, out, s, nullptr);
       return;
     }
-    const std::array<const void*, 8> pointers{b.anchor_tokens,  b.anchor_positions, b.seeds,
-                                              b.temperatures,   b.cache_slots,      b.block_tables,
-                                              out.draft_tokens, out.draft_logits};
+    const std::array<const void*, 9> pointers{
+        b.anchor_tokens, b.anchor_positions, b.seeds,          b.temperatures, b.cache_slots,
+        b.block_tables,  out.draft_tokens,   out.draft_logits, out.confidences};
     auto it = device_graphs.find(b.num_rows);
     if (it != device_graphs.end() && it->second.pointers == pointers) {
       it->second.exec.launch(s);
@@ -802,6 +815,10 @@ struct CudaDraft::Impl {
     validate_propose(c, o, b);
     if (out && (!out->draft_tokens || !out->draft_logits))
       throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
+    if (out && out->confidences && !c.confidence_head)
+      throw InvalidArgument(
+          "propose: confidences were asked for but the config has no confidence head "
+          "(enable_confidence_head is false)");
     const int R = b.num_rows, N = c.block_size;
     const size_t V = c.vocab_size;
     in_anchor.upload(b.anchor_tokens, R, 0, stream);
@@ -819,7 +836,9 @@ struct CudaDraft::Impl {
                          in_temp.data(),
                          in_slot.data(),
                          in_tables.data()};  // the device copies
-    const ProposeOutputs dout{out_tokens.data(), cache.data()};
+    // With the head, every step computes its confidences (one graph either way).
+    const ProposeOutputs dout{out_tokens.data(), cache.data(),
+                              c.confidence_head ? out_conf.data() : nullptr};
     if (plan.runs("cuda graph", "on")) {
       auto it = graphs.find(R);
       if (it == graphs.end()) {
@@ -850,6 +869,8 @@ struct CudaDraft::Impl {
     }
     if (!out) return;
     out_tokens.download(out->draft_tokens, static_cast<size_t>(R) * N, 0, stream);
+    if (out->confidences)
+      out_conf.download(out->confidences, static_cast<size_t>(R) * N, 0, stream);
     for (int r = 0; r < R; ++r) {
       const int64_t slot = b.cache_slots[r];
       if (slot < 0) continue;
@@ -1027,6 +1048,10 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
       "intermediate); otherwise the gate_up GEMM then silu_mul (faster there)",
       "gate_up GEMM, then silu_mul"));
   plan.parts.push_back({"lm_head", "eager", "one tensor-core chain GEMM"});
+  if (c.confidence_head)
+    plan.parts.push_back({"confidence head", "eager",
+                          "one warp per drafted position after the Markov loop, inside the "
+                          "step's CUDA graph; no fused kernel yet"});
   if (!co.fused_markov)
     plan.parts.push_back({"markov loop", "eager", "the fused loop is switched off"});
   else if (markov_refusal.empty())
