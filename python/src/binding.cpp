@@ -387,7 +387,8 @@ ProposeArgs check_propose(const PyDraft& d, const std::string& fn, const Array& 
                           const Array& anchor_positions, const Array& seeds,
                           const Array& temperatures, const Array& cache_slots,
                           const Array& block_tables, const OutArray& out_tokens,
-                          const OutArray& out_draft_logits) {
+                          const OutArray& out_draft_logits,
+                          const OutArray* out_confidences = nullptr) {
   const ModelConfig& c = d.config();
   const DraftOptions& o = d.options();
   if (anchor_tokens.ndim() != 1)
@@ -412,6 +413,14 @@ ProposeArgs check_propose(const PyDraft& d, const std::string& fn, const Array& 
       static_cast<int64_t*>(check_array(out_tokens, fn, "out_tokens", DT::i64, {R, N}, d.dev));
   a.out.draft_logits = static_cast<bf16*>(check_array(
       out_draft_logits, fn, "out_draft_logits", DT::bf16, {int64_t{o.cache_slots}, N, V}, d.dev));
+  if (out_confidences) {
+    if (!c.confidence_head)
+      throw InvalidArgument(fn +
+                            ": out_confidences was given but the draft has no confidence head "
+                            "(enable_confidence_head is false)");
+    a.out.confidences = static_cast<float*>(
+        check_array(*out_confidences, fn, "out_confidences", DT::f32, {R, N}, d.dev));
+  }
   if (R < 1 || R > o.max_reqs)
     throw InvalidArgument(fn + ": rows " + std::to_string(R) +
                           " is outside [1, max_reqs = " + std::to_string(o.max_reqs) + "]");
@@ -933,14 +942,19 @@ NB_MODULE(_core, m) {
           [](PyDraft& d, const Array& anchor_tokens, const Array& anchor_positions,
              const Array& seeds, const Array& temperatures, const Array& cache_slots,
              const Array& block_tables, const OutArray& out_tokens,
-             const OutArray& out_draft_logits, uintptr_t stream) {
+             const OutArray& out_draft_logits, uintptr_t stream, nb::object out_confidences) {
+            // The confidence head's output (contract.md section 9): [rows, N] float32.
+            OutArray conf;
+            if (!out_confidences.is_none()) conf = nb::cast<OutArray>(out_confidences);
             const ProposeArgs a =
                 check_propose(d, "propose", anchor_tokens, anchor_positions, seeds, temperatures,
-                              cache_slots, block_tables, out_tokens, out_draft_logits);
+                              cache_slots, block_tables, out_tokens, out_draft_logits,
+                              out_confidences.is_none() ? nullptr : &conf);
             run_propose(d, a, stream, d.validate, /*graphed=*/false);
           },
           "anchor_tokens"_a, "anchor_positions"_a, "seeds"_a, "temperatures"_a, "cache_slots"_a,
-          "block_tables"_a, "out_tokens"_a, "out_draft_logits"_a, "stream"_a)
+          "block_tables"_a, "out_tokens"_a, "out_draft_logits"_a, "stream"_a,
+          "out_confidences"_a = nb::none())
       // A zero-copy view of one layer's KV cache [slots, kv_heads, 2 * head_dim] bf16
       // (uint16 bits with as_bits, for numpy), kept alive by (and keeping alive) the draft.
       .def(
