@@ -671,6 +671,10 @@ struct CudaDraft::Impl {
     if (R < 1 || R > o.max_reqs)
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
                             std::to_string(o.max_reqs) + "]");
+    if (out.confidences && !c.confidence_head)
+      throw InvalidArgument(
+          "propose_device: confidences were asked for but the config has no confidence head "
+          "(enable_confidence_head is false)");
     CudaOps ops = make_ops(s, ev);
     step.block(ops, sw, block, b);
     last_rows = R;
