@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "sparkdraft/error.h"
 #include "sparkdraft/plan.h"
 #include "sparkdraft/scenario.h"
+#include "sparkdraft/schedule.h"
 #include "sparkdraft/verify.h"
 #include "sparkdraft/version.h"
 
@@ -814,6 +816,15 @@ nb::list plan_list(const StepPlan& p) {
   return parts;
 }
 
+// The schedulers' input (sparkdraft/schedule.h): host confidences [rows, N] float32.
+using HostConfidences = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+int dim_of(const HostConfidences& c, int axis) {
+  if (c.shape(axis) > static_cast<size_t>(INT32_MAX))
+    throw InvalidArgument("confidences: too many rows or steps");
+  return static_cast<int>(c.shape(axis));
+}
+
 }  // namespace
 }  // namespace sparkdraft::python
 
@@ -1103,6 +1114,50 @@ NB_MODULE(_core, m) {
                    [](const PyBound& b) { return b.has_propose ? b.propose.batch.num_rows : 0; })
       .def_prop_ro("max_tokens",
                    [](const PyBound& b) { return b.has_context ? b.context.num_tokens : 0; });
+
+  // Adaptive draft length (contract.md section 9): lengths per row.
+  m.def(
+      "threshold_lengths",
+      [](const HostConfidences& c, float threshold) {
+        std::vector<int> n(c.shape(0));
+        threshold_lengths(c.data(), dim_of(c, 0), dim_of(c, 1), threshold, n.data());
+        return n;
+      },
+      "confidences"_a, "threshold"_a);
+  m.def(
+      "survival_greedy_lengths",
+      [](const HostConfidences& c, const std::vector<double>& sps) {
+        std::vector<int> n(c.shape(0));
+        survival_greedy_lengths(c.data(), dim_of(c, 0), dim_of(c, 1), sps, n.data());
+        return n;
+      },
+      "confidences"_a, "sps"_a);
+  m.def(
+      "survival_capacity",
+      [](const HostConfidences& c, const std::vector<double>& sps) {
+        return survival_capacity(c.data(), dim_of(c, 0), dim_of(c, 1), sps);
+      },
+      "confidences"_a, "sps"_a);
+  m.def(
+      "survival_admit",
+      [](const HostConfidences& c, int64_t capacity) {
+        std::vector<int> n(c.shape(0));
+        survival_admit(c.data(), dim_of(c, 0), dim_of(c, 1), capacity, n.data());
+        return n;
+      },
+      "confidences"_a, "capacity"_a);
+  nb::class_<LaggedSurvivalScheduler>(m, "LaggedSurvivalScheduler")
+      .def(nb::init<std::vector<double>, int64_t>(), "sps"_a, "initial_capacity"_a)
+      .def(
+          "schedule",
+          [](LaggedSurvivalScheduler& s, const HostConfidences& c) {
+            std::vector<int> n(c.shape(0));
+            s.schedule(c.data(), dim_of(c, 0), dim_of(c, 1), n.data());
+            return n;
+          },
+          "confidences"_a)
+      .def_prop_ro("last_capacity", &LaggedSurvivalScheduler::last_capacity)
+      .def_prop_ro("step", &LaggedSurvivalScheduler::step);
 
   m.def("scenario_trace", &scenario_trace, "checkpoint"_a, "request_ids"_a, "padding_before"_a,
         "rounds"_a, "seed"_a);

@@ -68,3 +68,28 @@ def test_a_misshapen_output_is_refused(tiny_conf):
         prop["out_confidences"] = bad
         with pytest.raises(sparkdraft.InvalidArgument, match="out_confidences"):
             d.propose(**prop)
+
+
+def test_schedulers_from_python(tiny_conf):
+    from sparkdraft import schedule
+
+    c = np.array([[0.9, 0.5], [0.8, 0.1]], dtype=np.float32)
+    np.testing.assert_array_equal(schedule.threshold_lengths(c, 0.5), [2, 1])
+    np.testing.assert_array_equal(schedule.threshold_lengths(torch.from_numpy(c), 0.85), [1, 0])
+    # theta_K = tau_K * sps[2 + K]: 2, 2.32, 2.22: Algorithm 1 stops after one draft.
+    np.testing.assert_array_equal(
+        schedule.survival_greedy_lengths(c, [1, 1, 1.0, 0.8, 0.6, 0.6, 0.6]), [1, 0])
+    assert schedule.survival_capacity(c, [1, 1, 1.0, 0.6, 0.6, 0.6, 0.6]) == 4
+    np.testing.assert_array_equal(schedule.survival_admit(c, 3), [2, 1])
+    lagged = schedule.LaggedSurvivalScheduler([1.0] * 9, 1)
+    np.testing.assert_array_equal(lagged.schedule(c), [1, 0])
+    assert lagged.step == 1 and lagged.last_capacity == 1
+    with pytest.raises(sparkdraft.DTypeError):
+        schedule.threshold_lengths(c.astype(np.float64), 0.5)
+    with pytest.raises(sparkdraft.InvalidArgument, match="threshold"):
+        schedule.threshold_lengths(c, 1.5)
+    # The scheduler on a real draft's output: lengths within [0, N], padding rows 0.
+    prop = drafted(tiny_conf, "cpu")
+    n = schedule.threshold_lengths(prop["out_confidences"], 0.5)
+    assert n.shape == (5,) and n[1] == 0
+    assert np.all((n >= 0) & (n <= tiny_conf.config["block_size"]))
