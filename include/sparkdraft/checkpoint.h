@@ -12,6 +12,9 @@
 //   layers.i.self_attn.{q_norm, k_norm}.weight [hd]          (qk_norm)
 //   layers.i.mlp.{gate_proj, up_proj [I, H], down_proj [H, I]}.weight,
 //   markov_head.markov_w1.weight [V, r], markov_head.markov_w2.weight [V, r].
+// The confidence head (enable_confidence_head) adds
+//   confidence_head.proj.weight [1, H + r'], confidence_head.proj.bias [1]
+//   (r' = r with confidence_head_with_markov, else 0).
 // Muse-style options add:
 //   layers.i.self_attn.g_proj.weight [nH*hd, H]              (output_gate)
 //   layers.i.self_attn.o_norm.weight [hd]                     (o_norm)
@@ -57,13 +60,15 @@ struct LayerWeights {
 };
 
 struct DraftWeights {
-  const bf16* embed = nullptr;        // [V, H]
-  const bf16* lm_head = nullptr;      // [V, H]
-  const bf16* fc = nullptr;           // [H, taps*H_t]
-  const bf16* hidden_norm = nullptr;  // [H]
-  const bf16* final_norm = nullptr;   // [H]
-  const bf16* markov_w1 = nullptr;    // [V, r]
-  const bf16* markov_w2 = nullptr;    // [V, r]
+  const bf16* embed = nullptr;         // [V, H]
+  const bf16* lm_head = nullptr;       // [V, H]
+  const bf16* fc = nullptr;            // [H, taps*H_t]
+  const bf16* hidden_norm = nullptr;   // [H]
+  const bf16* final_norm = nullptr;    // [H]
+  const bf16* markov_w1 = nullptr;     // [V, r]
+  const bf16* markov_w2 = nullptr;     // [V, r]
+  const bf16* confidence_w = nullptr;  // [1, H + r'] (contract.md section 9)
+  const bf16* confidence_b = nullptr;  // [1]
   std::vector<LayerWeights> layers;
 };
 
@@ -148,6 +153,7 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
 
 // Named synthetic shapes for make-checkpoint.
 //   tiny:     H 64, L 2, 4/2 heads, hd 16, I 160, V 1000, r 64, N 7, 3 taps of H_t 48
+//   tiny-conf: tiny with the confidence head on [h ; w1[prev]] (contract.md section 9)
 //   qwen3-8b: the published Qwen3-8B draft shape (H 4096, L 5, 32/8, hd 128, I 12288,
 //             V 151936, r 256, N 7, taps [1,9,17,25,33] of 4096)
 //   muse:     the open Muse Spark draft shape (H 8192, L 5, 128/16, hd 64, I 16384,

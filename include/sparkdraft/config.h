@@ -97,8 +97,17 @@ struct ModelConfig {
   std::optional<float> logit_soft_cap;
   // Layout: true = DSpark (N queries give N drafts).
   bool sample_from_anchor = true;
+  // The confidence head (contract.md section 9): c = sigmoid(w . [h ; w1[prev]] + b)
+  // per drafted position. `enable_confidence_head` / `confidence_head_with_markov`
+  // in the JSON forms; with_markov needs the head and a Markov rank > 0.
+  bool confidence_head = false;
+  bool confidence_head_with_markov = false;
 
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
+  // The confidence head's input width: H + r with the Markov embedding, else H.
+  int confidence_inputs() const {
+    return hidden_size + (confidence_head_with_markov ? markov_rank : 0);
+  }
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
   LayerAttention attention_of(int layer) const {

@@ -6,7 +6,8 @@
 //   propose:       per request the query block (anchor at position a, N-1 mask
 //                  tokens) -> backbone -> final norm -> lm_head -> Markov loop
 //                  -> draft_tokens [rows, N] and the draft-logits cache
-//                  [cache_slots, N, V].
+//                  [cache_slots, N, V]; with the confidence head, also
+//                  confidences [rows, N] (contract.md section 9).
 //
 // The KV cache of each layer is [pages, page_size, kv_heads, 2*head_dim] bf16 and
 // belongs to the backend; slot = page * page_size + offset through the request's
@@ -79,6 +80,10 @@ struct ProposeBatch {
 struct ProposeOutputs {
   int64_t* draft_tokens = nullptr;  // [rows, N]
   bf16* draft_logits = nullptr;     // [cache_slots, N, V]
+  // [rows, N] fp32: the confidence head's value of every drafted position
+  // (contract.md section 9; padding rows +0). Written when the config has the head
+  // and this is given; refused (InvalidArgument) for a config without the head.
+  float* confidences = nullptr;
 };
 
 struct StageTimings {

@@ -43,8 +43,10 @@ struct RequestDraft {
   float temperature;
   std::vector<int64_t> tokens;  // [N]
   std::vector<bf16> logits;     // [N, V] the request's draft-logits cache rows
-  int accepted = 0;             // k: drafts the verifier accepted
-  int64_t emitted = 0;          // the token it emitted at a + k + 1 (the next anchor)
+  std::vector<float>
+      confidences;      // [N] with the confidence head (contract.md section 9), else empty
+  int accepted = 0;     // k: drafts the verifier accepted
+  int64_t emitted = 0;  // the token it emitted at a + k + 1 (the next anchor)
 };
 
 struct ScenarioRound {

@@ -254,12 +254,15 @@ class Draft:
         out_tokens,
         out_draft_logits,
         stream=None,
+        out_confidences=None,
     ) -> None:
         """Drafts N tokens per row into ``out_tokens`` [rows, N] (int64) and the
         draft-logits cache ``out_draft_logits`` [cache_slots, N, V] (bf16, the rows of the
         slots used). Inputs per row: anchor token and position (int64), seed (int64),
         temperature (float32 >= 0), cache slot (int64, -1 = padding row), block table
-        [rows, max_pages_per_req] (int32)."""
+        [rows, max_pages_per_req] (int32). A draft with the confidence head
+        (``enable_confidence_head``) also writes ``out_confidences`` [rows, N] (float32)
+        when given: the predicted survival of each drafted position (padding rows 0)."""
         self._d.propose(
             anchor_tokens,
             anchor_positions,
@@ -270,6 +273,7 @@ class Draft:
             out_tokens,
             out_draft_logits,
             self._stream(stream),
+            out_confidences,
         )
 
     def verify(

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "sparkdraft/error.h"
 #include "sparkdraft/plan.h"
 #include "sparkdraft/scenario.h"
+#include "sparkdraft/schedule.h"
 #include "sparkdraft/verify.h"
 #include "sparkdraft/version.h"
 
@@ -387,7 +389,8 @@ ProposeArgs check_propose(const PyDraft& d, const std::string& fn, const Array& 
                           const Array& anchor_positions, const Array& seeds,
                           const Array& temperatures, const Array& cache_slots,
                           const Array& block_tables, const OutArray& out_tokens,
-                          const OutArray& out_draft_logits) {
+                          const OutArray& out_draft_logits,
+                          const OutArray* out_confidences = nullptr) {
   const ModelConfig& c = d.config();
   const DraftOptions& o = d.options();
   if (anchor_tokens.ndim() != 1)
@@ -412,6 +415,14 @@ ProposeArgs check_propose(const PyDraft& d, const std::string& fn, const Array& 
       static_cast<int64_t*>(check_array(out_tokens, fn, "out_tokens", DT::i64, {R, N}, d.dev));
   a.out.draft_logits = static_cast<bf16*>(check_array(
       out_draft_logits, fn, "out_draft_logits", DT::bf16, {int64_t{o.cache_slots}, N, V}, d.dev));
+  if (out_confidences) {
+    if (!c.confidence_head)
+      throw InvalidArgument(fn +
+                            ": out_confidences was given but the draft has no confidence head "
+                            "(enable_confidence_head is false)");
+    a.out.confidences = static_cast<float*>(
+        check_array(*out_confidences, fn, "out_confidences", DT::f32, {R, N}, d.dev));
+  }
   if (R < 1 || R > o.max_reqs)
     throw InvalidArgument(fn + ": rows " + std::to_string(R) +
                           " is outside [1, max_reqs = " + std::to_string(o.max_reqs) + "]");
@@ -805,6 +816,15 @@ nb::list plan_list(const StepPlan& p) {
   return parts;
 }
 
+// The schedulers' input (sparkdraft/schedule.h): host confidences [rows, N] float32.
+using HostConfidences = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+int dim_of(const HostConfidences& c, int axis) {
+  if (c.shape(axis) > static_cast<size_t>(INT32_MAX))
+    throw InvalidArgument("confidences: too many rows or steps");
+  return static_cast<int>(c.shape(axis));
+}
+
 }  // namespace
 }  // namespace sparkdraft::python
 
@@ -933,14 +953,19 @@ NB_MODULE(_core, m) {
           [](PyDraft& d, const Array& anchor_tokens, const Array& anchor_positions,
              const Array& seeds, const Array& temperatures, const Array& cache_slots,
              const Array& block_tables, const OutArray& out_tokens,
-             const OutArray& out_draft_logits, uintptr_t stream) {
+             const OutArray& out_draft_logits, uintptr_t stream, nb::object out_confidences) {
+            // The confidence head's output (contract.md section 9): [rows, N] float32.
+            OutArray conf;
+            if (!out_confidences.is_none()) conf = nb::cast<OutArray>(out_confidences);
             const ProposeArgs a =
                 check_propose(d, "propose", anchor_tokens, anchor_positions, seeds, temperatures,
-                              cache_slots, block_tables, out_tokens, out_draft_logits);
+                              cache_slots, block_tables, out_tokens, out_draft_logits,
+                              out_confidences.is_none() ? nullptr : &conf);
             run_propose(d, a, stream, d.validate, /*graphed=*/false);
           },
           "anchor_tokens"_a, "anchor_positions"_a, "seeds"_a, "temperatures"_a, "cache_slots"_a,
-          "block_tables"_a, "out_tokens"_a, "out_draft_logits"_a, "stream"_a)
+          "block_tables"_a, "out_tokens"_a, "out_draft_logits"_a, "stream"_a,
+          "out_confidences"_a = nb::none())
       // A zero-copy view of one layer's KV cache [slots, kv_heads, 2 * head_dim] bf16
       // (uint16 bits with as_bits, for numpy), kept alive by (and keeping alive) the draft.
       .def(
@@ -1089,6 +1114,50 @@ NB_MODULE(_core, m) {
                    [](const PyBound& b) { return b.has_propose ? b.propose.batch.num_rows : 0; })
       .def_prop_ro("max_tokens",
                    [](const PyBound& b) { return b.has_context ? b.context.num_tokens : 0; });
+
+  // Adaptive draft length (contract.md section 9): lengths per row.
+  m.def(
+      "threshold_lengths",
+      [](const HostConfidences& c, float threshold) {
+        std::vector<int> n(c.shape(0));
+        threshold_lengths(c.data(), dim_of(c, 0), dim_of(c, 1), threshold, n.data());
+        return n;
+      },
+      "confidences"_a, "threshold"_a);
+  m.def(
+      "survival_greedy_lengths",
+      [](const HostConfidences& c, const std::vector<double>& sps) {
+        std::vector<int> n(c.shape(0));
+        survival_greedy_lengths(c.data(), dim_of(c, 0), dim_of(c, 1), sps, n.data());
+        return n;
+      },
+      "confidences"_a, "sps"_a);
+  m.def(
+      "survival_capacity",
+      [](const HostConfidences& c, const std::vector<double>& sps) {
+        return survival_capacity(c.data(), dim_of(c, 0), dim_of(c, 1), sps);
+      },
+      "confidences"_a, "sps"_a);
+  m.def(
+      "survival_admit",
+      [](const HostConfidences& c, int64_t capacity) {
+        std::vector<int> n(c.shape(0));
+        survival_admit(c.data(), dim_of(c, 0), dim_of(c, 1), capacity, n.data());
+        return n;
+      },
+      "confidences"_a, "capacity"_a);
+  nb::class_<LaggedSurvivalScheduler>(m, "LaggedSurvivalScheduler")
+      .def(nb::init<std::vector<double>, int64_t>(), "sps"_a, "initial_capacity"_a)
+      .def(
+          "schedule",
+          [](LaggedSurvivalScheduler& s, const HostConfidences& c) {
+            std::vector<int> n(c.shape(0));
+            s.schedule(c.data(), dim_of(c, 0), dim_of(c, 1), n.data());
+            return n;
+          },
+          "confidences"_a)
+      .def_prop_ro("last_capacity", &LaggedSurvivalScheduler::last_capacity)
+      .def_prop_ro("step", &LaggedSurvivalScheduler::step);
 
   m.def("scenario_trace", &scenario_trace, "checkpoint"_a, "request_ids"_a, "padding_before"_a,
         "rounds"_a, "seed"_a);

@@ -1,4 +1,6 @@
 // The backend-against-backend comparisons of `sparkdraft check` (check.h).
+#include <cmath>
+#include <cstring>
 #include <sstream>
 #include <utility>
 
@@ -68,6 +70,33 @@ CheckLine compare_tokens(const std::string& what, const std::vector<int64_t>& fo
   return line;
 }
 
+// fp32 values bit for bit, a NaN by NaN-ness (contract.md section 3).
+CheckLine compare_f32(const std::string& what, const std::vector<float>& found,
+                      const std::vector<float>& expected) {
+  CheckLine line{what, true, ""};
+  if (found.size() != expected.size()) {
+    line.equal = false;
+    line.detail =
+        "sizes " + std::to_string(found.size()) + " vs " + std::to_string(expected.size());
+    return line;
+  }
+  for (size_t i = 0; i < found.size(); ++i) {
+    const float f = found[i], e = expected[i];
+    uint32_t fb, eb;
+    std::memcpy(&fb, &f, 4);
+    std::memcpy(&eb, &e, 4);
+    if (std::isnan(f) && std::isnan(e)) continue;
+    if (fb != eb) {
+      std::ostringstream os;
+      os << "step " << i << ": found 0x" << std::hex << fb << " expected 0x" << eb;
+      line.equal = false;
+      line.detail = os.str();
+      break;
+    }
+  }
+  return line;
+}
+
 }  // namespace
 
 CheckSide run_check_side(DraftBackend& backend, const ScenarioOptions& s) {
@@ -87,6 +116,9 @@ void compare_check_sides(CheckReport& report, const CheckSide& expected, const C
           "round " + std::to_string(round) + " request " + std::to_string(de.request_id);
       report.lines.push_back(compare_tokens(where + " tokens: " + names, df.tokens, de.tokens));
       report.lines.push_back(compare_bf16(where + " draft logits: " + names, df.logits, de.logits));
+      if (!de.confidences.empty() || !df.confidences.empty())
+        report.lines.push_back(
+            compare_f32(where + " confidences: " + names, df.confidences, de.confidences));
     }
   for (size_t l = 0; l < expected.kv.size(); ++l)
     report.lines.push_back(compare_bf16("KV cache layer " + std::to_string(l) + ": " + names,

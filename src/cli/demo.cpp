@@ -97,6 +97,10 @@ Command add_demo(CLI::App& app) {
             "the draft step. Target logits: a seeded stand-in (the draft's logits + noise of "
             "standard deviation %g).\n",
             c.block_size, static_cast<double>(opts->target_noise));
+        if (c.confidence_head)
+          std::printf(
+              "confidence = the confidence head's predicted survival of each draft token "
+              "(contract.md section 9).\n");
         const int N = c.block_size;
         std::vector<long long> reached(N, 0), accepted(N, 0);
         long long verified_rows = 0, accepted_total = 0;
@@ -107,6 +111,10 @@ Command add_demo(CLI::App& app) {
                         static_cast<long long>(d.anchor_token),
                         static_cast<long long>(d.anchor_position), d.temperature);
             for (int64_t t : d.tokens) std::printf(" %lld", static_cast<long long>(t));
+            if (!d.confidences.empty()) {
+              std::printf("  confidence:");
+              for (float v : d.confidences) std::printf(" %.2f", static_cast<double>(v));
+            }
             std::printf("  accepted %d  emitted %lld\n", d.accepted,
                         static_cast<long long>(d.emitted));
             for (int j = 0; j < N && j <= d.accepted; ++j) {

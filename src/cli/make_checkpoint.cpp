@@ -50,6 +50,7 @@ Command add_make_checkpoint(CLI::App& app) {
     bool force = false;
     // Shape options for a draft of a given target (0 / empty: the preset's).
     int vocab = 0, target_hidden = 0, block_size = 0;
+    std::string confidence_head;  // "", "markov", "plain" or "none"
     std::vector<int> target_layers;
   };
   auto opts = std::make_shared<Opts>();
@@ -61,7 +62,8 @@ Command add_make_checkpoint(CLI::App& app) {
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   sub->add_option(
          "--preset", opts->preset,
-         "Shape: tiny (seconds, for tests), qwen3-8b (the published Qwen3-8B draft, "
+         "Shape: tiny (seconds, for tests), tiny-conf (tiny with the confidence head), qwen3-8b "
+         "(the published Qwen3-8B draft, "
          "~4.7 GB) or muse (the open Muse Spark draft shape, ~13.9 GB with embeddings and lm_head)")
       ->check(CLI::IsMember(preset_names()))
       ->capture_default_str();
@@ -90,6 +92,10 @@ Command add_make_checkpoint(CLI::App& app) {
   sub->add_option("--block-size", opts->block_size,
                   "Draft tokens per request per round N. Default: the preset's")
       ->check(CLI::Range(1, 1 << 10));
+  sub->add_option("--confidence-head", opts->confidence_head,
+                  "The confidence head (contract.md section 9): markov (input [h ; w1[prev]]), "
+                  "plain (input h) or none. Default: the preset's (tiny-conf: markov, else none)")
+      ->check(CLI::IsMember({"markov", "plain", "none"}));
   return {sub, [opts] {
             ModelConfig config = preset_config(opts->preset, opts->style);
             if (opts->vocab > 0) {
@@ -99,6 +105,10 @@ Command add_make_checkpoint(CLI::App& app) {
             if (opts->target_hidden > 0) config.target_hidden_size = opts->target_hidden;
             if (!opts->target_layers.empty()) config.target_layer_ids = opts->target_layers;
             if (opts->block_size > 0) config.block_size = opts->block_size;
+            if (!opts->confidence_head.empty()) {
+              config.confidence_head = opts->confidence_head != "none";
+              config.confidence_head_with_markov = opts->confidence_head == "markov";
+            }
             config.validate();  // a bad shape is refused before anything is written
             refuse_existing_output(opts->out, opts->force);
             // Ctrl-C removes what this run wrote (never a file that was there before,

@@ -27,6 +27,7 @@
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/ops/attention.h"
 #include "sparkdraft/ops/boundary.h"
+#include "sparkdraft/ops/confidence.h"
 #include "sparkdraft/ops/embed.h"
 #include "sparkdraft/ops/gemm.h"
 #include "sparkdraft/ops/kv.h"
@@ -200,6 +201,13 @@ void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream);
 // cpu::silu_mul: y = bf16(silu(f32(g)) * f32(u)), gu [rows, 2I], y [rows, I].
 // One thread per output element.
 void silu_mul(const ops::SiluMulParams& p, cudaStream_t stream);
+
+// cpu::confidence (ops/confidence.h, contract.md section 9). One warp per (row, step)
+// value, 4 per 128-thread block; the warp walks [h ; e] in the canonical order of
+// core/reduce.h (lane l owns chunks l, l+32, ... of 8 inputs, one fma per term) and
+// combines the lanes with the xor butterfly, then adds the bias and applies
+// sigmoid_f32 (core/confidence.h).
+void confidence(const ops::ConfidenceParams& p, cudaStream_t stream);
 
 // cpu::o_norm_gate (in place on o [tokens, heads*head_dim]); the gate applies when
 // g is not null. One warp per (token, head).

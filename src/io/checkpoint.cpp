@@ -9,9 +9,9 @@
 // their tensor names too, in case a config did not give them away. A tensor
 // the draft knows but the config switches off (q_norm weights with qk_norm
 // false, a layer past num_layers, ...) is refused, naming the tensor and the
-// switch (LoadOptions::allow_unused_weights loads it anyway); tensors the
-// draft does not know (confidence_head.*, gated/rnn Markov extras of other
-// configs, ...) are allowed and ignored.
+// switch (LoadOptions::allow_unused_weights loads it anyway; confidence_head.*
+// with enable_confidence_head false among them); tensors the draft does not
+// know (gated/rnn Markov extras of other configs, ...) are allowed and ignored.
 #include "sparkdraft/checkpoint.h"
 
 #include <fcntl.h>
@@ -278,6 +278,9 @@ const Switch kSwitches[] = {
     {[](ModelConfig& c) { c.norm_gain = NormGain::weight; },
      [](ModelConfig& c, const ModelConfig& k) { c.norm_gain = k.norm_gain; },
      [](const ModelConfig& k) { return std::string("norm_gain is ") + to_string(k.norm_gain); }},
+    {[](ModelConfig& c) { c.confidence_head = true; },
+     [](ModelConfig& c, const ModelConfig& k) { c.confidence_head = k.confidence_head; },
+     [](const ModelConfig&) { return std::string("enable_confidence_head is false"); }},
     {[](ModelConfig& c) { c.markov_rank = std::max(c.markov_rank, 1); },
      [](ModelConfig& c, const ModelConfig& k) { c.markov_rank = k.markov_rank; },
      [](const ModelConfig&) { return std::string("markov_rank is 0"); }},
@@ -292,7 +295,7 @@ std::set<std::string> names_of(const ModelConfig& c) {
 // Refuses a stored tensor the draft knows but this config switches off (q_norm
 // weights with qk_norm false, a layer past num_layers, ...): loading it anyway
 // would draft with a different model than the one trained. Names the draft does
-// not know (confidence_head.*, other heads' extras) stay allowed.
+// not know (other heads' extras) stay allowed.
 void refuse_unused(const ModelConfig& config, const std::map<std::string, Found>& stored,
                    const std::string& dir) {
   ModelConfig all_on = config;
@@ -379,6 +382,10 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   if (c.markov_rank > 0) {
     add("markov_head.markov_w1.weight", {V, c.markov_rank});
     add("markov_head.markov_w2.weight", {V, c.markov_rank});
+  }
+  if (c.confidence_head) {
+    add("confidence_head.proj.weight", {1, c.confidence_inputs()});
+    add("confidence_head.proj.bias", {1});
   }
   return specs;
 }
@@ -477,6 +484,8 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
   w.final_norm = bf("norm.weight");
   w.markov_w1 = bf("markov_head.markov_w1.weight");
   w.markov_w2 = bf("markov_head.markov_w2.weight");
+  w.confidence_w = bf("confidence_head.proj.weight");
+  w.confidence_b = bf("confidence_head.proj.bias");
   w.layers.resize(ck.config_.num_layers);
   for (int i = 0; i < ck.config_.num_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";

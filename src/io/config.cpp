@@ -228,6 +228,14 @@ const std::set<std::string>& our_keys() {
   return keys;
 }
 
+// Keys of our JSON that may be absent (configs written before they existed): the
+// confidence head's flags, default off.
+const std::set<std::string>& our_optional_keys() {
+  static const std::set<std::string> keys = {"enable_confidence_head",
+                                             "confidence_head_with_markov"};
+  return keys;
+}
+
 // Fields whose presence marks a DeepSeek-V4 (MLA / MoE / mHC / MTP) draft.
 constexpr const char* kDeepSeekV4Fields[] = {
     "dspark_target_layer_ids",  "kv_lora_rank", "q_lora_rank", "n_routed_experts",
@@ -306,6 +314,12 @@ void ModelConfig::validate() const {
   fits("num_heads * head_dim", static_cast<int64_t>(num_heads) * head_dim);
   fits("taps * target_hidden_size", static_cast<int64_t>(taps()) * target_hidden_size);
   fits("2 * intermediate_size", 2 * static_cast<int64_t>(intermediate_size));
+  if (confidence_head_with_markov && !confidence_head)
+    bad("confidence_head_with_markov", "is true but enable_confidence_head is false");
+  if (confidence_head_with_markov && markov_rank == 0)
+    bad("confidence_head_with_markov", "needs a Markov head (markov_rank is 0)");
+  fits("hidden_size + markov_rank (the confidence head's input)",
+       static_cast<int64_t>(hidden_size) + markov_rank);
   if (!sample_from_anchor)
     throw ConfigError("the fill-in layout (sample_from_anchor = false) is not supported yet");
 }
@@ -342,6 +356,8 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["logit_soft_cap"] =
       c.logit_soft_cap ? json(float_to_json_number(*c.logit_soft_cap)) : json(nullptr);
   j["sample_from_anchor"] = c.sample_from_anchor;
+  j["enable_confidence_head"] = c.confidence_head;
+  j["confidence_head_with_markov"] = c.confidence_head_with_markov;
   return j;
 }
 
@@ -354,7 +370,8 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     f.fail("format_version " + std::to_string(f.integer("format_version", 1)) +
            " is not supported (this build reads " + std::to_string(kFormatVersion) + ")");
   for (const auto& item : j.items())
-    if (!our_keys().count(item.key())) f.fail("unknown field '" + io::excerpt(item.key()) + "'");
+    if (!our_keys().count(item.key()) && !our_optional_keys().count(item.key()))
+      f.fail("unknown field '" + io::excerpt(item.key()) + "'");
   for (const std::string& key : our_keys())
     if (!j.contains(key)) f.fail("missing field '" + key + "'");
 
@@ -399,6 +416,9 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   if (f.has("logit_multiplier")) c.logit_multiplier = f.number_f32("logit_multiplier");
   if (f.has("logit_soft_cap")) c.logit_soft_cap = f.number_f32("logit_soft_cap");
   c.sample_from_anchor = f.boolean("sample_from_anchor");
+  if (f.has("enable_confidence_head")) c.confidence_head = f.boolean("enable_confidence_head");
+  if (f.has("confidence_head_with_markov"))
+    c.confidence_head_with_markov = f.boolean("confidence_head_with_markov");
   c.validate();
   return c;
 }
@@ -592,6 +612,11 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   }
   c.mask_token_id = f.integer("mask_token_id", 0, std::numeric_limits<int64_t>::max());
   c.markov_rank = static_cast<int>(f.integer("markov_rank", 0));
+  // The confidence head (contract.md section 9): absent flags are off, as in DeepSpec's
+  // config class; without the head, confidence_head_with_markov says nothing.
+  c.confidence_head = f.has("enable_confidence_head") && f.boolean("enable_confidence_head");
+  c.confidence_head_with_markov = c.confidence_head && f.has("confidence_head_with_markov") &&
+                                  f.boolean("confidence_head_with_markov");
   c.target_hidden_size = f.has("target_hidden_size")
                              ? static_cast<int>(f.integer("target_hidden_size", 1))
                              : c.hidden_size;
@@ -719,7 +744,8 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   j["mask_token_id"] = c.mask_token_id;
   j["markov_rank"] = c.markov_rank;
   j["markov_head_type"] = "vanilla";
-  j["enable_confidence_head"] = false;
+  j["enable_confidence_head"] = c.confidence_head;
+  if (c.confidence_head) j["confidence_head_with_markov"] = c.confidence_head_with_markov;
   j["layer_types"] = json::array();
   int window = 0;
   bool default_causality = true;

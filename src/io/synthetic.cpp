@@ -117,7 +117,7 @@ void fill_tensor(const Init& init, uint64_t key, uint8_t* dst, int64_t n) {
 
 ModelConfig shape_of(const std::string& preset) {
   ModelConfig c;
-  if (preset == "tiny") {
+  if (preset == "tiny" || preset == "tiny-conf") {
     c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
     c.intermediate_size = 160, c.vocab_size = 1000, c.markov_rank = 64, c.block_size = 7;
     c.target_hidden_size = 48, c.target_layer_ids = {1, 5, 9};
@@ -189,11 +189,12 @@ void apply_style(ModelConfig& c, const std::string& style) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "qwen3-8b", "muse"}; }
+std::vector<std::string> preset_names() { return {"tiny", "tiny-conf", "qwen3-8b", "muse"}; }
 
 ModelConfig preset_config(const std::string& preset, const std::string& style) {
   ModelConfig c = shape_of(preset);
   apply_style(c, style.empty() ? (preset == "muse" ? "muse" : "qwen3") : style);
+  if (preset == "tiny-conf") c.confidence_head = c.confidence_head_with_markov = true;
   c.validate();
   return c;
 }

@@ -132,13 +132,25 @@ class CpuDraft final : public CpuDraftBackend {
     validate_propose(c_, o_, b);
     if (!out.draft_tokens || !out.draft_logits)
       throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
+    if (out.confidences && !c_.confidence_head)
+      throw InvalidArgument(
+          "propose: confidences were asked for but the config has no "
+          "confidence head (enable_confidence_head is false)");
     const SafeMarkovRows rows(b);
     MarkovInputs in{&c_, &w_, &transform_, &rows.view(), o_.cache_slots, o_.threads};
+    // The head after the loop, on the rank that holds the tokens (rank 0).
+    auto confidence = [&](LayerRank& lr, int threads) {
+      if (!out.confidences) return;
+      std::unique_ptr<CpuOps> ops = make_ops_(threads, nullptr);
+      lr.step.confidence(*ops, b, lr.hidden.data(), rows.view().anchor_tokens, out.draft_tokens,
+                         w_.markov_w1, w_.confidence_w, w_.confidence_b, out.confidences);
+    };
     if (layer_tp_ == 1) {
       // Replicated layers: the backbone once, then the vocabulary over o_.tp ranks.
       block_tp_rank(ranks_[0], nullptr, b, o_.threads);
       run_vocab_parallel_markov(in, o_.tp, ranks_[0].hidden.data(), out, &t_.lm_head_ms,
                                 &t_.markov_ms);
+      confidence(ranks_[0], o_.threads);
       return;
     }
     // Sharded layers: each rank runs its layer shard and then its vocabulary shard.
@@ -148,6 +160,7 @@ class CpuDraft final : public CpuDraftBackend {
       block_tp_rank(lr, &comm, b, rank_threads());
       run_markov_tp_rank(in, &comm, lr.hidden.data(), out, &t_.lm_head_ms, &t_.markov_ms);
     });
+    confidence(ranks_[0], o_.threads);
   }
 
  private:

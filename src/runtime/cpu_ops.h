@@ -12,6 +12,7 @@
 
 #include "runtime/step.h"
 #include "sparkdraft/comm.h"
+#include "sparkdraft/cpu/confidence.h"
 #include "sparkdraft/cpu/ops.h"
 
 namespace sparkdraft {
@@ -53,6 +54,7 @@ class CpuOps : public StepOps {
   void gate_up_swiglu(const ops::GateUpParams& p) override { eager_gate_up_swiglu(*this, p); }
   void qkv_front(const ops::QkvFrontParams& p) override { eager_qkv_front(*this, p); }
   void embed_norm(const ops::EmbedNormParams& p) override { eager_embed_norm(*this, p); }
+  void confidence(const ops::ConfidenceParams& p) override { cpu::confidence(p, th_); }
   void mark(int stage) override { marks[stage] = Clock::now(); }
 
  private:

@@ -50,6 +50,10 @@ StepPlan cpu_plan(const ModelConfig& c, int tp) {
        "bias as tensor-core chains on the CPU twin (core/mma.h)" +
            std::string(tp > 1 ? ", one packet all-gather per step over the thread ranks" : "")},
   };
+  if (c.confidence_head)
+    plan.parts.push_back({"confidence head", "eager",
+                          "after the Markov loop on rank 0, replicated (one canonical dot product "
+                          "per drafted position)"});
   return plan;
 }
 

@@ -156,6 +156,11 @@ std::vector<ScenarioRound> run_scenario(
     ProposeBatch pb{rows,         anchors.data(), apos.data(),  seeds.data(),
                     temps.data(), cslots.data(),  tables.data()};
     ProposeOutputs out{tokens.data(), cache.data()};
+    std::vector<float> conf;
+    if (backend.config().confidence_head) {
+      conf.assign(static_cast<size_t>(rows) * N, 0.0f);
+      out.confidences = conf.data();
+    }
     backend.propose(pb, out);
 
     ScenarioRound sr;
@@ -192,11 +197,14 @@ std::vector<ScenarioRound> run_scenario(
     for (int r = 0; r < rows; ++r) {
       if (row_request[r] < 0) continue;
       RequestState& st = reqs[row_request[r]];
-      RequestDraft d{st.id, st.anchor_token, st.anchor_pos, st.temperature, {}, {}};
+      RequestDraft d{st.id, st.anchor_token, st.anchor_pos, st.temperature, {}, {}, {}};
       d.tokens.assign(tokens.begin() + static_cast<size_t>(r) * N,
                       tokens.begin() + static_cast<size_t>(r + 1) * N);
       const bf16* rowc = cache.data() + static_cast<size_t>(st.id) * N * V;
       d.logits.assign(rowc, rowc + static_cast<size_t>(N) * V);
+      if (!conf.empty())
+        d.confidences.assign(conf.begin() + static_cast<size_t>(r) * N,
+                             conf.begin() + static_cast<size_t>(r + 1) * N);
       if (s.real_verifier) {
         d.accepted = accepted[r];
         d.emitted = verified[static_cast<size_t>(r) * (N + 1) + d.accepted];

@@ -36,6 +36,10 @@ void StepOps::gemm_all_reduce_boundary(const ops::GemmParams& p, const ops::Boun
   residual_boundary(b, p.y_bf16(), residual, next);
 }
 
+void StepOps::confidence(const ops::ConfidenceParams&) {
+  throw Unavailable("this op table has no confidence head op (contract.md section 9)");
+}
+
 DraftStep::DraftStep(const ModelConfig& c, const DraftOptions& o, LayerShard shard)
     : c_(c),
       o_(o),
@@ -169,6 +173,27 @@ ops::BoundaryParams DraftStep::boundary_params(int tokens, const bf16* post_weig
   p.gain = c_.norm_gain;
   p.eps = c_.rms_norm_eps;
   return p;
+}
+
+void DraftStep::confidence(StepOps& ops, const ProposeBatch& b, const bf16* hidden,
+                           const int64_t* anchors, const int64_t* tokens, const bf16* w1,
+                           const bf16* weight, const bf16* bias, float* out) const {
+  if (!c_.confidence_head)
+    throw InvalidArgument("DraftStep::confidence: the config has no confidence head");
+  ops::ConfidenceParams p;
+  p.rows = b.num_rows;
+  p.steps = c_.block_size;
+  p.hidden = c_.hidden_size;
+  p.rank = c_.confidence_head_with_markov ? c_.markov_rank : 0;
+  p.hidden_states = hidden;
+  p.anchor_tokens = anchors;
+  p.draft_tokens = tokens;
+  p.cache_slots = b.cache_slots;
+  p.w1 = w1;
+  p.weight = weight;
+  p.bias = bias;
+  p.out = out;
+  ops.confidence(p);
 }
 
 ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int32_t* block_tables,

@@ -25,6 +25,7 @@
 #include "sparkdraft/draft.h"
 #include "sparkdraft/ops/attention.h"
 #include "sparkdraft/ops/boundary.h"
+#include "sparkdraft/ops/confidence.h"
 #include "sparkdraft/ops/embed.h"
 #include "sparkdraft/ops/front.h"
 #include "sparkdraft/ops/gemm.h"
@@ -84,6 +85,9 @@ class StepOps {
   // eager_embed_norm (the composition that defines them).
   virtual void qkv_front(const ops::QkvFrontParams& p) = 0;
   virtual void embed_norm(const ops::EmbedNormParams& p) = 0;
+  // The confidence head (ops/confidence.h). The default refuses (Unavailable): an op
+  // table without the op cannot run a config with the head.
+  virtual void confidence(const ops::ConfidenceParams& p);
   // Stage marks for the timings: 0 before the query block, 1 after embed_norm,
   // 2 after the backbone (CPU clocks, GPU events; nothing by default).
   virtual void mark(int /*stage*/) {}
@@ -157,6 +161,15 @@ class DraftStep {
   // buf.safe_anchor / buf.safe_position for the Markov loop.
   void block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
              const ProposeBatch& b) const;
+
+  // The confidence head (contract.md section 9) after the Markov loop: one value per
+  // (row, step) of b from `hidden` [rows*N, H] (what block() leaves in buf.h),
+  // `anchors` [rows] (the safe anchors: padding rows' are never read), the loop's
+  // `tokens` [rows, N], markov_w1 and the head's weight and bias, into `out` [rows,
+  // N]. InvalidArgument when the config has no head.
+  void confidence(StepOps& ops, const ProposeBatch& b, const bf16* hidden, const int64_t* anchors,
+                  const int64_t* tokens, const bf16* w1, const bf16* weight, const bf16* bias,
+                  float* out) const;
 
   // The attention params of layer `layer` for `rows` requests of N block tokens
   // (every kv length bounded by max_positions): what block() runs, and what sizes

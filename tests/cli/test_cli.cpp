@@ -110,7 +110,9 @@ TEST(Cli, DemoVerifiesAndExplainsItself) {
       }
       next[req] = {std::stoll(m[7]), pos + k + 1};
       accepted += k;
-      if (std::string(noise) == "0") EXPECT_EQ(k, 7) << l;
+      if (std::string(noise) == "0") {
+        EXPECT_EQ(k, 7) << l;
+      }
     }
     EXPECT_EQ(lines, 9) << r.out;
     for (const char* needle :
@@ -141,6 +143,38 @@ TEST(Cli, CheckCpuTpNAgainstTp1) {
   r = run("check --backend cpu --tp 8 --style muse --rounds 1");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("layers replicated"), std::string::npos) << r.out;
+}
+
+// The confidence head (contract.md section 9) from the command line: make-checkpoint's
+// tiny-conf preset drafts with a confidence per token in the demo, `check --tp 2`
+// compares the confidences, and a checkpoint holding the head under a config that
+// switches it off is refused (status 3) naming the flag.
+TEST(Cli, ConfidenceHeadCheckpointDemoAndCheck) {
+  testing::TempDir dir;
+  ASSERT_EQ(run("make-checkpoint --preset tiny-conf --out " + dir.path()).rc, 0);
+  Result r = run("demo --backend cpu --checkpoint " + dir.path() + " --requests 2 --rounds 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::regex line(R"(draft:( \d+){7} +confidence:( [01]\.\d\d){7} +accepted)");
+  int lines = 0;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) lines += std::regex_search(l, line);
+  EXPECT_EQ(lines, 4) << r.out;
+  r = run("check --backend cpu --tp 2 --rounds 1 --checkpoint " + dir.path());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("confidences: cpu tp 1 vs cpu tp 2"), std::string::npos) << r.out;
+
+  testing::TempDir off;
+  ASSERT_EQ(run("make-checkpoint --preset tiny --confidence-head plain --out " + off.path()).rc, 0);
+  std::ifstream cfg_in(off / "config.json");
+  std::string json((std::istreambuf_iterator<char>(cfg_in)), std::istreambuf_iterator<char>());
+  cfg_in.close();
+  const std::string on = "\"enable_confidence_head\": true";
+  ASSERT_NE(json.find(on), std::string::npos) << json;
+  json.replace(json.find(on), on.size(), "\"enable_confidence_head\": false");
+  std::ofstream(off / "config.json") << json;
+  r = run("plan --backend cpu --checkpoint " + off.path());
+  EXPECT_EQ(r.rc, 3) << r.out;
+  EXPECT_NE(r.out.find("enable_confidence_head is false"), std::string::npos) << r.out;
 }
 
 // plan --tp N (the GPU's plan is host logic: a CUDA build needs no GPU for it) says

@@ -63,7 +63,6 @@ struct Group {
     }
     for (auto& r : ranks) r->connect(all);
   }
-  int size() const { return static_cast<int>(ranks.size()); }
   void synchronize() {
     for (auto& s : streams) s.synchronize();
     for (auto& r : ranks) r->check();

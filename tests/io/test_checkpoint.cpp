@@ -131,7 +131,11 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
 }
 
 TEST(Checkpoint, Presets) {
-  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "qwen3-8b", "muse"}));
+  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "tiny-conf", "qwen3-8b", "muse"}));
+  const ModelConfig conf = preset_config("tiny-conf");
+  EXPECT_TRUE(conf.confidence_head && conf.confidence_head_with_markov);
+  EXPECT_EQ(conf.confidence_inputs(), 64 + 64);
+  EXPECT_FALSE(preset_config("tiny").confidence_head);
   const ModelConfig q8 = preset_config("qwen3-8b");
   EXPECT_EQ(q8.hidden_size, 4096);
   EXPECT_EQ(q8.vocab_size, 151936);
@@ -483,8 +487,7 @@ TEST(Checkpoint, IgnoresExtraTensorsAndAcceptsTheModelPrefix) {
   const ModelConfig c = preset_config("tiny");
   test::TempDir extra;
   auto specs = aligned_specs(c);
-  specs.push_back({"confidence_head.proj.weight", DType::bf16, {1, c.hidden_size + c.markov_rank}});
-  specs.push_back({"confidence_head.proj.bias", DType::bf16, {1}});
+  specs.push_back({"value_head.proj.weight", DType::bf16, {1, c.hidden_size}});
   write_checkpoint(extra.path(), c, specs);
   EXPECT_NO_THROW(Checkpoint::load(extra.path()));
 
@@ -572,6 +575,9 @@ TEST(Checkpoint, RefusesWeightsTheConfigSwitchesOff) {
       {"residual gains of a plain residual",
        [](ModelConfig& c) { c.residual_kind = ResidualKind::plain; },
        "layers.0.attn_residual.alpha", "residual_kind is plain"},
+      {"the confidence head without enable_confidence_head",
+       [](ModelConfig& c) { c.confidence_head = c.confidence_head_with_markov = false; },
+       "confidence_head.proj.bias", "enable_confidence_head is false"},
       {"a layer past num_layers",
        [](ModelConfig& c) { c.num_layers = 1, c.layer_attention.resize(1); },
        "layers.1.attn_residual.alpha", "num_layers is 1"},
@@ -580,6 +586,7 @@ TEST(Checkpoint, RefusesWeightsTheConfigSwitchesOff) {
     SCOPED_TRACE(k.what);
     ModelConfig full = preset_config("tiny", "muse");
     full.o_norm_weight = true;  // every Muse-style tensor present
+    full.confidence_head = full.confidence_head_with_markov = true;
     ModelConfig used = full;
     k.edit(used);
     used.validate();
@@ -591,6 +598,50 @@ TEST(Checkpoint, RefusesWeightsTheConfigSwitchesOff) {
     lo.allow_unused_weights = true;
     EXPECT_NO_THROW(Checkpoint::load(dir.path(), lo));
   }
+}
+
+// The confidence head (contract.md section 9): its tensors load with the flag, in
+// the shape the with-Markov flag says; a missing or misshapen one is refused by name.
+TEST(Checkpoint, LoadsTheConfidenceHeadItsFlagsDescribe) {
+  for (const bool with_markov : {true, false}) {
+    SCOPED_TRACE(with_markov ? "with markov" : "plain");
+    ModelConfig c = preset_config("tiny");
+    c.confidence_head = true;
+    c.confidence_head_with_markov = with_markov;
+    test::TempDir dir;
+    write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+    const Checkpoint ck = Checkpoint::load(dir.path());
+    EXPECT_TRUE(ck.config().confidence_head);
+    EXPECT_EQ(ck.config().confidence_head_with_markov, with_markov);
+    ASSERT_NE(ck.weights().confidence_w, nullptr);
+    ASSERT_NE(ck.weights().confidence_b, nullptr);
+    const int64_t n = with_markov ? 64 + 64 : 64;
+    bool found = false;
+    for (const LoadedTensor& t : ck.tensors())
+      if (t.name == "confidence_head.proj.weight") {
+        found = true;
+        EXPECT_EQ(t.shape, (std::vector<int64_t>{1, n}));
+      }
+    EXPECT_TRUE(found);
+    // The HF form carries both flags.
+    const json cj = json::parse(test::read_file(dir / "config.json"));
+    EXPECT_EQ(cj.at("enable_confidence_head"), true);
+    EXPECT_EQ(cj.at("confidence_head_with_markov"), with_markov);
+  }
+  // Flags that disagree with the stored weight's shape.
+  ModelConfig plain = preset_config("tiny");
+  plain.confidence_head = true;
+  ModelConfig markov = plain;
+  markov.confidence_head_with_markov = true;
+  test::TempDir dir;
+  write_checkpoint(dir.path(), markov, aligned_specs(plain));
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"'confidence_head.proj.weight'", "shape [1, 64]", "expected [1, 128]"});
+  // The flag without the tensors.
+  test::TempDir none;
+  write_checkpoint(none.path(), plain, aligned_specs(preset_config("tiny")));
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(none.path()); }),
+                  {"missing tensor 'confidence_head.proj.", none.path()});
 }
 
 // Shard names that leave the checkpoint directory ("../", absolute, a symlink

@@ -290,9 +290,48 @@ TEST(Config, ImportsTheQwen3_8bDSparkConfig) {
   for (const LayerAttention& a : c.layer_attention) EXPECT_EQ(a, (LayerAttention{0, false}));
   EXPECT_FALSE(c.has_logit_transform());
   EXPECT_TRUE(c.sample_from_anchor);
-  // The import and the qwen3-8b preset describe the same model.
-  const ModelConfig preset = preset_config("qwen3-8b");
+  EXPECT_TRUE(c.confidence_head);
+  EXPECT_TRUE(c.confidence_head_with_markov);
+  EXPECT_EQ(c.confidence_inputs(), 4096 + 256);
+  // The import and the qwen3-8b preset (plus the head) describe the same model.
+  ModelConfig preset = preset_config("qwen3-8b");
+  preset.confidence_head = preset.confidence_head_with_markov = true;
   EXPECT_EQ(config_to_json(c).dump(), config_to_json(preset).dump());
+}
+
+// The confidence head's flags (contract.md section 9): absent = off, with_markov
+// means nothing without the head, and our JSON written before the flags loads.
+TEST(Config, ConfidenceHeadFlags) {
+  json j = qwen3_8b();
+  j.erase("enable_confidence_head");
+  EXPECT_FALSE(import_hf_config(j).confidence_head);
+  EXPECT_FALSE(import_hf_config(j).confidence_head_with_markov);
+  j["enable_confidence_head"] = true;
+  j.erase("confidence_head_with_markov");
+  EXPECT_TRUE(import_hf_config(j).confidence_head);
+  EXPECT_FALSE(import_hf_config(j).confidence_head_with_markov);
+  j["enable_confidence_head"] = "yes";
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(j); }), {"enable_confidence_head"});
+
+  ModelConfig c = preset_config("tiny-conf");
+  json ours = config_to_json(c);
+  EXPECT_EQ(ours.at("enable_confidence_head"), true);
+  EXPECT_EQ(ours.at("confidence_head_with_markov"), true);
+  ours.erase("enable_confidence_head");
+  ours.erase("confidence_head_with_markov");
+  const ModelConfig old = config_from_json(ours);
+  EXPECT_FALSE(old.confidence_head || old.confidence_head_with_markov);
+
+  c.confidence_head = false;
+  expect_mentions(error_of<ConfigError>([&] { c.validate(); }),
+                  {"confidence_head_with_markov", "enable_confidence_head is false"});
+  c.confidence_head = true;
+  c.markov_rank = 0;
+  expect_mentions(error_of<ConfigError>([&] { c.validate(); }),
+                  {"confidence_head_with_markov", "markov_rank is 0"});
+  c.confidence_head_with_markov = false;
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.confidence_inputs(), c.hidden_size);
 }
 
 TEST(Config, ImportsFieldVariants) {

@@ -100,6 +100,7 @@ struct CudaDraft::Impl {
 
   // Weights (device copies; `sw` points into them).
   DeviceBuffer<bf16> embed, lm_head, fc, hidden_norm, final_norm, w1, w2, context_kv;
+  DeviceBuffer<bf16> conf_w, conf_b;  // the confidence head (contract.md section 9)
   std::vector<DeviceLayer> layers;
   DeviceBuffer<float> rope;
   std::vector<DeviceBuffer<bf16>> kv;  // per layer [pages*page_size, kvh, 2hd] (own caches)
@@ -301,6 +302,10 @@ struct CudaDraft::Impl {
     if (w.final_norm) final_norm = upload(w.final_norm, H);
     w1 = upload(w.markov_w1, V * K);
     w2 = upload(w.markov_w2 + v0 * K, Vs * K);
+    if (c.confidence_head) {
+      conf_w = upload(w.confidence_w, static_cast<size_t>(c.confidence_inputs()));
+      conf_b = upload(w.confidence_b, 1);
+    }
     context_kv = upload_pieces(context_kv_pieces(c, w, ls));
     auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
     auto optf = [&](const float* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<float>(); };
@@ -426,6 +431,10 @@ struct CudaDraft::Impl {
     if (R < 1 || R > o.max_reqs)
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
                             std::to_string(o.max_reqs) + "]");
+    if (out.confidences && !c.confidence_head)
+      throw InvalidArgument(
+          "propose_device: confidences were asked for but the config has no confidence head "
+          "(enable_confidence_head is false)");
     CudaOps ops = make_ops(s, ev);
     step.block(ops, sw, ws->block, b);
     last_rows = R;
@@ -448,6 +457,10 @@ struct CudaDraft::Impl {
       markov->run(mb, s);
     else
       eager_markov_loop(markov_head(), mb, markov->workspace(), s);
+    // The confidence head after the loop (its tokens feed it), timed with the loop.
+    if (out.confidences)
+      step.confidence(ops, b, ws->h.data(), ws->safe_anchor.data(), out.draft_tokens, w1.data(),
+                      conf_w.data(), conf_b.data(), out.confidences);
     ops.mark(4);
   }
 
@@ -461,8 +474,8 @@ struct CudaDraft::Impl {
       return;
     }
     const GraphCache<GraphExec>::Pointers pointers{
-        b.anchor_tokens, b.anchor_positions, b.seeds,          b.temperatures,
-        b.cache_slots,   b.block_tables,     out.draft_tokens, out.draft_logits};
+        b.anchor_tokens, b.anchor_positions, b.seeds,          b.temperatures, b.cache_slots,
+        b.block_tables,  out.draft_tokens,   out.draft_logits, out.confidences};
     if (GraphExec* g = graphs.find_bound(b.num_rows, pointers)) {
       g->launch(s);
       last_rows = b.num_rows;
@@ -546,6 +559,10 @@ struct CudaDraft::Impl {
     validate_propose(c, o, b);
     if (out && (!out->draft_tokens || !out->draft_logits))
       throw InvalidArgument("propose: draft_tokens and draft_logits outputs must be given");
+    if (out && out->confidences && !c.confidence_head)
+      throw InvalidArgument(
+          "propose: confidences were asked for but the config has no confidence head "
+          "(enable_confidence_head is false)");
     const int R = b.num_rows, N = c.block_size;
     const size_t V = c.vocab_size;
     ws->in_anchor.upload(b.anchor_tokens, R, 0, stream);
@@ -563,7 +580,9 @@ struct CudaDraft::Impl {
                          ws->in_temp.data(),
                          ws->in_slot.data(),
                          ws->in_tables.data()};  // the device copies
-    const ProposeOutputs dout{ws->out_tokens.data(), ws->cache.data()};
+    // With the head, every step computes its confidences (one graph either way).
+    const ProposeOutputs dout{ws->out_tokens.data(), ws->cache.data(),
+                              c.confidence_head ? ws->conf.data() : nullptr};
     if (plan.runs("cuda graph", "on")) {
       GraphExec* g = graphs.find(R);
       if (!g) {
@@ -594,6 +613,8 @@ struct CudaDraft::Impl {
     }
     if (!out) return;
     ws->out_tokens.download(out->draft_tokens, static_cast<size_t>(R) * N, 0, stream);
+    if (out->confidences)
+      ws->conf.download(out->confidences, static_cast<size_t>(R) * N, 0, stream);
     for (int r = 0; r < R; ++r) {
       const int64_t slot = b.cache_slots[r];
       if (slot < 0) continue;
@@ -772,6 +793,10 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
       "intermediate); otherwise the gate_up GEMM then silu_mul (faster there)",
       "gate_up GEMM, then silu_mul"));
   plan.parts.push_back({"lm_head", "eager", "one tensor-core chain GEMM"});
+  if (c.confidence_head)
+    plan.parts.push_back({"confidence head", "eager",
+                          "one warp per drafted position after the Markov loop, inside the "
+                          "step's CUDA graph; no fused kernel yet"});
   if (!co.fused_markov)
     plan.parts.push_back({"markov loop", "eager", "the fused loop is switched off"});
   else if (markov_refusal.empty())

@@ -61,6 +61,7 @@ void CudaOps::residual_boundary(const ops::BoundaryParams& p, const bf16* branch
   cuda::residual_boundary(p, branch, residual, next, s_);
 }
 void CudaOps::silu_mul(const ops::SiluMulParams& p) { cuda::silu_mul(p, s_); }
+void CudaOps::confidence(const ops::ConfidenceParams& p) { cuda::confidence(p, s_); }
 
 void CudaOps::gate_up_swiglu(const ops::GateUpParams& p) {
   if (gate_up_fused(p.rows))

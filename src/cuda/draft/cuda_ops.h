@@ -76,6 +76,7 @@ class CudaOps final : public StepOps {
   void residual_boundary(const ops::BoundaryParams& p, const bf16* branch, void* residual,
                          bf16* next) override;
   void silu_mul(const ops::SiluMulParams& p) override;
+  void confidence(const ops::ConfidenceParams& p) override;
   void gate_up_swiglu(const ops::GateUpParams& p) override;
   void qkv_front(const ops::QkvFrontParams& p) override;
   void embed_norm(const ops::EmbedNormParams& p) override;

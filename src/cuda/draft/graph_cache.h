@@ -14,8 +14,9 @@ namespace sparkdraft::cuda {
 template <class Exec>
 class GraphCache {
  public:
-  // The pointers a bound graph was captured on: the batch's arrays and the outputs.
-  using Pointers = std::array<const void*, 8>;
+  // The pointers a bound graph was captured on: the batch's arrays and the outputs
+  // (draft tokens, draft logits, confidences).
+  using Pointers = std::array<const void*, 9>;
 
   // The host API's graph for `rows`, or null.
   Exec* find(int rows) {

@@ -57,6 +57,7 @@ DraftWorkspace::DraftWorkspace(const ModelConfig& c, const DraftOptions& o, cons
   in_temp = DeviceBuffer<float>(R);
   out_tokens = DeviceBuffer<int64_t>(static_cast<size_t>(T));
   cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * N * c.vocab_size);
+  if (c.confidence_head) conf = DeviceBuffer<float>(static_cast<size_t>(T));
   SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
 
   const ContextSizes cn = step.context_sizes(shape.max_context_tokens);

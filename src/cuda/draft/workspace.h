@@ -55,6 +55,7 @@ class DraftWorkspace {
   DeviceBuffer<float> in_temp;
   DeviceBuffer<int32_t> in_tables;
   DeviceBuffer<bf16> cache;  // the draft-logits cache [cache_slots, N, V], zeroed
+  DeviceBuffer<float> conf;  // [max_tokens] confidences, with the confidence head
 
   // The device context chain's scratch (max_context_tokens tokens).
   DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;

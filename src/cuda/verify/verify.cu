@@ -1,4 +1,4 @@
-// The verifier's kernels (sparkdraft/cuda/verify.h): ops/verify.h in its three
+// The verifier's kernels (cuda/verify/verify.h): ops/verify.h in its three
 // stages, every element operation from core/verify_math.h (the CPU reference's
 // own functions), every combine exact (packets by the order, 128-bit integer sums)
 // and, across slices, in the fixed tree of contract.md section 6.

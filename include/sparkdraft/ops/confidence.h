@@ -1,0 +1,54 @@
+// The contract of the confidence head (contract.md section 9). Per request row r
+// (cache slot -1: a padding row, every value +0 and nothing read) and step j = 0..N-1:
+//   prev = x_0 (the anchor token) for j = 0, else draft_tokens[r][j-1]
+//   h    = hidden[r * N + j] (the final-normed hidden row lm_head reads; bf16, H)
+//   e    = w1[prev] (bf16, rank values; none for a head without the Markov part)
+//   c    = sigmoid_f32(canonical_dot([h ; e], w) + b)  (fp32; core/confidence.h
+//          gives the rounding points: fp32 widening (exact), one fma per term in the
+//          canonical order of core/reduce.h, one fp32 add of the bias, our sigmoid)
+//   out[r][j] = c
+// ConfidenceParams below is what cpu:: and cuda:: take.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sparkdraft/core/bf16.h"
+#include "sparkdraft/ops/require.h"
+
+namespace sparkdraft::ops {
+
+struct ConfidenceParams {
+  int rows = 0;                            // R request rows
+  int steps = 0;                           // N
+  int hidden = 0;                          // H
+  int rank = 0;                            // the Markov rank in the input (0: h alone)
+  const bf16* hidden_states = nullptr;     // [rows * N, hidden]
+  const int64_t* anchor_tokens = nullptr;  // [rows] x_0 (ids in [0, vocab) for non-padding rows)
+  const int64_t* draft_tokens = nullptr;   // [rows, N] (the Markov loop's tokens)
+  const int64_t* cache_slots = nullptr;    // [rows], -1 = padding
+  const bf16* w1 = nullptr;                // [vocab, rank] markov_w1 (rank > 0)
+  const bf16* weight = nullptr;            // [hidden + rank]
+  const bf16* bias = nullptr;              // [1]
+  float* out = nullptr;                    // [rows, N]
+
+  // The only validation of these fields (InvalidArgument naming the first bad one);
+  // the token ids are the caller's (validate_propose and the Markov loop).
+  void check() const {
+    const char* op = "confidence";
+    require(rows >= 0, op, "rows must be >= 0, got " + std::to_string(rows));
+    require(steps >= 1, op, "steps must be >= 1, got " + std::to_string(steps));
+    require(hidden >= 1, op, "hidden must be >= 1, got " + std::to_string(hidden));
+    require(rank >= 0, op, "rank must be >= 0, got " + std::to_string(rank));
+    require(static_cast<int64_t>(hidden) + rank <= 0x7fffffff, op,
+            "hidden + rank must fit a 32-bit int");
+    if (rows == 0) return;
+    require(hidden_states && anchor_tokens && draft_tokens && cache_slots && weight && bias, op,
+            "an input array is null");
+    require(rank == 0 || w1 != nullptr, op, "w1 is null but rank is " + std::to_string(rank));
+    require(out != nullptr, op, "out is null");
+  }
+  int inputs() const { return hidden + rank; }
+};
+
+}  // namespace sparkdraft::ops

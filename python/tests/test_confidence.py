@@ -1,0 +1,95 @@
+"""The confidence head from Python (contract.md section 9): propose writes one float32
+value per drafted position into ``out_confidences``, in [0, 1], +0 on padding rows, the
+same bits on the CPU and the GPU; a draft without the head refuses the output."""
+
+import numpy as np
+import pytest
+import torch
+
+import sparkdraft
+from conftest import OPTS, require_cuda
+from util import bits, context_inputs, propose_inputs
+
+
+@pytest.fixture(scope="module")
+def tiny_conf(tmp_path_factory):
+    """The tiny preset with the confidence head on [h ; w1[prev]], seed 3."""
+    return sparkdraft.make_checkpoint(tmp_path_factory.mktemp("tiny_conf"), "tiny-conf", seed=3)
+
+
+def drafted(ckpt, device, seed=21, rows=5, padding=(1,)):
+    d = sparkdraft.Draft(ckpt, device, **OPTS)
+    ctx, lengths = context_inputs(d, rows, seed, device)
+    prop = propose_inputs(d, lengths, seed, device, padding=padding)
+    N = ckpt.config["block_size"]
+    prop["out_confidences"] = torch.full((rows, N), -1.0, dtype=torch.float32, device=device)
+    d.store_context(**ctx)
+    d.propose(**prop)
+    return prop
+
+
+def test_confidences_on_the_cpu(tiny_conf):
+    c = tiny_conf.config
+    assert c["enable_confidence_head"] and c["confidence_head_with_markov"]
+    assert any(p["part"] == "confidence head" for p in sparkdraft.Draft(tiny_conf, "cpu", **OPTS).plan)
+    prop = drafted(tiny_conf, "cpu")
+    conf = prop["out_confidences"].numpy()
+    assert np.all(bits(prop["out_confidences"])[1] == 0), "the padding row is not +0"
+    real = np.delete(conf, 1, axis=0)
+    assert np.all((real >= 0) & (real <= 1)) and len(np.unique(real)) > 1
+    again = drafted(tiny_conf, "cpu")
+    np.testing.assert_array_equal(bits(again["out_confidences"]), bits(prop["out_confidences"]))
+
+
+def test_cpu_and_cuda_give_the_same_confidences(tiny_conf):
+    require_cuda()
+    cpu = drafted(tiny_conf, "cpu")
+    gpu = drafted(tiny_conf, "cuda")
+    np.testing.assert_array_equal(bits(gpu["out_tokens"]), bits(cpu["out_tokens"]))
+    np.testing.assert_array_equal(bits(gpu["out_confidences"]), bits(cpu["out_confidences"]))
+
+
+def test_a_draft_without_the_head_refuses_the_output(tiny):
+    d = sparkdraft.Draft(tiny, "cpu", **OPTS)
+    ctx, lengths = context_inputs(d, 2, 5)
+    prop = propose_inputs(d, lengths, 5)
+    prop["out_confidences"] = torch.zeros((2, tiny.config["block_size"]), dtype=torch.float32)
+    d.store_context(**ctx)
+    with pytest.raises(sparkdraft.InvalidArgument, match="enable_confidence_head"):
+        d.propose(**prop)
+
+
+def test_a_misshapen_output_is_refused(tiny_conf):
+    d = sparkdraft.Draft(tiny_conf, "cpu", **OPTS)
+    ctx, lengths = context_inputs(d, 2, 6)
+    prop = propose_inputs(d, lengths, 6)
+    d.store_context(**ctx)
+    for bad in (torch.zeros((2, 3), dtype=torch.float32), torch.zeros((2, 7), dtype=torch.float64)):
+        prop["out_confidences"] = bad
+        with pytest.raises(sparkdraft.InvalidArgument, match="out_confidences"):
+            d.propose(**prop)
+
+
+def test_schedulers_from_python(tiny_conf):
+    from sparkdraft import schedule
+
+    c = np.array([[0.9, 0.5], [0.8, 0.1]], dtype=np.float32)
+    np.testing.assert_array_equal(schedule.threshold_lengths(c, 0.5), [2, 1])
+    np.testing.assert_array_equal(schedule.threshold_lengths(torch.from_numpy(c), 0.85), [1, 0])
+    # theta_K = tau_K * sps[2 + K]: 2, 2.32, 2.22: Algorithm 1 stops after one draft.
+    np.testing.assert_array_equal(
+        schedule.survival_greedy_lengths(c, [1, 1, 1.0, 0.8, 0.6, 0.6, 0.6]), [1, 0])
+    assert schedule.survival_capacity(c, [1, 1, 1.0, 0.6, 0.6, 0.6, 0.6]) == 4
+    np.testing.assert_array_equal(schedule.survival_admit(c, 3), [2, 1])
+    lagged = schedule.LaggedSurvivalScheduler([1.0] * 9, 1)
+    np.testing.assert_array_equal(lagged.schedule(c), [1, 0])
+    assert lagged.step == 1 and lagged.last_capacity == 1
+    with pytest.raises(sparkdraft.DTypeError):
+        schedule.threshold_lengths(c.astype(np.float64), 0.5)
+    with pytest.raises(sparkdraft.InvalidArgument, match="threshold"):
+        schedule.threshold_lengths(c, 1.5)
+    # The scheduler on a real draft's output: lengths within [0, N], padding rows 0.
+    prop = drafted(tiny_conf, "cpu")
+    n = schedule.threshold_lengths(prop["out_confidences"], 0.5)
+    assert n.shape == (5,) and n[1] == 0
+    assert np.all((n >= 0) & (n <= tiny_conf.config["block_size"]))
