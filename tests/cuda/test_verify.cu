@@ -291,13 +291,16 @@ void check_every_shape(const Case& c, int max_rows) {
   const int most = (c.vocab + cuda::kVerifyMaxSlices - 1) / cuda::kVerifyMaxSlices;
   std::vector<int> slices = {ws.pick(c.rows).slice, c.vocab, 1021, most};
   if (c.vocab <= 4096) slices.push_back(std::max(most, 97));
+  // The draw's own cut: the pick's, one slice, odd, and the most it may take.
+  const int most_draw = (c.vocab + cuda::kVerifyMaxDrawSlices - 1) / cuda::kVerifyMaxDrawSlices;
+  const std::vector<int> draw_slices = {ws.pick(c.rows).draw_slice, c.vocab, 333, most_draw};
   for (int threads : cuda::kVerifyThreadChoices)
     for (int slice : slices)
-      for (bool table : {true, false}) {
-        const cuda::VerifyShape shape{threads, slice, table};
+      for (int draw_slice : draw_slices) {
+        const cuda::VerifyShape shape{threads, slice, draw_slice};
         const std::string diff = difference(c, want, gpu_verify(c, d, ws, &shape));
-        ASSERT_EQ(diff, "") << "threads " << threads << ", slice " << slice << ", exp table "
-                            << table;
+        ASSERT_EQ(diff, "") << "threads " << threads << ", slice " << slice << ", draw slice "
+                            << draw_slice;
       }
 }
 
@@ -328,6 +331,74 @@ TEST(CudaVerify, EqualsCpuAtOneDraftToken) {
   }
 }
 
+// The branches the kernels take only on rare inputs, each checked against the CPU
+// and shown to be taken (the CPU result that proves the case is what it says):
+// raw logits that the division by a small T sends to +inf (the first id is the
+// lowest scaled +inf, not the raw maximum) or to -inf (the first id is 0), on the
+// target and on the draft; and a residual with no mass (the cache row equals the
+// target row, the draft token has p = q = 0), where the target's own draw decides.
+TEST(CudaVerify, EqualsCpuOnTheRareBranches) {
+  SD_REQUIRE_GPU();
+  const uint64_t seed = 2718;
+  std::printf("  seed %llu\n", static_cast<unsigned long long>(seed));
+  test::Gen g(seed);
+  const int V = 1000;
+  Case c = make_case(g, 5, 3, V, LogitsDType::bf16, VerifyMethod::standard, false);
+  ASSERT_EQ(c.slots[2], -1);  // row 2 is padding
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int r : {0, 1, 3, 4}) {
+    c.top_k[r] = 0;
+    c.top_p[r] = 1.0f;
+    for (int j = 0; j <= c.n; ++j)
+      for (int v = 0; v < V; ++v) c.set_target(r, j, v, g.uniform(-6.0f, 6.0f));
+  }
+  auto cache_row = [&](int r, int j) {
+    return c.cache.data() + (static_cast<size_t>(c.slots[r]) * c.n + j) * V;
+  };
+  // Row 0: target ids 3 and 10 overflow at T 0.05; the raw maximum is id 10, the law
+  // a point mass at id 3. Draft token 10: p = 0, rejected, the residual emits 3.
+  c.temps[0] = 0.05f;
+  c.set_target(0, 0, 3, 2.0e38f);
+  c.set_target(0, 0, 10, 3.0e38f);
+  c.tokens[0] = 10;
+  // Row 1: every target logit at j 0 goes to -inf at T 0.05 (the raw maximum id 7):
+  // a point mass at id 0; draft token 7 is rejected and 0 emitted.
+  c.temps[1] = 0.05f;
+  for (int v = 0; v < V; ++v) c.set_target(1, 0, v, v == 7 ? -1.0e38f : -3.0e38f);
+  c.tokens[1 * c.n] = 7;
+  // Row 3: the cache row equals the target row, the draft token's logit -inf on both:
+  // p = q = 0 there, rejected, and no residual mass anywhere.
+  c.temps[3] = 1.0f;
+  const int64_t x3 = 123;
+  c.set_target(3, 0, static_cast<int>(x3), -inf);
+  for (int v = 0; v < V; ++v) cache_row(3, 0)[v] = to_bf16(c.target_at(3, 0, v));
+  c.tokens[3 * c.n] = x3;
+  // Row 4: draft ids 2 and 5 overflow at T 0.05 (raw maximum id 5, the law a point
+  // mass at 2); draft token 5: q = 0.
+  c.temps[4] = 0.05f;
+  cache_row(4, 0)[2] = to_bf16(2.0e38f);
+  cache_row(4, 0)[5] = to_bf16(3.0e38f);
+  c.tokens[4 * c.n] = 5;
+
+  const Result want = cpu_verify(c);
+  const size_t W = static_cast<size_t>(c.n) + 1;
+  EXPECT_EQ(want.k[0], 0);
+  EXPECT_EQ(want.tokens[0 * W], 3) << "the target law at row 0 is a point mass at id 3";
+  EXPECT_EQ(want.k[1], 0);
+  EXPECT_EQ(want.tokens[1 * W], 0) << "the target law at row 1 is a point mass at id 0";
+  EXPECT_EQ(want.k[3], 0);
+  EXPECT_NE(want.tokens[3 * W], x3) << "row 3 emits the target's own draw";
+  std::printf("  row 4: k %d, tokens[0] %lld\n", want.k[4],
+              static_cast<long long>(want.tokens[4 * W]));
+  DeviceCase d(c);
+  cuda::VerifyWorkspace ws(5, c.n, V);
+  for (int threads : cuda::kVerifyThreadChoices) {
+    const cuda::VerifyShape shape{threads, 256, 128};
+    ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "") << "threads " << threads;
+  }
+  EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
+}
+
 // The streams' salts reach the kernels (the broken verifier of the statistics
 // tests sets the accept salt to the draft's): the GPU follows the CPU there too,
 // and the outputs change with the salts.
@@ -355,12 +426,11 @@ TEST(CudaVerify, EqualsCpuAtAFullVocabulary) {
     const Result want = cpu_verify(c);
     DeviceCase d(c);
     cuda::VerifyWorkspace ws(8, c.n, c.vocab);
-    for (int threads : cuda::kVerifyThreadChoices)
-      for (bool table : {true, false}) {
-        const cuda::VerifyShape shape{threads, ws.pick(c.rows).slice, table};
-        ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "")
-            << "threads " << threads << ", exp table " << table;
-      }
+    for (int threads : cuda::kVerifyThreadChoices) {
+      const cuda::VerifyShape pick = ws.pick(c.rows);
+      const cuda::VerifyShape shape{threads, pick.slice, pick.draw_slice};
+      ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "") << "threads " << threads;
+    }
     ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
   }
 }
@@ -417,9 +487,10 @@ TEST(CudaVerify, RefusesShapesTheLauncherCannotRun) {
   cuda::VerifyWorkspace ws(2, c.n, c.vocab);
   EXPECT_THROW(cuda::verify(d.p, ws, nullptr), InvalidArgument);  // 3 rows > 2
   cuda::VerifyWorkspace ws3(3, c.n, c.vocab);
-  const cuda::VerifyShape odd{100, 256, true}, narrow{256, 10, true};
+  const cuda::VerifyShape odd{100, 256, 256}, narrow{256, 10, 256}, narrow_draw{256, 256, 3};
   EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &odd), InvalidArgument);
-  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow), InvalidArgument);  // 100 slices
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow), InvalidArgument);       // 100 slices
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow_draw), InvalidArgument);  // 334 > 256
   cuda::VerifyWorkspace other_n(3, 5, c.vocab);
   EXPECT_THROW(cuda::verify(d.p, other_n, nullptr), InvalidArgument);
 }

@@ -45,6 +45,8 @@ struct Args {
   int64_t* emitted;
   int S;
   int slice;
+  int draw_S;      // the draw kernel's slices
+  int draw_slice;  // and their width
 };
 
 __device__ float target_logit(const ops::VerifyParams& p, int r, int j, int v) {
@@ -57,10 +59,74 @@ __device__ float draft_logit(const ops::VerifyParams& p, int64_t slot, int j, in
   return to_f32(p.draft_logits[(slot * p.n + j) * p.vocab + v]);
 }
 
+// ---- reading a row of logits --------------------------------------------------
+
+// Calls f(v, f32(row[v])) for every id v of [v0, v1) this thread owns: the ids
+// before the first 16-byte boundary and after the last one one by one, the rest
+// 16 bytes a load (8 bf16 or 4 fp32), the CTA's threads interleaved. Every fold
+// that consumes it is exact (packets by the order, integer sums), so the order in
+// which the ids come never changes a bit.
+__device__ float widen_logit(bf16 x) { return to_f32(x); }
+__device__ float widen_logit(float x) { return x; }
+
+template <class T, class F>
+__device__ void for_each_logit(const T* row, int v0, int v1, F&& f) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + v0);
+  const int head = min(v1 - v0, static_cast<int>(((16 - (addr & 15)) & 15) / sizeof(T)));
+  const int a0 = v0 + head;
+  const int vecs = (v1 - a0) / kVec;
+  const int a1 = a0 + vecs * kVec;
+  for (int v = v0 + threadIdx.x; v < a0; v += blockDim.x) f(v, widen_logit(row[v]));
+  const uint4* vrow = reinterpret_cast<const uint4*>(row + a0);
+#pragma unroll 2
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const uint4 w = __ldg(vrow + i);
+    const int v = a0 + i * kVec;
+    if constexpr (sizeof(T) == 2) {
+      const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        f(v + 2 * e, bits_f32(u[e] << 16));
+        f(v + 2 * e + 1, bits_f32(u[e] & 0xffff0000u));
+      }
+    } else {
+      f(v, bits_f32(w.x));
+      f(v + 1, bits_f32(w.y));
+      f(v + 2, bits_f32(w.z));
+      f(v + 3, bits_f32(w.w));
+    }
+  }
+  for (int v = a1 + threadIdx.x; v < v1; v += blockDim.x) f(v, widen_logit(row[v]));
+}
+
+// The target's row of (r, j) visited over [v0, v1) (either dtype).
+template <class F>
+__device__ void for_each_target(const ops::VerifyParams& p, int r, int j, int v0, int v1, F&& f) {
+  const int64_t base = (static_cast<int64_t>(r) * (p.n + 1) + j) * p.vocab;
+  if (p.target_dtype == LogitsDType::f32)
+    for_each_logit(static_cast<const float*>(p.target_logits) + base, v0, v1, f);
+  else
+    for_each_logit(static_cast<const bf16*>(p.target_logits) + base, v0, v1, f);
+}
+
+// The draft's cache row of (slot, j) visited over [v0, v1).
+template <class F>
+__device__ void for_each_draft(const ops::VerifyParams& p, int64_t slot, int j, int v0, int v1,
+                               F&& f) {
+  for_each_logit(p.draft_logits + (slot * p.n + j) * p.vocab, v0, v1, f);
+}
+
 // The target's scaled logit with the kept set applied (-inf outside it).
 __device__ float target_kept(const Args& a, int r, int j, int v, float T) {
   const float s = verify_scaled(target_logit(a.p, r, j, v), T);
   const uint64_t keep = a.keep[r * (a.p.n + 1) + j];
+  return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
+}
+
+// A scaled target logit s of id v at item `item` with the kept set applied.
+__device__ float kept(const Args& a, int item, float s, int v) {
+  const uint64_t keep = a.keep[item];
   return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
 }
 
@@ -140,6 +206,10 @@ __device__ bool greedy(const ops::VerifyParams& p, int r) { return !(p.temperatu
 
 // ---- stage (a), pass 1: first-id packets --------------------------------------
 
+// The first packet of the raw (unscaled) logits: the division by T > 0 is monotone,
+// so the scaled maximum is fdiv(raw maximum, T) and the NaN ids are the same; only
+// the first id can differ (the division may tie distinct raw values), and the law
+// reads it only when it is degenerate: head_kernel's law_first settles that.
 __global__ void first_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int item = blockIdx.x, s = blockIdx.y, r = item / (p.n + 1), j = item % (p.n + 1);
@@ -149,10 +219,8 @@ __global__ void first_kernel(const Args a) {
   const int64_t slot = p.cache_slots[r];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
   MarkovPacket t = no_packet(), d = no_packet();
-  for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-    fold_first(t, verify_scaled(target_logit(p, r, j, v), T), v);
-    if (with_draft) fold_first(d, verify_scaled(draft_logit(p, slot, j, v), T), v);
-  }
+  for_each_target(p, r, j, v0, v1, [&](int v, float x) { fold_first(t, x, v); });
+  if (with_draft) for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { fold_first(d, x, v); });
   t = block_fold(t, no_packet(), packet_op);
   if (with_draft) d = block_fold(d, no_packet(), packet_op);
   if (threadIdx.x == 0) {
@@ -249,6 +317,27 @@ __device__ uint64_t kept_threshold(const Args& a, int r, int j, float T, float M
   return prefix;
 }
 
+// The law's first packet from the raw one (first_kernel): M = fdiv(raw M, T); a NaN
+// keeps its id; when every scaled value is -inf the first id is 0; when M is +inf
+// the first id is the lowest with a scaled +inf, found by the CTA's scan of the
+// scaled row (the only case where a raw tie-break can differ from the scaled one
+// and the law reads it). Uniform over the CTA (raw in shared memory).
+__device__ MarkovPacket law_first(const Args& a, int r, int j, int side, float T,
+                                  const MarkovPacket& raw) {
+  if (!(T > 0.0f) || raw.nan) return raw;
+  MarkovPacket f{fdiv_rn(raw.value, T), raw.id, 0};
+  if (f.value == neg_inf()) f.id = 0;
+  if (f.value != bits_f32(0x7f800000u)) return f;
+  const ops::VerifyParams& p = a.p;
+  MarkovPacket scan = no_packet();
+  auto fold = [&](int v, float x) { fold_first(scan, verify_scaled(x, T), v); };
+  if (side == 0)
+    for_each_target(p, r, j, 0, p.vocab, fold);
+  else
+    for_each_draft(p, p.cache_slots[r], j, 0, p.vocab, fold);
+  return block_fold(scan, no_packet(), packet_op);  // thread 0's is the law's
+}
+
 __global__ void head_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int item = blockIdx.x, r = item / (p.n + 1), j = item % (p.n + 1);
@@ -264,6 +353,12 @@ __global__ void head_kernel(const Args a) {
     if (threadIdx.x % 32 == 0) first[warp] = f;
   }
   __syncthreads();
+  for (int side = 0; side < sides; ++side) {
+    const MarkovPacket f = law_first(a, r, j, side, T, first[side]);
+    __syncthreads();
+    if (threadIdx.x == 0) first[side] = f;
+    __syncthreads();
+  }
   if (threadIdx.x < sides) {
     VerifyLaw l{};
     l.first = first[threadIdx.x];
@@ -283,37 +378,6 @@ __global__ void head_kernel(const Args a) {
 
 // ---- stage (a), pass 2: the exact sums Zi ---------------------------------------
 
-constexpr int kExpTable = 2048;  // entries of each side's table in the sums kernel
-
-// E = law_exp(f32(x) / T, M) of a bf16 logit x, memoised in a shared table keyed by
-// x's bits: for the CTA's one (T, M) it is a function of the bits alone, so a hit
-// gives the evaluation's own bits. An entry packs (bits << 32) | E in one 64-bit
-// word read and written whole (volatile: one relaxed access, never torn); a clash
-// just evaluates again. Empty entries are all ones (no bf16 key).
-__device__ float table_exp(volatile unsigned long long* table, uint16_t bits, float T, float M) {
-  const int at = (bits ^ (bits >> 11)) & (kExpTable - 1);
-  const unsigned long long e = table[at];
-  if (static_cast<uint32_t>(e >> 32) == bits) return bits_f32(static_cast<uint32_t>(e));
-  const float E = law_exp(verify_scaled(to_f32(bf16{bits}), T), M);
-  table[at] = (static_cast<unsigned long long>(bits) << 32) | f32_bits(E);
-  return E;
-}
-
-// One id's term of the target's Zi: law_term of its kept scaled logit (0 outside the
-// kept set; sum_term skips what cannot reach 2^-64; with a table, a bf16 logit's E
-// from it: the same bits either way).
-__device__ U128 target_term(const Args& a, int r, int j, int v, float T, float M,
-                            volatile unsigned long long* table) {
-  if (!table || a.p.target_dtype != LogitsDType::bf16)
-    return sum_term(target_kept(a, r, j, v, T), M);
-  const int64_t i = (static_cast<int64_t>(r) * (a.p.n + 1) + j) * a.p.vocab + v;
-  const bf16 x = static_cast<const bf16*>(a.p.target_logits)[i];
-  const uint64_t keep = a.keep[r * (a.p.n + 1) + j];
-  if (keep != 0 && order_key(verify_scaled(to_f32(x), T), v) < keep) return U128{};
-  return fixed64_of_unit(table_exp(table, x.bits, T, M));
-}
-
-template <bool kTable>
 __global__ void sums_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int item = blockIdx.x, s = blockIdx.y, r = item / (p.n + 1), j = item % (p.n + 1);
@@ -330,28 +394,23 @@ __global__ void sums_kernel(const Args a) {
     md = dst.first.value;
   }
   const float mt = tst.first.value;
+  const uint64_t keep = a.keep[item];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  volatile unsigned long long* target_table = nullptr;
-  volatile unsigned long long* draft_table = nullptr;
-  if constexpr (kTable) {
-    __shared__ unsigned long long tables[2 * kExpTable];
-    for (int i = threadIdx.x; i < 2 * kExpTable; i += blockDim.x) tables[i] = ~0ull;
-    __syncthreads();
-    target_table = tables;
-    draft_table = tables + kExpTable;
-  }
   U128 t, d;
-  for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-    if (with_target) t = u128_add(t, target_term(a, r, j, v, T, mt, target_table));
-    if (with_draft) {
-      if constexpr (kTable) {
-        const bf16 x = p.draft_logits[(slot * p.n + j) * p.vocab + v];
-        d = u128_add(d, fixed64_of_unit(table_exp(draft_table, x.bits, T, md)));
-      } else {
-        d = u128_add(d, sum_term(verify_scaled(draft_logit(p, slot, j, v), T), md));
-      }
+  if (with_target) {
+    if (keep == 0) {
+      for_each_target(p, r, j, v0, v1,
+                      [&](int, float x) { t = u128_add(t, sum_term(verify_scaled(x, T), mt)); });
+    } else {
+      for_each_target(p, r, j, v0, v1, [&](int v, float x) {
+        const float sv = verify_scaled(x, T);
+        if (order_key(sv, v) >= keep) t = u128_add(t, sum_term(sv, mt));
+      });
     }
   }
+  if (with_draft)
+    for_each_draft(p, slot, j, v0, v1,
+                   [&](int, float x) { d = u128_add(d, sum_term(verify_scaled(x, T), md)); });
   if (with_target) t = block_fold(t, U128{}, sum_op);
   if (with_draft) d = block_fold(d, U128{}, sum_op);
   if (threadIdx.x == 0) {
@@ -394,30 +453,30 @@ __global__ void decide_kernel(const Args a) {
     if (threadIdx.x % 32 == 0) law->z = f32_of_fixed64(sum);
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  // p_j(x_j), q_j(x_j) and the accept uniform u_j of every position, one thread each;
+  // then thread 0 runs the sequential decision over them.
+  __shared__ float P[64], Q[64], U[64];
   const float T = p.temperatures[r];
   const int64_t seed = p.seeds[r], anchor = p.anchor_positions[r], slot = p.cache_slots[r];
-  auto P = [&](int j) {
-    const VerifyLaw& l = a.laws[(r * (N + 1) + j) * 2];
-    return law_prob(stats_of(l), l.z, target_kept(a, r, j, static_cast<int>(x[j]), T), x[j]);
-  };
-  auto Q = [&](int j) {
-    const VerifyLaw& l = a.laws[(r * (N + 1) + j) * 2 + 1];
-    return law_prob(stats_of(l), l.z,
-                    verify_scaled(draft_logit(p, slot, j, static_cast<int>(x[j])), T), x[j]);
-  };
+  for (int j = threadIdx.x; j < N; j += blockDim.x) {
+    const int v = static_cast<int>(x[j]);
+    const VerifyLaw& lt = a.laws[(r * (N + 1) + j) * 2];
+    const VerifyLaw& ld = a.laws[(r * (N + 1) + j) * 2 + 1];
+    P[j] = law_prob(stats_of(lt), lt.z, target_kept(a, r, j, v, T), v);
+    Q[j] = law_prob(stats_of(ld), ld.z, verify_scaled(draft_logit(p, slot, j, v), T), v);
+    U[j] = accept_uniform(seed, anchor + j, p.accept_salt, x[j]);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   if (p.method == VerifyMethod::standard) {
     int k = 0;
-    for (; k < N; ++k) {
-      const float u = accept_uniform(seed, anchor + k, p.accept_salt, x[k]);
-      if (!accept_standard(u, Q(k), P(k))) break;
-    }
+    while (k < N && accept_standard(U[k], Q[k], P[k])) ++k;
     a.accepted[r] = k;
     a.chosen_weight[r] = 1.0f;
   } else {
     float* w = a.weights + r * (N + 1);
     w[0] = 1.0f;
-    for (int i = 1; i <= N; ++i) w[i] = block_weight_next(w[i - 1], P(i - 1), Q(i - 1));
+    for (int i = 1; i <= N; ++i) w[i] = block_weight_next(w[i - 1], P[i - 1], Q[i - 1]);
   }
 }
 
@@ -468,8 +527,14 @@ __global__ void block_decide_kernel(const Args a) {
   a.chosen_weight[r] = w[k];
 }
 
-// ---- stage (a), pass 3: the draw packets at position k --------------------------
+// ---- stage (a), pass 3: the draw packet at position k ----------------------------
 
+// Grid (rows, draw slices of draw_slice ids): k < N, the residual draw (standard or
+// block); k == N, the target's draw (the bonus). An id whose residual is 0 scores
+// log_f32(0) + g = -inf whatever its noise: it is skipped (its noise never drawn),
+// and a slice with no residual mass leaves the packet that never wins, which is
+// -inf like the CPU's winner there. The target draw as the fallback of an empty
+// residual is finish_kernel's.
 __global__ void draw_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int r = blockIdx.x, s = blockIdx.y, N = p.n;
@@ -480,61 +545,73 @@ __global__ void draw_kernel(const Args a) {
   const int item = r * (N + 1) + k;
   const uint32_t gd = verify_step_seed(p.seeds[r], p.anchor_positions[r] + k, p.draw_salt);
   const VerifyLaw lt = a.laws[item * 2];
-  const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  MarkovPacket res = no_packet(), tgt = no_packet();
+  const int v0 = s * a.draw_slice, v1 = min(p.vocab, v0 + a.draw_slice);
+  MarkovPacket win = no_packet();
   if (k < N) {
     const VerifyLaw ld = a.laws[item * 2 + 1];
     const float w = a.chosen_weight[r];
     const bool standard = p.method == VerifyMethod::standard;
-    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-      const float g = draft_noise(gd, v);
-      const float st = target_kept(a, r, k, v, T);
-      const float pv = law_prob(stats_of(lt), lt.z, st, v);
-      const float qv =
-          law_prob(stats_of(ld), ld.z, verify_scaled(draft_logit(p, slot, k, v), T), v);
-      fold_first(res,
-                 standard ? residual_score(pv, qv, g) : fadd_rn(log_f32(block_mass(w, pv, qv)), g),
-                 v);
-      fold_first(tgt, target_draw_score(st, g), v);
-    }
-    res = block_fold(res, no_packet(), packet_op);
+    const bf16* q_row = p.draft_logits + (slot * N + k) * p.vocab;
+    for_each_target(p, r, k, v0, v1, [&](int v, float x) {
+      const float pv = law_prob(stats_of(lt), lt.z, kept(a, item, verify_scaled(x, T), v), v);
+      const float qv = law_prob(stats_of(ld), ld.z, verify_scaled(to_f32(q_row[v]), T), v);
+      const float m = standard ? fsub_rn(pv, qv) : block_mass(w, pv, qv);
+      if (m > 0.0f) fold_first(win, fadd_rn(log_f32(m), draft_noise(gd, v)), v);
+    });
   } else {
-    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x)
-      fold_first(tgt, target_draw_score(target_kept(a, r, k, v, T), draft_noise(gd, v)), v);
+    for_each_target(p, r, k, v0, v1, [&](int v, float x) {
+      fold_first(win, target_draw_score(kept(a, item, verify_scaled(x, T), v), draft_noise(gd, v)),
+                 v);
+    });
   }
-  tgt = block_fold(tgt, no_packet(), packet_op);
-  if (threadIdx.x == 0) {
-    a.draws[(r * 2 + 0) * a.S + s] = res;
-    a.draws[(r * 2 + 1) * a.S + s] = tgt;
-  }
+  win = block_fold(win, no_packet(), packet_op);
+  if (threadIdx.x == 0) a.draws[r * a.draw_S + s] = win;
 }
 
 // ---- stage (b) for the draw packets; the outputs ----------------------------------
+
+// The target's draw at position k < N over the whole vocabulary, by one CTA: the
+// fallback of a residual with no mass (rare: p <= q at every id).
+__device__ MarkovPacket target_draw_fallback(const Args& a, int r, int k) {
+  const ops::VerifyParams& p = a.p;
+  const int item = r * (p.n + 1) + k;
+  const float T = p.temperatures[r];
+  const uint32_t gd = verify_step_seed(p.seeds[r], p.anchor_positions[r] + k, p.draw_salt);
+  MarkovPacket win = no_packet();
+  for_each_target(p, r, k, 0, p.vocab, [&](int v, float x) {
+    fold_first(win, target_draw_score(kept(a, item, verify_scaled(x, T), v), draft_noise(gd, v)),
+               v);
+  });
+  return block_fold(win, no_packet(), packet_op);
+}
 
 __global__ void finish_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int r = blockIdx.x, N = p.n;
   if (padding(p, r)) return;
-  __shared__ MarkovPacket scratch[2][kVerifyMaxSlices];
-  __shared__ MarkovPacket win[2];
-  const int warp = threadIdx.x / 32;
+  __shared__ MarkovPacket scratch[kVerifyMaxDrawSlices];
+  __shared__ MarkovPacket win;
+  __shared__ int64_t emitted;
   const bool g = greedy(p, r);
-  if (!g && warp < 2) {
-    const MarkovPacket f = warp_tree(a.draws + (r * 2 + warp) * a.S, a.S, scratch[warp], packet_op);
-    if (threadIdx.x % 32 == 0) win[warp] = f;
+  const int k = a.accepted[r];
+  if (threadIdx.x < 32) {
+    if (g) {
+      if (threadIdx.x == 0) emitted = a.emitted[r];
+    } else {
+      const MarkovPacket f = warp_tree(a.draws + r * a.draw_S, a.draw_S, scratch, packet_op);
+      if (threadIdx.x == 0) {
+        win = f;
+        emitted = f.id;
+      }
+    }
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  const int k = a.accepted[r];
-  int64_t emitted;
-  if (g) {
-    emitted = a.emitted[r];
-  } else if (k == N) {
-    emitted = win[1].id;  // the bonus: the target draw at position N
-  } else {
-    const bool none = !win[0].nan && win[0].value == neg_inf();  // no residual mass
-    emitted = none ? win[1].id : win[0].id;
+  // k < N and no residual mass (the winner is -inf): the target's own draw at k.
+  if (!g && k < N && !win.nan && win.value == neg_inf()) {
+    const MarkovPacket t = target_draw_fallback(a, r, k);
+    if (threadIdx.x == 0) emitted = t.id;
   }
+  if (threadIdx.x != 0) return;
   p.num_accepted[r] = k;
   const int64_t* x = p.draft_tokens + static_cast<int64_t>(r) * N;
   int64_t* out = p.tokens + static_cast<int64_t>(r) * (N + 1);
@@ -554,7 +631,7 @@ VerifyWorkspace::VerifyWorkspace(int max_rows, int n, int vocab, int max_slices)
   packets = DeviceBuffer<MarkovPacket>(R * (N + 1) * 2 * S);
   sums = DeviceBuffer<U128>(R * (N + 1) * 2 * S);
   mass = DeviceBuffer<U128>(R * N * S);
-  draws = DeviceBuffer<MarkovPacket>(R * 2 * S);
+  draws = DeviceBuffer<MarkovPacket>(R * kVerifyMaxDrawSlices);
   laws = DeviceBuffer<VerifyLaw>(R * (N + 1) * 2);
   keep = DeviceBuffer<uint64_t>(R * (N + 1));
   weights = DeviceBuffer<float>(R * (N + 1));
@@ -566,20 +643,28 @@ VerifyWorkspace::VerifyWorkspace(int max_rows, int n, int vocab, int max_slices)
   SD_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
 }
 
+namespace {
+
+// ceil(V / S) rounded up to a multiple of 256, at most V.
+int slice_width(int64_t vocab, int64_t S) {
+  const int64_t slice = ((vocab + S - 1) / S + 255) / 256 * 256;
+  return static_cast<int>(std::min(slice, vocab));
+}
+
+}  // namespace
+
 VerifyShape VerifyWorkspace::pick(int rows) const {
-  // About 4 CTAs per SM over rows x (N + 1) items; slices of at least 1024 ids,
-  // a multiple of 256.
-  const int64_t items = static_cast<int64_t>(std::max(rows, 1)) * (n_ + 1);
-  const int64_t want =
-      std::max<int64_t>(1, (4 * static_cast<int64_t>(sm_count_) + items - 1) / items);
+  // About 4 CTAs per SM: over rows x (N + 1) items for the vocabulary kernels, over
+  // the rows for the draw; slices of at least 1024 ids, a multiple of 256.
+  const int64_t R = std::max(rows, 1), ctas = 4 * static_cast<int64_t>(sm_count_);
+  const int64_t items = R * (n_ + 1);
   const int64_t by_width = std::max<int64_t>(1, vocab_ / 1024);
-  const int64_t S = std::min<int64_t>({want, by_width, max_slices_});
-  int64_t slice = (vocab_ + S - 1) / S;
-  slice = (slice + 255) / 256 * 256;
+  const int64_t S = std::min<int64_t>({(ctas + items - 1) / items, by_width, max_slices_});
+  const int64_t D = std::min<int64_t>({(ctas + R - 1) / R, by_width, kVerifyMaxDrawSlices});
   VerifyShape shape;
   shape.threads = 256;
-  shape.exp_table = true;
-  shape.slice = static_cast<int>(std::min<int64_t>(slice, vocab_));
+  shape.slice = slice_width(vocab_, std::max<int64_t>(S, 1));
+  shape.draw_slice = slice_width(vocab_, std::max<int64_t>(D, 1));
   return shape;
 }
 
@@ -596,11 +681,15 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
   require(std::find(std::begin(kVerifyThreadChoices), std::end(kVerifyThreadChoices),
                     shape.threads) != std::end(kVerifyThreadChoices),
           "verify", "threads " + std::to_string(shape.threads) + " is not 64, 128, 256 or 512");
-  require(shape.slice >= 1, "verify", "slice must be >= 1");
+  require(shape.slice >= 1 && shape.draw_slice >= 1, "verify", "slice and draw_slice must be >= 1");
   const int64_t S = (static_cast<int64_t>(p.vocab) + shape.slice - 1) / shape.slice;
   require(S <= ws.max_slices(), "verify",
           "slice " + std::to_string(shape.slice) + " makes " + std::to_string(S) +
               " slices, more than the workspace's " + std::to_string(ws.max_slices()));
+  const int64_t D = (static_cast<int64_t>(p.vocab) + shape.draw_slice - 1) / shape.draw_slice;
+  require(D <= kVerifyMaxDrawSlices, "verify",
+          "draw_slice " + std::to_string(shape.draw_slice) + " makes " + std::to_string(D) +
+              " draw slices, more than " + std::to_string(kVerifyMaxDrawSlices));
   Args a{p,
          ws.packets.data(),
          ws.sums.data(),
@@ -613,15 +702,16 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
          ws.accepted.data(),
          ws.emitted.data(),
          static_cast<int>(S),
-         shape.slice};
+         shape.slice,
+         static_cast<int>(D),
+         shape.draw_slice};
   const unsigned items = static_cast<unsigned>(p.rows) * (p.n + 1);
   const unsigned rows = static_cast<unsigned>(p.rows);
   const dim3 block(static_cast<unsigned>(shape.threads));
   const unsigned s = static_cast<unsigned>(S);
   launch_kernel("verify_first", first_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
   launch_kernel("verify_head", head_kernel, LaunchShape{dim3(items), block, 0, stream}, a);
-  launch_kernel("verify_sums", shape.exp_table ? sums_kernel<true> : sums_kernel<false>,
-                LaunchShape{dim3(items, s), block, 0, stream}, a);
+  launch_kernel("verify_sums", sums_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
   launch_kernel("verify_decide", decide_kernel,
                 LaunchShape{dim3(rows), dim3(kRowThreads), 0, stream}, a);
   if (p.method == VerifyMethod::block) {
@@ -631,7 +721,8 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
     launch_kernel("verify_block_decide", block_decide_kernel,
                   LaunchShape{dim3(rows), dim3(kRowThreads), 0, stream}, a);
   }
-  launch_kernel("verify_draw", draw_kernel, LaunchShape{dim3(rows, s), block, 0, stream}, a);
+  launch_kernel("verify_draw", draw_kernel,
+                LaunchShape{dim3(rows, static_cast<unsigned>(D)), block, 0, stream}, a);
   launch_kernel("verify_finish", finish_kernel,
                 LaunchShape{dim3(rows), dim3(kRowThreads), 0, stream}, a);
 }

@@ -17,10 +17,14 @@
 //            q_j(x_j), and the sequential decision (standard, or block's weights w);
 //   block    (method block) grid (rows x (N - 1), S) the residual masses R_i, then
 //            one CTA per row for h_i and k;
-//   draw     grid (rows, S): each slice's draw packets at position k (the residual
-//            or block residual, and the target draw as its fallback or the bonus);
-//   finish   one CTA per row: the draw packets combined in the fixed tree; writes
-//            num_accepted and tokens (padding rows untouched).
+//   draw     grid (rows, D): each draw slice's packet at position k (k < N: the
+//            residual or block residual; k == N: the target draw, the bonus);
+//   finish   one CTA per row: the draw packets combined in the fixed tree (and,
+//            where the residual has no mass, the target draw at k by the CTA);
+//            writes num_accepted and tokens (padding rows untouched).
+// The vocabulary kernels read the logits 16 bytes a load; first folds the raw
+// logits (the division by T is monotone: M = fdiv(raw M, T), head settles the first
+// id where the law reads it), draw skips the noise of ids with no residual mass.
 // Every combine is exact (packets by the order, sums in integers), so the slice
 // width and the block size never change a bit; the tests run every block size the
 // launcher can pick and several slice widths against the CPU reference.
@@ -44,17 +48,17 @@ namespace sparkdraft::cuda {
 
 // Threads per CTA of the vocabulary kernels (every size the launcher may pick).
 inline constexpr int kVerifyThreadChoices[] = {64, 128, 256, 512};
-inline constexpr int kVerifyMaxSlices = 64;  // default bound on the vocabulary slices
+inline constexpr int kVerifyMaxSlices = 64;       // default bound on the vocabulary slices
+inline constexpr int kVerifyMaxDrawSlices = 256;  // bound on the draw kernel's slices
 
 // How one call is cut: `threads` per CTA of the vocabulary kernels, `slice` ids per
-// vocabulary slice (S = ceil(V / slice) slices, at most the workspace's max_slices).
-// exp_table: the sums kernel memoises E of bf16 logits by their bits in shared
-// memory (the same bits; far fewer exp evaluations, the vocabulary holding few
-// distinct bf16 values).
+// vocabulary slice of first / sums / mass (S = ceil(V / slice) slices, at most the
+// workspace's max_slices), `draw_slice` ids per slice of the draw kernel (one
+// position per row: its own, narrower cut, at most kVerifyMaxDrawSlices slices).
 struct VerifyShape {
   int threads = 256;
   int slice = 0;
-  bool exp_table = true;
+  int draw_slice = 0;
 };
 
 // A (row, position, side) law between the kernels: its first-id packet and Z.
@@ -72,7 +76,7 @@ class VerifyWorkspace {
   int n() const { return n_; }
   int vocab() const { return vocab_; }
   int max_slices() const { return max_slices_; }
-  // The launcher's shape for `rows` rows: 256 threads, the exp table, and slices
+  // The launcher's shape for `rows` rows: 256 threads, and slices (and draw slices)
   // narrow enough that about four CTAs per SM run even at one row (a row alone fills
   // the GPU).
   VerifyShape pick(int rows) const;
@@ -80,7 +84,7 @@ class VerifyWorkspace {
   DeviceBuffer<MarkovPacket> packets;  // [rows][N + 1][2][S] first-id packets (target, draft)
   DeviceBuffer<U128> sums;             // [rows][N + 1][2][S] Zi partials
   DeviceBuffer<U128> mass;             // [rows][N][S] block: R_i partials
-  DeviceBuffer<MarkovPacket> draws;    // [rows][2][S] residual and target draw packets
+  DeviceBuffer<MarkovPacket> draws;    // [rows][D] draw packets (D <= kVerifyMaxDrawSlices)
   DeviceBuffer<VerifyLaw> laws;        // [rows][N + 1][2]
   DeviceBuffer<uint64_t> keep;         // [rows][N + 1] target's kept-set threshold key (0: all)
   DeviceBuffer<float> weights;         // [rows][N + 1] block: w_i
