@@ -52,14 +52,16 @@ MarkovPacket first_packet(const std::vector<float>& s, int64_t slice) {
 // -inf), the stats, Z and the probabilities (law_prob_of_exp of every id).
 struct Law {
   std::vector<float> s, p;
+  std::vector<float> E;  // exp_law(s - M) of every id (empty for a degenerate law)
   LawStats st;
   float z = 0.0f;
   float prob(int64_t v) const { return p[v]; }
   // p from the E of every id (law_exp), computed once for the sum and the probabilities.
-  void finish(const std::vector<float>& e) {
+  void finish(std::vector<float> e) {
+    E = std::move(e);
     p.resize(s.size());
     for (size_t v = 0; v < s.size(); ++v)
-      p[v] = law_prob_of_exp(st, z, e.empty() ? 0.0f : e[v], static_cast<int64_t>(v));
+      p[v] = law_prob_of_exp(st, z, E.empty() ? 0.0f : E[v], static_cast<int64_t>(v));
   }
 };
 
@@ -135,20 +137,20 @@ std::vector<float> draft_scaled(const ops::VerifyParams& p, int64_t slot, int j,
   return s;
 }
 
-// The first id of score(v) + g[v] over the vocabulary (stage (a) pass 3).
-template <class Score>
-MarkovPacket draw(int vocab, int64_t slice, uint32_t gd, Score score) {
+// The draw of section 8.5 over weights w[v] >= 0 (stage (a) pass 3): the first id of
+// race_score(w[v], race_noise(gd, v)). Its value is 0 when every weight is 0.
+template <class Weight>
+MarkovPacket draw(int vocab, int64_t slice, uint32_t gd, Weight weight) {
   return over_slices<MarkovPacket>(
       vocab, slice,
       [&](int v0, int v1) {
-        MarkovPacket acc = make_packet(score(v0, draft_noise(gd, v0)), v0);
-        for (int v = v0 + 1; v < v1; ++v) fold_first(acc, score(v, draft_noise(gd, v)), v);
+        MarkovPacket acc = make_packet(race_score(weight(v0), race_noise(gd, v0)), v0);
+        for (int v = v0 + 1; v < v1; ++v)
+          fold_first(acc, race_score(weight(v), race_noise(gd, v)), v);
         return acc;
       },
       first_of);
 }
-
-bool is_neg_inf(const MarkovPacket& w) { return !w.nan && w.value == kNegInf; }
 
 void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
   const int64_t slot = p.cache_slots[r];
@@ -181,11 +183,13 @@ void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
         dft.push_back(i < N ? make_law(draft_scaled(p, slot, i, T), 0, 1.0f, slice) : Law{});
       }
     };
-    auto target_draw = [&](int j) {
+    // The target draw at j: a degenerate law's point, else the race over its E.
+    auto target_draw = [&](int j) -> int64_t {
       ensure(j);
-      const std::vector<float>& s = tgt[j].s;
+      const Law& t = tgt[j];
+      if (t.st.degenerate()) return t.st.first.id;
       return draw(V, slice, verify_step_seed(seed, a + j, p.draw_salt),
-                  [&](int v, float g) { return target_draw_score(s[v], g); })
+                  [&](int v) { return t.E[v]; })
           .id;
     };
     float w = 1.0f;  // block: w_k
@@ -226,12 +230,11 @@ void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
       ensure(k);
       const Law &tk = tgt[k], &dk = dft[k];
       const MarkovPacket win =
-          draw(V, slice, verify_step_seed(seed, a + k, p.draw_salt), [&](int v, float g) {
-            if (p.method == VerifyMethod::standard)
-              return residual_score(tk.prob(v), dk.prob(v), g);
-            return fadd_rn(log_f32(block_mass(w, tk.prob(v), dk.prob(v))), g);
+          draw(V, slice, verify_step_seed(seed, a + k, p.draw_salt), [&](int v) {
+            if (p.method == VerifyMethod::standard) return residual_weight(tk.prob(v), dk.prob(v));
+            return block_mass(w, tk.prob(v), dk.prob(v));
           });
-      emitted = is_neg_inf(win) ? target_draw(k) : win.id;
+      emitted = win.value > 0.0f ? win.id : target_draw(k);  // 0: no residual mass
     }
   }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -152,6 +153,89 @@ TEST(VerifySelect, SumTermEqualsLawTerm) {
     const float s = M - g.uniform(0.0f, 120.0f);
     const U128 a = verify_select::sum_term(s, M), b = law_term(s, M);
     ASSERT_TRUE(a.lo == b.lo && a.hi == b.hi) << "s " << s << ", M " << M;
+  }
+  // Every 29th float of [-45, 0] (and both ends) as s - M with M = 0: the shift form
+  // of the term is fixed64_of_unit's, E = 1 included.
+  const uint32_t lo = f32_bits(-0.0f), hi = f32_bits(-45.0f);
+  for (uint32_t step = 0;; ++step) {
+    const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(lo + uint64_t{29} * step, hi));
+    const float d = bits_f32(b);
+    const U128 x = verify_select::sum_term(d, 0.0f), y = law_term(d, 0.0f);
+    ASSERT_TRUE(x.lo == y.lo && x.hi == y.hi) << "s - M = " << d;
+    if (b == hi) break;
+  }
+  const U128 one = verify_select::sum_term(3.0f, 3.0f);
+  EXPECT_TRUE(one.lo == 0 && one.hi == 1) << "E = 1 is 2^64";
+}
+
+// exp_law (contract.md section 8.2): its fixed points, 0 <= E <= 1, within 1 ulp of
+// exp over every 61st float of [-87, 0] (the sequence measures 0.89 ulp at worst),
+// and 0 below -87; every float in [-87, -45) gives a zero term (sum_term's shortcut).
+TEST(VerifyMath, ExpLawIsWithinOneUlpOfExp) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(f32_bits(exp_law(0.0f)), f32_bits(1.0f));
+  EXPECT_EQ(f32_bits(exp_law(-0.0f)), f32_bits(1.0f));
+  EXPECT_EQ(f32_bits(exp_law(-inf)), 0u);
+  EXPECT_EQ(f32_bits(exp_law(std::nextafter(-87.0f, -inf))), 0u);
+  EXPECT_GE(exp_law(-87.0f), std::numeric_limits<float>::min()) << "E is normal at -87";
+  double worst = 0.0;
+  float worst_at = 0.0f;
+  const uint32_t lo = f32_bits(-0.0f), hi = f32_bits(-87.0f);  // -0 .. -87 by bits
+  for (uint32_t step = 0;; ++step) {  // every 61st pattern, then -87 itself
+    const uint32_t b = std::min<uint64_t>(lo + uint64_t{61} * step, hi);
+    const float d = bits_f32(b);
+    const float e = exp_law(d);
+    ASSERT_TRUE(e >= 0.0f && e <= 1.0f) << "exp_law(" << d << ") = " << e;
+    const long double want = std::exp(static_cast<long double>(d));
+    const float wf = static_cast<float>(want);
+    const long double ulp =
+        static_cast<long double>(std::nextafter(wf, inf)) - static_cast<long double>(wf);
+    const double err = static_cast<double>(std::fabs(static_cast<long double>(e) - want) / ulp);
+    if (err > worst) {
+      worst = err;
+      worst_at = d;
+    }
+    if (b == hi) break;
+  }
+  std::printf("  exp_law: worst %.4f ulp at %a\n", worst, static_cast<double>(worst_at));
+  EXPECT_LE(worst, 1.0) << "at " << worst_at;
+  for (uint32_t b = f32_bits(-45.0f) + 1; b <= hi; ++b) {
+    const U128 t = fixed64_of_unit(exp_law(bits_f32(b)));
+    ASSERT_TRUE(t.lo == 0 && t.hi == 0) << "a nonzero term at " << bits_f32(b);
+  }
+}
+
+// log_law (contract.md section 8.4) on the verifier's uniforms: within 1 ulp of log
+// over every 7th float of [2^-33, 1 - 2^-24], and log_law(1) = 0; the race noise
+// -log_law(u) is positive and finite for every uniform philox_uniform can return
+// (its smallest and largest included).
+TEST(VerifyMath, LogLawIsWithinOneUlpOfLog) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(f32_bits(log_law(1.0f)), 0u);
+  double worst = 0.0;
+  float worst_at = 0.0f;
+  const uint32_t lo = f32_bits(0x1p-33f), hi = f32_bits(1.0f) - 1;
+  for (uint32_t step = 0;; ++step) {
+    const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(lo + uint64_t{7} * step, hi));
+    const float x = bits_f32(b);
+    const float y = log_law(x);
+    const long double want = std::log(static_cast<long double>(x));
+    const float wf = static_cast<float>(want);
+    const long double ulp = static_cast<long double>(std::nextafter(std::fabs(wf), inf)) -
+                            static_cast<long double>(std::fabs(wf));
+    const double err = static_cast<double>(std::fabs(static_cast<long double>(y) - want) / ulp);
+    if (err > worst) {
+      worst = err;
+      worst_at = x;
+    }
+    ASSERT_LT(y, 0.0f) << "log_law(" << x << ") = " << y;
+    if (b == hi) break;
+  }
+  std::printf("  log_law: worst %.4f ulp at %a\n", worst, static_cast<double>(worst_at));
+  EXPECT_LE(worst, 1.0) << "at " << worst_at;
+  for (float u : {0x1.fffffep-33f, 0x1.fffffep-32f, 0x1.fffffep-1f, 0.5f}) {
+    const float e = -log_law(u);
+    EXPECT_TRUE(e > 0.0f && e < 23.0f) << "noise " << e << " at u " << u;
   }
 }
 

@@ -399,6 +399,49 @@ TEST(CudaVerify, EqualsCpuOnTheRareBranches) {
   EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
 }
 
+__global__ void exp_law_kernel(const float* d, float* e, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) e[i] = exp_law(d[i]);
+}
+__global__ void log_law_kernel(const float* x, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = log_law(x[i]);
+}
+
+// The device is the authority: exp_law on the GPU (its __fmaf_rn and _rn operations)
+// equals the host's (std::fmaf, -ffp-contract=off) on every 7th float of [-88, 0],
+// and -inf; log_law on every 5th float of [2^-33, 1] (the verifier's uniforms).
+TEST(CudaVerify, ExpLawAndLogLawOnTheDeviceEqualTheHost) {
+  SD_REQUIRE_GPU();
+  std::vector<float> d;
+  for (uint64_t b = f32_bits(-0.0f); b <= f32_bits(-88.0f); b += 7)
+    d.push_back(bits_f32(static_cast<uint32_t>(b)));
+  d.push_back(-87.0f);
+  d.push_back(-std::numeric_limits<float>::infinity());
+  const int n = static_cast<int>(d.size());
+  cuda::DeviceBuffer<float> dd(d, nullptr), de(d.size());
+  exp_law_kernel<<<(n + 255) / 256, 256>>>(dd.data(), de.data(), n);
+  SD_CUDA_CHECK(cudaGetLastError());
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = de.download(nullptr);
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(f32_bits(got[i]), f32_bits(exp_law(d[i])))
+        << "exp_law(" << d[i] << "): device " << got[i] << ", host " << exp_law(d[i]);
+  std::printf("  exp_law: %d inputs, device == host\n", n);
+  std::vector<float> u;
+  for (uint32_t b = f32_bits(0x1p-33f); b <= f32_bits(1.0f); b += 5) u.push_back(bits_f32(b));
+  const int m = static_cast<int>(u.size());
+  cuda::DeviceBuffer<float> du(u, nullptr), dl(u.size());
+  log_law_kernel<<<(m + 255) / 256, 256>>>(du.data(), dl.data(), m);
+  SD_CUDA_CHECK(cudaGetLastError());
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> lg = dl.download(nullptr);
+  for (int i = 0; i < m; ++i)
+    ASSERT_EQ(f32_bits(lg[i]), f32_bits(log_law(u[i])))
+        << "log_law(" << u[i] << "): device " << lg[i] << ", host " << log_law(u[i]);
+  std::printf("  log_law: %d inputs, device == host\n", m);
+}
+
 // The streams' salts reach the kernels (the broken verifier of the statistics
 // tests sets the accept salt to the draft's): the GPU follows the CPU there too,
 // and the outputs change with the salts.

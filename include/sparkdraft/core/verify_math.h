@@ -6,15 +6,20 @@
 // host), our exp/log (core/math.h) and our Philox (core/philox.h).
 //
 //   s      = T > 0 ? f32(l) / T : f32(l)                      verify_scaled
-//   E      = exp_f32(s - M)           (fp32 subtract)         law_exp
+//   E      = exp_law(s - M)           (fp32 subtract, then    law_exp
+//                                      the fp32 sequence below)
 //   e      = floor(E * 2^64)          (exact, 128-bit)        fixed64_of_unit
 //   Z      = f32(sum e * 2^-64)       (nearest even)          f32_of_fixed64
 //   prob   = E / Z                    (fp32 divide)           law_prob
 //   accept = u * q < p                (exact, in double)      accept_standard
-//   r      = max(p - q, 0)            (fp32 subtract)         residual_score
-//   z      = log_f32(r) + g           (fp32 add)
+//   e      = -log_law(u)              (fp32, the sequence     race_noise
+//                                      below)
+//   z      = w / e                    (fp32 divide; w the     race_score
+//                                      residual r = max(p - q, 0), the block
+//                                      mass or the target's E)
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "sparkdraft/core/bf16.h"
@@ -158,6 +163,14 @@ SD_HD float fmul_rn(float a, float b) {
   return a * b;
 #endif
 }
+// a * b + c rounded once (IEEE fusedMultiplyAdd; std::fmaf is correctly rounded).
+SD_HD float ffma_rn(float a, float b, float c) {
+#if SD_ON_DEVICE
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fmaf(a, b, c);
+#endif
+}
 
 // ---- the law L(s) of section 8.2 -----------------------------------------------
 
@@ -188,10 +201,41 @@ SD_HD MarkovPacket first_of(const MarkovPacket& a, const MarkovPacket& b) {
   return packet_wins(a, b) ? a : b;
 }
 
-// E = exp_f32(s - M): s = -inf gives 0.
-SD_HD float law_exp(float s, float max_value) { return exp_f32(fsub_rn(s, max_value)); }
+// exp(d) for the law (contract.md section 8.2), d = s - M <= 0 (or -inf), in fp32,
+// every step one IEEE rounding (the fmas fused):
+//   d < -87 (or -inf): 0
+//   t  = d * L2E                          L2E = 0x1.715476p+0 (fp32 log2(e))
+//   kf = (t + 0x1.8p23) - 0x1.8p23        t rounded to an integer, ties to even
+//   r  = fma(kf, -LN2_HI, d)              LN2_HI = 0x1.62e43p-1 (fp32 ln 2)
+//   r  = fma(kf, -LN2_LO, r)              LN2_LO = -0x1.05c61p-29 (fp32 of ln 2 - LN2_HI)
+//   p  = fma(..fma(fma(C7, r, C6), r, C5).., r, C0)   C_i = fp32(1 / i!)
+//   E  = p * 2^kf                         exact: kf in [-126, 0], E normal
+// E(0) = 1 and 0 <= E <= 1; within 0.89 ulp of exp(d) (tests/cpu/test_verify_select.cpp
+// bounds it by 1 ulp over every 61st float of [-87, 0]). Cheap on the GPU (11 fp32
+// operations), where the double exp_f32 of core/math.h costs the vocabulary passes
+// most of their time.
+SD_HD float exp_law(float d) {
+  if (!(d >= -87.0f)) return 0.0f;
+  const float t = fmul_rn(d, 0x1.715476p+0f);
+  const float kf = fsub_rn(fadd_rn(t, 0x1.8p23f), 0x1.8p23f);
+  float r = ffma_rn(kf, -0x1.62e43p-1f, d);
+  r = ffma_rn(kf, 0x1.05c61p-29f, r);
+  float p = 0x1.a01a02p-13f;
+  p = ffma_rn(p, r, 0x1.6c16c2p-10f);
+  p = ffma_rn(p, r, 0x1.111112p-7f);
+  p = ffma_rn(p, r, 0x1.555556p-5f);
+  p = ffma_rn(p, r, 0x1.555556p-3f);
+  p = ffma_rn(p, r, 0.5f);
+  p = ffma_rn(p, r, 1.0f);
+  p = ffma_rn(p, r, 1.0f);
+  const int k = static_cast<int>(kf);
+  return fmul_rn(p, bits_f32(static_cast<uint32_t>(k + 127) << 23));
+}
 
-// One id's term of Zi (section 8.2): floor(exp_f32(s - M) * 2^64).
+// E = exp_law(s - M): s = -inf gives 0.
+SD_HD float law_exp(float s, float max_value) { return exp_law(fsub_rn(s, max_value)); }
+
+// One id's term of Zi (section 8.2): floor(exp_law(s - M) * 2^64).
 SD_HD U128 law_term(float s, float max_value) { return fixed64_of_unit(law_exp(s, max_value)); }
 
 // L(s)[v] for an id of the kept set with scaled logit s (0 for ids outside it).
@@ -222,6 +266,42 @@ SD_HD bool top_p_keeps(U128 before, float top_p, U128 total) {
 
 // ---- randomness (section 8.4) ------------------------------------------------
 
+// log(x) for a normal x > 0 in fp32 (contract.md section 8.4), every step one IEEE
+// rounding, no fma (musl's logf reduction and polynomial, written out):
+//   i = bits(x) + 0x3f800000 - 0x3f3504f3;  k = (i >> 23) - 127
+//   m = float((i & 0x7fffff) + 0x3f3504f3)  (x = 2^k m, m in [sqrt(1/2), sqrt(2)))
+//   f = m - 1 (exact);  s = f / (2 + f);  z = s s;  w = z z
+//   R = z (Lg1 + w Lg3) + w (Lg2 + w Lg4);  h = (0.5 f) f
+//   log = (((s (h + R) + k LN2_LO) - h) + f) + k LN2_HI
+// Lg1..4 = 0xaaaaaa.0p-24, 0xccce13.0p-25, 0x91e9ee.0p-25, 0xf89e26.0p-26,
+// LN2_HI = 0x1.62e3p-1, LN2_LO = 0x1.2fefa2p-17. Within 1 ulp of log over the
+// verifier's uniforms (tests/cpu/test_verify_select.cpp).
+SD_HD float log_law(float x) {
+  uint32_t i = f32_bits(x) + (0x3f800000u - 0x3f3504f3u);
+  const int k = static_cast<int>(i >> 23) - 0x7f;
+  i = (i & 0x007fffffu) + 0x3f3504f3u;
+  const float f = fsub_rn(bits_f32(i), 1.0f);
+  const float s = fdiv_rn(f, fadd_rn(2.0f, f));
+  const float z = fmul_rn(s, s);
+  const float w = fmul_rn(z, z);
+  const float t1 = fmul_rn(w, fadd_rn(0xccce13.0p-25f, fmul_rn(w, 0xf89e26.0p-26f)));
+  const float t2 = fmul_rn(z, fadd_rn(0xaaaaaa.0p-24f, fmul_rn(w, 0x91e9ee.0p-25f)));
+  const float R = fadd_rn(t2, t1);
+  const float h = fmul_rn(fmul_rn(0.5f, f), f);
+  const float dk = static_cast<float>(k);
+  const float a = fadd_rn(fmul_rn(s, fadd_rn(h, R)), fmul_rn(dk, 0x1.2fefa2p-17f));
+  return fadd_rn(fadd_rn(fsub_rn(a, h), f), fmul_rn(dk, 0x1.62e3p-1f));
+}
+
+// The verifier's draw noise of id v (section 8.4): an Exp(1) variable
+// e = -log_law(u), u = philox_uniform(gd, v) in [2^-32, 1 - 2^-24], so 0 < e < 23.
+SD_HD float race_noise(uint32_t gd, int64_t v) { return -log_law(philox_uniform(gd, v)); }
+
+// The draw score of an id of weight w >= 0 (section 8.5): w / e. The first id of the
+// order over the scores is a draw from w / sum(w) (the exponential race: the
+// Gumbel-max rule of section 4 written as argmax w / e, with e = exp(-g)).
+SD_HD float race_score(float w, float e) { return fdiv_rn(w, e); }
+
 // The first-level seed of a verifier stream at position pos (= a + j).
 SD_HD uint32_t verify_step_seed(int64_t seed, int64_t pos, int64_t salt) {
   const uint64_t off = static_cast<uint64_t>(pos) + static_cast<uint64_t>(salt);
@@ -242,14 +322,11 @@ SD_HD bool accept_standard(float u, float q, float p) {
   return dmul(static_cast<double>(u), static_cast<double>(q)) < static_cast<double>(p);
 }
 
-// The residual draw score of an id: log_f32(max(p - q, 0)) + g.
-SD_HD float residual_score(float p, float q, float g) {
+// The residual weight of an id: max(p - q, 0) (fp32 subtract).
+SD_HD float residual_weight(float p, float q) {
   const float r = fsub_rn(p, q);
-  return fadd_rn(log_f32(r > 0.0f ? r : 0.0f), g);
+  return r > 0.0f ? r : 0.0f;
 }
-
-// The target draw score of an id: s + g (section 4's rule on the target's logits).
-SD_HD float target_draw_score(float s, float g) { return fadd_rn(s, g); }
 
 // Block verification: w_i from w_{i-1}, P = p(x), Q = q(x).
 SD_HD float block_weight_next(float w, float p, float q) {

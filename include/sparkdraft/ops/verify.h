@@ -8,7 +8,7 @@
 //   first id f of a vector: the fold of core/packet.h packets (value, id, NaN flag)
 //   law L(s) over a kept set K:
 //     degenerate (s[f] NaN or +-inf): 1.0f at f, 0 elsewhere
-//     else M = s[f], E[v] = exp_f32(s[v] - M) (fp32 subtract; core/math.h exp),
+//     else M = s[f], E[v] = exp_law(s[v] - M) (fp32 subtract; the law's fp32 exp),
 //          e[v] = floor(E[v] * 2^64) (exact), Zi = sum of e[v] over K (exact 128-bit
 //          integer: any split, any order), Z = f32(Zi * 2^-64) (nearest even),
 //          L[v] = E[v] / Z (fp32 division) on K, 0 off K
@@ -17,20 +17,20 @@
 //     top-p (p < 1, law not degenerate): v stays iff (sum of e[w] over the kept w
 //     before v) < p * Zi, exactly (core/verify_math.h top_p_keeps)
 //   keys (section 8.4): u_j = philox_uniform(randint(seed, a + j + 2^61), x_j);
-//     draw noise g[v] = draft_noise(randint(seed, a + j + 2^62), v)
+//     draw noise e[v] = -log_law(philox_uniform(randint(seed, a + j + 2^62), v))
 //   standard, T > 0: accept x_j iff u_j * q_j(x_j) < p_j(x_j) (exact, in double);
 //     stop at the first rejection k
 //   standard, T = 0: accept iff x_j == the first id of f32(t_j); emitted = that id
-//   emitted (T > 0): k = N: the first id of s_N[v] + g[v] (fp32 add, s = -inf off K)
-//     k < N: the first id of log_f32(max(p_k[v] - q_k[v], 0)) + g[v] (fp32
-//     subtract, our log, fp32 add); if that winner is -inf (no residual mass): the
-//     first id of s_k[v] + g[v]
+//   the race over weights w >= 0 at j: the first id of w[v] / e[v] (fp32 divide)
+//   emitted (T > 0): k = N: the target draw, a degenerate p_N's point, else the race
+//     over E_N (0 off K); k < N: the race over max(p_k[v] - q_k[v], 0) (fp32
+//     subtract); if every weight is 0 (no residual mass): the target draw at k
 //   block, T > 0 (section 8.6): w_0 = 1, w_i = min(1, w_{i-1} * (P/Q)) (fp32, P and Q
 //     of x_{i-1}; 0 once w or P is 0); R_i = f32(2^-64 * sum floor(m * 2^64)) with
 //     m = max(w_i * p_i[v] - q_i[v], 0) (fp32 multiply, subtract); h_i = R_i /
 //     (R_i + (1 - w_i)) (1 when the denominator is 0), h_N = w_N; k = the largest i
-//     with u_{i-1} < h_i (0 if none); emitted: k = N as standard, else the first id of
-//     log_f32(max(w_k * p_k[v] - q_k[v], 0)) + g[v] (the target draw if all are 0)
+//     with u_{i-1} < h_i (0 if none); emitted: k = N as standard, else the race over
+//     max(w_k * p_k[v] - q_k[v], 0) (the target draw if all are 0)
 //   outputs: num_accepted[r] = k; tokens[r] = x_0..x_{k-1}, emitted, then -1.
 //
 // Stages (how a kernel splits the work; section 8.7). For each (row, position):

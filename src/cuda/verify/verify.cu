@@ -65,12 +65,18 @@ __device__ float draft_logit(const ops::VerifyParams& p, int64_t slot, int j, in
 // before the first 16-byte boundary and after the last one one by one, the rest
 // 16 bytes a load (8 bf16 or 4 fp32), the CTA's threads interleaved. Every fold
 // that consumes it is exact (packets by the order, integer sums), so the order in
-// which the ids come never changes a bit.
+// which the ids come never changes a bit. kVector false: every id one by one (for
+// the draw's long per-id code, which the unrolled vector path would copy 8 to 16
+// times).
 __device__ float widen_logit(bf16 x) { return to_f32(x); }
 __device__ float widen_logit(float x) { return x; }
 
-template <class T, class F>
+template <bool kVector, class T, class F>
 __device__ void for_each_logit(const T* row, int v0, int v1, F&& f) {
+  if constexpr (!kVector) {
+    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) f(v, widen_logit(row[v]));
+    return;
+  }
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row + v0);
   const int head = min(v1 - v0, static_cast<int>(((16 - (addr & 15)) & 15) / sizeof(T)));
@@ -101,20 +107,20 @@ __device__ void for_each_logit(const T* row, int v0, int v1, F&& f) {
 }
 
 // The target's row of (r, j) visited over [v0, v1) (either dtype).
-template <class F>
+template <bool kVector = true, class F>
 __device__ void for_each_target(const ops::VerifyParams& p, int r, int j, int v0, int v1, F&& f) {
   const int64_t base = (static_cast<int64_t>(r) * (p.n + 1) + j) * p.vocab;
   if (p.target_dtype == LogitsDType::f32)
-    for_each_logit(static_cast<const float*>(p.target_logits) + base, v0, v1, f);
+    for_each_logit<kVector>(static_cast<const float*>(p.target_logits) + base, v0, v1, f);
   else
-    for_each_logit(static_cast<const bf16*>(p.target_logits) + base, v0, v1, f);
+    for_each_logit<kVector>(static_cast<const bf16*>(p.target_logits) + base, v0, v1, f);
 }
 
 // The draft's cache row of (slot, j) visited over [v0, v1).
-template <class F>
+template <bool kVector = true, class F>
 __device__ void for_each_draft(const ops::VerifyParams& p, int64_t slot, int j, int v0, int v1,
                                F&& f) {
-  for_each_logit(p.draft_logits + (slot * p.n + j) * p.vocab, v0, v1, f);
+  for_each_logit<kVector>(p.draft_logits + (slot * p.n + j) * p.vocab, v0, v1, f);
 }
 
 // The target's scaled logit with the kept set applied (-inf outside it).
@@ -144,6 +150,7 @@ __device__ MarkovPacket shfl_xor(MarkovPacket x, int off) {
   x.nan = __shfl_xor_sync(0xffffffffu, x.nan, off);
   return x;
 }
+__device__ uint64_t shfl_xor(uint64_t x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); }
 __device__ U128 shfl_xor(U128 x, int off) {
   x.lo = __shfl_xor_sync(0xffffffffu, x.lo, off);
   x.hi = __shfl_xor_sync(0xffffffffu, x.hi, off);
@@ -170,6 +177,18 @@ __device__ T block_fold(T x, T identity, Op op) {
     for (int off = 16; off > 0; off >>= 1) x = op(x, shfl_xor(x, off));
   }
   return x;
+}
+
+__device__ uint64_t key_op(const uint64_t& a, const uint64_t& b) { return max(a, b); }
+
+// The packet of an order key: the id, the NaN flag, the value's bits back (a NaN as
+// the quiet NaN and -0 as +0: of a NaN the law reads the id alone, and the sign of
+// a zero M changes no E).
+__device__ MarkovPacket packet_of_key(uint64_t key) {
+  const uint32_t o = static_cast<uint32_t>(key >> 32);
+  const int32_t id = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
+  if (o == 0xffffffffu) return MarkovPacket{bits_f32(0x7fc00000u), id, 1};
+  return MarkovPacket{bits_f32((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o), id, 0};
 }
 
 __device__ MarkovPacket packet_op(const MarkovPacket& a, const MarkovPacket& b) {
@@ -218,14 +237,16 @@ __global__ void first_kernel(const Args a) {
   const bool with_draft = j < p.n && T > 0.0f;
   const int64_t slot = p.cache_slots[r];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  MarkovPacket t = no_packet(), d = no_packet();
-  for_each_target(p, r, j, v0, v1, [&](int v, float x) { fold_first(t, x, v); });
-  if (with_draft) for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { fold_first(d, x, v); });
-  t = block_fold(t, no_packet(), packet_op);
-  if (with_draft) d = block_fold(d, no_packet(), packet_op);
+  // The first id is the largest order key (select.h): one 64-bit max per id.
+  uint64_t t = 0, d = 0;  // 0 is below every key of an id
+  for_each_target(p, r, j, v0, v1, [&](int v, float x) { t = max(t, order_key(x, v)); });
+  if (with_draft)
+    for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { d = max(d, order_key(x, v)); });
+  t = block_fold(t, uint64_t{0}, key_op);
+  if (with_draft) d = block_fold(d, uint64_t{0}, key_op);
   if (threadIdx.x == 0) {
-    a.packets[(item * 2 + 0) * a.S + s] = t;
-    if (with_draft) a.packets[(item * 2 + 1) * a.S + s] = d;
+    a.packets[(item * 2 + 0) * a.S + s] = packet_of_key(t);
+    if (with_draft) a.packets[(item * 2 + 1) * a.S + s] = packet_of_key(d);
   }
 }
 
@@ -332,9 +353,9 @@ __device__ MarkovPacket law_first(const Args& a, int r, int j, int side, float T
   MarkovPacket scan = no_packet();
   auto fold = [&](int v, float x) { fold_first(scan, verify_scaled(x, T), v); };
   if (side == 0)
-    for_each_target(p, r, j, 0, p.vocab, fold);
+    for_each_target<false>(p, r, j, 0, p.vocab, fold);
   else
-    for_each_draft(p, p.cache_slots[r], j, 0, p.vocab, fold);
+    for_each_draft<false>(p, p.cache_slots[r], j, 0, p.vocab, fold);
   return block_fold(scan, no_packet(), packet_op);  // thread 0's is the law's
 }
 
@@ -529,12 +550,25 @@ __global__ void block_decide_kernel(const Args a) {
 
 // ---- stage (a), pass 3: the draw packet at position k ----------------------------
 
-// Grid (rows, draw slices of draw_slice ids): k < N, the residual draw (standard or
-// block); k == N, the target's draw (the bonus). An id whose residual is 0 scores
-// log_f32(0) + g = -inf whatever its noise: it is skipped (its noise never drawn),
-// and a slice with no residual mass leaves the packet that never wins, which is
-// -inf like the CPU's winner there. The target draw as the fallback of an empty
-// residual is finish_kernel's.
+// The target's draw at item `item` over [v0, v1): the race over E = exp_law(s - M) on
+// the kept set (a non-degenerate law; ids of E = 0 cannot win and are skipped).
+__device__ MarkovPacket target_race(const Args& a, int r, int j, int v0, int v1, uint32_t gd,
+                                    float T) {
+  const int item = r * (a.p.n + 1) + j;
+  const float M = a.laws[item * 2].first.value;
+  MarkovPacket win = no_packet();
+  for_each_target<false>(a.p, r, j, v0, v1, [&](int v, float x) {
+    const float E = law_exp(kept(a, item, verify_scaled(x, T), v), M);
+    if (E > 0.0f) fold_first(win, race_score(E, race_noise(gd, v)), v);
+  });
+  return win;
+}
+
+// Grid (rows, draw slices of draw_slice ids): k < N, the residual race (standard or
+// block); k == N, the target's race (the bonus; none for a degenerate law, whose point
+// finish_kernel emits). Ids of weight 0 score 0, below every positive score: they are
+// skipped (no noise drawn), and a slice with no positive weight leaves the packet that
+// never wins. The target draw as the fallback of an empty residual is finish_kernel's.
 __global__ void draw_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int r = blockIdx.x, s = blockIdx.y, N = p.n;
@@ -552,38 +586,20 @@ __global__ void draw_kernel(const Args a) {
     const float w = a.chosen_weight[r];
     const bool standard = p.method == VerifyMethod::standard;
     const bf16* q_row = p.draft_logits + (slot * N + k) * p.vocab;
-    for_each_target(p, r, k, v0, v1, [&](int v, float x) {
+    for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
       const float pv = law_prob(stats_of(lt), lt.z, kept(a, item, verify_scaled(x, T), v), v);
       const float qv = law_prob(stats_of(ld), ld.z, verify_scaled(to_f32(q_row[v]), T), v);
-      const float m = standard ? fsub_rn(pv, qv) : block_mass(w, pv, qv);
-      if (m > 0.0f) fold_first(win, fadd_rn(log_f32(m), draft_noise(gd, v)), v);
+      const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
+      if (m > 0.0f) fold_first(win, race_score(m, race_noise(gd, v)), v);
     });
-  } else {
-    for_each_target(p, r, k, v0, v1, [&](int v, float x) {
-      fold_first(win, target_draw_score(kept(a, item, verify_scaled(x, T), v), draft_noise(gd, v)),
-                 v);
-    });
+  } else if (!stats_of(lt).degenerate()) {
+    win = target_race(a, r, k, v0, v1, gd, T);
   }
   win = block_fold(win, no_packet(), packet_op);
   if (threadIdx.x == 0) a.draws[r * a.draw_S + s] = win;
 }
 
 // ---- stage (b) for the draw packets; the outputs ----------------------------------
-
-// The target's draw at position k < N over the whole vocabulary, by one CTA: the
-// fallback of a residual with no mass (rare: p <= q at every id).
-__device__ MarkovPacket target_draw_fallback(const Args& a, int r, int k) {
-  const ops::VerifyParams& p = a.p;
-  const int item = r * (p.n + 1) + k;
-  const float T = p.temperatures[r];
-  const uint32_t gd = verify_step_seed(p.seeds[r], p.anchor_positions[r] + k, p.draw_salt);
-  MarkovPacket win = no_packet();
-  for_each_target(p, r, k, 0, p.vocab, [&](int v, float x) {
-    fold_first(win, target_draw_score(kept(a, item, verify_scaled(x, T), v), draft_noise(gd, v)),
-               v);
-  });
-  return block_fold(win, no_packet(), packet_op);
-}
 
 __global__ void finish_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
@@ -594,6 +610,9 @@ __global__ void finish_kernel(const Args a) {
   __shared__ int64_t emitted;
   const bool g = greedy(p, r);
   const int k = a.accepted[r];
+  const MarkovPacket target_first = a.laws[(r * (N + 1) + k) * 2].first;
+  LawStats tst;
+  tst.first = target_first;
   if (threadIdx.x < 32) {
     if (g) {
       if (threadIdx.x == 0) emitted = a.emitted[r];
@@ -601,15 +620,23 @@ __global__ void finish_kernel(const Args a) {
       const MarkovPacket f = warp_tree(a.draws + r * a.draw_S, a.draw_S, scratch, packet_op);
       if (threadIdx.x == 0) {
         win = f;
-        emitted = f.id;
+        // The bonus from a degenerate law is its point.
+        emitted = k == N && tst.degenerate() ? target_first.id : f.id;
       }
     }
   }
   __syncthreads();
-  // k < N and no residual mass (the winner is -inf): the target's own draw at k.
-  if (!g && k < N && !win.nan && win.value == neg_inf()) {
-    const MarkovPacket t = target_draw_fallback(a, r, k);
-    if (threadIdx.x == 0) emitted = t.id;
+  // k < N and no residual mass (no positive score): the target's own draw at k, by the
+  // CTA over the whole vocabulary (rare: p <= q at every id).
+  if (!g && k < N && !(win.value > 0.0f)) {
+    if (tst.degenerate()) {
+      if (threadIdx.x == 0) emitted = target_first.id;
+    } else {
+      const uint32_t gd = verify_step_seed(p.seeds[r], p.anchor_positions[r] + k, p.draw_salt);
+      const MarkovPacket t = block_fold(target_race(a, r, k, 0, p.vocab, gd, p.temperatures[r]),
+                                        no_packet(), packet_op);
+      if (threadIdx.x == 0) emitted = t.id;
+    }
   }
   if (threadIdx.x != 0) return;
   p.num_accepted[r] = k;
