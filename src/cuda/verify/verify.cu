@@ -1,7 +1,7 @@
 // The verifier's kernels (cuda/verify/verify.h): ops/verify.h in its three
 // stages, every element operation from core/verify_math.h (the CPU reference's
 // own functions), every combine exact (packets by the order, 128-bit integer sums)
-// and, across slices, in the fixed tree of contract.md section 6.
+// and, across slices, by one warp per law (warp_fold: exact, so any tree gives the bits).
 #include "cuda/verify/verify.h"
 
 #include <cuda_runtime.h>
@@ -21,7 +21,7 @@ using verify_select::order_key;
 using verify_select::sum_term;
 
 constexpr int kMaxThreads = 512;
-constexpr int kRowThreads = 256;  // decide / block decide / finish: one CTA per row
+constexpr int kRowThreads = 256;  // block verification's decide: one CTA per row
 constexpr int kRadixBuckets = verify_select::kBuckets;
 
 SD_HD float neg_inf() { return bits_f32(0xff800000u); }
@@ -47,6 +47,10 @@ struct Args {
   int slice;
   int draw_S;      // the draw kernel's slices
   int draw_slice;  // and their width
+  // Arrival counters (zero between calls): per item for first, per row for sums and draw.
+  uint32_t* first_arrivals;
+  uint32_t* sums_arrivals;
+  uint32_t* draw_arrivals;
 };
 
 __device__ float target_logit(const ops::VerifyParams& p, int r, int j, int v) {
@@ -196,59 +200,50 @@ __device__ MarkovPacket packet_op(const MarkovPacket& a, const MarkovPacket& b) 
 }
 __device__ U128 sum_op(const U128& a, const U128& b) { return u128_add(a, b); }
 
-// The fixed tree of contract.md section 6 over buf[0..n) (adjacent pairs, level by
-// level, an odd last one rising unchanged), on one thread; buf is overwritten.
-template <class T, class Op>
-__device__ T fixed_tree(T* buf, int n, Op op) {
-  for (int width = n; width > 1; width = (width + 1) / 2) {
-    for (int i = 0; 2 * i + 1 < width; ++i) buf[i] = op(buf[2 * i], buf[2 * i + 1]);
-    if (width % 2 == 1) buf[width / 2] = buf[width - 1];
-  }
-  return buf[0];
+// The fold of n partials in global memory by one warp: lane l folds partials l,
+// l + 32, ..., then the xor butterfly; the result in every lane. The partials are
+// packets or integer sums, whose folds are exact, so this tree gives the bits of the
+// fixed tree of contract.md section 6 (and of any other) in O(n / 32 + 5) steps.
+// A partial written by another CTA of the running kernel, read from L2 (ld.global.cg:
+// never a line this SM's L1 may hold from before that CTA wrote it).
+template <class T>
+__device__ T load_cg(const T* src) {
+  static_assert(sizeof(T) % 4 == 0);
+  T x;
+  const unsigned* from = reinterpret_cast<const unsigned*>(src);
+  unsigned* to = reinterpret_cast<unsigned*>(&x);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(T) / 4); ++i) to[i] = __ldcg(from + i);
+  return x;
 }
 
-// The fixed tree over n <= kVerifyMaxSlices partials in global memory, by one warp
-// (its lanes load, lane 0 folds in `scratch`); the result in lane 0.
 template <class T, class Op>
-__device__ T warp_tree(const T* src, int n, T* scratch, Op op) {
-  const int lane = threadIdx.x % 32;
-  for (int i = lane; i < n; i += 32) scratch[i] = src[i];
-  __syncwarp();
-  T r{};
-  if (lane == 0) r = fixed_tree(scratch, n, op);
-  __syncwarp();
-  return r;
+__device__ T warp_fold(const T* src, int n, T identity, Op op) {
+  T x = identity;
+  for (int i = threadIdx.x % 32; i < n; i += 32) x = op(x, load_cg(src + i));
+  for (int off = 16; off > 0; off >>= 1) x = op(x, shfl_xor(x, off));
+  return x;
+}
+
+// The last-block pattern: every CTA of a group calls this after its thread 0 wrote
+// the CTA's partial; true (in every thread) in the one CTA that arrives last of
+// `count`, which then folds the group's partials (warp_fold reads them from L2) and
+// resets the counter for the next call (a captured graph replays with it at 0).
+__device__ bool last_to_arrive(uint32_t* counter, uint32_t count) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this CTA's partial before its arrival
+    last = atomicAdd(counter, 1u) + 1 == count;
+    if (last) *counter = 0;  // every arrival is in: nobody else touches it this call
+  }
+  __syncthreads();
+  if (last) __threadfence();  // the others' partials before the fold
+  return last != 0;
 }
 
 __device__ bool padding(const ops::VerifyParams& p, int r) { return p.cache_slots[r] < 0; }
 __device__ bool greedy(const ops::VerifyParams& p, int r) { return !(p.temperatures[r] > 0.0f); }
-
-// ---- stage (a), pass 1: first-id packets --------------------------------------
-
-// The first packet of the raw (unscaled) logits: the division by T > 0 is monotone,
-// so the scaled maximum is fdiv(raw maximum, T) and the NaN ids are the same; only
-// the first id can differ (the division may tie distinct raw values), and the law
-// reads it only when it is degenerate: head_kernel's law_first settles that.
-__global__ void first_kernel(const Args a) {
-  const ops::VerifyParams& p = a.p;
-  const int item = blockIdx.x, s = blockIdx.y, r = item / (p.n + 1), j = item % (p.n + 1);
-  if (padding(p, r)) return;
-  const float T = p.temperatures[r];
-  const bool with_draft = j < p.n && T > 0.0f;
-  const int64_t slot = p.cache_slots[r];
-  const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  // The first id is the largest order key (select.h): one 64-bit max per id.
-  uint64_t t = 0, d = 0;  // 0 is below every key of an id
-  for_each_target(p, r, j, v0, v1, [&](int v, float x) { t = max(t, order_key(x, v)); });
-  if (with_draft)
-    for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { d = max(d, order_key(x, v)); });
-  t = block_fold(t, uint64_t{0}, key_op);
-  if (with_draft) d = block_fold(d, uint64_t{0}, key_op);
-  if (threadIdx.x == 0) {
-    a.packets[(item * 2 + 0) * a.S + s] = packet_of_key(t);
-    if (with_draft) a.packets[(item * 2 + 1) * a.S + s] = packet_of_key(d);
-  }
-}
 
 // ---- stage (b) for the packets; the kept set of top-k / top-p -----------------
 
@@ -359,18 +354,18 @@ __device__ MarkovPacket law_first(const Args& a, int r, int j, int side, float T
   return block_fold(scan, no_packet(), packet_op);  // thread 0's is the law's
 }
 
-__global__ void head_kernel(const Args a) {
+// Stage (b) for the packets of one item, by the CTA of first_kernel that arrives last:
+// the law's first packet per side (law_first) and the target's kept-set threshold.
+__device__ void head(const Args& a, int item) {
   const ops::VerifyParams& p = a.p;
-  const int item = blockIdx.x, r = item / (p.n + 1), j = item % (p.n + 1);
-  if (padding(p, r)) return;
+  const int r = item / (p.n + 1), j = item % (p.n + 1);
   const float T = p.temperatures[r];
-  __shared__ MarkovPacket scratch[2][kVerifyMaxSlices];
   __shared__ MarkovPacket first[2];
   const int warp = threadIdx.x / 32;
   const int sides = j < p.n && T > 0.0f ? 2 : 1;
   if (warp < sides) {
     const MarkovPacket f =
-        warp_tree(a.packets + (item * 2 + warp) * a.S, a.S, scratch[warp], packet_op);
+        warp_fold(a.packets + (item * 2 + warp) * a.S, a.S, no_packet(), packet_op);
     if (threadIdx.x % 32 == 0) first[warp] = f;
   }
   __syncthreads();
@@ -397,12 +392,101 @@ __global__ void head_kernel(const Args a) {
   if (threadIdx.x == 0) a.keep[item] = keep;
 }
 
-// ---- stage (a), pass 2: the exact sums Zi ---------------------------------------
+// ---- stage (a), pass 1: first-id packets --------------------------------------
 
-__global__ void sums_kernel(const Args a) {
+// The first packet of the raw (unscaled) logits: the division by T > 0 is monotone,
+// so the scaled maximum is fdiv(raw maximum, T) and the NaN ids are the same; only
+// the first id can differ (the division may tie distinct raw values), and the law
+// reads it only when it is degenerate: head's law_first settles that.
+__global__ void first_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int item = blockIdx.x, s = blockIdx.y, r = item / (p.n + 1), j = item % (p.n + 1);
-  if (padding(p, r) || greedy(p, r)) return;
+  if (padding(p, r)) return;
+  const float T = p.temperatures[r];
+  const bool with_draft = j < p.n && T > 0.0f;
+  const int64_t slot = p.cache_slots[r];
+  const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
+  // The first id is the largest order key (select.h): one 64-bit max per id.
+  uint64_t t = 0, d = 0;  // 0 is below every key of an id
+  for_each_target(p, r, j, v0, v1, [&](int v, float x) { t = max(t, order_key(x, v)); });
+  if (with_draft)
+    for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { d = max(d, order_key(x, v)); });
+  t = block_fold(t, uint64_t{0}, key_op);
+  if (with_draft) d = block_fold(d, uint64_t{0}, key_op);
+  if (threadIdx.x == 0) {
+    a.packets[(item * 2 + 0) * a.S + s] = packet_of_key(t);
+    if (with_draft) a.packets[(item * 2 + 1) * a.S + s] = packet_of_key(d);
+  }
+  if (last_to_arrive(a.first_arrivals + item, static_cast<uint32_t>(a.S))) head(a, item);
+}
+
+// ---- stage (b) for the sums, and (c): the decision ---------------------------------
+
+// Stage (b) for the sums of one row and (c), its decision, by the CTA of sums_kernel
+// that arrives last.
+__device__ void decide(const Args& a, int r) {
+  const ops::VerifyParams& p = a.p;
+  const int N = p.n;
+  const int64_t* x = p.draft_tokens + static_cast<int64_t>(r) * N;
+  if (greedy(p, r)) {
+    // Section 8.5, T = 0: the first id of f32(t_j) at each position.
+    if (threadIdx.x == 0) {
+      int k = 0;
+      int64_t pick = a.laws[0 + r * (N + 1) * 2].first.id;
+      while (k < N && x[k] == pick) {
+        ++k;
+        pick = a.laws[(r * (N + 1) + k) * 2].first.id;
+      }
+      a.accepted[r] = k;
+      a.emitted[r] = pick;
+    }
+    return;
+  }
+  // Z of every (position, side): one warp per law folds its slices (warp_fold).
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int l = warp; l < 2 * N + 1; l += warps) {
+    const int j = l / 2, side = l % 2;
+    const int item = r * (N + 1) + j;
+    VerifyLaw* law = a.laws + item * 2 + side;
+    if (stats_of(*law).degenerate()) continue;  // uniform across the warp
+    const U128 sum =
+        warp_fold(a.sums + (item * 2 + side) * a.S, a.S, U128{}, sum_op);
+    if (threadIdx.x % 32 == 0) law->z = f32_of_fixed64(sum);
+  }
+  __syncthreads();
+  // p_j(x_j), q_j(x_j) and the accept uniform u_j of every position, one thread each;
+  // then thread 0 runs the sequential decision over them.
+  __shared__ float P[64], Q[64], U[64];
+  const float T = p.temperatures[r];
+  const int64_t seed = p.seeds[r], anchor = p.anchor_positions[r], slot = p.cache_slots[r];
+  for (int j = threadIdx.x; j < N; j += blockDim.x) {
+    const int v = static_cast<int>(x[j]);
+    const VerifyLaw& lt = a.laws[(r * (N + 1) + j) * 2];
+    const VerifyLaw& ld = a.laws[(r * (N + 1) + j) * 2 + 1];
+    P[j] = law_prob(stats_of(lt), lt.z, target_kept(a, r, j, v, T), v);
+    Q[j] = law_prob(stats_of(ld), ld.z, verify_scaled(draft_logit(p, slot, j, v), T), v);
+    U[j] = accept_uniform(seed, anchor + j, p.accept_salt, x[j]);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (p.method == VerifyMethod::standard) {
+    int k = 0;
+    while (k < N && accept_standard(U[k], Q[k], P[k])) ++k;
+    a.accepted[r] = k;
+    a.chosen_weight[r] = 1.0f;
+  } else {
+    float* w = a.weights + r * (N + 1);
+    w[0] = 1.0f;
+    for (int i = 1; i <= N; ++i) w[i] = block_weight_next(w[i - 1], P[i - 1], Q[i - 1]);
+  }
+}
+
+// ---- stage (a), pass 2: the exact sums Zi ---------------------------------------
+
+// One CTA's part of the sums: slice s of item `item`.
+__device__ void sums_part(const Args& a, int item, int s) {
+  const ops::VerifyParams& p = a.p;
+  const int r = item / (p.n + 1), j = item % (p.n + 1);
   const float T = p.temperatures[r];
   const int64_t slot = p.cache_slots[r];
   const LawStats tst = stats_of(a.laws[item * 2]);
@@ -440,65 +524,14 @@ __global__ void sums_kernel(const Args a) {
   }
 }
 
-// ---- stage (b) for the sums, and (c): the decision ---------------------------------
-
-__global__ void decide_kernel(const Args a) {
+// Grid (items, S); the last CTA of a row runs its decision (a greedy row's CTAs only
+// arrive).
+__global__ void sums_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
-  const int r = blockIdx.x, N = p.n;
+  const int item = blockIdx.x, r = item / (p.n + 1);
   if (padding(p, r)) return;
-  const int64_t* x = p.draft_tokens + static_cast<int64_t>(r) * N;
-  if (greedy(p, r)) {
-    // Section 8.5, T = 0: the first id of f32(t_j) at each position.
-    if (threadIdx.x == 0) {
-      int k = 0;
-      int64_t pick = a.laws[0 + r * (N + 1) * 2].first.id;
-      while (k < N && x[k] == pick) {
-        ++k;
-        pick = a.laws[(r * (N + 1) + k) * 2].first.id;
-      }
-      a.accepted[r] = k;
-      a.emitted[r] = pick;
-    }
-    return;
-  }
-  // Z of every (position, side): one warp per law, the slices in the fixed tree.
-  SD_SHARED_ARRAY(U128, scratch, kRowThreads / 32 * kVerifyMaxSlices);
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int l = warp; l < 2 * N + 1; l += warps) {
-    const int j = l / 2, side = l % 2;
-    const int item = r * (N + 1) + j;
-    VerifyLaw* law = a.laws + item * 2 + side;
-    if (stats_of(*law).degenerate()) continue;  // uniform across the warp
-    const U128 sum =
-        warp_tree(a.sums + (item * 2 + side) * a.S, a.S, scratch + warp * kVerifyMaxSlices, sum_op);
-    if (threadIdx.x % 32 == 0) law->z = f32_of_fixed64(sum);
-  }
-  __syncthreads();
-  // p_j(x_j), q_j(x_j) and the accept uniform u_j of every position, one thread each;
-  // then thread 0 runs the sequential decision over them.
-  __shared__ float P[64], Q[64], U[64];
-  const float T = p.temperatures[r];
-  const int64_t seed = p.seeds[r], anchor = p.anchor_positions[r], slot = p.cache_slots[r];
-  for (int j = threadIdx.x; j < N; j += blockDim.x) {
-    const int v = static_cast<int>(x[j]);
-    const VerifyLaw& lt = a.laws[(r * (N + 1) + j) * 2];
-    const VerifyLaw& ld = a.laws[(r * (N + 1) + j) * 2 + 1];
-    P[j] = law_prob(stats_of(lt), lt.z, target_kept(a, r, j, v, T), v);
-    Q[j] = law_prob(stats_of(ld), ld.z, verify_scaled(draft_logit(p, slot, j, v), T), v);
-    U[j] = accept_uniform(seed, anchor + j, p.accept_salt, x[j]);
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (p.method == VerifyMethod::standard) {
-    int k = 0;
-    while (k < N && accept_standard(U[k], Q[k], P[k])) ++k;
-    a.accepted[r] = k;
-    a.chosen_weight[r] = 1.0f;
-  } else {
-    float* w = a.weights + r * (N + 1);
-    w[0] = 1.0f;
-    for (int i = 1; i <= N; ++i) w[i] = block_weight_next(w[i - 1], P[i - 1], Q[i - 1]);
-  }
+  if (!greedy(p, r)) sums_part(a, item, blockIdx.y);
+  if (last_to_arrive(a.sums_arrivals + r, static_cast<uint32_t>((p.n + 1) * a.S))) decide(a, r);
 }
 
 // Block verification: the residual mass R_i of positions i = 1 .. N-1, per slice.
@@ -527,13 +560,12 @@ __global__ void block_decide_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int r = blockIdx.x, N = p.n;
   if (padding(p, r) || greedy(p, r)) return;
-  SD_SHARED_ARRAY(U128, scratch, kRowThreads / 32 * kVerifyMaxSlices);
   __shared__ float h[64 + 1];
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const float* w = a.weights + r * (N + 1);
   for (int i = 1 + warp; i < N; i += warps) {
     const U128 m =
-        warp_tree(a.mass + (r * N + i) * a.S, a.S, scratch + warp * kVerifyMaxSlices, sum_op);
+        warp_fold(a.mass + (r * N + i) * a.S, a.S, U128{}, sum_op);
     if (threadIdx.x % 32 == 0) h[i] = block_h(f32_of_fixed64(m), w[i]);
   }
   __syncthreads();
@@ -564,48 +596,13 @@ __device__ MarkovPacket target_race(const Args& a, int r, int j, int v0, int v1,
   return win;
 }
 
-// Grid (rows, draw slices of draw_slice ids): k < N, the residual race (standard or
-// block); k == N, the target's race (the bonus; none for a degenerate law, whose point
-// finish_kernel emits). Ids of weight 0 score 0, below every positive score: they are
-// skipped (no noise drawn), and a slice with no positive weight leaves the packet that
-// never wins. The target draw as the fallback of an empty residual is finish_kernel's.
-__global__ void draw_kernel(const Args a) {
-  const ops::VerifyParams& p = a.p;
-  const int r = blockIdx.x, s = blockIdx.y, N = p.n;
-  if (padding(p, r) || greedy(p, r)) return;
-  const float T = p.temperatures[r];
-  const int64_t slot = p.cache_slots[r];
-  const int k = a.accepted[r];
-  const int item = r * (N + 1) + k;
-  const uint32_t gd = verify_step_seed(p.seeds[r], p.anchor_positions[r] + k, p.draw_salt);
-  const VerifyLaw lt = a.laws[item * 2];
-  const int v0 = s * a.draw_slice, v1 = min(p.vocab, v0 + a.draw_slice);
-  MarkovPacket win = no_packet();
-  if (k < N) {
-    const VerifyLaw ld = a.laws[item * 2 + 1];
-    const float w = a.chosen_weight[r];
-    const bool standard = p.method == VerifyMethod::standard;
-    const bf16* q_row = p.draft_logits + (slot * N + k) * p.vocab;
-    for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
-      const float pv = law_prob(stats_of(lt), lt.z, kept(a, item, verify_scaled(x, T), v), v);
-      const float qv = law_prob(stats_of(ld), ld.z, verify_scaled(to_f32(q_row[v]), T), v);
-      const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
-      if (m > 0.0f) fold_first(win, race_score(m, race_noise(gd, v)), v);
-    });
-  } else if (!stats_of(lt).degenerate()) {
-    win = target_race(a, r, k, v0, v1, gd, T);
-  }
-  win = block_fold(win, no_packet(), packet_op);
-  if (threadIdx.x == 0) a.draws[r * a.draw_S + s] = win;
-}
-
 // ---- stage (b) for the draw packets; the outputs ----------------------------------
 
-__global__ void finish_kernel(const Args a) {
+// Stage (b) for the draw packets of one row and its outputs, by the CTA of draw_kernel
+// that arrives last.
+__device__ void finish(const Args& a, int r) {
   const ops::VerifyParams& p = a.p;
-  const int r = blockIdx.x, N = p.n;
-  if (padding(p, r)) return;
-  __shared__ MarkovPacket scratch[kVerifyMaxDrawSlices];
+  const int N = p.n;
   __shared__ MarkovPacket win;
   __shared__ int64_t emitted;
   const bool g = greedy(p, r);
@@ -617,7 +614,7 @@ __global__ void finish_kernel(const Args a) {
     if (g) {
       if (threadIdx.x == 0) emitted = a.emitted[r];
     } else {
-      const MarkovPacket f = warp_tree(a.draws + r * a.draw_S, a.draw_S, scratch, packet_op);
+      const MarkovPacket f = warp_fold(a.draws + r * a.draw_S, a.draw_S, no_packet(), packet_op);
       if (threadIdx.x == 0) {
         win = f;
         // The bonus from a degenerate law is its point.
@@ -645,6 +642,50 @@ __global__ void finish_kernel(const Args a) {
   for (int i = 0; i <= N; ++i) out[i] = i < k ? x[i] : (i == k ? emitted : -1);
 }
 
+// One CTA's draw slice s of row r: k < N, the residual race (standard or block);
+// k == N, the target's race (the bonus; none for a degenerate law, whose point finish
+// emits). Ids of weight 0 score 0, below every positive score: they are skipped (no
+// noise drawn), and a slice with no positive weight leaves the packet that never wins.
+// The target draw as the fallback of an empty residual is finish's.
+__device__ void draw_part(const Args& a, int r, int s) {
+  const ops::VerifyParams& p = a.p;
+  const int N = p.n;
+  const float T = p.temperatures[r];
+  const int64_t slot = p.cache_slots[r];
+  const int k = a.accepted[r];
+  const int item = r * (N + 1) + k;
+  const uint32_t gd = verify_step_seed(p.seeds[r], p.anchor_positions[r] + k, p.draw_salt);
+  const VerifyLaw lt = a.laws[item * 2];
+  const int v0 = s * a.draw_slice, v1 = min(p.vocab, v0 + a.draw_slice);
+  MarkovPacket win = no_packet();
+  if (k < N) {
+    const VerifyLaw ld = a.laws[item * 2 + 1];
+    const float w = a.chosen_weight[r];
+    const bool standard = p.method == VerifyMethod::standard;
+    const bf16* q_row = p.draft_logits + (slot * N + k) * p.vocab;
+    for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
+      const float pv = law_prob(stats_of(lt), lt.z, kept(a, item, verify_scaled(x, T), v), v);
+      const float qv = law_prob(stats_of(ld), ld.z, verify_scaled(to_f32(q_row[v]), T), v);
+      const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
+      if (m > 0.0f) fold_first(win, race_score(m, race_noise(gd, v)), v);
+    });
+  } else if (!stats_of(lt).degenerate()) {
+    win = target_race(a, r, k, v0, v1, gd, T);
+  }
+  win = block_fold(win, no_packet(), packet_op);
+  if (threadIdx.x == 0) a.draws[r * a.draw_S + s] = win;
+}
+
+// Grid (rows, D draw slices); the last CTA of a row finishes it (a greedy row's CTAs
+// only arrive).
+__global__ void draw_kernel(const Args a) {
+  const ops::VerifyParams& p = a.p;
+  const int r = blockIdx.x;
+  if (padding(p, r)) return;
+  if (!greedy(p, r)) draw_part(a, r, blockIdx.y);
+  if (last_to_arrive(a.draw_arrivals + r, static_cast<uint32_t>(a.draw_S))) finish(a, r);
+}
+
 }  // namespace
 
 VerifyWorkspace::VerifyWorkspace(int max_rows, int n, int vocab, int max_slices)
@@ -665,6 +706,8 @@ VerifyWorkspace::VerifyWorkspace(int max_rows, int n, int vocab, int max_slices)
   chosen_weight = DeviceBuffer<float>(R);
   accepted = DeviceBuffer<int32_t>(R);
   emitted = DeviceBuffer<int64_t>(R);
+  arrivals = DeviceBuffer<uint32_t>(R * (N + 1) + 2 * R);
+  SD_CUDA_CHECK(cudaMemset(arrivals.data(), 0, arrivals.bytes()));
   int device = 0;
   SD_CUDA_CHECK(cudaGetDevice(&device));
   SD_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
@@ -731,16 +774,16 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
          static_cast<int>(S),
          shape.slice,
          static_cast<int>(D),
-         shape.draw_slice};
+         shape.draw_slice,
+         ws.arrivals.data(),
+         ws.arrivals.data() + static_cast<size_t>(ws.max_rows()) * (ws.n() + 1),
+         ws.arrivals.data() + static_cast<size_t>(ws.max_rows()) * (ws.n() + 2)};
   const unsigned items = static_cast<unsigned>(p.rows) * (p.n + 1);
   const unsigned rows = static_cast<unsigned>(p.rows);
   const dim3 block(static_cast<unsigned>(shape.threads));
   const unsigned s = static_cast<unsigned>(S);
   launch_kernel("verify_first", first_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
-  launch_kernel("verify_head", head_kernel, LaunchShape{dim3(items), block, 0, stream}, a);
   launch_kernel("verify_sums", sums_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
-  launch_kernel("verify_decide", decide_kernel,
-                LaunchShape{dim3(rows), dim3(kRowThreads), 0, stream}, a);
   if (p.method == VerifyMethod::block) {
     if (p.n >= 2)
       launch_kernel("verify_mass", mass_kernel,
@@ -750,8 +793,6 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
   }
   launch_kernel("verify_draw", draw_kernel,
                 LaunchShape{dim3(rows, static_cast<unsigned>(D)), block, 0, stream}, a);
-  launch_kernel("verify_finish", finish_kernel,
-                LaunchShape{dim3(rows), dim3(kRowThreads), 0, stream}, a);
 }
 
 }  // namespace sparkdraft::cuda

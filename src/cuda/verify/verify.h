@@ -2,29 +2,32 @@
 // bits as the CPU reference (src/cpu/verify.cpp) for any row count, block size and
 // vocabulary split.
 //
-// The three stages of ops/verify.h, each a kernel on the caller's stream
-// (src/cuda/verify/verify.cu):
+// The three stages of ops/verify.h in three kernels on the caller's stream
+// (src/cuda/verify/verify.cu; four more for method block), each stage (b) run by
+// the CTA that arrives last of its group (an arrival counter per group, reset by
+// that CTA, so a captured graph replays):
 //   first    grid (items, S): each CTA reduces its vocabulary slice of one (row,
 //            position) to the first-id packets of the target's and the draft's
-//            scaled logits (items = rows x (N + 1), S slices of `slice` ids);
-//   head     one CTA per item: the S packets combined in the fixed tree (the law's
-//            M and whether it is degenerate); where the row has top-k / top-p, the
-//            kept set's threshold in the order (an exact radix selection over the
-//            64-bit order key, counts for top-k and exact 128-bit sums for top-p);
+//            raw logits (items = rows x (N + 1), S slices of `slice` ids; the
+//            division by T is monotone: M = fdiv(raw M, T)); the item's last CTA
+//            (head) folds the S packets (the law's M, whether it is degenerate,
+//            its first id where it reads it) and, where the row has top-k / top-p,
+//            finds the kept set's threshold in the order (an exact radix selection
+//            over the 64-bit order key, counts for top-k, exact 128-bit sums for
+//            top-p);
 //   sums     grid (items, S): each slice's exact 128-bit sums Zi of target (over
-//            the kept set) and draft;
-//   decide   one CTA per row: the sums combined in the fixed tree, Z, p_j(x_j),
-//            q_j(x_j), and the sequential decision (standard, or block's weights w);
+//            the kept set) and draft; the row's last CTA (decide) folds them, Z,
+//            p_j(x_j), q_j(x_j), and the sequential decision (standard, or
+//            block's weights w);
 //   block    (method block) grid (rows x (N - 1), S) the residual masses R_i, then
 //            one CTA per row for h_i and k;
 //   draw     grid (rows, D): each draw slice's packet at position k (k < N: the
-//            residual or block residual; k == N: the target draw, the bonus);
-//   finish   one CTA per row: the draw packets combined in the fixed tree (and,
-//            where the residual has no mass, the target draw at k by the CTA);
-//            writes num_accepted and tokens (padding rows untouched).
-// The vocabulary kernels read the logits 16 bytes a load; first folds the raw
-// logits (the division by T is monotone: M = fdiv(raw M, T), head settles the first
-// id where the law reads it), draw skips the noise of ids with no residual mass.
+//            residual or block race; k == N: the target's race, the bonus); the
+//            row's last CTA (finish) folds them (and, where the residual has no
+//            mass, runs the target's race at k) and writes num_accepted and tokens
+//            (padding rows untouched).
+// The vocabulary passes read the logits 16 bytes a load; the draw skips the noise
+// of ids of weight 0.
 // Every combine is exact (packets by the order, sums in integers), so the slice
 // width and the block size never change a bit; the tests run every block size the
 // launcher can pick and several slice widths against the CPU reference.
@@ -91,6 +94,7 @@ class VerifyWorkspace {
   DeviceBuffer<float> chosen_weight;   // [rows] block: w_k after the decision
   DeviceBuffer<int32_t> accepted;      // [rows] k
   DeviceBuffer<int64_t> emitted;       // [rows] T = 0: the greedy pick
+  DeviceBuffer<uint32_t> arrivals;     // [rows][N + 1] + [rows] + [rows]: 0 between calls
 
  private:
   int max_rows_, n_, vocab_, max_slices_, sm_count_ = 1;
