@@ -34,8 +34,13 @@ std::string CheckReport::text() const {
   return os.str();
 }
 
-CheckLine compare_bf16(const std::string& what, const std::vector<bf16>& found,
-                       const std::vector<bf16>& expected) {
+namespace {
+
+// Element by element: the first place where same(found, expected) fails, with both
+// values' bits in hex; `index` names the place ("index" or "step").
+template <class T, class Bits, class Same>
+CheckLine compare_bits(const std::string& what, const std::vector<T>& found,
+                       const std::vector<T>& expected, const char* index, Bits bits, Same same) {
   CheckLine line{what, true, ""};
   if (found.size() != expected.size()) {
     line.equal = false;
@@ -44,15 +49,24 @@ CheckLine compare_bf16(const std::string& what, const std::vector<bf16>& found,
     return line;
   }
   for (size_t i = 0; i < found.size(); ++i)
-    if (found[i].bits != expected[i].bits) {
+    if (!same(found[i], expected[i])) {
       std::ostringstream os;
-      os << "index " << i << ": found 0x" << std::hex << found[i].bits << " expected 0x"
-         << expected[i].bits;
+      os << index << " " << i << ": found 0x" << std::hex << bits(found[i]) << " expected 0x"
+         << bits(expected[i]);
       line.equal = false;
       line.detail = os.str();
       break;
     }
   return line;
+}
+
+}  // namespace
+
+CheckLine compare_bf16(const std::string& what, const std::vector<bf16>& found,
+                       const std::vector<bf16>& expected) {
+  return compare_bits(
+      what, found, expected, "index", [](bf16 x) { return x.bits; },
+      [](bf16 x, bf16 y) { return x.bits == y.bits; });
 }
 
 namespace {
@@ -73,28 +87,14 @@ CheckLine compare_tokens(const std::string& what, const std::vector<int64_t>& fo
 // fp32 values bit for bit, a NaN by NaN-ness (contract.md section 3).
 CheckLine compare_f32(const std::string& what, const std::vector<float>& found,
                       const std::vector<float>& expected) {
-  CheckLine line{what, true, ""};
-  if (found.size() != expected.size()) {
-    line.equal = false;
-    line.detail =
-        "sizes " + std::to_string(found.size()) + " vs " + std::to_string(expected.size());
-    return line;
-  }
-  for (size_t i = 0; i < found.size(); ++i) {
-    const float f = found[i], e = expected[i];
-    uint32_t fb, eb;
-    std::memcpy(&fb, &f, 4);
-    std::memcpy(&eb, &e, 4);
-    if (std::isnan(f) && std::isnan(e)) continue;
-    if (fb != eb) {
-      std::ostringstream os;
-      os << "step " << i << ": found 0x" << std::hex << fb << " expected 0x" << eb;
-      line.equal = false;
-      line.detail = os.str();
-      break;
-    }
-  }
-  return line;
+  auto bits = [](float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b;
+  };
+  return compare_bits(what, found, expected, "step", bits, [&](float f, float e) {
+    return (std::isnan(f) && std::isnan(e)) || bits(f) == bits(e);
+  });
 }
 
 }  // namespace

@@ -12,11 +12,13 @@
 
 #include "check/check_draft.h"
 #include "common/bits.h"
+#include "common/conf_checkpoint.h"
 #include "common/files.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
 #include "cuda/kernels.h"
+#include "cuda/three_requests.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cpu/confidence.h"
 #include "sparkdraft/cuda/buffer.h"
@@ -91,23 +93,13 @@ TEST(CudaConfidence, KernelEqualsCpuBitForBit) {
     for (float scale : {0.05f, 1.0f, 8.0f}) check_kernel(seed++, s, scale);
 }
 
-std::shared_ptr<const Checkpoint> conf_checkpoint(const test::TempDir& dir,
-                                                  const std::string& style, bool with_markov) {
-  ModelConfig c = preset_config("tiny-conf", style);
-  c.confidence_head_with_markov = with_markov;
-  SyntheticOptions so;
-  so.seed = 5;
-  write_synthetic_checkpoint(c, dir.path(), so);
-  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
-}
-
 TEST(CudaConfidence, CpuEqualsEagerEqualsFusedWithTheHead) {
   SD_REQUIRE_GPU();
   for (const std::string style : {"qwen3", "muse"})
     for (bool with_markov : {true, false}) {
       SCOPED_TRACE(style + (with_markov ? " markov" : " plain"));
       test::TempDir dir;
-      auto ckpt = conf_checkpoint(dir, style, with_markov);
+      auto ckpt = test::conf_checkpoint(dir, style, with_markov);
       ScenarioOptions s;
       s.request_ids = {0, 1, 2, 3};
       s.padding_before = {2};
@@ -126,7 +118,7 @@ TEST(CudaConfidence, CpuEqualsEagerEqualsFusedWithTheHead) {
 TEST(CudaConfidence, DeviceApiAndGraphsEqualTheHostApi) {
   SD_REQUIRE_GPU();
   test::TempDir dir;
-  auto ckpt = conf_checkpoint(dir, "qwen3", true);
+  auto ckpt = test::conf_checkpoint(dir, "qwen3", true);
   const ModelConfig& c = ckpt->config();
   DraftOptions o;
   o.max_reqs = 3;
@@ -135,62 +127,28 @@ TEST(CudaConfidence, DeviceApiAndGraphsEqualTheHostApi) {
   co.max_context_tokens = 33;
   cuda::CudaDraft host(ckpt, o, co), dev(ckpt, o, co);
   test::Gen gen(2702);
-  const int R = 3, per = 11, T = R * per, N = c.block_size;
-  const int64_t width = static_cast<int64_t>(c.taps()) * c.target_hidden_size;
-  const std::vector<bf16> hidden = gen.bf16s(static_cast<size_t>(T * width), -2.0f, 2.0f);
-  std::vector<int32_t> tables(static_cast<size_t>(R) * o.max_pages_per_req);
-  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
-  std::vector<int64_t> positions(T), slots(T);
-  for (int t = 0; t < T; ++t) {
-    const int r = t / per;
-    positions[t] = t % per;
-    slots[t] =
-        int64_t{tables[static_cast<size_t>(r) * o.max_pages_per_req + positions[t] / o.page_size]} *
-            o.page_size +
-        positions[t] % o.page_size;
-  }
-  std::vector<int64_t> anchors(R), anchor_pos(R, per), seeds(R), cache_slots = {2, -1, 0};
-  for (int r = 0; r < R; ++r) {
-    anchors[r] = gen.integer(0, c.vocab_size - 1);
-    seeds[r] = gen.integer(0, int64_t{1} << 40);
-  }
-  const std::vector<float> temps = {0.0f, 0.7f, 1.0f};
-  const size_t n_tokens = static_cast<size_t>(R) * N;
+  const int N = c.block_size;
+  const test::ThreeRequests in(c, o, gen);  // row 1 is padding
+  const size_t n_tokens = static_cast<size_t>(in.R) * N;
   const size_t n_cache = static_cast<size_t>(o.cache_slots) * N * c.vocab_size;
 
-  host.store_context({T, hidden.data(), positions.data(), slots.data()});
-  const ProposeBatch hb{R,
-                        anchors.data(),
-                        anchor_pos.data(),
-                        seeds.data(),
-                        temps.data(),
-                        cache_slots.data(),
-                        tables.data()};
+  host.store_context(in.context());
   std::vector<int64_t> want_tokens(n_tokens, -5);
   std::vector<bf16> want_cache(n_cache, bf16{0});
   std::vector<float> want_conf(n_tokens, -1.0f);
-  host.propose(hb, {want_tokens.data(), want_cache.data(), want_conf.data()});
+  host.propose(in.batch(), {want_tokens.data(), want_cache.data(), want_conf.data()});
   for (float v : want_conf) EXPECT_TRUE(v >= 0.0f && v <= 1.0f) << v;
 
   cuda::DeviceStream stream;
   const cudaStream_t s = stream.get();
-  cuda::DeviceBuffer<bf16> d_hidden(hidden, s), d_cache(std::vector<bf16>(n_cache, bf16{0}), s);
-  cuda::DeviceBuffer<int64_t> d_pos(positions, s), d_slots(slots, s), d_anchors(anchors, s),
-      d_anchor_pos(anchor_pos, s), d_seeds(seeds, s), d_cache_slots(cache_slots, s),
-      d_tokens(std::vector<int64_t>(n_tokens, -5), s);
-  cuda::DeviceBuffer<float> d_temps(temps, s);
-  cuda::DeviceBuffer<int32_t> d_tables(tables, s);
+  const test::ThreeRequests::OnDevice d = in.upload(s);
+  cuda::DeviceBuffer<bf16> d_cache(std::vector<bf16>(n_cache, bf16{0}), s);
+  cuda::DeviceBuffer<int64_t> d_tokens(std::vector<int64_t>(n_tokens, -5), s);
   cuda::DeviceBuffer<float> d_conf(std::vector<float>(n_tokens, -1.0f), s),
       d_conf2(std::vector<float>(n_tokens, -1.0f), s);
-  const ProposeBatch db{R,
-                        d_anchors.data(),
-                        d_anchor_pos.data(),
-                        d_seeds.data(),
-                        d_temps.data(),
-                        d_cache_slots.data(),
-                        d_tables.data()};
+  const ProposeBatch db = d.batch();
   auto step = [&](cudaStream_t st) {
-    dev.store_context_device({T, d_hidden.data(), d_pos.data(), d_slots.data()}, st);
+    dev.store_context_device(d.context(), st);
     dev.propose_device(db, {d_tokens.data(), d_cache.data(), d_conf.data()}, st);
   };
   step(s);  // warm-up before the capture

@@ -21,6 +21,7 @@
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/three_requests.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cuda/buffer.h"
@@ -128,62 +129,23 @@ TEST(CudaDraft, DeviceApiInOneGraphEqualsHostApi) {
     cuda::CudaDraft host(ckpt, o, co), dev(ckpt, o, co);
     test::Gen gen(seed);
 
-    // Context: 3 requests x 11 tokens at positions 0..10; request r owns pages
-    // r * max_pages_per_req + p.
-    const int R = 3, per = 11, T = R * per;
-    const int64_t width = static_cast<int64_t>(c.taps()) * c.target_hidden_size;
-    const std::vector<bf16> hidden = gen.bf16s(static_cast<size_t>(T * width), -2.0f, 2.0f);
-    std::vector<int32_t> tables(static_cast<size_t>(R) * o.max_pages_per_req);
-    for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
-    std::vector<int64_t> positions(T), slots(T);
-    for (int t = 0; t < T; ++t) {
-      const int r = t / per;
-      positions[t] = t % per;
-      slots[t] =
-          int64_t{
-              tables[static_cast<size_t>(r) * o.max_pages_per_req + positions[t] / o.page_size]} *
-              o.page_size +
-          positions[t] % o.page_size;
-    }
-    // Propose: anchors at position `per`; row 1 is padding.
-    std::vector<int64_t> anchors(R), anchor_pos(R, per), seeds(R), cache_slots = {2, -1, 0};
-    for (int r = 0; r < R; ++r) {
-      anchors[r] = gen.integer(0, c.vocab_size - 1);
-      seeds[r] = gen.integer(0, int64_t{1} << 40);
-    }
-    const std::vector<float> temps = {0.0f, 0.7f, 1.0f};
-    const size_t n_tokens = static_cast<size_t>(R) * c.block_size;
+    const test::ThreeRequests in(c, o, gen);  // row 1 is padding
+    const size_t n_tokens = static_cast<size_t>(in.R) * c.block_size;
     const size_t n_cache = static_cast<size_t>(o.cache_slots) * c.block_size * c.vocab_size;
     const bf16 junk{0xABAB};
 
-    host.store_context({T, hidden.data(), positions.data(), slots.data()});
-    ProposeBatch hb{R,
-                    anchors.data(),
-                    anchor_pos.data(),
-                    seeds.data(),
-                    temps.data(),
-                    cache_slots.data(),
-                    tables.data()};
+    host.store_context(in.context());
     std::vector<int64_t> want_tokens(n_tokens, -5);
     std::vector<bf16> want_cache(n_cache, junk);
-    host.propose(hb, {want_tokens.data(), want_cache.data()});
+    host.propose(in.batch(), {want_tokens.data(), want_cache.data()});
 
     cuda::DeviceStream stream;
     const cudaStream_t s = stream.get();
-    cuda::DeviceBuffer<bf16> d_hidden(hidden, s), d_cache(std::vector<bf16>(n_cache, junk), s);
-    cuda::DeviceBuffer<int64_t> d_pos(positions, s), d_slots(slots, s), d_anchors(anchors, s),
-        d_anchor_pos(anchor_pos, s), d_seeds(seeds, s), d_cache_slots(cache_slots, s),
-        d_tokens(std::vector<int64_t>(n_tokens, -5), s);
-    cuda::DeviceBuffer<float> d_temps(temps, s);
-    cuda::DeviceBuffer<int32_t> d_tables(tables, s);
-    const ContextBatch db_ctx{T, d_hidden.data(), d_pos.data(), d_slots.data()};
-    const ProposeBatch db{R,
-                          d_anchors.data(),
-                          d_anchor_pos.data(),
-                          d_seeds.data(),
-                          d_temps.data(),
-                          d_cache_slots.data(),
-                          d_tables.data()};
+    const test::ThreeRequests::OnDevice d = in.upload(s);
+    cuda::DeviceBuffer<bf16> d_cache(std::vector<bf16>(n_cache, junk), s);
+    cuda::DeviceBuffer<int64_t> d_tokens(std::vector<int64_t>(n_tokens, -5), s);
+    const ContextBatch db_ctx = d.context();
+    const ProposeBatch db = d.batch();
     const ProposeOutputs dout{d_tokens.data(), d_cache.data()};
     auto step = [&](cudaStream_t st) {
       dev.store_context_device(db_ctx, st);
@@ -200,9 +162,10 @@ TEST(CudaDraft, DeviceApiInOneGraphEqualsHostApi) {
     EXPECT_TRUE(test::same_bits(d_cache.download(s), want_cache, {c.vocab_size}))
         << "draft-logits cache";
 
-    EXPECT_THROW(dev.store_context_device(
-                     {co.max_context_tokens + 1, d_hidden.data(), d_pos.data(), d_slots.data()}, s),
-                 InvalidArgument);
+    EXPECT_THROW(
+        dev.store_context_device(
+            {co.max_context_tokens + 1, d.hidden.data(), d.positions.data(), d.slots.data()}, s),
+        InvalidArgument);
   }
 }
 
@@ -235,46 +198,19 @@ TEST(CudaDraft, CallersKvCachesAndGraphedProposeEqualHostApi) {
   cuda::CudaDraft host(ckpt, o), dev(ckpt, ext);
   for (int l = 0; l < c.num_layers; ++l) EXPECT_EQ(dev.kv_cache_data(l), mine[l].data());
   test::Gen gen(seed);
-  const int R = 3, per = 9, T = R * per;
-  const int64_t width = static_cast<int64_t>(c.taps()) * c.target_hidden_size;
-  const std::vector<bf16> hidden = gen.bf16s(static_cast<size_t>(T * width), -2.0f, 2.0f);
-  std::vector<int32_t> tables(static_cast<size_t>(R) * o.max_pages_per_req);
-  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
-  std::vector<int64_t> positions(T), slots(T);
-  for (int t = 0; t < T; ++t) {
-    positions[t] = t % per;
-    slots[t] = int64_t{tables[static_cast<size_t>(t / per) * o.max_pages_per_req]} * o.page_size +
-               positions[t];
-  }
-  std::vector<int64_t> anchors(R), anchor_pos(R, per), seeds(R), cache_slots = {3, 0, -1};
-  for (int r = 0; r < R; ++r) {
-    anchors[r] = gen.integer(0, c.vocab_size - 1);
-    seeds[r] = gen.integer(0, int64_t{1} << 40);
-  }
-  const std::vector<float> temps = {1.0f, 0.0f, 0.7f};
-  const size_t n_tokens = static_cast<size_t>(R) * c.block_size;
+  const test::ThreeRequests in(c, o, gen, 9, {3, 0, -1}, {1.0f, 0.0f, 0.7f});
+  const size_t n_tokens = static_cast<size_t>(in.R) * c.block_size;
   const size_t n_cache = static_cast<size_t>(o.cache_slots) * c.block_size * c.vocab_size;
-  host.store_context({T, hidden.data(), positions.data(), slots.data()});
+  host.store_context(in.context());
   std::vector<int64_t> want_tokens(n_tokens, -5);
   std::vector<bf16> want_cache(n_cache, bf16{0});
-  host.propose({R, anchors.data(), anchor_pos.data(), seeds.data(), temps.data(),
-                cache_slots.data(), tables.data()},
-               {want_tokens.data(), want_cache.data()});
+  host.propose(in.batch(), {want_tokens.data(), want_cache.data()});
 
-  cuda::DeviceBuffer<bf16> d_hidden(hidden, s), d_cache(std::vector<bf16>(n_cache, bf16{0}), s);
-  cuda::DeviceBuffer<int64_t> d_pos(positions, s), d_slots(slots, s), d_anchors(anchors, s),
-      d_anchor_pos(anchor_pos, s), d_seeds(seeds, s), d_cache_slots(cache_slots, s),
-      d_tokens(std::vector<int64_t>(n_tokens, -5), s);
-  cuda::DeviceBuffer<float> d_temps(temps, s);
-  cuda::DeviceBuffer<int32_t> d_tables(tables, s);
-  dev.store_context_device({T, d_hidden.data(), d_pos.data(), d_slots.data()}, s);
-  const ProposeBatch db{R,
-                        d_anchors.data(),
-                        d_anchor_pos.data(),
-                        d_seeds.data(),
-                        d_temps.data(),
-                        d_cache_slots.data(),
-                        d_tables.data()};
+  const test::ThreeRequests::OnDevice d = in.upload(s);
+  cuda::DeviceBuffer<bf16> d_cache(std::vector<bf16>(n_cache, bf16{0}), s);
+  cuda::DeviceBuffer<int64_t> d_tokens(std::vector<int64_t>(n_tokens, -5), s);
+  dev.store_context_device(d.context(), s);
+  const ProposeBatch db = d.batch();
   const ProposeOutputs dout{d_tokens.data(), d_cache.data()};
   auto check = [&](const char* what) {
     SD_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -399,13 +399,32 @@ TEST(CudaVerify, EqualsCpuOnTheRareBranches) {
   EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
 }
 
-__global__ void exp_law_kernel(const float* d, float* e, int n) {
+struct ExpLaw {
+  SD_HD float operator()(float x) const { return exp_law(x); }
+};
+struct LogLaw {
+  SD_HD float operator()(float x) const { return log_law(x); }
+};
+
+template <class F>
+__global__ void map_kernel(const float* x, float* y, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) e[i] = exp_law(d[i]);
+  if (i < n) y[i] = F{}(x[i]);
 }
-__global__ void log_law_kernel(const float* x, float* y, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = log_law(x[i]);
+
+// F on the device equals F on the host on every input of x, bit for bit.
+template <class F>
+void expect_device_equals_host(const char* name, const std::vector<float>& x) {
+  const int n = static_cast<int>(x.size());
+  cuda::DeviceBuffer<float> dx(x, nullptr), dy(x.size());
+  map_kernel<F><<<(n + 255) / 256, 256>>>(dx.data(), dy.data(), n);
+  SD_CUDA_CHECK(cudaGetLastError());
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> y = dy.download(nullptr);
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(f32_bits(y[i]), f32_bits(F{}(x[i])))
+        << name << "(" << x[i] << "): device " << y[i] << ", host " << F{}(x[i]);
+  std::printf("  %s: %d inputs, device == host\n", name, n);
 }
 
 // The device is the authority: exp_law on the GPU (its __fmaf_rn and _rn operations)
@@ -418,28 +437,10 @@ TEST(CudaVerify, ExpLawAndLogLawOnTheDeviceEqualTheHost) {
     d.push_back(bits_f32(static_cast<uint32_t>(b)));
   d.push_back(-87.0f);
   d.push_back(-std::numeric_limits<float>::infinity());
-  const int n = static_cast<int>(d.size());
-  cuda::DeviceBuffer<float> dd(d, nullptr), de(d.size());
-  exp_law_kernel<<<(n + 255) / 256, 256>>>(dd.data(), de.data(), n);
-  SD_CUDA_CHECK(cudaGetLastError());
-  SD_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> got = de.download(nullptr);
-  for (int i = 0; i < n; ++i)
-    ASSERT_EQ(f32_bits(got[i]), f32_bits(exp_law(d[i])))
-        << "exp_law(" << d[i] << "): device " << got[i] << ", host " << exp_law(d[i]);
-  std::printf("  exp_law: %d inputs, device == host\n", n);
+  expect_device_equals_host<ExpLaw>("exp_law", d);
   std::vector<float> u;
   for (uint32_t b = f32_bits(0x1p-33f); b <= f32_bits(1.0f); b += 5) u.push_back(bits_f32(b));
-  const int m = static_cast<int>(u.size());
-  cuda::DeviceBuffer<float> du(u, nullptr), dl(u.size());
-  log_law_kernel<<<(m + 255) / 256, 256>>>(du.data(), dl.data(), m);
-  SD_CUDA_CHECK(cudaGetLastError());
-  SD_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> lg = dl.download(nullptr);
-  for (int i = 0; i < m; ++i)
-    ASSERT_EQ(f32_bits(lg[i]), f32_bits(log_law(u[i])))
-        << "log_law(" << u[i] << "): device " << lg[i] << ", host " << log_law(u[i]);
-  std::printf("  log_law: %d inputs, device == host\n", m);
+  expect_device_equals_host<LogLaw>("log_law", u);
 }
 
 // The streams' salts reach the kernels (the broken verifier of the statistics

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/bits.h"
+#include "common/conf_checkpoint.h"
 #include "common/files.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
@@ -18,16 +19,6 @@ namespace sparkdraft {
 namespace {
 
 using test::TempDir;
-
-std::shared_ptr<const Checkpoint> with_head(const TempDir& dir, bool with_markov,
-                                            const std::string& style = "qwen3") {
-  ModelConfig c = preset_config("tiny-conf", style);
-  c.confidence_head_with_markov = with_markov;
-  SyntheticOptions so;
-  so.seed = 5;
-  write_synthetic_checkpoint(c, dir.path(), so);
-  return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
-}
 
 std::vector<ScenarioRound> run(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s,
                                const DraftOptions& base, int tp, int threads) {
@@ -49,7 +40,7 @@ class ConfidenceDraft : public ::testing::TestWithParam<std::tuple<bool, std::st
 TEST_P(ConfidenceDraft, SameBitsAloneInABatchAndAtEveryTpSize) {
   const auto [with_markov, style] = GetParam();
   TempDir dir;
-  auto ckpt = with_head(dir, with_markov, style);
+  auto ckpt = test::conf_checkpoint(dir, style, with_markov);
   const int N = ckpt->config().block_size;
   ScenarioOptions batch;
   batch.request_ids = {0, 1, 2};

@@ -18,22 +18,6 @@
 
 namespace sparkdraft {
 
-SD_HD float conf_fadd(float a, float b) {
-#if SD_ON_DEVICE
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-SD_HD float conf_fmul(float a, float b) {
-#if SD_ON_DEVICE
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
 // Lane `lane`'s partial of d over n = hidden + rank inputs (h [hidden], e [rank],
 // w [hidden + rank]).
 SD_HD float confidence_lane_partial(int lane, const bf16* h, int hidden, const bf16* e, int rank,
@@ -45,9 +29,7 @@ SD_HD float confidence_lane_partial(int lane, const bf16* h, int hidden, const b
 }
 
 // c from the combined dot product d and the bias.
-SD_HD float confidence_finish(float d, bf16 bias) {
-  return sigmoid_f32(conf_fadd(d, to_f32(bias)));
-}
+SD_HD float confidence_finish(float d, bf16 bias) { return sigmoid_f32(fadd_rn(d, to_f32(bias))); }
 
 // The whole value on one thread (the CPU reference).
 SD_HD float confidence_value(const bf16* h, int hidden, const bf16* e, int rank, const bf16* w,
@@ -61,7 +43,7 @@ SD_HD float confidence_value(const bf16* h, int hidden, const bf16* e, int rank,
 SD_HD void survival_products(const float* c, int n, float* a) {
   float run = 1.0f;
   for (int j = 0; j < n; ++j) {
-    run = j == 0 ? c[0] : conf_fmul(run, c[j]);
+    run = j == 0 ? c[0] : fmul_rn(run, c[j]);
     a[j] = run;
   }
 }

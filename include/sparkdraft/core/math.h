@@ -280,6 +280,46 @@ SD_HD double exp_d(double r) {
 
 }  // namespace math_detail
 
+// ---- fp32 basic operations, one IEEE rounding each, explicit on the device ---
+// (the host compiles with -ffp-contract=off; std::fmaf is correctly rounded)
+
+SD_HD float fdiv_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+SD_HD float fsub_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+SD_HD float fadd_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+SD_HD float fmul_rn(float a, float b) {
+#if SD_ON_DEVICE
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+// a * b + c rounded once (IEEE fusedMultiplyAdd; std::fmaf is correctly rounded).
+SD_HD float ffma_rn(float a, float b, float c) {
+#if SD_ON_DEVICE
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fmaf(a, b, c);
+#endif
+}
+
 SD_HD float log_f32(float x) {
   using namespace math_detail;
   if (is_nan(x)) return quiet(x);

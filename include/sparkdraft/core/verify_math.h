@@ -19,7 +19,6 @@
 //                                      mass or the target's E)
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "sparkdraft/core/bf16.h"
@@ -131,45 +130,6 @@ SD_HD float f32_of_fixed64(U128 x) {
   // mant in [2^23, 2^24): value = 1.f * 2^(scale - 64 + 23).
   const uint32_t biased = static_cast<uint32_t>(scale - 64 + 23 + 127);
   return bits_f32((biased << 23) | (static_cast<uint32_t>(mant) & 0x7fffffu));
-}
-
-// ---- fp32 basic operations, explicit on the device ---------------------------
-
-SD_HD float fdiv_rn(float a, float b) {
-#if SD_ON_DEVICE
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-SD_HD float fsub_rn(float a, float b) {
-#if SD_ON_DEVICE
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-SD_HD float fadd_rn(float a, float b) {
-#if SD_ON_DEVICE
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-SD_HD float fmul_rn(float a, float b) {
-#if SD_ON_DEVICE
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-// a * b + c rounded once (IEEE fusedMultiplyAdd; std::fmaf is correctly rounded).
-SD_HD float ffma_rn(float a, float b, float c) {
-#if SD_ON_DEVICE
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fmaf(a, b, c);
-#endif
 }
 
 // ---- the law L(s) of section 8.2 -----------------------------------------------

@@ -449,8 +449,7 @@ __device__ void decide(const Args& a, int r) {
     const int item = r * (N + 1) + j;
     VerifyLaw* law = a.laws + item * 2 + side;
     if (stats_of(*law).degenerate()) continue;  // uniform across the warp
-    const U128 sum =
-        warp_fold(a.sums + (item * 2 + side) * a.S, a.S, U128{}, sum_op);
+    const U128 sum = warp_fold(a.sums + (item * 2 + side) * a.S, a.S, U128{}, sum_op);
     if (threadIdx.x % 32 == 0) law->z = f32_of_fixed64(sum);
   }
   __syncthreads();
@@ -564,8 +563,7 @@ __global__ void block_decide_kernel(const Args a) {
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const float* w = a.weights + r * (N + 1);
   for (int i = 1 + warp; i < N; i += warps) {
-    const U128 m =
-        warp_fold(a.mass + (r * N + i) * a.S, a.S, U128{}, sum_op);
+    const U128 m = warp_fold(a.mass + (r * N + i) * a.S, a.S, U128{}, sum_op);
     if (threadIdx.x % 32 == 0) h[i] = block_h(f32_of_fixed64(m), w[i]);
   }
   __syncthreads();
