@@ -33,22 +33,26 @@ struct VerifyBatch {
   const float* temperatures = nullptr;        // [rows] >= 0, finite
   const int32_t* top_k = nullptr;             // [rows] 0 = off; nullptr = off for every row
   const float* top_p = nullptr;               // [rows] in (0, 1], 1 = off; nullptr = off
-  const int64_t* cache_slots = nullptr;       // [rows] row of the draft-logits cache, -1 = padding
-  const bf16* draft_logits = nullptr;         // [cache_slots, N, V] (propose's out.draft_logits)
-  const void* target_logits = nullptr;        // [rows, N + 1, V] in target_dtype
+  // [rows] n_r in [0, N]: verify drafts x_0 .. x_{n_r - 1} only (the adaptive length of
+  // contract.md 8.5; the bonus is drawn at position n_r); nullptr = N for every row.
+  const int32_t* lengths = nullptr;
+  const int64_t* cache_slots = nullptr;  // [rows] row of the draft-logits cache, -1 = padding
+  const bf16* draft_logits = nullptr;    // [cache_slots, N, V] (propose's out.draft_logits)
+  const void* target_logits = nullptr;   // [rows, N + 1, V] in target_dtype
   LogitsDType target_dtype = LogitsDType::bf16;
   VerifyMethod method = VerifyMethod::standard;
 };
 
 struct VerifyOutputs {
-  int32_t* num_accepted = nullptr;  // [rows] k in [0, N]; padding rows untouched
+  int32_t* num_accepted = nullptr;  // [rows] k in [0, n_r]; padding rows untouched
   int64_t* tokens = nullptr;  // [rows, N + 1]: the k accepted drafts, the emitted token, then -1
 };
 
 // Refuses bad input at the API boundary (InvalidArgument naming the row and the
 // field): num_rows in [1, max_reqs], every required array given, slots in
 // [-1, cache_slots) and no slot used twice, and for every non-padding row: draft
-// tokens in [0, V), a temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
+// tokens in [0, V), a temperature finite and >= 0, top_k >= 0, top_p in (0, 1], a
+// length in [0, N],
 // and an anchor position a >= 0 with a + N within the options' positions and
 // at most 2^60 (the verifier's key space, section 8.4). Reads only the host arrays
 // named above (not the logits).

@@ -290,6 +290,7 @@ class Draft:
         *,
         top_k=None,
         top_p=None,
+        lengths=None,
         method: str = "standard",
         stream=None,
     ) -> None:
@@ -301,7 +302,10 @@ class Draft:
         [rows, N + 1] (int64) the k drafts, the emitted token, then -1. Anchor positions,
         seeds, temperatures and cache slots as given to propose (-1 = padding row,
         untouched). ``top_k`` [rows] int32 (0 = off) and ``top_p`` [rows] float32 (1 = off)
-        are optional; ``method`` "standard" or "block"."""
+        are optional; ``lengths`` [rows] int32 in [0, N] (optional: N) verifies only the
+        first lengths[r] drafts of row r (the adaptive length: e.g. sparkdraft.schedule's
+        lengths; k <= lengths[r], the bonus drawn at position lengths[r]); ``method``
+        "standard" or "block"."""
         self._d.verify(
             draft_tokens,
             anchor_positions,
@@ -314,6 +318,7 @@ class Draft:
             out_tokens,
             top_k,
             top_p,
+            lengths,
             method,
             self._stream(stream),
         )
@@ -324,7 +329,7 @@ class Draft:
         Give the propose buffers (anchor_tokens, anchor_positions, seeds, temperatures,
         cache_slots, block_tables, out_tokens, out_draft_logits: their leading extent is
         the most rows a call may use), and with them optionally the verify buffers
-        (target_logits, out_num_accepted, out_verified, top_k, top_p, method: verify
+        (target_logits, out_num_accepted, out_verified, top_k, top_p, lengths, method: verify
         reads the bound drafts, positions, seeds, temperatures, slots and cache), and/or
         the context buffers (hidden, positions, slots). The returned Bound keeps every
         array (and its owner) alive; its calls take a row or token count and a stream,

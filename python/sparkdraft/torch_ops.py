@@ -62,6 +62,7 @@ def verify(
     out_tokens: torch.Tensor,
     top_k: Optional[torch.Tensor] = None,
     top_p: Optional[torch.Tensor] = None,
+    lengths: Optional[torch.Tensor] = None,
     method: str = "standard",
 ) -> None:
     _draft_of(draft).verify(
@@ -76,6 +77,7 @@ def verify(
         out_tokens,
         top_k=top_k,
         top_p=top_p,
+        lengths=lengths,
         method=method,
         stream=None,
     )
@@ -84,5 +86,5 @@ def verify(
 @verify.register_fake
 def _verify_fake(draft, draft_tokens, anchor_positions, seeds, temperatures, cache_slots,
                  draft_logits, target_logits, out_num_accepted, out_tokens, top_k=None,
-                 top_p=None, method="standard") -> None:
+                 top_p=None, lengths=None, method="standard") -> None:
     return None

@@ -528,7 +528,8 @@ VerifyArgs check_verify(const PyDraft& d, const std::string& fn, const Array& dr
                         const Array& temperatures, const Array& cache_slots,
                         const Array& draft_logits, const Array& target_logits,
                         const OutArray& out_num_accepted, const OutArray& out_tokens,
-                        const Array* top_k, const Array* top_p, const std::string& method) {
+                        const Array* top_k, const Array* top_p, const Array* lengths,
+                        const std::string& method) {
   const ModelConfig& c = d.config();
   const DraftOptions& o = d.options();
   if (draft_tokens.ndim() != 2)
@@ -567,6 +568,9 @@ VerifyArgs check_verify(const PyDraft& d, const std::string& fn, const Array& dr
     b.top_k = static_cast<const int32_t*>(check_array(*top_k, fn, "top_k", DT::i32, {R}, d.dev));
   if (top_p)
     b.top_p = static_cast<const float*>(check_array(*top_p, fn, "top_p", DT::f32, {R}, d.dev));
+  if (lengths)
+    b.lengths =
+        static_cast<const int32_t*>(check_array(*lengths, fn, "lengths", DT::i32, {R}, d.dev));
   a.out.num_accepted = static_cast<int32_t*>(
       check_array(out_num_accepted, fn, "out_num_accepted", DT::i32, {R}, d.dev));
   a.out.tokens =
@@ -600,7 +604,7 @@ void gpu_verify(G& g, const PyDraft& d, const VerifyArgs& a, cudaStream_t s, boo
   const bool capture = capturing(s);
   std::vector<int64_t> tok, pos, seeds, cs;
   std::vector<float> temps, p;
-  std::vector<int32_t> k;
+  std::vector<int32_t> k, lens;
   VerifyBatch h = b;  // host copies of the index arrays (validation, or the host verifier)
   auto read_indices = [&] {
     h.draft_tokens = (tok = to_host<int64_t>(b.draft_tokens, R * N, s)).data();
@@ -610,6 +614,7 @@ void gpu_verify(G& g, const PyDraft& d, const VerifyArgs& a, cudaStream_t s, boo
     h.cache_slots = (cs = to_host<int64_t>(b.cache_slots, R, s)).data();
     if (b.top_k) h.top_k = (k = to_host<int32_t>(b.top_k, R, s)).data();
     if (b.top_p) h.top_p = (p = to_host<float>(b.top_p, R, s)).data();
+    if (b.lengths) h.lengths = (lens = to_host<int32_t>(b.lengths, R, s)).data();
   };
   if constexpr (has_verify_device<G>()) {
     if (validate && !capture) {
@@ -1007,7 +1012,7 @@ NB_MODULE(_core, m) {
              nb::object block_tables, nb::object out_tokens, nb::object out_draft_logits,
              nb::object hidden, nb::object positions, nb::object slots, nb::object target_logits,
              nb::object out_num_accepted, nb::object out_verified, nb::object top_k,
-             nb::object top_p, const std::string& method) {
+             nb::object top_p, nb::object lengths, const std::string& method) {
             PyDraft& d = nb::cast<PyDraft&>(self_h);
             auto b = std::make_unique<PyBound>();
             b->draft_owner = nb::borrow(self_h);
@@ -1050,18 +1055,20 @@ NB_MODULE(_core, m) {
               const Array tl = nb::cast<Array>(target_logits);
               const OutArray na = nb::cast<OutArray>(out_num_accepted),
                              vt = nb::cast<OutArray>(out_verified);
-              std::optional<Array> k, p;
+              std::optional<Array> k, p, l;
               if (!top_k.is_none()) k = nb::cast<Array>(top_k);
               if (!top_p.is_none()) p = nb::cast<Array>(top_p);
+              if (!lengths.is_none()) l = nb::cast<Array>(lengths);
               // Verify reads the bound propose buffers: the drafts, positions, seeds,
               // temperatures, slots and the draft-logits cache.
               const Array drafts{b->outputs[0]}, cache{b->outputs[1]};
               b->verify = check_verify(d, "bind", drafts, b->inputs[1], b->inputs[2], b->inputs[3],
                                        b->inputs[4], cache, tl, na, vt, k ? &*k : nullptr,
-                                       p ? &*p : nullptr, method);
+                                       p ? &*p : nullptr, l ? &*l : nullptr, method);
               b->inputs.push_back(tl);
               if (k) b->inputs.push_back(*k);
               if (p) b->inputs.push_back(*p);
+              if (l) b->inputs.push_back(*l);
               b->outputs.insert(b->outputs.end(), {na, vt});
               b->has_verify = true;
             }
@@ -1077,26 +1084,28 @@ NB_MODULE(_core, m) {
           "out_draft_logits"_a = nb::none(), "hidden"_a = nb::none(), "positions"_a = nb::none(),
           "slots"_a = nb::none(), "target_logits"_a = nb::none(), "out_num_accepted"_a = nb::none(),
           "out_verified"_a = nb::none(), "top_k"_a = nb::none(), "top_p"_a = nb::none(),
-          "method"_a = "standard", nb::rv_policy::take_ownership)
+          "lengths"_a = nb::none(), "method"_a = "standard", nb::rv_policy::take_ownership)
       .def(
           "verify",
           [](PyDraft& d, const Array& draft_tokens, const Array& anchor_positions,
              const Array& seeds, const Array& temperatures, const Array& cache_slots,
              const Array& draft_logits, const Array& target_logits,
              const OutArray& out_num_accepted, const OutArray& out_tokens, nb::object top_k,
-             nb::object top_p, const std::string& method, uintptr_t stream) {
-            std::optional<Array> k, p;
+             nb::object top_p, nb::object lengths, const std::string& method, uintptr_t stream) {
+            std::optional<Array> k, p, l;
             if (!top_k.is_none()) k = nb::cast<Array>(top_k);
             if (!top_p.is_none()) p = nb::cast<Array>(top_p);
+            if (!lengths.is_none()) l = nb::cast<Array>(lengths);
             const VerifyArgs a =
                 check_verify(d, "verify", draft_tokens, anchor_positions, seeds, temperatures,
                              cache_slots, draft_logits, target_logits, out_num_accepted, out_tokens,
-                             k ? &*k : nullptr, p ? &*p : nullptr, method);
+                             k ? &*k : nullptr, p ? &*p : nullptr, l ? &*l : nullptr, method);
             run_verify(d, a, stream, d.validate);
           },
           "draft_tokens"_a, "anchor_positions"_a, "seeds"_a, "temperatures"_a, "cache_slots"_a,
           "draft_logits"_a, "target_logits"_a, "out_num_accepted"_a, "out_tokens"_a,
-          "top_k"_a = nb::none(), "top_p"_a = nb::none(), "method"_a = "standard", "stream"_a = 0);
+          "top_k"_a = nb::none(), "top_p"_a = nb::none(), "lengths"_a = nb::none(),
+          "method"_a = "standard", "stream"_a = 0);
 
   nb::class_<PyBound>(m, "Bound")
       .def(

@@ -93,3 +93,47 @@ def test_schedulers_from_python(tiny_conf):
     n = schedule.threshold_lengths(prop["out_confidences"], 0.5)
     assert n.shape == (5,) and n[1] == 0
     assert np.all((n >= 0) & (n <= tiny_conf.config["block_size"]))
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_scheduled_lengths_feed_the_verifier(tiny_conf, device):
+    """The adaptive length end to end: the confidences, the threshold's lengths, the
+    verifier over those lengths only (k <= lengths[r], -1 after the emitted token); the
+    same call without lengths is the call with lengths N; a length outside [0, N] is
+    refused."""
+    if device == "cuda":
+        require_cuda()
+    from sparkdraft import schedule
+
+    N, V = tiny_conf.config["block_size"], tiny_conf.config["vocab_size"]
+    d = sparkdraft.Draft(tiny_conf, device, **OPTS)
+    ctx, ctx_lengths = context_inputs(d, 5, 31, device)
+    prop = propose_inputs(d, ctx_lengths, 31, device, padding=(1,))
+    prop["out_confidences"] = torch.full((5, N), -1.0, dtype=torch.float32, device=device)
+    d.store_context(**ctx)
+    d.propose(**prop)
+    n = schedule.threshold_lengths(prop["out_confidences"], 0.5)
+    n[0], n[2] = 0, N  # every length appears: 0, N and the scheduler's
+    gen = torch.Generator().manual_seed(5)
+    target = torch.randn((5, N + 1, V), generator=gen).to(device)
+
+    def run(lengths):
+        out = dict(out_num_accepted=torch.full((5,), -9, dtype=torch.int32, device=device),
+                   out_tokens=torch.full((5, N + 1), -9, dtype=torch.int64, device=device))
+        d.verify(prop["out_tokens"], prop["anchor_positions"], prop["seeds"], prop["temperatures"],
+                 prop["cache_slots"], prop["out_draft_logits"], target, out["out_num_accepted"],
+                 out["out_tokens"], lengths=lengths)
+        return bits(out["out_num_accepted"]), bits(out["out_tokens"])
+
+    k, tokens = run(torch.from_numpy(n.astype(np.int32)).to(device))
+    for r in (0, 2, 3, 4):  # row 1 is padding
+        assert 0 <= k[r] <= n[r], (r, k[r], n[r])
+        assert (tokens[r, k[r] + 1:] == -1).all() and 0 <= tokens[r, k[r]] < V
+    k_full, tokens_full = run(torch.full((5,), N, dtype=torch.int32, device=device))
+    k_none, tokens_none = run(None)
+    np.testing.assert_array_equal(k_full, k_none)
+    np.testing.assert_array_equal(tokens_full, tokens_none)
+    bad = torch.tensor([0, 0, N + 1, 0, 0], dtype=torch.int32, device=device)
+    with pytest.raises(sparkdraft.InvalidArgument, match=f"row 2: length {N + 1} is outside"):
+        run(bad)
+

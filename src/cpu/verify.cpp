@@ -155,10 +155,12 @@ MarkovPacket draw(int vocab, int64_t slice, uint32_t gd, Weight weight) {
 void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
   const int64_t slot = p.cache_slots[r];
   if (slot < 0) return;  // padding: nothing read or written
-  const int N = p.n, V = p.vocab;
+  // n: the drafts this row verifies (its length, N without lengths); the outputs keep
+  // their N + 1 columns.
+  const int N = p.row_length(r), V = p.vocab, width = p.n + 1;
   const float T = p.temperatures[r];
   const int64_t seed = p.seeds[r], a = p.anchor_positions[r];
-  const int64_t* x = p.draft_tokens + static_cast<int64_t>(r) * N;
+  const int64_t* x = p.draft_tokens + static_cast<int64_t>(r) * p.n;
   const int32_t top_k = p.top_k ? p.top_k[r] : 0;
   const float top_p = p.top_p ? p.top_p[r] : 1.0f;
   int k = 0;
@@ -239,8 +241,8 @@ void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
   }
 
   p.num_accepted[r] = k;
-  int64_t* out = p.tokens + static_cast<int64_t>(r) * (N + 1);
-  for (int i = 0; i <= N; ++i) out[i] = i < k ? x[i] : (i == k ? emitted : -1);
+  int64_t* out = p.tokens + static_cast<int64_t>(r) * width;
+  for (int i = 0; i < width; ++i) out[i] = i < k ? x[i] : (i == k ? emitted : -1);
 }
 
 }  // namespace

@@ -58,6 +58,10 @@ void validate_verify(const ModelConfig& c, const DraftOptions& o, const VerifyBa
     if (b.top_p)
       require(b.top_p[r] > 0.0f && b.top_p[r] <= 1.0f,
               row + "top_p " + std::to_string(b.top_p[r]) + " must be in (0, 1] (1 = off)");
+    if (b.lengths)
+      require(b.lengths[r] >= 0 && b.lengths[r] <= N,
+              row + "length " + std::to_string(b.lengths[r]) +
+                  " is outside [0, N = " + std::to_string(N) + "]");
     const int64_t a = b.anchor_positions[r];
     require(a >= 0 && a <= limit - N, row + "anchor position " + std::to_string(a) + " + block " +
                                           std::to_string(N) + " exceeds the " +
@@ -84,6 +88,7 @@ ops::VerifyParams ops::verify_params(const ModelConfig& c, const DraftOptions& o
   p.temperatures = b.temperatures;
   p.top_k = b.top_k;
   p.top_p = b.top_p;
+  p.lengths = b.lengths;
   p.cache_slots = b.cache_slots;
   p.draft_logits = b.draft_logits;
   p.target_logits = b.target_logits;

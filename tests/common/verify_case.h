@@ -19,6 +19,7 @@ struct VerifyCase {
   std::vector<int64_t> tokens, anchors, seeds, cache_slots;
   std::vector<float> temps, top_p;
   std::vector<int32_t> top_k;
+  std::vector<int32_t> lengths;   // [R] n_r, or empty (N for every row)
   std::vector<bf16> cache;        // [slots, N, V]
   std::vector<bf16> target_bf16;  // [R, N + 1, V]
   std::vector<float> target_f32;
@@ -78,6 +79,7 @@ struct VerifyCase {
     p.temperatures = temps.data();
     p.top_k = top_k.data();
     p.top_p = top_p.data();
+    p.lengths = lengths.empty() ? nullptr : lengths.data();
     p.cache_slots = cache_slots.data();
     p.draft_logits = cache.data();
     p.target_logits = dtype == LogitsDType::f32 ? static_cast<const void*>(target_f32.data())

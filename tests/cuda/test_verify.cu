@@ -43,6 +43,7 @@ struct Case {
   std::vector<int64_t> tokens, anchors, seeds, slots;
   std::vector<float> temps, top_p;
   std::vector<int32_t> top_k;
+  std::vector<int32_t> lengths;  // [rows] n_r, or empty (N)
   std::vector<bf16> cache;
   std::vector<bf16> target_bf16;
   std::vector<float> target_f32;
@@ -191,6 +192,7 @@ Result cpu_verify(const Case& c) {
   p.temperatures = c.temps.data();
   p.top_k = c.top_k.data();
   p.top_p = c.top_p.data();
+  p.lengths = c.lengths.empty() ? nullptr : c.lengths.data();
   p.cache_slots = c.slots.data();
   p.draft_logits = c.cache.data();
   p.target_logits = c.target();
@@ -210,6 +212,7 @@ struct DeviceCase {
         temps(c.temps),
         top_p(c.top_p),
         top_k(c.top_k),
+        lengths(c.lengths.empty() ? std::vector<int32_t>{0} : c.lengths),
         cache(c.cache),
         target(c.target_bytes()),
         k(c.rows),
@@ -222,6 +225,7 @@ struct DeviceCase {
     p.temperatures = temps.data();
     p.top_k = top_k.data();
     p.top_p = top_p.data();
+    p.lengths = c.lengths.empty() ? nullptr : lengths.data();
     p.cache_slots = slots.data();
     p.draft_logits = cache.data();
     p.target_logits = target.data();
@@ -236,7 +240,7 @@ struct DeviceCase {
 
   cuda::DeviceBuffer<int64_t> tokens, anchors, seeds, slots;
   cuda::DeviceBuffer<float> temps, top_p;
-  cuda::DeviceBuffer<int32_t> top_k;
+  cuda::DeviceBuffer<int32_t> top_k, lengths;
   cuda::DeviceBuffer<bf16> cache;
   cuda::DeviceBuffer<unsigned char> target;
   cuda::DeviceBuffer<int32_t> k;
@@ -441,6 +445,28 @@ TEST(CudaVerify, ExpLawAndLogLawOnTheDeviceEqualTheHost) {
   std::vector<float> u;
   for (uint32_t b = f32_bits(0x1p-33f); b <= f32_bits(1.0f); b += 5) u.push_back(bits_f32(b));
   expect_device_equals_host<LogLaw>("log_law", u);
+}
+
+// Per-request lengths (contract.md 8.5): rows of every length 0 .. N (a length beyond
+// N on the device clamps to N), both methods, every block size and split.
+TEST(CudaVerify, EqualsCpuWithPerRowLengths) {
+  SD_REQUIRE_GPU();
+  for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block}) {
+    test::Gen g(6060 + (method == VerifyMethod::block ? 1 : 0));
+    Case c = make_case(g, 19, 7, 1237, LogitsDType::bf16, method, true);
+    for (int r = 0; r < c.rows; ++r) c.lengths.push_back(r % (c.n + 1));
+    const Result want = cpu_verify(c);
+    int short_all_accepted = 0;
+    for (int r = 0; r < c.rows; ++r) {
+      if (c.slots[r] < 0) continue;
+      ASSERT_LE(want.k[r], c.lengths[r]) << "row " << r;
+      if (c.lengths[r] < c.n && want.k[r] == c.lengths[r]) ++short_all_accepted;
+    }
+    std::printf("  %s: %d short rows accepted all their drafts (the bonus at n_r)\n",
+                to_string(method), short_all_accepted);
+    check_every_shape(c, 19);
+    if (HasFatalFailure()) return;
+  }
 }
 
 // The streams' salts reach the kernels (the broken verifier of the statistics

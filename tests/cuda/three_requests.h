@@ -58,8 +58,13 @@ struct ThreeRequests {
 
   ContextBatch context() const { return {T, hidden.data(), positions.data(), slots.data()}; }
   ProposeBatch batch() const {
-    return ProposeBatch{R,           anchors.data(),     anchor_pos.data(), seeds.data(),
-                        temps.data(), cache_slots.data(), tables.data()};
+    return ProposeBatch{R,
+                        anchors.data(),
+                        anchor_pos.data(),
+                        seeds.data(),
+                        temps.data(),
+                        cache_slots.data(),
+                        tables.data()};
   }
 
   // The same arrays in device memory, uploaded on `s`.
@@ -80,12 +85,15 @@ struct ThreeRequests {
           cache_slots(in.cache_slots, s),
           temps(in.temps, s),
           tables(in.tables, s) {}
-    ContextBatch context() const {
-      return {T, hidden.data(), positions.data(), slots.data()};
-    }
+    ContextBatch context() const { return {T, hidden.data(), positions.data(), slots.data()}; }
     ProposeBatch batch() const {
-      return ProposeBatch{R,           anchors.data(),     anchor_pos.data(), seeds.data(),
-                          temps.data(), cache_slots.data(), tables.data()};
+      return ProposeBatch{R,
+                          anchors.data(),
+                          anchor_pos.data(),
+                          seeds.data(),
+                          temps.data(),
+                          cache_slots.data(),
+                          tables.data()};
     }
   };
   OnDevice upload(cudaStream_t s) const { return OnDevice(*this, s); }

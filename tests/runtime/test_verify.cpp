@@ -203,6 +203,67 @@ TEST(Verify, ARowGivesTheSameBitsAloneAndInABatch) {
   }
 }
 
+// Per-request lengths (contract.md 8.5): a row of length n in [1, N) verifies exactly
+// as a block of its first n drafts (the same keys, laws and bonus position), a row of
+// length 0 accepts nothing and emits one token, and a row of length N is the row
+// without lengths. Every method and dtype, every length.
+TEST(Verify, ARowOfLengthNVerifiesAsABlockOfNDrafts) {
+  for (LogitsDType dtype : {LogitsDType::bf16, LogitsDType::f32})
+    for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block}) {
+      const std::string what = std::string(to_string(dtype)) + " " + to_string(method);
+      test::VerifyCase full = rich_case(505, 21, 5, 67, dtype, method);
+      full.run();
+      test::VerifyCase batch = rich_case(505, 21, 5, 67, dtype, method);
+      for (int r = 0; r < batch.R; ++r) batch.lengths.push_back(r % (batch.N + 1));
+      batch.run();
+      int shorter = 0;
+      for (int r = 0; r < batch.R; ++r) {
+        if (batch.cache_slots[r] < 0) continue;
+        const int n = batch.lengths[r], k = batch.num_accepted[r];
+        ASSERT_TRUE(k >= 0 && k <= n) << what << " row " << r << ": k " << k << ", length " << n;
+        for (int i = k + 1; i <= batch.N; ++i) EXPECT_EQ(batch.token(r, i), -1) << what;
+        if (n == batch.N) {
+          ASSERT_EQ(k, full.num_accepted[r]) << what << " row " << r;
+          for (int i = 0; i <= batch.N; ++i) ASSERT_EQ(batch.token(r, i), full.token(r, i));
+          continue;
+        }
+        if (n == 0) {
+          EXPECT_TRUE(batch.token(r, 0) >= 0 && batch.token(r, 0) < batch.V) << what;
+          continue;
+        }
+        // The row alone as a block of n drafts: the cache re-laid [slots, n, V], the
+        // target's first n + 1 positions.
+        test::VerifyCase one(1, n, batch.V);
+        one.dtype = dtype;
+        one.method = method;
+        one.slots = batch.slots;
+        one.cache.assign(static_cast<size_t>(batch.slots) * n * batch.V, bf16{});
+        for (int s = 0; s < batch.slots; ++s)
+          for (int j = 0; j < n; ++j)
+            for (int v = 0; v < batch.V; ++v) one.c(s, j, v) = batch.c(s, j, v);
+        one.cache_slots[0] = batch.cache_slots[r];
+        one.anchors[0] = batch.anchors[r];
+        one.seeds[0] = batch.seeds[r];
+        one.temps[0] = batch.temps[r];
+        one.top_k[0] = batch.top_k[r];
+        one.top_p[0] = batch.top_p[r];
+        for (int j = 0; j < n; ++j)
+          one.tokens[j] = batch.tokens[static_cast<size_t>(r) * batch.N + j];
+        for (int j = 0; j <= n; ++j)
+          for (int v = 0; v < batch.V; ++v) {
+            one.tf32(0, j, v) = batch.tf32(r, j, v);
+            one.tbf16(0, j, v) = batch.tbf16(r, j, v);
+          }
+        one.run();
+        ASSERT_EQ(one.num_accepted[0], k) << what << " row " << r << " length " << n;
+        for (int i = 0; i <= n; ++i)
+          ASSERT_EQ(one.token(0, i), batch.token(r, i)) << what << " row " << r << " token " << i;
+        ++shorter;
+      }
+      EXPECT_GT(shorter, 5) << what << ": too few rows of a length in [1, N) were compared";
+    }
+}
+
 TEST(Verify, OutputsAreTheAcceptedPrefixThenOneTokenThenMinusOne) {
   for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block}) {
     test::VerifyCase vc = rich_case(303, 30, 5, 97, LogitsDType::f32, method);
@@ -353,6 +414,7 @@ struct RefusalSetup {
     b.temperatures = vc.temps.data();
     b.top_k = vc.top_k.data();
     b.top_p = vc.top_p.data();
+    b.lengths = vc.lengths.empty() ? nullptr : vc.lengths.data();
     b.cache_slots = vc.cache_slots.data();
     b.draft_logits = vc.cache.data();
     b.target_logits = vc.target_bf16.data();
@@ -386,6 +448,8 @@ TEST(Verify, RefusesBadInputNamingRowAndField) {
   with([](RefusalSetup& s) { s.vc.top_p[1] = 0.0f; }, {"row 1", "top_p"});
   with([](RefusalSetup& s) { s.vc.top_p[1] = 1.5f; }, {"row 1", "top_p"});
   with([](RefusalSetup& s) { s.vc.top_p[1] = NAN; }, {"row 1", "top_p"});
+  with([](RefusalSetup& s) { s.vc.lengths = {4, -1, 0}; }, {"row 1", "length -1"});
+  with([](RefusalSetup& s) { s.vc.lengths = {0, 4, 5}; }, {"row 2", "length 5", "N = 4"});
   with([](RefusalSetup& s) { s.vc.tokens[1 * 4 + 3] = 50; }, {"row 1", "draft token 3 = 50"});
   with([](RefusalSetup& s) { s.vc.tokens[2 * 4] = -1; }, {"row 2", "draft token 0 = -1"});
   with([](RefusalSetup& s) { s.vc.anchors[1] = -1; }, {"row 1", "anchor position -1"});

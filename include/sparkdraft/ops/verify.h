@@ -18,6 +18,7 @@
 //     before v) < p * Zi, exactly (core/verify_math.h top_p_keeps)
 //   keys (section 8.4): u_j = philox_uniform(randint(seed, a + j + 2^61), x_j);
 //     draw noise e[v] = -log_law(philox_uniform(randint(seed, a + j + 2^62), v))
+//   n_r = lengths[r] (N without lengths): the drafts verified; N below is n_r
 //   standard, T > 0: accept x_j iff u_j * q_j(x_j) < p_j(x_j) (exact, in double);
 //     stop at the first rejection k
 //   standard, T = 0: accept iff x_j == the first id of f32(t_j); emitted = that id
@@ -49,6 +50,7 @@
 #include <cstdint>
 
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/hd.h"
 #include "sparkdraft/core/verify_math.h"
 #include "sparkdraft/ops/require.h"
 #include "sparkdraft/verify.h"
@@ -66,6 +68,7 @@ struct VerifyParams {
   const float* temperatures = nullptr;        // [rows]
   const int32_t* top_k = nullptr;             // [rows] or null (off)
   const float* top_p = nullptr;               // [rows] or null (off)
+  const int32_t* lengths = nullptr;           // [rows] n_r or null (N); clamped to [0, N]
   const int64_t* cache_slots = nullptr;       // [rows], -1 = padding
   const bf16* draft_logits = nullptr;         // [cache_rows, N, V]
   const void* target_logits = nullptr;        // [rows, N + 1, V]
@@ -93,6 +96,13 @@ struct VerifyParams {
     require(num_accepted && tokens, op, "an output array is null");
   }
   int64_t target_row_stride() const { return static_cast<int64_t>(n + 1) * vocab; }
+  // The drafts row r verifies: lengths[r] clamped to [0, N] (the API boundary refuses
+  // a length outside it; on device memory it is not read on the host), N without lengths.
+  SD_HD int row_length(int r) const {
+    if (!lengths) return n;
+    const int32_t l = lengths[r];
+    return l < 0 ? 0 : (l > n ? n : l);
+  }
   int64_t cache_row_stride() const { return static_cast<int64_t>(n) * vocab; }
 };
 

@@ -510,6 +510,7 @@ struct CudaDraft::Impl {
     ws->v_temp.upload(b.temperatures, R, 0, stream);
     if (b.top_k) ws->v_top_k.upload(b.top_k, R, 0, stream);
     if (b.top_p) ws->v_top_p.upload(b.top_p, R, 0, stream);
+    if (b.lengths) ws->v_lengths.upload(b.lengths, R, 0, stream);
     const size_t target_bytes =
         R * (N + 1) * V * (b.target_dtype == LogitsDType::f32 ? sizeof(float) : sizeof(bf16));
     ws->reserve_target(target_bytes);
@@ -528,6 +529,7 @@ struct CudaDraft::Impl {
     d.temperatures = ws->v_temp.data();
     d.top_k = b.top_k ? ws->v_top_k.data() : nullptr;
     d.top_p = b.top_p ? ws->v_top_p.data() : nullptr;
+    d.lengths = b.lengths ? ws->v_lengths.data() : nullptr;
     d.cache_slots = ws->v_slot.data();
     d.draft_logits = ws->cache.data();
     d.target_logits = ws->v_target.data();

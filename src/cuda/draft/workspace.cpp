@@ -75,6 +75,7 @@ DraftWorkspace::DraftWorkspace(const ModelConfig& c, const DraftOptions& o, cons
   v_temp = DeviceBuffer<float>(R);
   v_top_p = DeviceBuffer<float>(R);
   v_top_k = DeviceBuffer<int32_t>(R);
+  v_lengths = DeviceBuffer<int32_t>(R);
   v_accepted = DeviceBuffer<int32_t>(R);
 }
 

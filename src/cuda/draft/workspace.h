@@ -72,7 +72,7 @@ class DraftWorkspace {
   std::unique_ptr<VerifyWorkspace> verify;
   DeviceBuffer<int64_t> v_tokens, v_anchor, v_seed, v_slot, v_out_tokens;
   DeviceBuffer<float> v_temp, v_top_p;
-  DeviceBuffer<int32_t> v_top_k, v_accepted;
+  DeviceBuffer<int32_t> v_top_k, v_lengths, v_accepted;
   DeviceBuffer<unsigned char> v_target;
   void reserve_target(size_t bytes);
 

@@ -426,14 +426,14 @@ __global__ void first_kernel(const Args a) {
 // that arrives last.
 __device__ void decide(const Args& a, int r) {
   const ops::VerifyParams& p = a.p;
-  const int N = p.n;
+  const int N = p.n, n = p.row_length(r);  // n: the drafts row r verifies
   const int64_t* x = p.draft_tokens + static_cast<int64_t>(r) * N;
   if (greedy(p, r)) {
     // Section 8.5, T = 0: the first id of f32(t_j) at each position.
     if (threadIdx.x == 0) {
       int k = 0;
       int64_t pick = a.laws[0 + r * (N + 1) * 2].first.id;
-      while (k < N && x[k] == pick) {
+      while (k < n && x[k] == pick) {
         ++k;
         pick = a.laws[(r * (N + 1) + k) * 2].first.id;
       }
@@ -458,7 +458,7 @@ __device__ void decide(const Args& a, int r) {
   __shared__ float P[64], Q[64], U[64];
   const float T = p.temperatures[r];
   const int64_t seed = p.seeds[r], anchor = p.anchor_positions[r], slot = p.cache_slots[r];
-  for (int j = threadIdx.x; j < N; j += blockDim.x) {
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
     const int v = static_cast<int>(x[j]);
     const VerifyLaw& lt = a.laws[(r * (N + 1) + j) * 2];
     const VerifyLaw& ld = a.laws[(r * (N + 1) + j) * 2 + 1];
@@ -470,13 +470,13 @@ __device__ void decide(const Args& a, int r) {
   if (threadIdx.x != 0) return;
   if (p.method == VerifyMethod::standard) {
     int k = 0;
-    while (k < N && accept_standard(U[k], Q[k], P[k])) ++k;
+    while (k < n && accept_standard(U[k], Q[k], P[k])) ++k;
     a.accepted[r] = k;
     a.chosen_weight[r] = 1.0f;
   } else {
     float* w = a.weights + r * (N + 1);
     w[0] = 1.0f;
-    for (int i = 1; i <= N; ++i) w[i] = block_weight_next(w[i - 1], P[i - 1], Q[i - 1]);
+    for (int i = 1; i <= n; ++i) w[i] = block_weight_next(w[i - 1], P[i - 1], Q[i - 1]);
   }
 }
 
@@ -537,7 +537,7 @@ __global__ void sums_kernel(const Args a) {
 __global__ void mass_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
   const int N = p.n, r = blockIdx.x / (N - 1), i = blockIdx.x % (N - 1) + 1, s = blockIdx.y;
-  if (padding(p, r) || greedy(p, r)) return;
+  if (padding(p, r) || greedy(p, r) || i >= p.row_length(r)) return;  // R_i for i < n only
   const float T = p.temperatures[r];
   const int64_t slot = p.cache_slots[r];
   const int item = r * (N + 1) + i;
@@ -557,22 +557,22 @@ __global__ void mass_kernel(const Args a) {
 // Block verification: h_i and k (the largest i with u_{i-1} < h_i).
 __global__ void block_decide_kernel(const Args a) {
   const ops::VerifyParams& p = a.p;
-  const int r = blockIdx.x, N = p.n;
+  const int r = blockIdx.x, N = p.n, n = p.row_length(r);
   if (padding(p, r) || greedy(p, r)) return;
   __shared__ float h[64 + 1];
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const float* w = a.weights + r * (N + 1);
-  for (int i = 1 + warp; i < N; i += warps) {
+  for (int i = 1 + warp; i < n; i += warps) {
     const U128 m = warp_fold(a.mass + (r * N + i) * a.S, a.S, U128{}, sum_op);
     if (threadIdx.x % 32 == 0) h[i] = block_h(f32_of_fixed64(m), w[i]);
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  h[N] = w[N];
+  h[n] = w[n];
   const int64_t seed = p.seeds[r], anchor = p.anchor_positions[r];
   const int64_t* x = p.draft_tokens + static_cast<int64_t>(r) * N;
   int k = 0;
-  for (int i = 1; i <= N; ++i)
+  for (int i = 1; i <= n; ++i)
     if (accept_uniform(seed, anchor + i - 1, p.accept_salt, x[i - 1]) < h[i]) k = i;
   a.accepted[r] = k;
   a.chosen_weight[r] = w[k];
@@ -600,7 +600,7 @@ __device__ MarkovPacket target_race(const Args& a, int r, int j, int v0, int v1,
 // that arrives last.
 __device__ void finish(const Args& a, int r) {
   const ops::VerifyParams& p = a.p;
-  const int N = p.n;
+  const int N = p.n, n = p.row_length(r);
   __shared__ MarkovPacket win;
   __shared__ int64_t emitted;
   const bool g = greedy(p, r);
@@ -616,14 +616,14 @@ __device__ void finish(const Args& a, int r) {
       if (threadIdx.x == 0) {
         win = f;
         // The bonus from a degenerate law is its point.
-        emitted = k == N && tst.degenerate() ? target_first.id : f.id;
+        emitted = k == n && tst.degenerate() ? target_first.id : f.id;
       }
     }
   }
   __syncthreads();
   // k < N and no residual mass (no positive score): the target's own draw at k, by the
   // CTA over the whole vocabulary (rare: p <= q at every id).
-  if (!g && k < N && !(win.value > 0.0f)) {
+  if (!g && k < n && !(win.value > 0.0f)) {
     if (tst.degenerate()) {
       if (threadIdx.x == 0) emitted = target_first.id;
     } else {
@@ -647,7 +647,7 @@ __device__ void finish(const Args& a, int r) {
 // The target draw as the fallback of an empty residual is finish's.
 __device__ void draw_part(const Args& a, int r, int s) {
   const ops::VerifyParams& p = a.p;
-  const int N = p.n;
+  const int N = p.n, n = p.row_length(r);
   const float T = p.temperatures[r];
   const int64_t slot = p.cache_slots[r];
   const int k = a.accepted[r];
@@ -656,7 +656,7 @@ __device__ void draw_part(const Args& a, int r, int s) {
   const VerifyLaw lt = a.laws[item * 2];
   const int v0 = s * a.draw_slice, v1 = min(p.vocab, v0 + a.draw_slice);
   MarkovPacket win = no_packet();
-  if (k < N) {
+  if (k < n) {
     const VerifyLaw ld = a.laws[item * 2 + 1];
     const float w = a.chosen_weight[r];
     const bool standard = p.method == VerifyMethod::standard;
