@@ -149,6 +149,12 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
   std::error_code ec;
   const fs::path root = fs::canonical(dir, ec);
   if (ec) throw CheckpointError("cannot resolve checkpoint directory '" + dir.string() + "'");
+  // Where a shard may resolve: the directory itself and, for a snapshot of the Hugging
+  // Face hub cache (<repo>/snapshots/<revision>/, whose files are links to
+  // <repo>/blobs/<hash>), that repository's blobs.
+  fs::path blobs;
+  if (root.parent_path().filename() == "snapshots")
+    blobs = root.parent_path().parent_path() / "blobs";
   for (const std::string& shard : shard_names) {
     const fs::path p = dir / shard;
     refuse_leaving_name(shard, index.string());
@@ -159,10 +165,11 @@ std::vector<std::shared_ptr<SafetensorsFile>> open_weights(const fs::path& dir) 
     if (ec)
       throw CheckpointError("shard '" + io::excerpt(shard) + "' listed in " + index.string() +
                             " cannot be resolved: " + ec.message());
-    if (!is_under(real, root))
+    if (!is_under(real, root) && (blobs.empty() || !is_under(real, blobs)))
       throw CheckpointError("shard '" + io::excerpt(shard) + "' listed in " + index.string() +
                             " is a link to " + real.string() +
-                            ", outside the checkpoint directory: refused");
+                            ", outside the checkpoint directory (and not a blob of a Hugging "
+                            "Face cache snapshot's repository): refused");
     files.push_back(SafetensorsFile::open(p.string()));
     shards[shard] = files.back();
   }

@@ -686,6 +686,39 @@ TEST(Checkpoint, RefusesShardsOutsideTheDirectory) {
   EXPECT_EQ(msg.find(std::to_string(n)), std::string::npos) << msg;
 }
 
+// A snapshot of the Hugging Face hub cache loads: <repo>/snapshots/<rev>/ holds links
+// to <repo>/blobs/<hash> (the config, the index and every shard); a shard linking
+// anywhere else is still refused.
+TEST(Checkpoint, LoadsAHuggingFaceCacheSnapshot) {
+  const ModelConfig c = preset_config("tiny");
+  test::TempDir cache;
+  const fs::path repo = fs::path(cache.path()) / "models--org--draft";
+  const fs::path blobs = repo / "blobs", snap = repo / "snapshots" / "0123abcd";
+  fs::create_directories(blobs);
+  fs::create_directories(snap);
+  std::vector<TensorSpec> specs = aligned_specs(c), first, second;
+  for (size_t i = 0; i < specs.size(); ++i) (i % 2 ? second : first).push_back(specs[i]);
+  write_tensors((blobs / "aaa1").string(), first, 0x3c);
+  write_tensors((blobs / "bbb2").string(), second, 0x3c);
+  save_config_file(c, (blobs / "ccc3").string());
+  json index = {{"weight_map", json::object()}};
+  for (const auto& s : first) index["weight_map"][s.name] = "model-00001-of-00002.safetensors";
+  for (const auto& s : second) index["weight_map"][s.name] = "model-00002-of-00002.safetensors";
+  test::write_file((blobs / "ddd4").string(), index.dump());
+  fs::create_symlink("../../blobs/aaa1", snap / "model-00001-of-00002.safetensors");
+  fs::create_symlink("../../blobs/bbb2", snap / "model-00002-of-00002.safetensors");
+  fs::create_symlink("../../blobs/ccc3", snap / "config.json");
+  fs::create_symlink("../../blobs/ddd4", snap / "model.safetensors.index.json");
+  EXPECT_NO_THROW(Checkpoint::load(snap.string()));
+  // A link out of the repository is refused there too.
+  test::TempDir elsewhere;
+  write_tensors(elsewhere / "x.safetensors", second, 0x3c);
+  fs::remove(snap / "model-00002-of-00002.safetensors");
+  fs::create_symlink(elsewhere / "x.safetensors", snap / "model-00002-of-00002.safetensors");
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(snap.string()); }),
+                  {"'model-00002-of-00002.safetensors'", "outside the checkpoint directory"});
+}
+
 // What a message quotes from a file is capped: one tensor entry with a name or a
 // shape of megabytes gave a message of 10-52 MB.
 TEST(Checkpoint, MessagesQuoteAtMostAFewHundredCharacters) {
