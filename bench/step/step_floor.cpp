@@ -10,15 +10,16 @@
 namespace sparkdraft::bench {
 
 StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx, int tp_size) {
-  if (tp_size < 1 || c.vocab_size % tp_size != 0)
+  if (tp_size < 1 || c.draft_vocab() % tp_size != 0)
     throw std::invalid_argument("step_floor_bytes: tp " + std::to_string(tp_size) +
-                                " must be >= 1 and divide the vocabulary");
+                                " must be >= 1 and divide the (draft) vocabulary");
   constexpr double kBf16 = 2, kF32 = 4;
   // The share of one GPU: the layer matrices and the KV cache where the layers
   // shard, the vocabulary always.
   const double layers_t = layer_tp_size(c, tp_size), vocab_t = tp_size;
   const double H = c.hidden_size, L = c.num_layers, hd = c.head_dim, I = c.intermediate_size,
                V = c.vocab_size, N = c.block_size, R = rows;
+  const double Vd = c.draft_vocab();  // lm_head, w2 and the base logits (contract.md section 11)
   const double q = static_cast<double>(c.num_heads) * hd,
                kv = static_cast<double>(c.num_kv_heads) * hd;
   const bool gains = c.norm_gain != NormGain::none;
@@ -51,11 +52,11 @@ StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx, int tp_
   StepFloorBytes b;
   b.parts = {
       {"layer_weights", "layer weights", L * layer + (gains ? kBf16 * H : 0)},  // + final norm
-      {"lm_head", "lm_head", kBf16 * V * H / vocab_t},
+      {"lm_head", "lm_head", kBf16 * Vd * H / vocab_t},
       {"kv_cache", "KV cache", kBf16 * R * positions * c.num_kv_heads * 2 * hd / layers_t},
-      {"markov_w2", "w2 x N", kBf16 * V * c.markov_rank * N / vocab_t},
+      {"markov_w2", "w2 x N", kBf16 * Vd * c.markov_rank * N / vocab_t},
       {"base_logits", "base logits (write + read)",
-       2 * kBf16 * R * N * V / vocab_t},  // written, then read
+       2 * kBf16 * R * N * Vd / vocab_t},  // written, then read
       {"draft_logits", "draft logits", kBf16 * R * N * V},
   };
   return b;

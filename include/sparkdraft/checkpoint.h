@@ -12,6 +12,9 @@
 //   layers.i.self_attn.{q_norm, k_norm}.weight [hd]          (qk_norm)
 //   layers.i.mlp.{gate_proj, up_proj [I, H], down_proj [H, I]}.weight,
 //   markov_head.markov_w1.weight [V, r], markov_head.markov_w2.weight [V, r].
+// A reduced draft vocabulary (draft_vocab_size Vd < V, contract.md section 11) has
+//   lm_head.weight [Vd, H], markov_head.markov_w2.weight [Vd, r] and d2t [Vd] I64
+//   (target id of draft id d = d + d2t[d]; t2d, training only, is ignored).
 // The confidence head (enable_confidence_head) adds
 //   confidence_head.proj.weight [1, H + r'], confidence_head.proj.bias [1]
 //   (r' = r with confidence_head_with_markov, else 0).
@@ -69,6 +72,10 @@ struct DraftWeights {
   const bf16* markov_w2 = nullptr;     // [V, r]
   const bf16* confidence_w = nullptr;  // [1, H + r'] (contract.md section 9)
   const bf16* confidence_b = nullptr;  // [1]
+  // A reduced draft vocabulary (contract.md section 11): the target id of each draft id,
+  // d + d2t[d], checked at load (in [0, V), injective); null: the full vocabulary.
+  const int32_t* draft_ids = nullptr;  // [Vd]
+  int32_t draft_fill = -1;             // the lowest target id no draft id maps to (-1: none)
   std::vector<LayerWeights> layers;
 };
 
@@ -139,6 +146,7 @@ class Checkpoint {
   bool scan_pending_ = false;
   ModelConfig config_;
   DraftWeights weights_;
+  std::shared_ptr<const std::vector<int32_t>> draft_ids_;  // weights_.draft_ids points here
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
 };
 
@@ -151,9 +159,19 @@ struct TensorSpec {
 };
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
 
+// The target ids of a reduced vocabulary's draft ids, t(d) = d + d2t[d] (contract.md
+// section 11): CheckpointError naming `where`, the draft id and the value when a t(d)
+// leaves [0, vocab) or two draft ids share one target id.
+std::vector<int32_t> resolve_d2t(const int64_t* d2t, int draft_vocab, int vocab,
+                                 const std::string& where);
+// The lowest target id in [0, vocab) that no entry of `draft_ids` is, or -1.
+int32_t draft_fill_id(const std::vector<int32_t>& draft_ids, int vocab);
+
 // Named synthetic shapes for make-checkpoint.
 //   tiny:     H 64, L 2, 4/2 heads, hd 16, I 160, V 1000, r 64, N 7, 3 taps of H_t 48
 //   tiny-conf: tiny with the confidence head on [h ; w1[prev]] (contract.md section 9)
+//   tiny-d2t: tiny with a reduced draft vocabulary of 612 of the 1000 ids (section 11;
+//             a seeded increasing d2t map, as the speculators build it)
 //   qwen3-8b: the published Qwen3-8B draft shape (H 4096, L 5, 32/8, hd 128, I 12288,
 //             V 151936, r 256, N 7, taps [1,9,17,25,33] of 4096)
 //   muse:     the open Muse Spark draft shape (H 8192, L 5, 128/16, hd 64, I 16384,

@@ -2,15 +2,18 @@
 //
 // Read from our own JSON (`to_json`/`from_json` round-trip) or imported from a
 // DeepSpec / HF `Qwen3DSparkModel` config.json (`import_hf_config`). Anything
-// out of scope (a reduced draft vocabulary with d2t, DeepSeek-V4's MLA draft,
-// the fill-in layout) is refused with a ConfigError that says why.
+// out of scope (the speculators config format, DeepSeek-V4's MLA draft, the
+// fill-in layout) is refused with a ConfigError that says why. A reduced draft
+// vocabulary (`draft_vocab_size` < vocab_size, contract.md section 11) loads in
+// both forms; draft_vocab_size equal to vocab_size is the full vocabulary.
 //
 // Our JSON: one flat object, every field of ModelConfig under its own name,
 // enums as strings ("pre_norm", "sandwich", "one_plus_weight", "f32", "gptj"),
 // the optional transform fields as a number or null, "layer_attention" as one
 // {"window": int, "causal": bool} object per layer, plus "format":
 // "sparkdraft" and "format_version": 1 (how load_config_file tells it from an
-// HF config.json). Unknown or missing keys are refused. Every config that is
+// HF config.json). Unknown or missing keys are refused ("draft_vocab_size" and the
+// confidence head's flags may be absent). Every config that is
 // not pure Qwen3 style (any Muse-style option) is written in this form; the HF
 // form carries no sparkdraft extension fields beyond `target_hidden_size`
 // (when H_t != H) and vLLM's `is_neox_style` (when false).
@@ -58,13 +61,16 @@ struct LayerAttention {
 struct ModelConfig {
   std::string architecture = "sparkdraft";  // informational
   // Shapes.
-  int hidden_size = 0;                // H
-  int num_layers = 0;                 // L
-  int num_heads = 0;                  // query heads
-  int num_kv_heads = 0;               // KV heads (GQA)
-  int head_dim = 0;                   // hd
-  int intermediate_size = 0;          // I (SwiGLU)
-  int vocab_size = 0;                 // V (embedding, lm_head, Markov w1/w2 rows)
+  int hidden_size = 0;        // H
+  int num_layers = 0;         // L
+  int num_heads = 0;          // query heads
+  int num_kv_heads = 0;       // KV heads (GQA)
+  int head_dim = 0;           // hd
+  int intermediate_size = 0;  // I (SwiGLU)
+  int vocab_size = 0;         // V: the target's ids (embedding, Markov w1, the cache)
+  // Vd of a reduced draft vocabulary (contract.md section 11: lm_head and Markov w2
+  // rows, a `d2t` map to target ids); 0 = the full vocabulary (Vd = V, no map).
+  int draft_vocab_size = 0;
   int markov_rank = 0;                // r (0 = no Markov head)
   int block_size = 0;                 // N draft tokens per request per round
   int target_hidden_size = 0;         // H_t of the target model
@@ -104,6 +110,10 @@ struct ModelConfig {
   bool confidence_head_with_markov = false;
 
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
+  // Whether the draft samples in a reduced vocabulary mapped by d2t (section 11).
+  bool reduced_vocab() const { return draft_vocab_size > 0; }
+  // Vd: the rows of lm_head and Markov w2, the ids the draft samples over.
+  int draft_vocab() const { return reduced_vocab() ? draft_vocab_size : vocab_size; }
   // The confidence head's input width: H + r with the Markov embedding, else H.
   int confidence_inputs() const {
     return hidden_size + (confidence_head_with_markov ? markov_rank : 0);

@@ -383,4 +383,18 @@ RowBest sample_row(const bf16* l, int n, int64_t id_offset, float temperature, u
   return best;
 }
 
+RowBest sample_row_ids(const bf16* l, int n, const int32_t* ids, float temperature,
+                       uint32_t step_seed) {
+  require(n >= 1, "sample_row_ids", "needs n >= 1");
+  require(std::isfinite(temperature) && temperature >= 0.0f, "sample_row_ids",
+          "temperature must be finite and >= 0 (got " + std::to_string(temperature) + ")");
+  RowBest best{noised_score(to_f32(l[0]), temperature, step_seed, ids[0]), ids[0]};
+  for (int i = 1; i < n; ++i) {
+    const int64_t id = ids[i];
+    const float z = noised_score(to_f32(l[i]), temperature, step_seed, id);
+    if (better(z, id, best.value, best.id)) best = RowBest{z, id};
+  }
+  return best;
+}
+
 }  // namespace sparkdraft::cpu

@@ -5,8 +5,9 @@
 // mapping and know nothing of names or shapes, so a wrong shape or dtype would
 // read garbage rather than fail. Every expected tensor is checked for presence,
 // dtype, shape and alignment, with messages that name the tensor and the file.
-// Formats out of scope (speculators d2t, DeepSeek-V4 MLA) are recognised by
-// their tensor names too, in case a config did not give them away. A tensor
+// Formats out of scope (DeepSeek-V4 MLA) are recognised by their tensor names too,
+// in case a config did not give them away. A reduced vocabulary's d2t is resolved
+// and checked (in range, injective) here; t2d (training only) is ignored. A tensor
 // the draft knows but the config switches off (q_norm weights with qk_norm
 // false, a layer past num_layers, ...) is refused, naming the tensor and the
 // switch (LoadOptions::allow_unused_weights loads it anyway; confidence_head.*
@@ -51,11 +52,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Whether a directory entry exists at all (a dangling or looping symlink counts).
 int default_threads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -68,9 +64,6 @@ bool present(const fs::path& p) {
 
 // Refuses checkpoints of formats out of scope, recognised by tensor name.
 void refuse_unsupported(const std::string& name, const SafetensorsFile& file) {
-  if (name == "d2t" || name == "t2d" || ends_with(name, ".d2t") || ends_with(name, ".t2d"))
-    throw CheckpointError("speculators reduced-vocabulary draft (d2t) is not supported (tensor '" +
-                          io::excerpt(name) + "' in " + file.path() + ")");
   static const std::set<std::string> mla_parts = {"wkv",  "wq_a",      "wq_b",     "wo_a",
                                                   "wo_b", "attn_sink", "main_proj"};
   bool mla = name.rfind("mtp.", 0) == 0;
@@ -288,6 +281,11 @@ const Switch kSwitches[] = {
     {[](ModelConfig& c) { c.confidence_head = true; },
      [](ModelConfig& c, const ModelConfig& k) { c.confidence_head = k.confidence_head; },
      [](const ModelConfig&) { return std::string("enable_confidence_head is false"); }},
+    {[](ModelConfig& c) { c.draft_vocab_size = c.reduced_vocab() ? c.draft_vocab_size : 1; },
+     [](ModelConfig& c, const ModelConfig& k) { c.draft_vocab_size = k.draft_vocab_size; },
+     [](const ModelConfig&) {
+       return std::string("draft_vocab_size is absent: the full vocabulary");
+     }},
     {[](ModelConfig& c) { c.markov_rank = std::max(c.markov_rank, 1); },
      [](ModelConfig& c, const ModelConfig& k) { c.markov_rank = k.markov_rank; },
      [](const ModelConfig&) { return std::string("markov_rank is 0"); }},
@@ -346,6 +344,7 @@ void refuse_unused(const ModelConfig& config, const std::map<std::string, Found>
 
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   const int64_t H = c.hidden_size, V = c.vocab_size, hd = c.head_dim, I = c.intermediate_size;
+  const int64_t Vd = c.draft_vocab();  // lm_head and w2 rows (section 11)
   const int64_t q = static_cast<int64_t>(c.num_heads) * hd,
                 kv = static_cast<int64_t>(c.num_kv_heads) * hd;
   const bool norms = c.norm_gain != NormGain::none;
@@ -385,16 +384,49 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
     }
   }
   if (norms) add("norm.weight", {H});
-  add("lm_head.weight", {V, H});
+  add("lm_head.weight", {Vd, H});
   if (c.markov_rank > 0) {
     add("markov_head.markov_w1.weight", {V, c.markov_rank});
-    add("markov_head.markov_w2.weight", {V, c.markov_rank});
+    add("markov_head.markov_w2.weight", {Vd, c.markov_rank});
   }
+  if (c.reduced_vocab()) add("d2t", {Vd}, DType::i64);
   if (c.confidence_head) {
     add("confidence_head.proj.weight", {1, c.confidence_inputs()});
     add("confidence_head.proj.bias", {1});
   }
   return specs;
+}
+
+std::vector<int32_t> resolve_d2t(const int64_t* d2t, int draft_vocab, int vocab,
+                                 const std::string& where) {
+  std::vector<int32_t> ids(static_cast<size_t>(draft_vocab));
+  std::vector<int32_t> owner(static_cast<size_t>(vocab), -1);  // the draft id of each target id
+  for (int d = 0; d < draft_vocab; ++d) {
+    const int64_t off = d2t[d];
+    const bool huge = off > (int64_t{1} << 40) || off < -(int64_t{1} << 40);  // no overflow
+    const int64_t t = huge ? -1 : d + off;
+    if (huge || t < 0 || t >= vocab)
+      throw CheckpointError(
+          where + ": draft id " + std::to_string(d) + " maps to target id " +
+          (huge ? std::to_string(d) + " + " + std::to_string(off) : std::to_string(t)) + " (d2t[" +
+          std::to_string(d) + "] = " + std::to_string(off) +
+          "), outside [0, vocab_size = " + std::to_string(vocab) + ")");
+    if (owner[static_cast<size_t>(t)] >= 0)
+      throw CheckpointError(where + ": draft ids " + std::to_string(owner[static_cast<size_t>(t)]) +
+                            " and " + std::to_string(d) + " both map to target id " +
+                            std::to_string(t) + " (d2t is not injective)");
+    owner[static_cast<size_t>(t)] = d;
+    ids[static_cast<size_t>(d)] = static_cast<int32_t>(t);
+  }
+  return ids;
+}
+
+int32_t draft_fill_id(const std::vector<int32_t>& draft_ids, int vocab) {
+  std::vector<bool> taken(static_cast<size_t>(vocab), false);
+  for (int32_t t : draft_ids) taken[static_cast<size_t>(t)] = true;
+  for (int t = 0; t < vocab; ++t)
+    if (!taken[static_cast<size_t>(t)]) return t;
+  return -1;
 }
 
 Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) {
@@ -484,6 +516,14 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
     return it == data.end() ? nullptr : reinterpret_cast<const float*>(it->second);
   };
   DraftWeights& w = ck.weights_;
+  if (ck.config_.reduced_vocab()) {
+    const auto it = stored.find("d2t");
+    ck.draft_ids_ = std::make_shared<const std::vector<int32_t>>(
+        resolve_d2t(reinterpret_cast<const int64_t*>(data.at("d2t")), ck.config_.draft_vocab(),
+                    ck.config_.vocab_size, "tensor 'd2t' in " + it->second.file->path()));
+    w.draft_ids = ck.draft_ids_->data();
+    w.draft_fill = draft_fill_id(*ck.draft_ids_, ck.config_.vocab_size);
+  }
   w.embed = bf("embed_tokens.weight");
   w.lm_head = bf("lm_head.weight");
   w.fc = bf("fc.weight");

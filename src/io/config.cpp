@@ -3,8 +3,8 @@
 // Why so strict: a silently wrong option (RoPE style, theta, a reduced
 // vocabulary) does not crash, it collapses acceptance. So every field is
 // checked, our JSON refuses unknown and missing keys, and the HF import refuses
-// every format it cannot run exactly (speculators d2t, DeepSeek-V4 MLA/MoE,
-// the fill-in layout, tied or biased projections, RoPE scaling).
+// every format it cannot run exactly (the speculators config format, DeepSeek-V4
+// MLA/MoE, the fill-in layout, tied or biased projections, RoPE scaling).
 #include "sparkdraft/config.h"
 
 #include <algorithm>
@@ -229,10 +229,10 @@ const std::set<std::string>& our_keys() {
 }
 
 // Keys of our JSON that may be absent (configs written before they existed): the
-// confidence head's flags, default off.
+// confidence head's flags, default off; draft_vocab_size, default the full vocabulary.
 const std::set<std::string>& our_optional_keys() {
   static const std::set<std::string> keys = {"enable_confidence_head",
-                                             "confidence_head_with_markov"};
+                                             "confidence_head_with_markov", "draft_vocab_size"};
   return keys;
 }
 
@@ -320,6 +320,10 @@ void ModelConfig::validate() const {
     bad("confidence_head_with_markov", "needs a Markov head (markov_rank is 0)");
   fits("hidden_size + markov_rank (the confidence head's input)",
        static_cast<int64_t>(hidden_size) + markov_rank);
+  if (draft_vocab_size < 0 || draft_vocab_size >= vocab_size)
+    bad("draft_vocab_size", "must be in [1, vocab_size = " + std::to_string(vocab_size) +
+                                ") for a reduced draft vocabulary, or 0 for the full one (got " +
+                                std::to_string(draft_vocab_size) + ")");
   if (!sample_from_anchor)
     throw ConfigError("the fill-in layout (sample_from_anchor = false) is not supported yet");
 }
@@ -358,6 +362,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["sample_from_anchor"] = c.sample_from_anchor;
   j["enable_confidence_head"] = c.confidence_head;
   j["confidence_head_with_markov"] = c.confidence_head_with_markov;
+  if (c.reduced_vocab()) j["draft_vocab_size"] = c.draft_vocab_size;
   return j;
 }
 
@@ -419,6 +424,11 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   if (f.has("enable_confidence_head")) c.confidence_head = f.boolean("enable_confidence_head");
   if (f.has("confidence_head_with_markov"))
     c.confidence_head_with_markov = f.boolean("confidence_head_with_markov");
+  // draft_vocab_size == vocab_size is the full vocabulary (no d2t map).
+  if (f.has("draft_vocab_size")) {
+    const int64_t dv = f.integer("draft_vocab_size", 1);
+    c.draft_vocab_size = dv == c.vocab_size ? 0 : static_cast<int>(std::min(dv, kIntMax));
+  }
   c.validate();
   return c;
 }
@@ -428,24 +438,6 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   Fields f(j, "config.json");
 
   // Formats out of scope first, so that their message is the one the user sees.
-  if (f.has("draft_vocab_size")) {
-    const int64_t draft_vocab = f.integer("draft_vocab_size", 1);
-    int64_t vocab = -1;
-    if (f.has("vocab_size")) {
-      vocab = f.integer("vocab_size", 1);
-    } else if (f.has("transformer_layer_config") && f.at("transformer_layer_config").is_object()) {
-      Fields inner(f.at("transformer_layer_config"), "config.json: transformer_layer_config");
-      if (inner.has("vocab_size")) vocab = inner.integer("vocab_size", 1);
-    }
-    if (vocab < 0 || draft_vocab < vocab)
-      f.fail("reduced draft vocabularies (d2t) are not supported yet (draft_vocab_size " +
-             std::to_string(draft_vocab) +
-             (vocab < 0 ? std::string(", target vocab_size unknown)")
-                        : " < vocab_size " + std::to_string(vocab) + ")"));
-    if (draft_vocab > vocab)
-      f.fail("field 'draft_vocab_size' (" + std::to_string(draft_vocab) + ") exceeds vocab_size (" +
-             std::to_string(vocab) + ")");
-  }
   if (f.has("speculators_model_type"))
     f.fail("speculators-format drafts (speculators_model_type " +
            io::excerpt(f.at("speculators_model_type").dump()) +
@@ -516,6 +508,15 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   }
   c.intermediate_size = static_cast<int>(f.integer("intermediate_size", 1));
   c.vocab_size = static_cast<int>(f.integer("vocab_size", 1));
+  // A reduced draft vocabulary (contract.md section 11): draft_vocab_size ids mapped by the
+  // checkpoint's d2t tensor; equal to vocab_size, the full vocabulary.
+  if (f.has("draft_vocab_size")) {
+    const int64_t dv = f.integer("draft_vocab_size", 1);
+    if (dv > c.vocab_size)
+      f.fail("field 'draft_vocab_size' (" + std::to_string(dv) + ") exceeds vocab_size (" +
+             std::to_string(c.vocab_size) + ")");
+    c.draft_vocab_size = dv == c.vocab_size ? 0 : static_cast<int>(dv);
+  }
   c.rms_norm_eps =
       f.has("rms_norm_eps") ? f.number_f32("rms_norm_eps") : 1e-6f;  // HF Qwen3 default
 
@@ -758,6 +759,7 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   if (window > 0) j["sliding_window"] = window;
   if (!default_causality) j["is_causal"] = c.attention_of(0).causal;
   if (c.target_hidden_size != c.hidden_size) j["target_hidden_size"] = c.target_hidden_size;
+  if (c.reduced_vocab()) j["draft_vocab_size"] = c.draft_vocab_size;
   if (c.rope_style == RopeStyle::gptj) j["is_neox_style"] = false;
   return j;
 }

@@ -117,7 +117,7 @@ void fill_tensor(const Init& init, uint64_t key, uint8_t* dst, int64_t n) {
 
 ModelConfig shape_of(const std::string& preset) {
   ModelConfig c;
-  if (preset == "tiny" || preset == "tiny-conf") {
+  if (preset == "tiny" || preset == "tiny-conf" || preset == "tiny-d2t") {
     c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
     c.intermediate_size = 160, c.vocab_size = 1000, c.markov_rank = 64, c.block_size = 7;
     c.target_hidden_size = 48, c.target_layer_ids = {1, 5, 9};
@@ -189,18 +189,38 @@ void apply_style(ModelConfig& c, const std::string& style) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "tiny-conf", "qwen3-8b", "muse"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "tiny-conf", "tiny-d2t", "qwen3-8b", "muse"};
+}
 
 ModelConfig preset_config(const std::string& preset, const std::string& style) {
   ModelConfig c = shape_of(preset);
   apply_style(c, style.empty() ? (preset == "muse" ? "muse" : "qwen3") : style);
   if (preset == "tiny-conf") c.confidence_head = c.confidence_head_with_markov = true;
+  if (preset == "tiny-d2t") c.draft_vocab_size = 612;  // 4 x 153: CPU TP 1, 2 and 4
   c.validate();
   return c;
 }
 
 namespace {
 void write_files(const ModelConfig& config, const fs::path& dir, const SyntheticOptions& options);
+
+// A reduced vocabulary's d2t (contract.md section 11): the Vd target ids with the
+// smallest hash of (key, id), in increasing order (injective and monotonic, as the
+// speculators build it), stored as offsets d2t[d] = t(d) - d.
+void fill_d2t(uint64_t key, int vocab, int draft_vocab, uint8_t* dst) {
+  std::vector<std::pair<uint64_t, int32_t>> keyed(static_cast<size_t>(vocab));
+  for (int t = 0; t < vocab; ++t)
+    keyed[static_cast<size_t>(t)] = {finalize(key + static_cast<uint64_t>(t) * kGolden), t};
+  std::nth_element(keyed.begin(), keyed.begin() + draft_vocab, keyed.end());
+  std::vector<int32_t> ids;
+  for (int d = 0; d < draft_vocab; ++d) ids.push_back(keyed[static_cast<size_t>(d)].second);
+  std::sort(ids.begin(), ids.end());
+  for (int d = 0; d < draft_vocab; ++d) {
+    const int64_t off = int64_t{ids[static_cast<size_t>(d)]} - d;
+    std::memcpy(dst + sizeof(int64_t) * static_cast<size_t>(d), &off, sizeof off);
+  }
+}
 
 // A whole small file under `path` (created or truncated); IoError with the reason.
 void write_small_file(const std::string& path, const std::string& text) {
@@ -280,6 +300,12 @@ void write_files(const ModelConfig& config, const fs::path& dir, const Synthetic
     const Init init = init_for(spec, config);
     const uint64_t key = finalize(seed_key ^ fnv1a(spec.name));
     const DType dtype = spec.dtype;
+    if (spec.name == "d2t") {
+      writer.add(spec.name, dtype, spec.shape, [key, &config](uint8_t* dst, size_t) {
+        fill_d2t(key, config.vocab_size, config.draft_vocab(), dst);
+      });
+      continue;
+    }
     writer.add(spec.name, dtype, spec.shape, [init, key, dtype](uint8_t* dst, size_t nbytes) {
       const int64_t n = static_cast<int64_t>(nbytes / dtype_size(dtype));
       if (dtype == DType::f32)

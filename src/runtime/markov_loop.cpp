@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstring>
 
 #include "sparkdraft/core/packet.h"
@@ -27,10 +28,15 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
   const ops::MarkovRows& rows = *in.rows;
   const int R = rows.num_rows, N = c.block_size, markov_rank = c.markov_rank;
   const int tp = comm ? comm->tp_size() : 1, me = comm ? comm->tp_rank() : 0;
-  const int slice = c.vocab_size / tp;
+  // The draft vocabulary is what shards (contract.md section 11: Vd ids mapped to target
+  // ids by draft_ids; without a map Vd = V and the ids are the entries' own).
+  const int slice = c.draft_vocab() / tp;
   const int64_t offset = static_cast<int64_t>(me) * slice;
   const bf16* w2 = in.weights->markov_w2 + offset * markov_rank;
   const bf16* w1 = in.weights->markov_w1;
+  const int32_t* ids = c.reduced_vocab() ? in.weights->draft_ids + offset : nullptr;
+  if (c.reduced_vocab() && in.weights->draft_ids == nullptr)
+    throw InvalidArgument("the CPU Markov loop: a reduced draft vocabulary needs draft_ids");
 
   std::vector<int64_t> prev(rows.anchor_tokens, rows.anchor_tokens + R);
   std::vector<bf16> e(static_cast<size_t>(R) * markov_rank), bias(static_cast<size_t>(R) * slice);
@@ -49,7 +55,8 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
       cpu::step_logits(base + (static_cast<size_t>(r) * N + j) * slice,
                        &bias[static_cast<size_t>(r) * slice], slice, *in.transform, l);
       const uint32_t gs = draft_step_seed(rows.seeds[r], rows.anchor_positions[r], j);
-      const cpu::RowBest best = cpu::sample_row(l, slice, offset, rows.temperatures[r], gs);
+      const cpu::RowBest best = ids ? cpu::sample_row_ids(l, slice, ids, rows.temperatures[r], gs)
+                                    : cpu::sample_row(l, slice, offset, rows.temperatures[r], gs);
       mine[r] = make_packet(best.value, static_cast<int32_t>(best.id));
     }
     if (comm) {
@@ -58,11 +65,16 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
       std::memcpy(all.data(), mine.data(), sizeof(MarkovPacket) * R);
     }
     for (int r = 0; r < R; ++r) {
-      // Ranks hold increasing id ranges; fold in rank order with the rule.
+      // Fold in rank order with the rule (associative and commutative); a reduced
+      // vocabulary adds the ids outside it as one candidate (-inf, fill) (section 11.2).
       MarkovPacket win = all[r];
       for (int k = 1; k < tp; ++k) {
         const MarkovPacket& p = all[static_cast<size_t>(k) * R + r];
         if (packet_wins(p, win)) win = p;
+      }
+      if (ids && in.weights->draft_fill >= 0) {
+        const MarkovPacket fill = make_packet(-INFINITY, in.weights->draft_fill);
+        if (packet_wins(fill, win)) win = fill;
       }
       prev[r] = win.id;
       if (me == 0) out.draft_tokens[static_cast<size_t>(r) * N + j] = win.id;
@@ -78,15 +90,24 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
   }
   if (me != 0) return;
   const size_t V = c.vocab_size;
+  const bf16 neg_inf = to_bf16(-INFINITY);  // 0xff80
   for (int r = 0; r < R; ++r) {
     const int64_t slot = rows.cache_slots[r];
     if (slot < 0) continue;
-    for (int j = 0; j < N; ++j)
-      for (int k = 0; k < tp; ++k)
-        std::memcpy(
-            out.draft_logits + (static_cast<size_t>(slot) * N + j) * V + k * slice,
-            src + static_cast<size_t>(k) * local.size() + (static_cast<size_t>(r) * N + j) * slice,
-            slice * sizeof(bf16));
+    for (int j = 0; j < N; ++j) {
+      bf16* row = out.draft_logits + (static_cast<size_t>(slot) * N + j) * V;
+      if (c.reduced_vocab()) std::fill(row, row + V, neg_inf);  // ids outside the draft's
+      for (int k = 0; k < tp; ++k) {
+        const bf16* part =
+            src + static_cast<size_t>(k) * local.size() + (static_cast<size_t>(r) * N + j) * slice;
+        if (!c.reduced_vocab()) {
+          std::memcpy(row + k * slice, part, slice * sizeof(bf16));
+          continue;
+        }
+        const int32_t* map = in.weights->draft_ids + static_cast<size_t>(k) * slice;
+        for (int i = 0; i < slice; ++i) row[map[i]] = part[i];
+      }
+    }
   }
 }
 
@@ -94,7 +115,7 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
 std::vector<bf16> slice_base(const MarkovInputs& in, int tp, int me, const bf16* hidden) {
   const ModelConfig& c = *in.config;
   const int T = in.rows->num_rows * c.block_size, H = c.hidden_size;
-  const int slice = c.vocab_size / tp;
+  const int slice = c.draft_vocab() / tp;
   std::vector<bf16> base(static_cast<size_t>(T) * slice);
   const bf16* w = in.weights->lm_head + static_cast<size_t>(me) * slice * H;
   cpu::gemm(ops::gemm_of(hidden, H, w, T, slice, H, base.data(), slice), in.threads);
@@ -102,10 +123,11 @@ std::vector<bf16> slice_base(const MarkovInputs& in, int tp, int me, const bf16*
 }
 
 void check_tp(const ModelConfig& c, int tp) {
-  if (tp < 1 || (tp & (tp - 1)) || c.vocab_size % tp != 0)
+  if (tp < 1 || (tp & (tp - 1)) || c.draft_vocab() % tp != 0)
     throw InvalidArgument("vocab-parallel Markov loop: tp " + std::to_string(tp) +
-                          " must be a power of two dividing the vocabulary " +
-                          std::to_string(c.vocab_size));
+                          " must be a power of two dividing the " +
+                          (c.reduced_vocab() ? "draft vocabulary " : "vocabulary ") +
+                          std::to_string(c.draft_vocab()));
 }
 
 }  // namespace
@@ -146,7 +168,7 @@ void markov_loop_from_base(const MarkovInputs& in, int tp, const bf16* base,
                            const ProposeOutputs& out) {
   check_tp(*in.config, tp);
   const ModelConfig& c = *in.config;
-  const int R = in.rows->num_rows, N = c.block_size, V = c.vocab_size, slice = V / tp;
+  const int R = in.rows->num_rows, N = c.block_size, V = c.draft_vocab(), slice = V / tp;
   auto slice_of = [&](int me) {
     std::vector<bf16> s(static_cast<size_t>(R) * N * slice);
     for (int t = 0; t < R * N; ++t)

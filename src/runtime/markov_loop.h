@@ -1,5 +1,6 @@
 // The Markov loop on the CPU backend, vocab-parallel over ranks as threads
-// (contract.md section 6 (b)). Rank k owns the k-th equal slice of lm_head and w2:
+// (contract.md section 6 (b)). Rank k owns the k-th equal slice of lm_head and w2 (of
+// the draft vocabulary when it is reduced, section 11: ids mapped to target ids):
 // per step it samples its slice and contributes a packet (best value, best id);
 // every rank folds the packets in rank order with the contract's rule, so all
 // ranks pick the same token and the tokens and cache are bit for bit TP = 1's.
@@ -50,8 +51,9 @@ void run_markov_tp_rank(const MarkovInputs& in, Communicator* comm, const bf16* 
 void run_vocab_parallel_markov(const MarkovInputs& in, int tp, const bf16* hidden,
                                const ProposeOutputs& out, double* lm_head_ms, double* loop_ms);
 
-// The Markov loop alone over given base logits [rows, N, V] (tests and the GPU
-// comparison use it): tokens [rows, N] and the cache [slots, N, V].
+// The Markov loop alone over given base logits [rows, N, Vd] (Vd = the draft vocabulary,
+// V without a reduced one; tests and the GPU comparison use it): tokens [rows, N] and the
+// cache [slots, N, V].
 void markov_loop_from_base(const MarkovInputs& in, int tp, const bf16* base,
                            const ProposeOutputs& out);
 

@@ -48,7 +48,12 @@ StepPlan cpu_plan(const ModelConfig& c, int tp) {
       {"lm_head", "eager", tp > 1 ? "vocab-parallel over " + ranks : "one rank"},
       {"markov loop", "eager",
        "bias as tensor-core chains on the CPU twin (core/mma.h)" +
-           std::string(tp > 1 ? ", one packet all-gather per step over the thread ranks" : "")},
+           std::string(tp > 1 ? ", one packet all-gather per step over the thread ranks" : "") +
+           (c.reduced_vocab() ? "; reduced draft vocabulary (" + std::to_string(c.draft_vocab()) +
+                                    " of " + std::to_string(c.vocab_size) +
+                                    " ids): sampled as target ids through d2t, -inf cached "
+                                    "outside it"
+                              : std::string())},
   };
   if (c.confidence_head)
     plan.parts.push_back({"confidence head", "eager",

@@ -42,9 +42,11 @@ void validate_options(const ModelConfig& c, const DraftOptions& o) {
   require(o.threads >= 0 && o.threads <= kMaxThreads,
           "DraftOptions: threads " + std::to_string(o.threads) + " is outside [0, " +
               std::to_string(kMaxThreads) + "] (0 = hardware concurrency)");
-  require(o.tp >= 1 && o.tp <= kMaxTp && (o.tp & (o.tp - 1)) == 0 && c.vocab_size % o.tp == 0,
+  // The vocabulary that shards is the draft's (contract.md section 11).
+  require(o.tp >= 1 && o.tp <= kMaxTp && (o.tp & (o.tp - 1)) == 0 && c.draft_vocab() % o.tp == 0,
           "tp " + std::to_string(o.tp) + " must be a power of two <= " + std::to_string(kMaxTp) +
-              " dividing the vocabulary (" + std::to_string(c.vocab_size) + ")");
+              " dividing the " + (c.reduced_vocab() ? "draft vocabulary (" : "vocabulary (") +
+              std::to_string(c.draft_vocab()) + ")");
   if (!o.kv_caches.empty()) {
     require(o.kv_caches.size() == static_cast<size_t>(c.num_layers),
             "DraftOptions: kv_caches has " + std::to_string(o.kv_caches.size()) +

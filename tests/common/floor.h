@@ -48,9 +48,10 @@ inline FloorParts floor_of(const ModelConfig& c, int rows, int ctx) {
   }
   const double per_position = 2.0 * c.num_kv_heads * 2 * c.head_dim;
   f["kv_cache"] = per_position * rows * positions;
-  const double logits = 2.0 * rows * c.block_size * c.vocab_size;
-  f["base_logits"] = 2 * logits;  // lm_head writes them, the Markov loop reads them
-  f["draft_logits"] = logits;
+  // The base logits span the draft vocabulary (lm_head's rows), the cache the target's.
+  const double base = 2.0 * rows * c.block_size * c.draft_vocab();
+  f["base_logits"] = 2 * base;  // lm_head writes them, the Markov loop reads them
+  f["draft_logits"] = 2.0 * rows * c.block_size * c.vocab_size;
   return f;
 }
 

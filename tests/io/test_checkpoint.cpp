@@ -12,6 +12,7 @@
 
 #include "common/errors.h"
 #include "common/files.h"
+#include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
 
@@ -131,7 +132,13 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
 }
 
 TEST(Checkpoint, Presets) {
-  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "tiny-conf", "qwen3-8b", "muse"}));
+  EXPECT_EQ(preset_names(),
+            (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "qwen3-8b", "muse"}));
+  const ModelConfig d2t = preset_config("tiny-d2t");
+  EXPECT_TRUE(d2t.reduced_vocab());
+  EXPECT_EQ(d2t.draft_vocab(), 612);
+  EXPECT_EQ(d2t.vocab_size, 1000);
+  EXPECT_FALSE(preset_config("tiny").reduced_vocab());
   const ModelConfig conf = preset_config("tiny-conf");
   EXPECT_TRUE(conf.confidence_head && conf.confidence_head_with_markov);
   EXPECT_EQ(conf.confidence_inputs(), 64 + 64);
@@ -448,9 +455,6 @@ TEST(Checkpoint, RefusesUnsupportedFormatsByTensorName) {
     std::string needle;
   };
   const std::vector<Case> cases = {
-      {{"d2t", DType::i64, {1000}}, "speculators reduced-vocabulary draft (d2t) is not supported"},
-      {{"t2d", DType::bool_, {1000}},
-       "speculators reduced-vocabulary draft (d2t) is not supported"},
       {{"layers.0.attn.wkv.weight", DType::bf16, {8, 64}},
        "DeepSeek-V4 MLA draft is not supported"},
       {{"layers.0.attn.wq_a.weight", DType::bf16, {8, 64}},
@@ -472,15 +476,112 @@ TEST(Checkpoint, RefusesConfigsOutOfScope) {
   test::TempDir dir;
   write_synthetic_checkpoint(preset_config("tiny"), dir.path(), SyntheticOptions{});
   json cj = json::parse(test::read_file(dir / "config.json"));
-  cj["draft_vocab_size"] = 500;
-  test::write_file(dir / "config.json", cj.dump());
-  expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(dir.path()); }),
-                  {dir / "config.json", "reduced draft vocabularies (d2t) are not supported yet"});
-  cj.erase("draft_vocab_size");
   cj["sample_from_anchor"] = false;
   test::write_file(dir / "config.json", cj.dump());
   expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(dir.path()); }),
                   {"the fill-in layout (sample_from_anchor = false) is not supported yet"});
+}
+
+// A reduced draft vocabulary (contract.md section 11): tiny-d2t loads with lm_head and w2 of
+// Vd rows and the resolved, injective map; a map out of range, not injective, of the wrong size
+// or dtype, or missing is refused naming the tensor; a d2t in a full-vocabulary checkpoint is
+// refused as unused; t2d (training only) is ignored.
+TEST(Checkpoint, ReducedDraftVocabulary) {
+  const ModelConfig c = preset_config("tiny-d2t");
+  test::TempDir dir;
+  write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+  {
+    const Checkpoint ck = Checkpoint::load(dir.path());
+    ASSERT_TRUE(ck.config().reduced_vocab());
+    ASSERT_NE(ck.weights().draft_ids, nullptr);
+    std::vector<bool> seen(1000, false);
+    int32_t last = -1;
+    for (int d = 0; d < 612; ++d) {
+      const int32_t t = ck.weights().draft_ids[d];
+      ASSERT_TRUE(t >= 0 && t < 1000) << d;
+      EXPECT_GT(t, last) << "the synthetic map is increasing";
+      last = t;
+      seen[static_cast<size_t>(t)] = true;
+    }
+    int32_t fill = -1;
+    for (int t = 0; t < 1000 && fill < 0; ++t)
+      if (!seen[static_cast<size_t>(t)]) fill = t;
+    EXPECT_EQ(ck.weights().draft_fill, fill);
+    for (const LoadedTensor& t : ck.tensors()) {
+      if (t.name == "lm_head.weight") EXPECT_EQ(t.shape, (std::vector<int64_t>{612, 64}));
+      if (t.name == "markov_head.markov_w2.weight")
+        EXPECT_EQ(t.shape, (std::vector<int64_t>{612, 64}));
+      if (t.name == "markov_head.markov_w1.weight")
+        EXPECT_EQ(t.shape, (std::vector<int64_t>{1000, 64}));
+    }
+    // A copy shares the map.
+    const Checkpoint copy = ck;
+    EXPECT_EQ(copy.weights().draft_ids[611], ck.weights().draft_ids[611]);
+  }
+  const std::string weights = (fs::path(dir.path()) / "model.safetensors").string();
+  const std::string original = test::read_file(weights);
+  auto poke = [&](int64_t d, int64_t value) {
+    test::write_file(weights, original);
+    test::poke_tensor(weights, "d2t", d, &value, sizeof value);
+  };
+  poke(5, 2000);
+  expect_mentions(
+      error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+      {"tensor 'd2t'", "draft id 5", "target id 2005", "d2t[5] = 2000", "[0, vocab_size = 1000)"});
+  poke(0, -1);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"draft id 0", "target id -1"});
+  poke(3, int64_t{1} << 62);
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                  {"draft id 3", "outside [0, vocab_size = 1000)"});
+  {
+    // Draft id 7 onto draft id 6's target id.
+    test::write_file(weights, original);
+    const Checkpoint ck = Checkpoint::load(dir.path());
+    const int64_t onto = int64_t{ck.weights().draft_ids[6]} - 7;
+    poke(7, onto);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {"tensor 'd2t'", "draft ids 6 and 7", "not injective"});
+  }
+  // Wrong size, wrong dtype, missing.
+  for (const TensorSpec& bad_d2t :
+       {TensorSpec{"d2t", DType::i64, {1000}}, TensorSpec{"d2t", DType::i32, {612}}}) {
+    test::TempDir other;
+    auto specs = aligned_specs(c);
+    spec_named(specs, "d2t") = bad_d2t;
+    std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
+      return dtype_size(a.dtype) > dtype_size(b.dtype);
+    });
+    write_checkpoint(other.path(), c, specs);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(other.path()); }),
+                    {"tensor 'd2t'", bad_d2t.dtype == DType::i64 ? "shape [1000], expected [612]"
+                                                                 : "dtype I32, expected I64"});
+  }
+  {
+    test::TempDir missing;
+    auto specs = aligned_specs(c);
+    specs.erase(std::remove_if(specs.begin(), specs.end(),
+                               [](const TensorSpec& s) { return s.name == "d2t"; }),
+                specs.end());
+    write_checkpoint(missing.path(), c, specs);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(missing.path()); }),
+                    {"missing tensor 'd2t'"});
+  }
+  {
+    // The full vocabulary with a d2t tensor: refused as unused; t2d is ignored.
+    const ModelConfig full = preset_config("tiny");
+    test::TempDir extra;
+    auto specs = aligned_specs(full);
+    specs.insert(specs.begin(), TensorSpec{"d2t", DType::i64, {1000}});
+    write_checkpoint(extra.path(), full, specs);
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(extra.path()); }),
+                    {"tensor 'd2t'", "draft_vocab_size is absent"});
+    test::TempDir t2d;
+    auto specs2 = aligned_specs(full);
+    specs2.push_back(TensorSpec{"t2d", DType::bool_, {1000}});
+    write_checkpoint(t2d.path(), full, specs2);
+    EXPECT_NO_THROW(Checkpoint::load(t2d.path()));
+  }
 }
 
 TEST(Checkpoint, IgnoresExtraTensorsAndAcceptsTheModelPrefix) {

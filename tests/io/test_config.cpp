@@ -443,7 +443,9 @@ TEST(Config, HfExportRoundTripsAndRefusesMuseStyle) {
                   {"no DeepSpec/HF config.json form"});
 }
 
-TEST(Config, RefusesASpeculatorsDraftWithAReducedVocabulary) {
+TEST(Config, ImportsAReducedDraftVocabularyAndRefusesTheSpeculatorsFormat) {
+  // The speculators config format itself stays refused (its field names differ), with
+  // or without a reduced vocabulary.
   const json j = json::parse(R"({
     "architectures": ["DSparkDraftModel"],
     "speculators_model_type": "dspark",
@@ -459,17 +461,37 @@ TEST(Config, RefusesASpeculatorsDraftWithAReducedVocabulary) {
                                  "num_hidden_layers": 5}
   })");
   expect_mentions(error_of<ConfigError>([&] { import_hf_config(j); }),
-                  {"reduced draft vocabularies (d2t) are not supported yet", "32000", "262144"});
-  json full = j;
-  full["draft_vocab_size"] = 262144;
-  expect_mentions(error_of<ConfigError>([&] { import_hf_config(full); }),
                   {"speculators", "not supported"});
+  // draft_vocab_size in the HF form (contract.md section 11).
   json flat = qwen3_8b();
   flat["draft_vocab_size"] = 32000;
+  const ModelConfig c = import_hf_config(flat);
+  EXPECT_TRUE(c.reduced_vocab());
+  EXPECT_EQ(c.draft_vocab(), 32000);
+  EXPECT_EQ(c.vocab_size, 151936);
+  // Written back in both forms and read again.
+  EXPECT_EQ(io::export_hf_config(c).at("draft_vocab_size"), 32000);
+  EXPECT_EQ(import_hf_config(io::export_hf_config(c)).draft_vocab_size, 32000);
+  EXPECT_EQ(config_from_json(config_to_json(c)).draft_vocab_size, 32000);
+  flat["draft_vocab_size"] = 151936;  // the full vocabulary: no map
+  EXPECT_FALSE(import_hf_config(flat).reduced_vocab());
+  EXPECT_FALSE(config_to_json(import_hf_config(flat)).contains("draft_vocab_size"));
+  flat["draft_vocab_size"] = 151937;
   expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
-                  {"reduced draft vocabularies (d2t) are not supported yet"});
-  flat["draft_vocab_size"] = 151936;  // the full vocabulary is fine
-  EXPECT_NO_THROW(import_hf_config(flat));
+                  {"draft_vocab_size", "151937", "exceeds vocab_size", "151936"});
+  flat["draft_vocab_size"] = 0;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"draft_vocab_size", ">= 1"});
+  // Our form: in [1, V], V meaning the full vocabulary; validate() names the field.
+  json ours = config_to_json(c);
+  ours["draft_vocab_size"] = 151936;
+  EXPECT_FALSE(config_from_json(ours).reduced_vocab());
+  ours["draft_vocab_size"] = 200000;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }),
+                  {"draft_vocab_size", "200000", "[1, vocab_size = 151936)"});
+  ModelConfig bad = c;
+  bad.draft_vocab_size = -3;
+  expect_mentions(error_of<ConfigError>([&] { bad.validate(); }), {"draft_vocab_size", "-3"});
 }
 
 TEST(Config, RefusesDeepSeekV4Drafts) {

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/bits.h"
+#include "common/errors.h"
 #include "common/files.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
@@ -110,6 +111,49 @@ TEST_P(DraftStyles, TensorParallelRanksGiveTheTokensAndCacheOfOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, DraftStyles, ::testing::Values("qwen3", "muse"),
                          [](const auto& info) { return info.param; });
+
+// A reduced draft vocabulary (preset tiny-d2t, contract.md section 11) through the whole job:
+// tokens are target ids of the map (or the fill id), every cache entry of a target id outside
+// the draft vocabulary is -inf (0xff80), and TP 2 and 4 (thread ranks over the 612 draft ids)
+// give TP 1's tokens and cache; the real verifier runs on the V-wide cache.
+TEST(Draft, ReducedDraftVocabularyTokensCacheAndTp) {
+  TempDir dir;
+  SyntheticOptions so;
+  so.seed = 5;
+  write_synthetic_checkpoint(preset_config("tiny-d2t"), dir.path(), so);
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+  const ModelConfig& c = ckpt->config();
+  const int V = c.vocab_size, N = c.block_size;
+  std::vector<bool> draft(static_cast<size_t>(V), false);
+  for (int d = 0; d < c.draft_vocab(); ++d) draft[ckpt->weights().draft_ids[d]] = true;
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2, 3};
+  s.padding_before = {1};
+  s.real_verifier = true;
+  const DraftRun one = run(ckpt, s, 1);
+  int outside = 0;
+  for (const ScenarioRound& round : one.rounds)
+    for (const RequestDraft& d : round.drafts) {
+      for (int64_t t : d.tokens)
+        EXPECT_TRUE(draft[static_cast<size_t>(t)] || t == ckpt->weights().draft_fill) << t;
+      for (int j = 0; j < N; ++j)
+        for (int v = 0; v < V; ++v) {
+          const bf16 x = d.logits[static_cast<size_t>(j) * V + v];
+          if (draft[static_cast<size_t>(v)]) continue;
+          ++outside;
+          ASSERT_EQ(x.bits, 0xff80u) << "request " << d.request_id << " step " << j << " id " << v;
+        }
+    }
+  EXPECT_EQ(outside, 3 * 4 * N * (V - c.draft_vocab()));
+  for (int tp : {2, 4}) {
+    const DraftRun many = run(ckpt, s, tp);
+    for (int id : s.request_ids) expect_same_request(one, many, id, "tp " + std::to_string(tp));
+  }
+  DraftOptions o = scenario_draft_options(c, s);
+  o.tp = 8;
+  test::expect_mentions(test::error_of<InvalidArgument>([&] { make_cpu_backend(ckpt, o); }),
+                        {"tp 8", "draft vocabulary (612)"});
+}
 
 TEST(Draft, DeepSpecStyleCheckpointLoadsAndDrafts) {
   TempDir dir;

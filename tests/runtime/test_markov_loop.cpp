@@ -3,7 +3,9 @@
 // tokens and cache at TP 1, 2, 4 and 8, with NaN rows, exact ties and padding rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -13,6 +15,7 @@
 #include "runtime/markov_loop.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
+#include "sparkdraft/error.h"
 
 namespace sparkdraft {
 namespace {
@@ -146,6 +149,101 @@ TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
       EXPECT_TRUE(test::same_bits(cache, naive_cache)) << "cache at tp " << tp;
     }
   }
+}
+
+// A reduced draft vocabulary (contract.md section 11), written from the contract's text in
+// the target's ids: the step logits of the Vd draft ids scattered into a V-wide row of -inf
+// (the cache row), then section 4's rule over all V target ids of that row (noise keyed by
+// the target id). Odd V, a non-monotonic map, NaN and tie rows, a row whose draft logits are
+// all -inf at step 0 (it draws the fill id, outside the draft vocabulary, and continues from
+// it), a padding row; TP 1, 2 and 4 split the draft vocabulary.
+TEST(MarkovLoopCpu, ReducedDraftVocabularyMatchesTheTargetSpaceRuleAtEveryTp) {
+  const uint64_t seed = 20261203;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const int R = 6, N = 5, V = 997, Vd = 612, K = 40;
+  // No soft cap: it would turn the all -inf row finite (tanh(-inf) * cap = -cap).
+  LoopSetup s = make_setup(seed, R, N, V, K, false);
+  s.c.logit_multiplier = 0.75f;
+  s.c.draft_vocab_size = Vd;
+  s.w2.resize(static_cast<size_t>(Vd) * K);  // w2 [Vd, K]; w1 stays [V, K]
+  // Base logits [R, N, Vd], NaNs and ties as make_setup places them (ids < Vd).
+  s.base = test::Gen(seed + 2).normal_bf16s(static_cast<size_t>(R) * N * Vd, 2.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  s.base[(1 * N + 0) * Vd + Vd - 3] = to_bf16(nan);
+  s.base[(1 * N + 2) * Vd + 17] = to_bf16(nan);
+  s.base[(1 * N + 2) * Vd + 5] = to_bf16(nan);
+  for (int j = 0; j < N; ++j) {
+    bf16* row = &s.base[(2 * N + j) * Vd];
+    for (int v = 0; v < Vd; ++v) row[v] = to_bf16(-30.0f);
+    row[Vd / 2 + 3] = row[Vd / 3] = to_bf16(40.0f);
+  }
+  std::memcpy(&s.w2[static_cast<size_t>(Vd / 2 + 3) * K], &s.w2[static_cast<size_t>(Vd / 3) * K],
+              K * sizeof(bf16));
+  for (int v = 0; v < Vd; ++v) s.base[(3 * N + 0) * Vd + v] = to_bf16(-INFINITY);
+  // A seeded injective map, shuffled (not monotonic): the first Vd of a permutation of V.
+  std::vector<int32_t> perm(V);
+  for (int t = 0; t < V; ++t) perm[t] = t;
+  test::Gen g(seed + 9);
+  for (int t = V - 1; t > 0; --t) std::swap(perm[t], perm[g.integer(0, t)]);
+  std::vector<int32_t> ids(perm.begin(), perm.begin() + Vd);
+  std::vector<bool> taken(V, false);
+  for (int32_t t : ids) taken[t] = true;
+  int32_t fill = 0;
+  while (taken[fill]) ++fill;
+  s.w.markov_w2 = s.w2.data();
+  s.w.draft_ids = ids.data();
+  s.w.draft_fill = fill;
+  s.transform = ops::LogitTransform::from_config(s.c);
+
+  // The naive loop over target space.
+  std::vector<int64_t> want(static_cast<size_t>(R) * N, -1);
+  std::vector<bf16> want_cache(static_cast<size_t>(R) * N * V, to_bf16(-7.0f));
+  for (int r = 0; r < R; ++r) {
+    int64_t prev = s.rows.anchor_tokens[r];
+    for (int j = 0; j < N; ++j) {
+      std::vector<bf16> e(s.w1.begin() + prev * K, s.w1.begin() + (prev + 1) * K), bias(Vd), l(Vd);
+      cpu::markov_bias(e.data(), 1, s.w2.data(), Vd, K, bias.data());
+      cpu::step_logits(&s.base[(static_cast<size_t>(r) * N + j) * Vd], bias.data(), Vd, s.transform,
+                       l.data());
+      std::vector<bf16> row(V, to_bf16(-INFINITY));
+      for (int d = 0; d < Vd; ++d) row[ids[d]] = l[d];
+      const uint32_t gs = draft_step_seed(s.rows.seeds[r], s.rows.anchor_positions[r], j);
+      int64_t best = 0;
+      float best_z = noised_score(to_f32(row[0]), s.rows.temperatures[r], gs, 0);
+      for (int v = 1; v < V; ++v) {
+        const float z = noised_score(to_f32(row[v]), s.rows.temperatures[r], gs, v);
+        if (std::isnan(best_z)) break;
+        if (std::isnan(z) || z > best_z) best = v, best_z = z;
+      }
+      want[static_cast<size_t>(r) * N + j] = best;
+      if (s.rows.cache_slots[r] >= 0)
+        std::memcpy(&want_cache[(static_cast<size_t>(s.rows.cache_slots[r]) * N + j) * V],
+                    row.data(), V * sizeof(bf16));
+      prev = best;
+    }
+  }
+  EXPECT_EQ(want[3 * N + 0], fill) << "an all -inf row draws the fill id";
+  EXPECT_EQ(want[2 * N + 0], std::min(ids[Vd / 3], ids[Vd / 2 + 3]))
+      << "exact tie at T = 0: the lowest target id";
+  EXPECT_EQ(want[1 * N + 0], ids[Vd - 3]) << "a NaN draft logit: its target id";
+
+  const ops::MarkovRows rows = s.rows.view();
+  MarkovInputs in{&s.c, &s.w, &s.transform, &rows, R, 2};
+  for (int tp : {1, 2, 4}) {
+    std::vector<int64_t> tokens(want.size(), -1);
+    std::vector<bf16> cache(want_cache.size(), to_bf16(-7.0f));
+    markov_loop_from_base(in, tp, s.base.data(), ProposeOutputs{tokens.data(), cache.data()});
+    for (int r = 0; r < R; ++r) {
+      if (s.rows.cache_slots[r] < 0) continue;  // padding rows: don't-care
+      for (int j = 0; j < N; ++j)
+        EXPECT_EQ(tokens[r * N + j], want[r * N + j])
+            << "tp " << tp << " row " << r << " step " << j;
+    }
+    EXPECT_TRUE(test::same_bits(cache, want_cache)) << "cache at tp " << tp;
+  }
+  EXPECT_THROW(markov_loop_from_base(in, 8, s.base.data(), ProposeOutputs{nullptr, nullptr}),
+               InvalidArgument)
+      << "tp 8 does not divide the draft vocabulary 612";
 }
 
 }  // namespace

@@ -80,5 +80,9 @@ struct RowBest {
   int64_t id;
 };
 RowBest sample_row(const bf16* l, int n, int64_t id_offset, float temperature, uint32_t step_seed);
+// The same over entries whose vocab ids are ids[0..n) (a reduced draft vocabulary's target
+// ids, contract.md section 11): the noise and the ties are keyed by those ids.
+RowBest sample_row_ids(const bf16* l, int n, const int32_t* ids, float temperature,
+                       uint32_t step_seed);
 
 }  // namespace sparkdraft::cpu
