@@ -62,7 +62,9 @@ Command add_make_checkpoint(CLI::App& app) {
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   sub->add_option(
          "--preset", opts->preset,
-         "Shape: tiny (seconds, for tests), tiny-conf (tiny with the confidence head), qwen3-8b "
+         "Shape: tiny (seconds, for tests), tiny-conf (tiny with the confidence head), tiny-d2t "
+         "(tiny with a reduced draft vocabulary of 612 ids and its d2t map; CPU backend only), "
+         "qwen3-8b "
          "(the published Qwen3-8B draft, "
          "~4.7 GB) or muse (the open Muse Spark draft shape, ~13.9 GB with embeddings and lm_head)")
       ->check(CLI::IsMember(preset_names()))

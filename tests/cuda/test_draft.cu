@@ -18,6 +18,8 @@
 
 #include "check/check_draft.h"
 #include "common/bits.h"
+#include "common/errors.h"
+#include "common/files.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
@@ -297,6 +299,20 @@ TEST(CudaDraft, DeferredNonFiniteScanOnTheDeviceRefusesLikeTheHost) {
     EXPECT_NE(device_msg.find("index " + std::to_string(p.index)), std::string::npos) << device_msg;
     std::filesystem::remove_all(dir);
   }
+}
+
+// A reduced draft vocabulary (contract.md section 11) runs on the CPU backend only: the
+// GPU backend refuses it by name before any allocation.
+TEST(CudaDraft, RefusesAReducedDraftVocabulary) {
+  SD_REQUIRE_GPU();
+  test::TempDir dir;
+  write_synthetic_checkpoint(preset_config("tiny-d2t"), dir.path(), SyntheticOptions{});
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+  DraftOptions o;
+  o.max_reqs = 2;
+  test::expect_mentions(
+      test::error_of<ConfigError>([&] { cuda::CudaDraft d(ckpt, o, cuda::CudaDraftOptions{}); }),
+      {"reduced draft vocabulary", "612", "CPU backend"});
 }
 
 }  // namespace

@@ -508,11 +508,15 @@ TEST(Checkpoint, ReducedDraftVocabulary) {
       if (!seen[static_cast<size_t>(t)]) fill = t;
     EXPECT_EQ(ck.weights().draft_fill, fill);
     for (const LoadedTensor& t : ck.tensors()) {
-      if (t.name == "lm_head.weight") EXPECT_EQ(t.shape, (std::vector<int64_t>{612, 64}));
-      if (t.name == "markov_head.markov_w2.weight")
+      if (t.name == "lm_head.weight") {
         EXPECT_EQ(t.shape, (std::vector<int64_t>{612, 64}));
-      if (t.name == "markov_head.markov_w1.weight")
+      }
+      if (t.name == "markov_head.markov_w2.weight") {
+        EXPECT_EQ(t.shape, (std::vector<int64_t>{612, 64}));
+      }
+      if (t.name == "markov_head.markov_w1.weight") {
         EXPECT_EQ(t.shape, (std::vector<int64_t>{1000, 64}));
+      }
     }
     // A copy shares the map.
     const Checkpoint copy = ck;

@@ -60,6 +60,11 @@ RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communica
   ModelConfig c = config;
   c.validate();
   validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
+  if (c.reduced_vocab())
+    throw ConfigError(
+        "the GPU backend does not run a reduced draft vocabulary yet (draft_vocab_size " +
+        std::to_string(c.draft_vocab_size) + " of " + std::to_string(c.vocab_size) +
+        " ids, a d2t map; contract.md section 11): the CPU backend does");
   RankShape r;
   if (!comm) {
     if (o.tp != 1)
