@@ -8,6 +8,7 @@ import torch
 
 import sparkdraft
 from conftest import OPTS, require_cuda
+import util
 from util import bits, context_inputs, propose_inputs
 
 
@@ -18,14 +19,8 @@ def tiny_conf(tmp_path_factory):
 
 
 def drafted(ckpt, device, seed=21, rows=5, padding=(1,)):
-    d = sparkdraft.Draft(ckpt, device, **OPTS)
-    ctx, lengths = context_inputs(d, rows, seed, device)
-    prop = propose_inputs(d, lengths, seed, device, padding=padding)
-    N = ckpt.config["block_size"]
-    prop["out_confidences"] = torch.full((rows, N), -1.0, dtype=torch.float32, device=device)
-    d.store_context(**ctx)
-    d.propose(**prop)
-    return prop
+    conf = torch.full((rows, ckpt.config["block_size"]), -1.0, dtype=torch.float32, device=device)
+    return util.drafted(ckpt, device, seed, rows, padding, OPTS, out_confidences=conf)[1]
 
 
 def test_confidences_on_the_cpu(tiny_conf):

@@ -62,3 +62,18 @@ def propose_inputs(draft, lengths, seed, device="cpu", padding=()):
         out_tokens=torch.full((R, N), -7, dtype=torch.int64, device=device),
         out_draft_logits=torch.zeros((o["cache_slots"], N, V), dtype=torch.bfloat16, device=device),
     )
+
+
+def drafted(ckpt, device, seed, rows, padding, options, **outputs):
+    """One store_context + propose of `rows` seeded rows on a new Draft (rows in `padding`
+    are padding rows); `outputs` adds output tensors (e.g. out_confidences) to the call.
+    Returns the draft and the call's arguments, outputs filled."""
+    import sparkdraft
+
+    d = sparkdraft.Draft(ckpt, device, **options)
+    ctx, lengths = context_inputs(d, rows, seed, device)
+    prop = propose_inputs(d, lengths, seed, device, padding=padding)
+    prop.update(outputs)
+    d.store_context(**ctx)
+    d.propose(**prop)
+    return d, prop

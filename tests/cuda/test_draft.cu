@@ -301,18 +301,51 @@ TEST(CudaDraft, DeferredNonFiniteScanOnTheDeviceRefusesLikeTheHost) {
   }
 }
 
-// A reduced draft vocabulary (contract.md section 11) runs on the CPU backend only: the
-// GPU backend refuses it by name before any allocation.
-TEST(CudaDraft, RefusesAReducedDraftVocabulary) {
+// A reduced draft vocabulary (contract.md section 11, preset tiny-d2t: 612 draft ids of
+// 1000): the GPU runs it on the eager Markov loop at TP 1 (the fused loop refuses it, and
+// the plan says why); CPU == GPU eager == GPU with the fused backbone, bit for bit, on tokens
+// (target ids), the V-wide cache rows (-inf outside the map) and every KV cache, in both
+// layer styles (muse: with the logit transform). The deferred NaN/inf scan on the device
+// passes over the map (int64 ids, not weights).
+TEST(CudaDraft, ReducedDraftVocabularyCpuEqualsEagerEqualsFused) {
+  SD_REQUIRE_GPU();
+  for (const char* style : {"qwen3", "muse"}) {
+    SCOPED_TRACE(style);
+    auto ckpt = make_preset("tiny-d2t", style);
+    ASSERT_TRUE(ckpt->config().reduced_vocab());
+    ScenarioOptions s;
+    s.request_ids = {0, 1, 2, 3};
+    s.rounds = 3;
+    const CheckReport report = cuda::check_draft(ckpt, s);
+    std::printf("tiny-d2t/%s:\n%s", style, report.text().c_str());
+    EXPECT_TRUE(report.ok()) << report.text();
+    EXPECT_EQ(report.mode, "Markov loop eager, fused refused");
+    cuda::CudaDraft draft(ckpt, DraftOptions{});
+    const std::string plan = draft.plan().text();
+    EXPECT_NE(plan.find("reduced draft vocabulary (612 of 1000"), std::string::npos) << plan;
+  }
+  test::TempDir dir;
+  write_synthetic_checkpoint(preset_config("tiny-d2t"), dir.path(), SyntheticOptions{});
+  LoadOptions deferred;
+  deferred.defer_nonfinite_scan = true;
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path(), deferred));
+  ASSERT_TRUE(ckpt->nonfinite_scan_pending());
+  EXPECT_NO_THROW(cuda::CudaDraft(ckpt, DraftOptions{}));
+}
+
+// The GPU vocab-parallel loop does not take a reduced vocabulary (contract.md 11.4): TP 2
+// is refused by name before any allocation.
+TEST(CudaDraft, RefusesAReducedDraftVocabularyAboveTp1) {
   SD_REQUIRE_GPU();
   test::TempDir dir;
   write_synthetic_checkpoint(preset_config("tiny-d2t"), dir.path(), SyntheticOptions{});
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
   DraftOptions o;
   o.max_reqs = 2;
+  o.tp = 2;
   test::expect_mentions(
       test::error_of<ConfigError>([&] { cuda::CudaDraft d(ckpt, o, cuda::CudaDraftOptions{}); }),
-      {"reduced draft vocabulary", "612", "CPU backend"});
+      {"reduced draft vocabulary", "612", "TP 1 only", "tp 2"});
 }
 
 }  // namespace

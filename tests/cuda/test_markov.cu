@@ -34,6 +34,9 @@
 #include "cuda/markov/detail.h"
 #include "cuda/markov/markov.h"
 #include "markov/bench_markov.h"
+#include "runtime/markov_loop.h"
+#include "sparkdraft/checkpoint.h"
+#include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
@@ -1045,6 +1048,150 @@ TEST(MarkovFused, MatchesCpuLoop) {
     EXPECT_TRUE(same_outputs(c, fused, want, true)) << "fused GPU loop vs CPU loop";
     EXPECT_TRUE(forced_picks(c, in, want)) << "CPU loop";
     ++n;
+  }
+}
+
+// A reduced draft vocabulary (contract.md section 11) on the eager loop: Vd draft ids,
+// each stored and scored as its target id (a shuffled, non-monotonic map), the cache rows
+// -inf outside the map, (-inf, fill) in each row's fold. Against the CPU loop
+// (markov_loop_from_base), bit for bit on tokens and the V-wide cache, with: an all -inf
+// step (the fold's lowest id: fill when it is below every mapped id), NaN logits (the
+// lowest target id of the NaNs), exact ties at T 0 between two draft ids whose target ids
+// are in the other order (the lower target id), a padding row, odd V and Vd. MarkovLoop
+// refuses the fused loop for it and runs the eager one.
+TEST(MarkovEager, ReducedVocabularyMatchesCpuLoop) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  const cudaStream_t s = stream.get();
+  struct Shape {
+    int vocab, draft_vocab, markov_rank, rows, steps, transform;
+    bool map_has_zero;
+  };
+  const Shape shapes[] = {{1000, 612, 64, 5, 4, 0, false},
+                          {4099, 3001, 32, 4, 3, 2, true},
+                          {32000, 2051, 64, 3, 2, 1, false}};
+  int n_case = 0;
+  for (const Shape& sh : shapes) {
+    const uint64_t seed = 7100 + n_case++;
+    const int V = sh.vocab, Vd = sh.draft_vocab, K = sh.markov_rank, R = sh.rows, N = sh.steps;
+    const int slots = R + 2;
+    SCOPED_TRACE("V " + std::to_string(V) + " Vd " + std::to_string(Vd) + " rank " +
+                 std::to_string(K) + " rows " + std::to_string(R) + " N " + std::to_string(N) +
+                 " transform " + std::to_string(sh.transform) + " seed " + std::to_string(seed));
+    std::printf("[markov] reduced vocabulary: V %d Vd %d rank %d rows %d N %d seed %llu\n", V, Vd,
+                K, R, N, static_cast<unsigned long long>(seed));
+    Gen gen(seed);
+    std::mt19937_64 shuffle_rng(seed);
+    // The map: Vd distinct target ids, shuffled (not monotonic); id 0 only when asked.
+    std::vector<int32_t> all(static_cast<size_t>(V));
+    for (int i = 0; i < V; ++i) all[static_cast<size_t>(i)] = i;
+    std::shuffle(all.begin() + 1, all.end(), shuffle_rng);
+    std::vector<int32_t> ids(all.begin() + (sh.map_has_zero ? 0 : 1),
+                             all.begin() + (sh.map_has_zero ? 0 : 1) + Vd);
+    std::shuffle(ids.begin(), ids.end(), shuffle_rng);
+    const int32_t fill = draft_fill_id(ids, V);
+    ASSERT_GE(fill, 0);
+    std::vector<bf16> w1 = gen.bf16s(static_cast<size_t>(V) * K, -0.5f, 0.5f);
+    std::vector<bf16> w2 = gen.bf16s(static_cast<size_t>(Vd) * K, -0.5f, 0.5f);
+    std::vector<bf16> base = gen.bf16s(static_cast<size_t>(R) * N * Vd, -8.0f, 8.0f);
+    // Two draft ids tied at T 0 (equal w2 rows and base logits), the lower draft id
+    // holding the higher target id.
+    const int tie_a = 0, tie_b = 1;
+    if (ids[tie_a] < ids[tie_b]) std::swap(ids[tie_a], ids[tie_b]);
+    std::copy_n(w2.data() + tie_a * K, K, w2.data() + tie_b * K);
+    std::vector<int64_t> anchors(R), positions(R), seeds(R), slots_of(R);
+    std::vector<float> temps(R);
+    const float tcycle[] = {0.0f, 0.7f, 1.0f, 1e-3f};
+    for (int r = 0; r < R; ++r) {
+      anchors[r] = gen.integer(0, V - 1);
+      positions[r] = gen.integer(0, int64_t{1} << 30);
+      seeds[r] = gen.integer(INT64_MIN / 2, INT64_MAX / 2);
+      temps[r] = tcycle[r % 4];
+      slots_of[r] = r == R - 1 ? -1 : (r * 3 + 1) % slots;  // the last row pads
+    }
+    auto at = [&](int r, int j, int d) -> bf16& {
+      return base[(static_cast<size_t>(r) * N + j) * Vd + d];
+    };
+    for (int j = 0; j < N; j += 2)  // row 0 (T 0): the tie on even steps
+      at(0, j, tie_a) = at(0, j, tie_b) = to_bf16(60.0f);
+    if (N > 1)  // row 1: two NaNs at step 1
+      at(1, 1, Vd - 1) = bf16{0x7fc0}, at(1, 1, Vd / 2) = bf16{0xffc1};
+    if (sh.transform != 2)  // row 2 at the last step: every logit -inf (a cap would make it finite)
+      for (int d = 0; d < Vd; ++d) at(2, N - 1, d) = bf16{0xff80};
+    const ops::LogitTransform transform = transform_of(sh.transform);
+
+    // CPU.
+    ModelConfig c;
+    c.vocab_size = V;
+    c.draft_vocab_size = Vd;
+    c.block_size = N;
+    c.markov_rank = K;
+    DraftWeights w;
+    w.markov_w1 = w1.data();
+    w.markov_w2 = w2.data();
+    w.draft_ids = ids.data();
+    w.draft_fill = fill;
+    const ops::MarkovRows host_rows{
+        R, anchors.data(), positions.data(), seeds.data(), temps.data(), slots_of.data()};
+    std::vector<int64_t> want_tokens(static_cast<size_t>(R) * N, -7);
+    std::vector<bf16> want_cache(static_cast<size_t>(slots) * N * V, bf16{kUntouched});
+    const MarkovInputs in{&c, &w, &transform, &host_rows, slots, 2};
+    markov_loop_from_base(in, 1, base.data(),
+                          ProposeOutputs{want_tokens.data(), want_cache.data()});
+
+    // GPU.
+    DeviceBuffer<bf16> d_w1(w1, s), d_w2(w2, s), d_base(base, s);
+    DeviceBuffer<int32_t> d_ids(ids, s);
+    DeviceBuffer<int64_t> d_anchors(anchors, s), d_pos(positions, s), d_seeds(seeds, s),
+        d_slots(slots_of, s);
+    DeviceBuffer<float> d_temps(temps, s);
+    cuda::MarkovHead head;
+    head.w1 = d_w1.data();
+    head.w2 = d_w2.data();
+    head.vocab = V;
+    head.markov_rank = K;
+    head.transform = transform;
+    head.draft_vocab = Vd;
+    head.draft_ids = d_ids.data();
+    head.fill = fill;
+    cuda::MarkovLoop loop(head, R, N);
+    EXPECT_FALSE(loop.fused());
+    EXPECT_NE(loop.refusal().find("reduced draft vocabulary"), std::string::npos) << loop.refusal();
+    DeviceBuffer<int64_t> d_tokens(static_cast<size_t>(R) * N);
+    DeviceBuffer<bf16> d_cache(std::vector<bf16>(want_cache.size(), bf16{kUntouched}), s);
+    d_tokens.zero(s);
+    cuda::MarkovBatch b;
+    b.rows = ops::MarkovRows{
+        R, d_anchors.data(), d_pos.data(), d_seeds.data(), d_temps.data(), d_slots.data()};
+    b.steps = N;
+    b.base_logits = d_base.data();
+    b.draft_tokens = d_tokens.data();
+    b.cache = d_cache.data();
+    loop.run(b, s);
+    SD_CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<int64_t> tokens = d_tokens.download(s);
+    const std::vector<bf16> cache = d_cache.download(s);
+    EXPECT_TRUE(test::same_bits(tokens, want_tokens, {N}))
+        << "tokens (row = request row, col = step)";
+    test::BitsOptions o{V, false};
+    o.note = [&](size_t i) {
+      return "= cache[slot " + std::to_string(i / V / N) + "][step " + std::to_string(i / V % N) +
+             "][target id " + std::to_string(i % V) + "]";
+    };
+    EXPECT_TRUE(test::same_bits(cache, want_cache, o)) << "cache";
+    // The contract's picks, on the CPU's tokens (the GPU's equal them).
+    auto token = [&](int r, int j) { return want_tokens[static_cast<size_t>(r) * N + j]; };
+    for (int j = 0; j < N; j += 2)
+      EXPECT_EQ(token(0, j), ids[tie_b]) << "step " << j << ": the tie's lower target id";
+    if (N > 1) EXPECT_EQ(token(1, 1), std::min(ids[Vd - 1], ids[Vd / 2])) << "the lowest NaN id";
+    if (sh.transform != 2)
+      EXPECT_EQ(token(2, N - 1), std::min<int64_t>(fill, *std::min_element(ids.begin(), ids.end())))
+          << "an all -inf step: the lowest id of the fold, fill included";
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < N; ++j)
+        EXPECT_TRUE(std::find(ids.begin(), ids.end(), token(r, j)) != ids.end() ||
+                    token(r, j) == fill)
+            << "row " << r << " step " << j << ": token " << token(r, j);
   }
 }
 

@@ -60,11 +60,12 @@ RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communica
   ModelConfig c = config;
   c.validate();
   validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
-  if (c.reduced_vocab())
-    throw ConfigError(
-        "the GPU backend does not run a reduced draft vocabulary yet (draft_vocab_size " +
-        std::to_string(c.draft_vocab_size) + " of " + std::to_string(c.vocab_size) +
-        " ids, a d2t map; contract.md section 11): the CPU backend does");
+  if (c.reduced_vocab() && o.tp != 1)
+    throw ConfigError("the GPU backend runs a reduced draft vocabulary (draft_vocab_size " +
+                      std::to_string(c.draft_vocab_size) + " of " + std::to_string(c.vocab_size) +
+                      " ids, a d2t map; contract.md 11.4) at TP 1 only (the eager Markov loop), "
+                      "got tp " +
+                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
   RankShape r;
   if (!comm) {
     if (o.tp != 1)
@@ -97,7 +98,7 @@ struct CudaDraft::Impl {
   CudaDraftOptions co;
   Communicator* comm;  // null at TP 1
   RankShape rs;
-  int vocab_shard;  // V / tp: this rank's lm_head and w2 rows [tp_rank * vocab_shard, ...)
+  int vocab_shard;  // Vd / tp: this rank's lm_head and w2 rows [tp_rank * vocab_shard, ...)
   DraftStep step;
   StepPlan plan;
   cudaStream_t stream = nullptr;
@@ -106,6 +107,7 @@ struct CudaDraft::Impl {
   // Weights (device copies; `sw` points into them).
   DeviceBuffer<bf16> embed, lm_head, fc, hidden_norm, final_norm, w1, w2, context_kv;
   DeviceBuffer<bf16> conf_w, conf_b;  // the confidence head (contract.md section 9)
+  DeviceBuffer<int32_t> draft_ids;    // a reduced vocabulary's map (contract.md section 11)
   std::vector<DeviceLayer> layers;
   DeviceBuffer<float> rope;
   std::vector<DeviceBuffer<bf16>> kv;  // per layer [pages*page_size, kvh, 2hd] (own caches)
@@ -131,7 +133,7 @@ struct CudaDraft::Impl {
         co(copts),
         comm(cm),
         rs(rank_shape(c, o, cm)),
-        vocab_shard(c.vocab_size / rs.tp_size),
+        vocab_shard(c.draft_vocab() / rs.tp_size),
         step(c, o, rs.layers) {
     mma_self_test();    // refuses a device whose tensor cores the CPU twin does not reproduce
     wgmma_self_test();  // whether the GEMMs may run wgmma (before any graph capture)
@@ -264,6 +266,7 @@ struct CudaDraft::Impl {
     SD_CUDA_CHECK(cudaMemsetAsync(first.data(), 0xff, first.bytes(), stream));
     for (size_t i = 0; i < tensors.size(); ++i) {
       const LoadedTensor& t = tensors[i];
+      if (t.dtype != DType::bf16 && t.dtype != DType::f32) continue;  // ids (d2t) are never
       auto it = on_device.find(t.data);
       if (it == on_device.end())
         throw std::logic_error("CudaDraft: tensor '" + t.name + "' has no device copy to scan");
@@ -307,6 +310,7 @@ struct CudaDraft::Impl {
     if (w.final_norm) final_norm = upload(w.final_norm, H);
     w1 = upload(w.markov_w1, V * K);
     w2 = upload(w.markov_w2 + v0 * K, Vs * K);
+    if (c.reduced_vocab()) draft_ids = upload(w.draft_ids, static_cast<size_t>(c.draft_vocab()));
     if (c.confidence_head) {
       conf_w = upload(w.confidence_w, static_cast<size_t>(c.confidence_inputs()));
       conf_b = upload(w.confidence_b, 1);
@@ -557,6 +561,11 @@ struct CudaDraft::Impl {
     head.vocab = c.vocab_size;
     head.markov_rank = c.markov_rank;
     head.transform = ops::LogitTransform::from_config(c);
+    if (c.reduced_vocab()) {
+      head.draft_vocab = c.draft_vocab();
+      head.draft_ids = draft_ids.data();
+      head.fill = ckpt->weights().draft_fill;
+    }
     return head;
   }
 
@@ -833,6 +842,7 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_row
                    const PlanTp& tp) {
   MarkovPlanInput in;
   in.vocab = c.vocab_size;
+  in.draft_vocab = c.reduced_vocab() ? c.draft_vocab() : 0;
   in.markov_rank = c.markov_rank;
   in.max_rows = max_rows;
   in.tp_size = tp.tp_size;

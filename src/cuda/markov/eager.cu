@@ -7,7 +7,10 @@
 //   markov_sample       per block the best (noised score, id) by `better`, then one
 //                       warp per row reduces the blocks' bests (the rule is
 //                       associative, so the split does not matter)
-// eager_markov_loop runs them for N steps on a stream without host syncs.
+//   markov_fill_cache   a reduced vocabulary's cache rows: bf16 -inf everywhere first
+// eager_markov_loop runs them for N steps on a stream without host syncs. A reduced draft
+// vocabulary (contract.md section 11) runs here: the entries are draft ids, each stored
+// and scored as its target id, and (-inf, fill) joins each row's fold.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -79,7 +82,7 @@ __global__ void bias_kernel(const bf16* e, int rows, const bf16* w2, int vocab, 
 __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const bf16* bias,
                                    int vocab, ops::LogitTransform transform, bf16* logits,
                                    bf16* cache, const int64_t* cache_slots,
-                                   int64_t cache_slot_stride) {
+                                   int64_t cache_slot_stride, const int32_t* ids) {
   const int v = blockIdx.x * blockDim.x + threadIdx.x;
   const int r = blockIdx.y;
   if (v >= vocab) return;
@@ -88,14 +91,24 @@ __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const 
   logits[static_cast<int64_t>(r) * vocab + v] = l;
   if (cache != nullptr) {
     const int64_t slot = cache_slots[r];
-    if (slot >= 0) cache[slot * cache_slot_stride + v] = l;
+    if (slot >= 0) cache[slot * cache_slot_stride + (ids ? ids[v] : v)] = l;
   }
+}
+
+// Row r's `steps` cache rows of width `vocab`, every column bf16 -inf.
+__global__ void fill_cache_kernel(const int64_t* cache_slots, int64_t span, bf16* cache) {
+  const int64_t slot = cache_slots[blockIdx.y];
+  if (slot < 0) return;
+  bf16* row = cache + slot * span;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < span;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    row[i] = bf16{0xff80u};
 }
 
 // Block b of row r: entries [b * kSampleBlockVocab, ...) -> partials[r][b].
 __global__ void sample_block_kernel(const bf16* logits, int vocab, int64_t id_offset,
                                     const float* temperatures, const int64_t* seeds,
-                                    const int64_t* anchor_positions, int step,
+                                    const int64_t* anchor_positions, int step, const int32_t* ids,
                                     MarkovCandidate* partials) {
   __shared__ MarkovCandidate warp_best_smem[kWarps];
   const int r = blockIdx.y;
@@ -106,8 +119,8 @@ __global__ void sample_block_kernel(const bf16* logits, int vocab, int64_t id_of
   const int end = begin + kSampleBlockVocab < vocab ? begin + kSampleBlockVocab : vocab;
   MarkovCandidate best = markov_detail::no_candidate();
   for (int v = begin + threadIdx.x; v < end; v += blockDim.x) {
-    const MarkovCandidate c =
-        markov_detail::score(row[v], t, gs, static_cast<int32_t>(v + id_offset));
+    const int32_t id = ids ? ids[v] : static_cast<int32_t>(v + id_offset);
+    const MarkovCandidate c = markov_detail::score(row[v], t, gs, id);
     if (markov_detail::wins(c, best)) best = c;
   }
   best = markov_detail::warp_best(best);
@@ -121,7 +134,7 @@ __global__ void sample_block_kernel(const bf16* logits, int vocab, int64_t id_of
 }
 
 // One warp per row: the best of the row's block bests.
-__global__ void sample_final_kernel(const MarkovCandidate* partials, int blocks,
+__global__ void sample_final_kernel(const MarkovCandidate* partials, int blocks, int32_t fill,
                                     MarkovCandidate* best, int64_t* tokens, int64_t token_stride) {
   const int r = blockIdx.x;
   MarkovCandidate c = markov_detail::no_candidate();
@@ -131,6 +144,10 @@ __global__ void sample_final_kernel(const MarkovCandidate* partials, int blocks,
   }
   c = markov_detail::warp_best(c);
   if (threadIdx.x == 0) {
+    if (fill >= 0) {  // the ids outside a reduced vocabulary: one candidate (-inf, fill)
+      const MarkovCandidate f{__int_as_float(static_cast<int>(0xff800000u)), fill};
+      if (markov_detail::wins(f, c)) c = f;
+    }
     best[r] = c;
     if (tokens != nullptr) tokens[r * token_stride] = c.id;
   }
@@ -168,7 +185,7 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
                         const ops::MarkovRows& mrows, int vocab,
                         const ops::LogitTransform& transform, bf16* logits, bf16* cache,
-                        int64_t cache_slot_stride, cudaStream_t stream) {
+                        int64_t cache_slot_stride, cudaStream_t stream, const DraftIdMap& map) {
   const int rows = mrows.num_rows;
   const int64_t* cache_slots = mrows.cache_slots;
   require(rows >= 0 && vocab >= 1, "markov_step_logits",
@@ -184,14 +201,30 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
   const dim3 grid((vocab + kThreads - 1) / kThreads, rows);
   launch_kernel("step_logits_kernel", step_logits_kernel,
                 LaunchShape{dim3(grid), dim3(kThreads), 0, stream}, base, base_stride, bias, vocab,
-                transform, logits, cache, cache_slots, cache_slot_stride);
+                transform, logits, cache, cache_slots, cache_slot_stride, map.ids);
+}
+
+void markov_fill_cache(const ops::MarkovRows& mrows, int steps, int vocab, bf16* cache,
+                       cudaStream_t stream) {
+  const int rows = mrows.num_rows;
+  require(rows >= 0 && rows <= 65535 && steps >= 1 && vocab >= 1, "markov_fill_cache",
+          "rows must be in [0, 65535], steps and vocab >= 1, got rows " + std::to_string(rows) +
+              ", steps " + std::to_string(steps) + ", vocab " + std::to_string(vocab));
+  if (rows == 0) return;
+  require(cache != nullptr && mrows.cache_slots != nullptr, "markov_fill_cache",
+          "cache and cache_slots must not be null");
+  const int64_t span = static_cast<int64_t>(steps) * vocab;
+  const int64_t blocks = (span + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(blocks < 1024 ? blocks : 1024), rows);
+  launch_kernel("fill_cache_kernel", fill_cache_kernel,
+                LaunchShape{grid, dim3(kThreads), 0, stream}, mrows.cache_slots, span, cache);
 }
 
 int markov_sample_blocks(int vocab) { return (vocab + kSampleBlockVocab - 1) / kSampleBlockVocab; }
 
 void markov_sample(const bf16* logits, const ops::MarkovRows& mrows, int vocab, int64_t id_offset,
                    int step, MarkovCandidate* partials, MarkovCandidate* best, int64_t* tokens,
-                   int64_t token_stride, cudaStream_t stream) {
+                   int64_t token_stride, cudaStream_t stream, const DraftIdMap& map) {
   const int rows = mrows.num_rows;
   const float* temperatures = mrows.temperatures;
   const int64_t *seeds = mrows.seeds, *anchor_positions = mrows.anchor_positions;
@@ -211,10 +244,10 @@ void markov_sample(const bf16* logits, const ops::MarkovRows& mrows, int vocab, 
   const int blocks = markov_sample_blocks(vocab);
   launch_kernel("sample_block_kernel", sample_block_kernel,
                 LaunchShape{dim3(blocks, rows), dim3(kThreads), 0, stream}, logits, vocab,
-                id_offset, temperatures, seeds, anchor_positions, step, partials);
+                id_offset, temperatures, seeds, anchor_positions, step, map.ids, partials);
   launch_kernel("sample_final_kernel", sample_final_kernel,
-                LaunchShape{dim3(rows), dim3(kWarp), 0, stream}, partials, blocks, best, tokens,
-                token_stride);
+                LaunchShape{dim3(rows), dim3(kWarp), 0, stream}, partials, blocks, map.fill, best,
+                tokens, token_stride);
 }
 
 void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
@@ -239,7 +272,14 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
               batch.base_logits != nullptr && batch.cache != nullptr,
           "eager_markov_loop",
           "anchor_tokens, draft_tokens, base_logits and cache must not be null");
-  const int64_t n = batch.steps, v = head.vocab;
+  require(!head.reduced() || (head.draft_ids != nullptr && head.draft_vocab <= head.vocab),
+          "eager_markov_loop",
+          "a reduced draft vocabulary needs its draft_ids and at most vocab entries (draft_vocab " +
+              std::to_string(head.draft_vocab) + ", vocab " + std::to_string(head.vocab) + ")");
+  // Base logits, bias and sampling over the head's width (draft ids); cache rows over V.
+  const int64_t n = batch.steps, v = head.vocab, w = head.width();
+  const DraftIdMap map{head.draft_ids, head.reduced() ? head.fill : -1};
+  if (head.reduced()) markov_fill_cache(batch.rows, batch.steps, head.vocab, batch.cache, stream);
   for (int j = 0; j < batch.steps; ++j) {
     if (j == 0)
       markov_embed(batch.rows.anchor_tokens, 1, batch.rows.num_rows, head.w1, head.markov_rank,
@@ -247,12 +287,12 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
     else
       markov_embed(batch.draft_tokens + (j - 1), n, batch.rows.num_rows, head.w1, head.markov_rank,
                    ws.e.data(), stream);
-    markov_bias(ws.e.data(), batch.rows.num_rows, head.w2, head.vocab, head.markov_rank,
+    markov_bias(ws.e.data(), batch.rows.num_rows, head.w2, head.width(), head.markov_rank,
                 ws.bias.data(), stream);
-    markov_step_logits(batch.base_logits + j * v, n * v, ws.bias.data(), batch.rows, head.vocab,
-                       head.transform, ws.logits.data(), batch.cache + j * v, n * v, stream);
-    markov_sample(ws.logits.data(), batch.rows, head.vocab, 0, j, ws.sample_partials.data(),
-                  ws.sample_best.data(), batch.draft_tokens + j, n, stream);
+    markov_step_logits(batch.base_logits + j * w, n * w, ws.bias.data(), batch.rows, head.width(),
+                       head.transform, ws.logits.data(), batch.cache + j * v, n * v, stream, map);
+    markov_sample(ws.logits.data(), batch.rows, head.width(), 0, j, ws.sample_partials.data(),
+                  ws.sample_best.data(), batch.draft_tokens + j, n, stream, map);
   }
 }
 

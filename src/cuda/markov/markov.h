@@ -79,30 +79,52 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int markov_
 // logits [rows, vocab]; also into cache + slot * cache_slot_stride for rows whose
 // rows.cache_slots[r] >= 0 (cache may be null: no store). base row r starts at
 // base + r * base_stride.
+// With a draft map (contract.md 11.2) entry v is stored at cache column ids[v] (the
+// other columns are the caller's: markov_fill_cache).
+struct DraftIdMap {
+  const int32_t* ids = nullptr;  // device [vocab]: the target id of each entry; null: v itself
+  int32_t fill = -1;             // the candidate (-inf, fill) joins each row's fold; -1: none
+};
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
                         const ops::MarkovRows& rows, int vocab,
                         const ops::LogitTransform& transform, bf16* logits, bf16* cache,
-                        int64_t cache_slot_stride, cudaStream_t stream);
+                        int64_t cache_slot_stride, cudaStream_t stream, const DraftIdMap& map = {});
+
+// A reduced vocabulary's cache rows (contract.md 11.2): every column of the `steps` rows
+// [slot][0..steps) of width `vocab` of each row with a slot gets bf16 -inf (0xff80); the
+// draft entries are then stored over it step by step.
+void markov_fill_cache(const ops::MarkovRows& rows, int steps, int vocab, bf16* cache,
+                       cudaStream_t stream);
 
 // cpu::sample_row over the rows.num_rows rows: each block of kSampleBlockVocab entries
-// writes its best (noised score, id + id_offset) to partials [rows,
-// markov_sample_blocks(vocab)], a final kernel reduces them per row into best[r] and, when
-// tokens is not null, tokens[r * token_stride] = best id. Temperature rows.temperatures[r],
-// step seed draft_step_seed(rows.seeds[r], rows.anchor_positions[r], step).
+// writes its best (noised score, id + id_offset; with a draft map: score and noise keyed by
+// map.ids[v]) to partials [rows, markov_sample_blocks(vocab)], a final kernel reduces them
+// per row (with the map's (-inf, fill) candidate) into best[r] and, when tokens is not null,
+// tokens[r * token_stride] = best id. Temperature rows.temperatures[r], step seed
+// draft_step_seed(rows.seeds[r], rows.anchor_positions[r], step).
 inline constexpr int kSampleBlockVocab = 2048;
 int markov_sample_blocks(int vocab);
 void markov_sample(const bf16* logits, const ops::MarkovRows& rows, int vocab, int64_t id_offset,
                    int step, MarkovCandidate* partials, MarkovCandidate* best, int64_t* tokens,
-                   int64_t token_stride, cudaStream_t stream);
+                   int64_t token_stride, cudaStream_t stream, const DraftIdMap& map = {});
 
 // ---- the loop's inputs -------------------------------------------------------------
 // Fixed at load (device pointers).
 struct MarkovHead {
-  const bf16* w1 = nullptr;  // [vocab, markov_rank]
-  const bf16* w2 = nullptr;  // [vocab, markov_rank] (TP 1; the vocab-parallel loop takes shards)
-  int vocab = 0;             // V
+  const bf16* w1 = nullptr;  // [vocab, markov_rank] (indexed by target ids)
+  const bf16* w2 = nullptr;  // [width(), markov_rank] (TP 1; the vocab-parallel loop takes shards)
+  int vocab = 0;             // V: the target's ids, the width of a cache row
   int markov_rank = 0;       // K
   ops::LogitTransform transform;
+  // A reduced draft vocabulary (contract.md section 11; the eager loop at TP 1 only):
+  // draft_vocab = Vd < V entries, draft id d samples and caches as target id
+  // draft_ids[d] (device [Vd]), and (-inf, fill) joins every row's fold (fill: the
+  // lowest target id outside the map, -1 when none). draft_vocab 0: the full vocabulary.
+  int draft_vocab = 0;
+  const int32_t* draft_ids = nullptr;
+  int32_t fill = -1;
+  int width() const { return draft_vocab > 0 ? draft_vocab : vocab; }
+  bool reduced() const { return draft_vocab > 0; }
 };
 
 // One call (device pointers): the request rows (ops/markov.h, the one per-request view)
@@ -110,7 +132,7 @@ struct MarkovHead {
 struct MarkovBatch {
   ops::MarkovRows rows;
   int steps = 0;                      // N
-  const bf16* base_logits = nullptr;  // [rows, steps, vocab] (TP 1)
+  const bf16* base_logits = nullptr;  // [rows, steps, head.width()] (TP 1)
   int64_t* draft_tokens = nullptr;    // [rows, steps]
   bf16* cache = nullptr;              // [cache slots, steps, vocab]
 };
@@ -238,8 +260,7 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
 class MarkovLoop {
  public:
   // Throws ConfigError when the draft has no Markov head (no loop can run).
-  MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cache_bf16_contiguous = true,
-             int draft_vocab = 0);
+  MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cache_bf16_contiguous = true);
   bool fused() const { return refusal_.empty(); }
   const std::string& refusal() const { return refusal_; }
   MarkovWorkspace& workspace() { return ws_; }
@@ -261,7 +282,7 @@ class VocabParallelMarkov {
   // have device memory (InvalidArgument otherwise). Throws ConfigError with the
   // fused plan's reason when the fused loop cannot run this draft.
   VocabParallelMarkov(const MarkovHead& head, Communicator& comm, int max_rows, int steps,
-                      bool cache_bf16_contiguous = true, int draft_vocab = 0);
+                      bool cache_bf16_contiguous = true);
   MarkovWorkspace& workspace() { return ws_; }
   // `local` holds one MarkovShard per comm.local_ranks() entry, in that order;
   // batch.base_logits is not read.

@@ -198,12 +198,11 @@ int checked_markov_rank(const MarkovHead& head) {
 
 }  // namespace
 
-MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cache_bf16_contiguous,
-                       int draft_vocab)
+MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cache_bf16_contiguous)
     : head_(head), ws_(max_rows, steps, head.vocab, checked_markov_rank(head), 1) {
   MarkovPlanInput in;
   in.vocab = head.vocab;
-  in.draft_vocab = draft_vocab;
+  in.draft_vocab = head.draft_vocab;
   in.markov_rank = head.markov_rank;
   in.max_rows = max_rows;
   in.cache_bf16_contiguous = cache_bf16_contiguous;
@@ -224,13 +223,13 @@ namespace {
 
 // The constructor's check, before any allocation.
 int checked_tp_size(const MarkovHead& head, const Communicator& comm, int max_rows,
-                    bool cache_bf16_contiguous, int draft_vocab) {
+                    bool cache_bf16_contiguous) {
   require(comm.memory() == CommMemory::device, "cuda::VocabParallelMarkov",
           "the communicator's buffers are in host memory; the GPU loop needs a device "
           "communicator (cuda::LoopbackComm, NCCL)");
   MarkovPlanInput in;
   in.vocab = head.vocab;
-  in.draft_vocab = draft_vocab;
+  in.draft_vocab = head.draft_vocab;
   in.markov_rank = head.markov_rank;
   in.tp_size = comm.tp_size();
   in.max_rows = max_rows;
@@ -248,10 +247,10 @@ int checked_tp_size(const MarkovHead& head, const Communicator& comm, int max_ro
 }  // namespace
 
 VocabParallelMarkov::VocabParallelMarkov(const MarkovHead& head, Communicator& comm, int max_rows,
-                                         int steps, bool cache_bf16_contiguous, int draft_vocab)
+                                         int steps, bool cache_bf16_contiguous)
     : head_(head),
       comm_(comm),
       ws_(max_rows, steps, head.vocab, head.markov_rank,
-          checked_tp_size(head, comm, max_rows, cache_bf16_contiguous, draft_vocab)) {}
+          checked_tp_size(head, comm, max_rows, cache_bf16_contiguous)) {}
 
 }  // namespace sparkdraft::cuda
