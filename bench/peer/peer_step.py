@@ -410,6 +410,12 @@ class PeerDraft:
         self.w2 = take("markov_head.markov_w2.weight")
         if t:
             raise PeerError(f"tensors the peer does not use: {sorted(t)[:8]}")
+        # The output-logit transform's constants, fp32 values (contract.md section 3).
+        f32 = lambda v: float(torch.tensor(v, dtype=torch.float32))  # noqa: E731
+        self.multiplier = None if c.logit_multiplier is None else f32(c.logit_multiplier)
+        self.cap = None if c.logit_soft_cap is None else f32(c.logit_soft_cap)
+        self.inv_cap = None if self.cap is None else float(
+            torch.tensor(1.0, dtype=torch.float32) / torch.tensor(self.cap, dtype=torch.float32))
         self.q = c.num_heads * c.head_dim
         self.kv = c.num_kv_heads * c.head_dim
         self.rows = self.ctx = 0
@@ -555,16 +561,14 @@ class PeerDraft:
 
     def step_logits(self, base_j: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """One Markov step's logits [R, V] bf16: base + w2 @ w1[prev], then the transform."""
-        c = self.cfg
         e = F.embedding(prev, self.w1)  # [R, r]
         s = base_j + F.linear(e, self.w2)  # bf16 add: fp32, one rounding
-        if c.logit_multiplier is not None or c.logit_soft_cap is not None:
+        if self.multiplier is not None or self.cap is not None:
             t = s.float()
-            if c.logit_multiplier is not None:
-                t = t * c.logit_multiplier
-            if c.logit_soft_cap is not None:
-                cap = torch.tensor(c.logit_soft_cap, dtype=torch.float32)
-                t = torch.tanh(t * float(1.0 / cap)) * float(cap)
+            if self.multiplier is not None:
+                t = t * self.multiplier
+            if self.cap is not None:
+                t = torch.tanh(t * self.inv_cap) * self.cap
             s = t.to(BF16)
         return s
 
@@ -854,7 +858,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     cuda = args.device.startswith("cuda")
-    if cuda:
+    if cuda and torch.device(args.device).index is not None:
         torch.cuda.set_device(torch.device(args.device))
     path = args.checkpoint or os.path.join(args.preset_dir, f"sparkdraft-bench-{args.preset}")
     if not os.path.isfile(os.path.join(path, "config.json")):
