@@ -1100,6 +1100,9 @@ TEST(MarkovEager, ReducedVocabularyMatchesCpuLoop) {
     if (ids[tie_a] < ids[tie_b]) std::swap(ids[tie_a], ids[tie_b]);
     std::copy_n(w2.data() + tie_a * K, K, w2.data() + tie_b * K);
     std::vector<int64_t> anchors(R), positions(R), seeds(R), slots_of(R);
+    std::vector<int64_t> slot_perm(static_cast<size_t>(slots));  // distinct slots
+    for (int i = 0; i < slots; ++i) slot_perm[static_cast<size_t>(i)] = i;
+    std::shuffle(slot_perm.begin(), slot_perm.end(), shuffle_rng);
     std::vector<float> temps(R);
     const float tcycle[] = {0.0f, 0.7f, 1.0f, 1e-3f};
     for (int r = 0; r < R; ++r) {
@@ -1107,7 +1110,7 @@ TEST(MarkovEager, ReducedVocabularyMatchesCpuLoop) {
       positions[r] = gen.integer(0, int64_t{1} << 30);
       seeds[r] = gen.integer(INT64_MIN / 2, INT64_MAX / 2);
       temps[r] = tcycle[r % 4];
-      slots_of[r] = r == R - 1 ? -1 : (r * 3 + 1) % slots;  // the last row pads
+      slots_of[r] = r == R - 1 ? -1 : slot_perm[static_cast<size_t>(r)];  // the last row pads
     }
     auto at = [&](int r, int j, int d) -> bf16& {
       return base[(static_cast<size_t>(r) * N + j) * Vd + d];
