@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -324,6 +325,38 @@ TEST(AttentionSpeed, PublishedShapesAtContext4096) {
       }
     }
   }
+}
+
+// ---- profiling aid (skips unless asked) ------------------------------------------------
+// SPARKDRAFT_ATTENTION_PROFILE=<qwen3-8b|muse>:<rows>:<splits> runs that published shape
+// at ctx 4096 once against the CPU's bits, then three more launches, for a profiler:
+// `ncu -k regex:attention_chunk --launch-skip 2 --launch-count 1 ...`.
+TEST(AttentionSpeed, ProfileOne) {
+  const char* env = std::getenv("SPARKDRAFT_ATTENTION_PROFILE");
+  if (env == nullptr) GTEST_SKIP() << "SPARKDRAFT_ATTENTION_PROFILE is not set";
+  SD_REQUIRE_GPU();
+  char name[32] = {0};
+  int rows = 0, splits = 0;
+  ASSERT_EQ(std::sscanf(env, "%31[^:]:%d:%d", name, &rows, &splits), 3)
+      << "SPARKDRAFT_ATTENTION_PROFILE=" << env << ": want <qwen3-8b|muse>:<rows>:<splits>";
+  const bool muse = std::string(name) == "muse";
+  ASSERT_TRUE(muse || std::string(name) == "qwen3-8b") << "unknown shape " << name;
+  ASSERT_TRUE(rows >= 1 && rows <= 32 && splits >= 0) << env;
+  const int heads = muse ? 128 : 32, kv_heads = muse ? 16 : 8, head_dim = muse ? 64 : 128;
+  const int window = muse ? 2048 : 0;
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  test::Gen gen(0xA900);
+  std::printf("[attention profile] %s rows %d splits %d seed %llu\n", name, rows, splits,
+              static_cast<unsigned long long>(0xA900));
+  const AttentionCase c{heads, kv_heads, head_dim, window, muse, std::vector<int64_t>(rows, 4103),
+                        7,     16,       0,        false};
+  const AttentionData d = test::make_attention_data(gen, c);
+  std::vector<bf16> want(d.out_size());
+  cpu::attention(d.params(), d.q.data(), d.cache.data(), want.data(), 2);
+  DeviceCase dc(d, s);
+  ASSERT_TRUE(test::same_bits(dc.run(splits, s), want, {heads * head_dim}));
+  for (int i = 0; i < 3; ++i) dc.run(splits, s);
 }
 
 }  // namespace

@@ -110,6 +110,36 @@ TEST(CudaDraft, RequestAloneEqualsRequestInBatchOfFiveWithPadding) {
   }
 }
 
+// The plan names every kernel the captured step runs (cuda/draft/step_kernels.h): after a
+// propose at R rows the plan holds "kernels, R rows", checked at capture against the
+// graph's kernel nodes (a kernel launched around cuda/common/launch.h would throw), with
+// no collective at TP 1; the fused plan's parts appear by their kernels' names.
+TEST(CudaDraft, PlanNamesEveryKernelOfTheCapturedStep) {
+  SD_REQUIRE_GPU();
+  for (const std::string style : {"qwen3", "muse"}) {
+    auto ckpt = make_preset("tiny", style);
+    ScenarioOptions batch;
+    batch.request_ids = {0, 1, 2};
+    batch.padding_before = {1};
+    const DraftOptions o = scenario_draft_options(ckpt->config(), batch);
+    cuda::CudaDraft d(ckpt, o);
+    ASSERT_TRUE(d.plan().runs("cuda graph", "on"));
+    run_scenario(d, batch);
+    const std::string text = d.plan().text();
+    std::printf("%s plan:\n%s", style.c_str(), text.c_str());
+    int lists = 0;
+    for (const PlanPart& k : d.plan().parts) {
+      if (k.part.rfind("kernels, ", 0) != 0) continue;
+      ++lists;
+      EXPECT_GT(std::stoi(k.variant), 2 * ckpt->config().num_layers) << k.variant;
+      EXPECT_EQ(k.reason.find("collective"), std::string::npos) << k.reason;
+      EXPECT_NE(k.reason.find("markov_fused_step_kernel"), std::string::npos) << k.reason;
+      EXPECT_NE(k.reason.find("attention_chunk_kernel"), std::string::npos) << k.reason;
+    }
+    EXPECT_GE(lists, 1) << "no captured step's kernel list in the plan";
+  }
+}
+
 // The device API (store_context_device + propose_device on the caller's stream,
 // captured together in one CUDA graph after a warm-up call) equals the host API bit
 // for bit: every layer's KV cache, the tokens and the draft-logits cache; three

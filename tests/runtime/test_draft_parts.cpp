@@ -1,12 +1,16 @@
 // The GPU backend's parts that need no GPU: the graph cache's bookkeeping
-// (src/cuda/draft/graph_cache.h, over a stand-in for the executable graph) and the one
-// place both backends build a verify call's params (ops::verify_params).
+// (src/cuda/draft/graph_cache.h, over a stand-in for the executable graph), the plan's
+// kernel list of a captured step (src/cuda/draft/step_kernels.h, over stand-in kernel
+// pointers) and the one place both backends build a verify call's params
+// (ops::verify_params).
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda/draft/graph_cache.h"
+#include "cuda/draft/step_kernels.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/ops/verify.h"
@@ -31,6 +35,58 @@ Cache::Pointers pointers(uintptr_t base) {
   Cache::Pointers p{};
   for (size_t i = 0; i < p.size(); ++i) p[i] = reinterpret_cast<const void*>(base + 16 * i);
   return p;
+}
+
+// Stand-in kernels: distinct addresses.
+const int kKernels[4] = {0, 1, 2, 3};
+const void* K(int i) { return &kKernels[i]; }
+
+TEST(StepKernels, NamesEveryKernelInGraphOrderWithRuns) {
+  const std::vector<std::string> names{"embed", "gemm", "gemm", "gemm", "norm", "gemm"};
+  const std::vector<const void*> k{K(0), K(1), K(1), K(1), K(2), K(1)};
+  const PlanPart p = cuda::step_kernels_part(8, names, k, k, false);
+  EXPECT_EQ(p.part, "kernels, 8 rows");
+  EXPECT_EQ(p.variant, "6 kernels");
+  EXPECT_EQ(p.reason, "embed, gemm x3, norm, gemm");
+}
+
+TEST(StepKernels, RefusesAGraphKernelTheLogLacks) {
+  const std::vector<std::string> names{"embed", "norm"};
+  const std::vector<const void*> logged{K(0), K(2)};
+  const std::vector<const void*> nodes{K(0), K(3), K(2)};
+  try {
+    cuda::step_kernels_part(1, names, logged, nodes, false);
+    FAIL() << "a kernel outside the launch log was accepted";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel node 1 of 3 is not in the launch log"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("next kernel is norm"), std::string::npos) << e.what();
+  }
+  // With a communicator the unlogged node is a collective's kernel.
+  const PlanPart p = cuda::step_kernels_part(1, names, logged, nodes, true);
+  EXPECT_EQ(p.reason, "embed, collective, norm");
+  EXPECT_EQ(p.variant, "3 kernels");
+}
+
+TEST(StepKernels, RefusesALoggedKernelTheGraphLacksOrReorders) {
+  const std::vector<std::string> names{"embed", "gemm", "norm"};
+  const std::vector<const void*> logged{K(0), K(1), K(2)};
+  EXPECT_THROW(cuda::step_kernels_part(2, names, logged, {K(0), K(1)}, false), DeviceError);
+  EXPECT_THROW(cuda::step_kernels_part(2, names, logged, {K(0), K(2), K(1)}, false), DeviceError);
+  EXPECT_THROW(cuda::step_kernels_part(2, names, logged, {K(0), K(2), K(1)}, true), DeviceError);
+  EXPECT_THROW(cuda::step_kernels_part(2, {"embed"}, logged, logged, false), DeviceError);
+}
+
+TEST(StepKernels, PutPartReplacesTheRowCountsPart) {
+  StepPlan plan;
+  plan.parts.push_back({"markov loop", "fused", ""});
+  cuda::put_part(plan, {"kernels, 8 rows", "3 kernels", "a, b, c"});
+  cuda::put_part(plan, {"kernels, 1 rows", "2 kernels", "a, b"});
+  cuda::put_part(plan, {"kernels, 8 rows", "2 kernels", "a, c"});
+  ASSERT_EQ(plan.parts.size(), 3u);
+  EXPECT_EQ(plan.at("kernels, 8 rows").reason, "a, c");
+  EXPECT_EQ(plan.at("kernels, 1 rows").variant, "2 kernels");
 }
 
 TEST(GraphCache, HostGraphsAreKeptPerRowCount) {

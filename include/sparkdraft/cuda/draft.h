@@ -57,7 +57,7 @@ TpReduce parse_tp_reduce(const std::string& s);
 struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
-  bool pdl = true;           // programmatic dependent launch in the fused loop
+  bool pdl = true;           // programmatic dependent launch on every kernel of the step
   // The fused backbone kernels (cuda/fused/backbone/backbone.h: embed norm, QKV front, context
   // front) where the plan accepts them; false: their eager ops (the GPU reference).
   bool fused_backbone = true;

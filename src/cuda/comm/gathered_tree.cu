@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/common/launch.h"
+#include "cuda/common/ptx.cuh"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/error.h"
@@ -19,6 +20,7 @@ namespace {
 template <int kRanks>
 __global__ void gathered_tree_kernel(const float* __restrict__ gathered, float* __restrict__ out,
                                      int ranks, int64_t count) {
+  pdl_enter();
   constexpr int kSlots = kRanks > 0 ? kRanks : kMaxGatheredRanks;
   const int n = kRanks > 0 ? kRanks : ranks;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;

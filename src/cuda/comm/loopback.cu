@@ -8,6 +8,7 @@
 
 #include "cuda/comm/loopback.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/ptx.cuh"
 #include "sparkdraft/core/reduce.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/error.h"
@@ -23,6 +24,7 @@ struct RankBuffers {
 // partials, sums them in the canonical tree and writes the sum back to every rank
 // (each element is read and written by one thread only, so in place is safe).
 __global__ void tree_all_reduce_kernel(RankBuffers buffers, int ranks, int64_t count) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float p[LoopbackComm::kMaxRanks];

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cuda/comm/peer_reduce.h"
+#include "cuda/common/ptx.cuh"
 #include "cuda/common/residual_boundary.cuh"
 #include "sparkdraft/core/reduce.h"
 
@@ -157,6 +158,7 @@ __device__ __forceinline__ void push_f32x8(const PeerArgs& a, uint32_t parity, c
 template <int kRanks>
 __global__ void __launch_bounds__(kSumThreads)
     peer_sum_kernel(PeerArgs a, float* data, int64_t count, int64_t chunk, bool vec) {
+  pdl_enter();
   const unsigned long long e = call_epoch(a);
   const uint32_t parity = static_cast<uint32_t>(e & 1u);
   const int slot = static_cast<int>(blockIdx.x);

@@ -8,13 +8,18 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <vector>
 
 namespace sparkdraft::cuda {
 
 // Captures (thread-local mode) what `body` queues on `stream` and instantiates it.
 // The caller owns the result (cudaGraphExecDestroy, or GraphExec below).
 // Throws DeviceError when capture or instantiation fails, and rethrows what `body` throws.
-cudaGraphExec_t capture_graph(cudaStream_t stream, const std::function<void(cudaStream_t)>& body);
+// With `kernels`, also hands back the graph's kernel nodes' kernels (the host stubs
+// the launches named) in the order the graph runs them (a topological order; ties, which
+// a one-stream capture does not have, in node order).
+cudaGraphExec_t capture_graph(cudaStream_t stream, const std::function<void(cudaStream_t)>& body,
+                              std::vector<const void*>* kernels = nullptr);
 
 // Owns an instantiated graph.
 class GraphExec {
@@ -22,8 +27,9 @@ class GraphExec {
   GraphExec() = default;
   explicit GraphExec(cudaGraphExec_t exec) : exec_(exec) {}
   // capture_graph(stream, body), owned.
-  GraphExec(cudaStream_t stream, const std::function<void(cudaStream_t)>& body)
-      : exec_(capture_graph(stream, body)) {}
+  GraphExec(cudaStream_t stream, const std::function<void(cudaStream_t)>& body,
+            std::vector<const void*>* kernels = nullptr)
+      : exec_(capture_graph(stream, body, kernels)) {}
   ~GraphExec() { reset(); }
   GraphExec(GraphExec&& o) noexcept : exec_(o.release()) {}
   GraphExec& operator=(GraphExec&& o) noexcept {

@@ -8,6 +8,11 @@
 //
 // A plain C++ header (cudaLaunchKernelEx is a host template of cuda_runtime.h):
 // host code that holds a kernel pointer may launch through it too.
+//
+// While a LaunchLog is open on the calling thread, every launch through here is also
+// appended to it (name, kernel, shape): the step captures its graphs under one, so the
+// plan names every kernel that runs, and the capture checks the log against the
+// graph's kernel nodes (cuda/common/graph.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +20,7 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sparkdraft/error.h"
 
@@ -32,6 +38,53 @@ struct LaunchShape {
   size_t smem = 0;  // dynamic shared memory, bytes
   cudaStream_t stream = nullptr;
   bool pdl = false;  // programmatic dependent launch
+};
+
+// One launch as the log records it.
+struct LaunchRecord {
+  std::string name;              // the launcher's name for the kernel
+  const void* kernel = nullptr;  // the kernel (its host stub, as graph nodes hold it)
+  LaunchShape shape;             // grid, block, dynamic shared memory, pdl (stream: as given)
+};
+
+// The launches of the calling thread while it is open (logs nest: the innermost one
+// records).
+class LaunchLog {
+ public:
+  LaunchLog() : outer_(current()) { current() = this; }
+  ~LaunchLog() { current() = outer_; }
+  LaunchLog(const LaunchLog&) = delete;
+  LaunchLog& operator=(const LaunchLog&) = delete;
+
+  std::vector<LaunchRecord> records;
+
+  static LaunchLog*& current() {
+    thread_local LaunchLog* log = nullptr;
+    return log;
+  }
+
+ private:
+  LaunchLog* outer_;
+};
+
+// While a PdlScope that is on is open on the calling thread, every launch through here
+// carries programmatic dependent launch (the draft step opens one around its kernels:
+// every library kernel begins with pdl_enter(), common/ptx.cuh, which tools/check_pdl.py
+// holds them to).
+class PdlScope {
+ public:
+  explicit PdlScope(bool on) : outer_(active()) { active() = outer_ || on; }
+  ~PdlScope() { active() = outer_; }
+  PdlScope(const PdlScope&) = delete;
+  PdlScope& operator=(const PdlScope&) = delete;
+
+  static bool& active() {
+    thread_local bool on = false;
+    return on;
+  }
+
+ private:
+  bool outer_;
 };
 
 [[noreturn]] inline void throw_launch_error(const char* kernel, cudaError_t err) {
@@ -52,9 +105,14 @@ void launch_kernel(const char* name, void (*kernel)(Params...), const LaunchShap
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = shape.pdl ? 1 : 0;
+  cfg.numAttrs = shape.pdl || PdlScope::active() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) throw_launch_error(name, err);
+  if (LaunchLog* log = LaunchLog::current()) {
+    LaunchShape recorded = shape;
+    recorded.pdl = cfg.numAttrs == 1;
+    log->records.push_back({name, reinterpret_cast<const void*>(kernel), recorded});
+  }
 }
 
 }  // namespace sparkdraft::cuda

@@ -26,6 +26,18 @@ __device__ __forceinline__ void launch_dependents() {
 #endif
 }
 
+// The first statement of a library kernel (tests/lint: tools/check_pdl.py): waits for
+// the grids before it in the stream, then lets the next kernel launch. Under a step's
+// PdlScope (common/launch.h) every kernel is launched with programmatic dependent launch,
+// so kernel k + 1's CTAs may become resident while kernel k runs, and wait here; the
+// trigger after the wait keeps the chain transitive (kernel k + 2 launches only once
+// every CTA of k + 1 is past its wait, hence k is complete). Launched without the
+// attribute, both instructions are no-ops.
+__device__ __forceinline__ void pdl_enter() {
+  grid_dependency_wait();
+  launch_dependents();
+}
+
 // ---- named barriers ---------------------------------------------------------------------
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier(int id, int threads) {

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/common/vec.cuh"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/ops/boundary.h"
@@ -85,6 +86,7 @@ __device__ __forceinline__ void store_residual(bf16* p, const float (&v)[8], int
 template <class S, int kChunks, class B>
 __global__ void __launch_bounds__(kBoundaryMaxThreads)
     residual_boundary_kernel(ops::BoundaryParams p, B branch, S* residual, bf16* next, bool vec) {
+  pdl_enter();
   constexpr int kChunk = kBoundaryChunk;
   extern __shared__ float staged[];
   __shared__ float r_shared;

@@ -13,13 +13,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/comm/peer_reduce.h"
 #include "cuda/common/graph.h"
+#include "cuda/common/launch.h"
 #include "cuda/common/mma_probe.h"
 #include "cuda/draft/cuda_ops.h"
 #include "cuda/draft/graph_cache.h"
+#include "cuda/draft/step_kernels.h"
 #include "cuda/draft/workspace.h"
 #include "cuda/fused/backbone/backbone.h"
 #include "cuda/kernels.h"
@@ -444,6 +449,8 @@ struct CudaDraft::Impl {
       throw InvalidArgument(
           "propose_device: confidences were asked for but the config has no confidence head "
           "(enable_confidence_head is false)");
+    // Every kernel of the step with programmatic dependent launch (the plan's "pdl").
+    const PdlScope pdl(co.pdl);
     CudaOps ops = make_ops(s, ev);
     step.block(ops, sw, ws->block, b);
     last_rows = R;
@@ -473,6 +480,22 @@ struct CudaDraft::Impl {
     ops.mark(4);
   }
 
+  // Captures one step on our stream under a launch log: the plan gains the kernels it
+  // runs at `rows` (step_kernels.h), and a kernel node the log lacks is refused.
+  GraphExec capture_step(int rows, const std::function<void(cudaStream_t)>& body) {
+    LaunchLog log;
+    std::vector<const void*> nodes;
+    GraphExec g(stream, body, &nodes);
+    std::vector<std::string> names;
+    std::vector<const void*> logged;
+    for (const LaunchRecord& r : log.records) {
+      names.push_back(r.name);
+      logged.push_back(r.kernel);
+    }
+    put_part(plan, step_kernels_part(rows, names, logged, nodes, comm != nullptr));
+    return g;
+  }
+
   void propose_device_graphed(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     SD_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
@@ -494,8 +517,9 @@ struct CudaDraft::Impl {
     // limits); the graph is captured on our own stream for the next calls (capture
     // queues nothing).
     run_device(b, out, s, nullptr);
-    graphs.put_bound(b.num_rows, pointers,
-                     GraphExec(stream, [&](cudaStream_t cs) { run_device(b, out, cs, nullptr); }));
+    graphs.put_bound(b.num_rows, pointers, capture_step(b.num_rows, [&](cudaStream_t cs) {
+                       run_device(b, out, cs, nullptr);
+                     }));
   }
 
   // The verifier's device call (cuda/verify/verify.h) on device pointers.
@@ -606,8 +630,8 @@ struct CudaDraft::Impl {
         run_device(d, dout, stream, nullptr);
         SD_CUDA_CHECK(cudaStreamSynchronize(stream));
         if (peer) peer->check();
-        auto body = [&](cudaStream_t s) { run_device(d, dout, s, nullptr); };
-        g = &graphs.put(R, GraphExec(stream, body));
+        g = &graphs.put(R,
+                        capture_step(R, [&](cudaStream_t s) { run_device(d, dout, s, nullptr); }));
       }
       SD_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
       g->launch(stream);
@@ -824,6 +848,12 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
              (co.pdl ? ", programmatic dependent launch" : "")});
   else
     plan.parts.push_back({"markov loop", "eager", "the fused loop refuses: " + markov_refusal});
+  plan.parts.push_back(
+      {"pdl", co.pdl ? "on" : "off",
+       co.pdl ? "programmatic dependent launch on every kernel of the step: kernel k + 1 "
+                "launches while kernel k runs and waits in griddepcontrol.wait (the fused "
+                "Markov loop's step kernels stream their w2 prologue before it)"
+              : "kernels launch after their predecessor completes (CudaDraftOptions::pdl off)"});
   if (co.cuda_graph && !tp.graph_capturable)
     plan.parts.push_back({"cuda graph", "off",
                           "the ranks share one GPU as host threads and meet on the host in each "

@@ -173,30 +173,40 @@ __device__ bool find_piece(const AttnArgs& a, int p, int* t0_out, int* ntok_out,
   return false;
 }
 
-// Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed).
-// Thread x loads position x / 4 (one page lookup): pieces x % 4, x % 4 + 4, ... of
+// The page of this thread's position in chunk c (thread x loads position x / 4 of
+// every chunk): the block table's entry, or -1 when the position is at or past kv_len
+// (or the page is unmapped). A separate step so that the loop can fetch the next chunk's
+// page a whole chunk ahead of its use (the table lookup is a dependent global load).
+__device__ __forceinline__ int32_t chunk_page(const AttnArgs& a, const int32_t* table,
+                                              int64_t kv_len, int64_t c) {
+  const int64_t pos = c * kChunk + threadIdx.x / (kThreads / kChunk);
+  if (pos >= kv_len) return -1;
+  const uint32_t upos = static_cast<uint32_t>(pos), ps = static_cast<uint32_t>(a.page_size);
+  const uint32_t pi = a.page_shift >= 0 ? upos >> a.page_shift : upos / ps;
+  return table[pi];
+}
+
+// Loads chunk c's K and V (64 positions) into a stage (cp.async, not committed), this
+// thread's position on `page` (chunk_page's).
+// Thread x loads position x / 4: pieces x % 4, x % 4 + 4, ... of
 // its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes). The row stride
 // is 16 * KS elements (swizzled_ld of every head dim of the instantiation).
 template <int KS>
-__device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
-                                           const int32_t* table, int64_t kv_len, int kvh, int64_t c,
-                                           bf16* ks) {
+__device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache, int32_t page,
+                                           int kvh, int64_t c, bf16* ks) {
   constexpr int kPer = kThreads / kChunk;  // threads per position
   static_assert(kPer == 4, "four threads per position");
   constexpr int kLd = 16 * KS;
   const int hd = a.head_dim;
   bf16* vs = ks + kChunk * kLd;
   const int j = threadIdx.x / kPer, sub = threadIdx.x % kPer;
-  const int64_t pos = c * kChunk + j;
   const bf16* src = nullptr;
-  if (pos < kv_len) {
-    const uint32_t upos = static_cast<uint32_t>(pos), ps = static_cast<uint32_t>(a.page_size);
-    const uint32_t pi = a.page_shift >= 0 ? upos >> a.page_shift : upos / ps;
-    const int32_t page = table[pi];
-    if (page >= 0) {
-      const int64_t slot = static_cast<int64_t>(page) * a.page_size + (upos - pi * ps);
-      src = cache + (slot * a.kv_heads + kvh) * 2 * hd;
-    }
+  if (page >= 0) {
+    const uint32_t upos = static_cast<uint32_t>(c * kChunk + j);
+    const uint32_t ps = static_cast<uint32_t>(a.page_size);
+    const uint32_t in_page = a.page_shift >= 0 ? upos & (ps - 1) : upos % ps;
+    const int64_t slot = static_cast<int64_t>(page) * a.page_size + in_page;
+    src = cache + (slot * a.kv_heads + kvh) * 2 * hd;
   }
   if (a.vec) {
     const int units = hd / 8;  // 16-byte pieces per K (or V) row
@@ -422,9 +432,14 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   constexpr int kStageElems = 2 * kChunk * kLd;
   constexpr uint32_t kStageBytes = sizeof(bf16) * kStageElems;
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nchunks) load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + s, kvs + s * kStageElems);
+    if (s < nchunks)
+      load_chunk<KS>(a, cache, chunk_page(a, table, kv_len, cbeg + s), kvh, cbeg + s,
+                     kvs + s * kStageElems);
     cp_async_commit();
   }
+  // The page of the next chunk to load (chunk kStages - 1 of the CTA's), fetched one
+  // iteration ahead of its load.
+  int32_t next_page = kStages - 1 < nchunks ? chunk_page(a, table, kv_len, cbeg + kStages - 1) : -1;
 
   // This lane's two rows (g and g + 8 of its tile): their ranges (32-bit: positions
   // fit, check_attention_limits), and with splits their workspace units (chunk c of
@@ -491,8 +506,10 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
     __syncthreads();  // this chunk landed; the previous one (and Q) are consumed
     {
       const int nxt = ci + kStages - 1;
-      if (nxt < nchunks)
-        load_chunk<KS>(a, cache, table, kv_len, kvh, cbeg + nxt, kvs + nstage * kStageElems);
+      if (nxt < nchunks) {
+        load_chunk<KS>(a, cache, next_page, kvh, cbeg + nxt, kvs + nstage * kStageElems);
+        if (nxt + 1 < nchunks) next_page = chunk_page(a, table, kv_len, cbeg + nxt + 1);
+      }
       cp_async_commit();
     }
     const uint32_t ks_addr = kv_addr + static_cast<uint32_t>(stage) * kStageBytes;
@@ -693,6 +710,7 @@ template <int KS, int WQ>
 __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
     attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
                            float* ws_l, float* ws_o) {
+  pdl_enter();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   if (a.splits == 1 && blockIdx.z == 0) {
     const int width = a.group * a.head_dim;
@@ -727,6 +745,7 @@ constexpr int kCombineBatch = 16;
 __global__ void __launch_bounds__(kCombineThreads, 8)
     attention_combine_kernel(AttnArgs a, const float* ws_m, const float* ws_l, const float* ws_o,
                              bf16* out) {
+  pdl_enter();
   __shared__ float a_s[kCombineThreads], b_s[kCombineThreads], l_s[kCombineThreads];
   __shared__ float warp_max[kCombineWarps];
   const int t = blockIdx.x, h = blockIdx.y;

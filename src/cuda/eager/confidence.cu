@@ -11,12 +11,14 @@
 
 #include "cuda/common/common.cuh"
 #include "cuda/common/launch.h"
+#include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
 
 __global__ void __launch_bounds__(detail::kRowThreads)
     confidence_kernel(ops::ConfidenceParams p, int64_t values) {
+  pdl_enter();
   const int lane = threadIdx.x % detail::kWarpSize;
   const int64_t t =
       static_cast<int64_t>(blockIdx.x) * detail::kRowWarps + threadIdx.x / detail::kWarpSize;

@@ -7,6 +7,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -15,6 +16,7 @@ constexpr int kEmbedThreads = 256;
 
 __global__ void __launch_bounds__(kEmbedThreads)
     embed_kernel(const int64_t* ids, const bf16* table, int hidden, bf16* out) {
+  pdl_enter();
   const int64_t r = blockIdx.x;
   const bf16* src = table + ids[r] * hidden;
   bf16* dst = out + r * hidden;

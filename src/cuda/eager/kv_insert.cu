@@ -9,6 +9,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -18,6 +19,7 @@ constexpr int kKvThreads = 128;
 __global__ void __launch_bounds__(kKvThreads)
     kv_insert_kernel(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride, int kv_heads,
                      int head_dim, const int64_t* slots, bf16* cache) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0) return;

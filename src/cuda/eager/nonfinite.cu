@@ -2,6 +2,7 @@
 // the lowest index of a bf16 or fp32 element whose exponent bits are all ones,
 // by atomicMin over a grid-stride loop (any grid gives the same answer).
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
 
@@ -11,6 +12,7 @@ namespace {
 template <class U>
 __global__ void first_nonfinite_kernel(const U* x, int64_t n, U exp_mask,
                                        unsigned long long* first) {
+  pdl_enter();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     if ((x[i] & exp_mask) == exp_mask) {

@@ -13,6 +13,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -20,6 +21,7 @@ namespace {
 __global__ void __launch_bounds__(detail::kRowThreads)
     o_norm_gate_kernel(bf16* o, int64_t units, int heads, int head_dim, const bf16* o_norm_weight,
                        bool o_norm, NormGain gain, float eps, const bf16* g, int64_t g_stride) {
+  pdl_enter();
   const int lane = threadIdx.x % detail::kWarpSize;
   const int64_t unit =
       static_cast<int64_t>(blockIdx.x) * detail::kRowWarps + threadIdx.x / detail::kWarpSize;

@@ -2,6 +2,7 @@
 // widening (ops/embed.h) and the per-head norm (ops/norm.h). The head norm rounds
 // where cuda::rms_norm and cpu::rms_norm do: only the output, once, to bf16.
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/ops/kv.h"
@@ -10,6 +11,7 @@ namespace sparkdraft::cuda {
 namespace {
 
 __global__ void prepare_kernel(ops::QueryBlockParams p) {
+  pdl_enter();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= p.rows * p.steps) return;
   const int r = t / p.steps, j = t % p.steps;
@@ -31,11 +33,13 @@ __global__ void prepare_kernel(ops::QueryBlockParams p) {
 }
 
 __global__ void widen_kernel(const bf16* x, int64_t n, float* out) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = to_f32(x[i]);
 }
 
 __global__ void narrow_kernel(const float* x, int64_t n, bf16* out) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = to_bf16(x[i]);
 }
@@ -43,6 +47,7 @@ __global__ void narrow_kernel(const float* x, int64_t n, bf16* out) {
 __global__ void __launch_bounds__(detail::kRowThreads)
     head_norm_kernel(bf16* x, int64_t token_stride, int tokens, int heads, int head_dim,
                      const bf16* weight, NormGain gain, float eps) {
+  pdl_enter();
   const int lane = threadIdx.x % detail::kWarpSize;
   const int row = blockIdx.x * detail::kRowWarps + threadIdx.x / detail::kWarpSize;
   if (row >= tokens * heads) return;
@@ -60,7 +65,7 @@ __global__ void __launch_bounds__(detail::kRowThreads)
 void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream) {
   p.check();
   const int total = p.rows * p.steps;
-  launch_kernel("prepare_kernel", prepare_kernel,
+  launch_kernel("query_block_prepare_kernel", prepare_kernel,
                 LaunchShape{dim3(detail::blocks_for(total, 128, "prepare_query_block")), dim3(128),
                             0, stream},
                 p);

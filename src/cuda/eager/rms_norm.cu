@@ -11,6 +11,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -22,6 +23,7 @@ template <class In>
 __global__ void __launch_bounds__(detail::kRowThreads)
     rms_norm_kernel(const In* x, int64_t x_stride, int rows, int n, const bf16* weight,
                     NormGain gain, float eps, bf16* y, int64_t y_stride) {
+  pdl_enter();
   const int lane = threadIdx.x % detail::kWarpSize;
   const int row = blockIdx.x * detail::kRowWarps + threadIdx.x / detail::kWarpSize;
   if (row >= rows) return;  // whole warps leave together

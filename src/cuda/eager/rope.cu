@@ -13,6 +13,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -22,6 +23,7 @@ constexpr int kRopeThreads = 256;
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(bf16* x, int64_t x_stride, int64_t pairs, int heads, int head_dim,
                 const int64_t* positions, const float* table, bool gptj) {
+  pdl_enter();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kRopeThreads + threadIdx.x;
   if (idx >= pairs) return;
   const int half = head_dim / 2;

@@ -10,6 +10,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
 namespace {
@@ -18,6 +19,7 @@ constexpr int kSiluThreads = 256;
 
 __global__ void __launch_bounds__(kSiluThreads)
     silu_mul_kernel(const bf16* gu, int64_t total, int inter, bf16* y) {
+  pdl_enter();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kSiluThreads + threadIdx.x;
   if (idx >= total) return;
   const int64_t r = idx / inter;

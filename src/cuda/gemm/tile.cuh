@@ -216,6 +216,7 @@ __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
 // change is a CTA barrier (every group has the same number of stages).
 template <int MT, int NT, int WT, bool kSwiGLU>
 __global__ void __launch_bounds__(Tile<MT, NT, WT>::kMaxThreads) gemm_ring_kernel(Args a) {
+  pdl_enter();
   using T = Tile<MT, NT, WT>;
   static_assert(!kSwiGLU || MT % 2 == 0, "SwiGLU pairs gate and up tiles");
   // kSwiGLU: the CTA's weight rows r < kWRows/2 are gate rows n0 + r, the rest the
@@ -377,6 +378,7 @@ __device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&p)
 // to warp 0 through shared memory, which writes ops/mlp.h's SwiGLU of the pair.
 template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU>
 __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
+  pdl_enter();
   using B = Bulk<MT, NT, WG, LEVELS>;
   static_assert(!kSwiGLU || (MT == 1 && WG == 2 && LEVELS == 0), "SwiGLU: gate + up warp");
   constexpr int kOutRows = kSwiGLU ? B::kWRows / 2 : B::kWRows;
@@ -572,6 +574,7 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
 // and k0 + 2t+8, 2t+9 (register 2 / 3), as the fragment layout says.
 template <int NT>
 __global__ void __launch_bounds__(32 * kMaxSlices) gemm_general_kernel(Args a) {
+  pdl_enter();
   using T = Tile<1, NT, 1>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;

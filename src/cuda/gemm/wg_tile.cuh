@@ -70,6 +70,7 @@ template <int WGS, int NB, bool kSwiGLU, bool kGroups = false>
 __global__ void __launch_bounds__(128 * WGS)
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
+  pdl_enter();
   using T = WgTile<kGroups ? 1 : WGS, NB>;  // the layout of one ring's stage
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");

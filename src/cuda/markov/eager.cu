@@ -18,6 +18,7 @@
 
 #include "cuda/common/launch.h"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/markov/detail.h"
 #include "cuda/markov/device.cuh"
 #include "cuda/markov/markov.h"
@@ -35,6 +36,7 @@ using markov_detail::require;
 
 __global__ void embed_kernel(const int64_t* tokens, int64_t token_stride, const bf16* w1, int rank,
                              bf16* e) {
+  pdl_enter();
   const int r = blockIdx.x;
   const bf16* src = w1 + tokens[r * token_stride] * rank;
   for (int k = threadIdx.x; k < rank; k += blockDim.x)
@@ -58,6 +60,7 @@ __device__ __forceinline__ uint32_t fragment_pair(const bf16* m, int row, int ro
 // but the first.
 __global__ void bias_kernel(const bf16* e, int rows, const bf16* w2, int vocab, int rank,
                             bf16* bias) {
+  pdl_enter();
   const int lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int v0 = (blockIdx.x * kWarps + threadIdx.x / kWarp) * 16;
   const int n0 = blockIdx.y * 8;
@@ -83,6 +86,7 @@ __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const 
                                    int vocab, ops::LogitTransform transform, bf16* logits,
                                    bf16* cache, const int64_t* cache_slots,
                                    int64_t cache_slot_stride, const int32_t* ids) {
+  pdl_enter();
   const int v = blockIdx.x * blockDim.x + threadIdx.x;
   const int r = blockIdx.y;
   if (v >= vocab) return;
@@ -97,6 +101,7 @@ __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const 
 
 // Row r's `steps` cache rows of width `vocab`, every column bf16 -inf.
 __global__ void fill_cache_kernel(const int64_t* cache_slots, int64_t span, bf16* cache) {
+  pdl_enter();
   const int64_t slot = cache_slots[blockIdx.y];
   if (slot < 0) return;
   bf16* row = cache + slot * span;
@@ -110,6 +115,7 @@ __global__ void sample_block_kernel(const bf16* logits, int vocab, int64_t id_of
                                     const float* temperatures, const int64_t* seeds,
                                     const int64_t* anchor_positions, int step, const int32_t* ids,
                                     MarkovCandidate* partials) {
+  pdl_enter();
   __shared__ MarkovCandidate warp_best_smem[kWarps];
   const int r = blockIdx.y;
   const float t = temperatures[r];
@@ -136,6 +142,7 @@ __global__ void sample_block_kernel(const bf16* logits, int vocab, int64_t id_of
 // One warp per row: the best of the row's block bests.
 __global__ void sample_final_kernel(const MarkovCandidate* partials, int blocks, int32_t fill,
                                     MarkovCandidate* best, int64_t* tokens, int64_t token_stride) {
+  pdl_enter();
   const int r = blockIdx.x;
   MarkovCandidate c = markov_detail::no_candidate();
   for (int b = threadIdx.x; b < blocks; b += kWarp) {
@@ -178,8 +185,8 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
           "e, w2 and bias must not be null");
   const int vocab_blocks = (vocab + 16 * kWarps - 1) / (16 * kWarps);
   const dim3 grid(vocab_blocks, (rows + 7) / 8);
-  launch_kernel("bias_kernel", bias_kernel, LaunchShape{dim3(grid), dim3(kThreads), 0, stream}, e,
-                rows, w2, vocab, rank, bias);
+  launch_kernel("markov_bias_kernel", bias_kernel,
+                LaunchShape{dim3(grid), dim3(kThreads), 0, stream}, e, rows, w2, vocab, rank, bias);
 }
 
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
@@ -199,7 +206,7 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
   require(cache == nullptr || cache_slots != nullptr, "markov_step_logits",
           "cache_slots must be given with a cache");
   const dim3 grid((vocab + kThreads - 1) / kThreads, rows);
-  launch_kernel("step_logits_kernel", step_logits_kernel,
+  launch_kernel("markov_step_logits_kernel", step_logits_kernel,
                 LaunchShape{dim3(grid), dim3(kThreads), 0, stream}, base, base_stride, bias, vocab,
                 transform, logits, cache, cache_slots, cache_slot_stride, map.ids);
 }
@@ -216,7 +223,7 @@ void markov_fill_cache(const ops::MarkovRows& mrows, int steps, int vocab, bf16*
   const int64_t span = static_cast<int64_t>(steps) * vocab;
   const int64_t blocks = (span + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(blocks < 1024 ? blocks : 1024), rows);
-  launch_kernel("fill_cache_kernel", fill_cache_kernel,
+  launch_kernel("markov_fill_cache_kernel", fill_cache_kernel,
                 LaunchShape{grid, dim3(kThreads), 0, stream}, mrows.cache_slots, span, cache);
 }
 
@@ -242,10 +249,10 @@ void markov_sample(const bf16* logits, const ops::MarkovRows& mrows, int vocab, 
           "logits, temperatures, seeds, anchor_positions, partials and best "
           "must not be null");
   const int blocks = markov_sample_blocks(vocab);
-  launch_kernel("sample_block_kernel", sample_block_kernel,
+  launch_kernel("markov_sample_block_kernel", sample_block_kernel,
                 LaunchShape{dim3(blocks, rows), dim3(kThreads), 0, stream}, logits, vocab,
                 id_offset, temperatures, seeds, anchor_positions, step, map.ids, partials);
-  launch_kernel("sample_final_kernel", sample_final_kernel,
+  launch_kernel("markov_sample_final_kernel", sample_final_kernel,
                 LaunchShape{dim3(rows), dim3(kWarp), 0, stream}, partials, blocks, map.fill, best,
                 tokens, token_stride);
 }

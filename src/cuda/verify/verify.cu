@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common/launch.h"
+#include "cuda/common/ptx.cuh"
 #include "cuda/verify/select.h"
 #include "sparkdraft/cuda/check.h"
 
@@ -399,6 +400,7 @@ __device__ void head(const Args& a, int item) {
 // the first id can differ (the division may tie distinct raw values), and the law
 // reads it only when it is degenerate: head's law_first settles that.
 __global__ void first_kernel(const Args a) {
+  pdl_enter();
   const ops::VerifyParams& p = a.p;
   const int item = blockIdx.x, s = blockIdx.y, r = item / (p.n + 1), j = item % (p.n + 1);
   if (padding(p, r)) return;
@@ -526,6 +528,7 @@ __device__ void sums_part(const Args& a, int item, int s) {
 // Grid (items, S); the last CTA of a row runs its decision (a greedy row's CTAs only
 // arrive).
 __global__ void sums_kernel(const Args a) {
+  pdl_enter();
   const ops::VerifyParams& p = a.p;
   const int item = blockIdx.x, r = item / (p.n + 1);
   if (padding(p, r)) return;
@@ -535,6 +538,7 @@ __global__ void sums_kernel(const Args a) {
 
 // Block verification: the residual mass R_i of positions i = 1 .. N-1, per slice.
 __global__ void mass_kernel(const Args a) {
+  pdl_enter();
   const ops::VerifyParams& p = a.p;
   const int N = p.n, r = blockIdx.x / (N - 1), i = blockIdx.x % (N - 1) + 1, s = blockIdx.y;
   if (padding(p, r) || greedy(p, r) || i >= p.row_length(r)) return;  // R_i for i < n only
@@ -556,6 +560,7 @@ __global__ void mass_kernel(const Args a) {
 
 // Block verification: h_i and k (the largest i with u_{i-1} < h_i).
 __global__ void block_decide_kernel(const Args a) {
+  pdl_enter();
   const ops::VerifyParams& p = a.p;
   const int r = blockIdx.x, N = p.n, n = p.row_length(r);
   if (padding(p, r) || greedy(p, r)) return;
@@ -677,6 +682,7 @@ __device__ void draw_part(const Args& a, int r, int s) {
 // Grid (rows, D draw slices); the last CTA of a row finishes it (a greedy row's CTAs
 // only arrive).
 __global__ void draw_kernel(const Args a) {
+  pdl_enter();
   const ops::VerifyParams& p = a.p;
   const int r = blockIdx.x;
   if (padding(p, r)) return;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cuda/common/launch.h"
+#include "cuda/common/ptx.cuh"
 #include "cuda/fused/backbone/backbone.h"
 #include "cuda/fused/backbone/embed_norm.cuh"
 #include "cuda/fused/backbone/front.cuh"
@@ -25,6 +26,7 @@ namespace {
 
 __global__ void __launch_bounds__(kFrontThreads)
     qkv_front_kernel(const ops::QkvFrontParams p, int group, int64_t heads_total) {
+  pdl_enter();
   __shared__ __align__(16) bf16 stage[kFrontWarps][kFrontStage];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int per_warp = kWarp / group;
@@ -37,6 +39,7 @@ __global__ void __launch_bounds__(kFrontThreads)
 
 __global__ void __launch_bounds__(kEmbedNormThreads)
     embed_norm_kernel(const ops::EmbedNormParams p) {
+  pdl_enter();
   extern __shared__ __align__(16) bf16 staged_row[];
   embed_norm_row(p, blockIdx.x, staged_row);
 }

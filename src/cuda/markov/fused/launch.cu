@@ -231,6 +231,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
 __global__ void anchor_kernel(const int64_t* anchors, const bf16* w1, int rank, bf16* embeds,
                               uint32_t* arrivals, int* known, unsigned long long* row_best,
                               int arrivals_len) {
+  pdl_enter();
   const int r = blockIdx.x;
   const uint4* src = reinterpret_cast<const uint4*>(w1 + anchors[r] * rank);
   uint4* dst = reinterpret_cast<uint4*>(embeds + static_cast<int64_t>(r) * rank);
@@ -243,6 +244,7 @@ __global__ void anchor_kernel(const int64_t* anchors, const bf16* w1, int rank, 
 // Vocab-parallel: the shards' packets [shards][rows] folded in shard order.
 __global__ void pick_kernel(const MarkovPacket* packets, int shards, int rows, const bf16* w1,
                             int rank, int64_t* tokens, int steps, bf16* embeds_out) {
+  pdl_enter();
   const int r = blockIdx.x;
   // Lane s takes shard s's packet (and s + 32, ...); the warp reduction applies
   // the rule (associative, so this is the shard-order fold).
@@ -261,6 +263,7 @@ __global__ void pick_kernel(const MarkovPacket* packets, int shards, int rows, c
 template <int kVec>
 __global__ void cache_fill_kernel(const bf16* gathered, const int64_t* cache_slots, int rows,
                                   int steps, int width, int vocab, bf16* cache) {
+  pdl_enter();
   const int rj = blockIdx.x;  // r * steps + j
   const int s = blockIdx.y;
   const int64_t slot = cache_slots[rj / steps];
@@ -316,7 +319,7 @@ int vec_io(const FusedStepParams& p) {
 
 void launch_step(const StepLaunch& l, const FusedStepParams& p, cudaStream_t stream) {
   launch_kernel(
-      "fused_step_kernel", l.kernel,
+      "markov_fused_step_kernel", l.kernel,
       LaunchShape{l.grid, dim3(kFusedThreads), static_cast<size_t>(l.smem), stream, l.pdl}, p);
 }
 
@@ -358,7 +361,7 @@ void check_batch(const char* op, const MarkovHead& head, const MarkovBatch& batc
 
 void launch_anchor(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
                    cudaStream_t stream) {
-  launch_kernel("anchor_kernel", anchor_kernel,
+  launch_kernel("markov_anchor_kernel", anchor_kernel,
                 LaunchShape{dim3(batch.rows.num_rows), dim3(128), 0, stream, false},
                 batch.rows.anchor_tokens, head.w1, head.markov_rank, ws.embeds.data(),
                 ws.arrivals.data(), ws.known.data(), ws.row_best.data(),
@@ -477,9 +480,10 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
       sends[i] = p.packets;
     }
     comm_.all_gather(sends.data(), ws_.packets_recv.data(), rows * sizeof(MarkovPacket), stream);
-    launch_kernel("pick_kernel", pick_kernel, LaunchShape{dim3(rows), dim3(kWarp), 0, stream},
-                  ws_.packets_recv.data(), s_count, rows, head_.w1, head_.markov_rank,
-                  batch.draft_tokens + j, batch.steps, ws_.embeds.data() + (j + 1) * row_k);
+    launch_kernel("markov_pick_kernel", pick_kernel,
+                  LaunchShape{dim3(rows), dim3(kWarp), 0, stream}, ws_.packets_recv.data(), s_count,
+                  rows, head_.w1, head_.markov_rank, batch.draft_tokens + j, batch.steps,
+                  ws_.embeds.data() + (j + 1) * row_k);
   }
   // The cache slices: [rows][steps][width] of every shard -> the full cache.
   for (size_t i = 0; i < local.size(); ++i)
@@ -488,11 +492,11 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
                    static_cast<size_t>(rows) * batch.steps * width * sizeof(bf16), stream);
   const dim3 grid(rows * batch.steps, s_count);
   if (width % 8 == 0 && head_.vocab % 8 == 0 && reinterpret_cast<uintptr_t>(batch.cache) % 16 == 0)
-    launch_kernel("cache_fill_kernel", cache_fill_kernel<8>,
+    launch_kernel("markov_cache_fill_kernel", cache_fill_kernel<8>,
                   LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
                   batch.rows.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
   else
-    launch_kernel("cache_fill_kernel", cache_fill_kernel<1>,
+    launch_kernel("markov_cache_fill_kernel", cache_fill_kernel<1>,
                   LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
                   batch.rows.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
 }
