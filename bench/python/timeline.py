@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A timeline of the draft step as it runs: one replay of the backend's CUDA graph (the
-bound propose, exactly what `bench step` times as fused_us), its kernels' starts and ends
+bound propose, exactly what `bench step` times as fused_us, with the backend's default
+options: programmatic dependent launch in the fused Markov loop only), its kernels' starts and ends
 from the CUDA profiling interface (torch.profiler / CUPTI), the gaps between them, and the
 kernel count per step (issue 24 point 2: "measure the gaps").
 
@@ -32,10 +33,9 @@ from bench_propose import setup  # noqa: E402  (the same context and buffers as 
 
 def short(name: str) -> str:
     """A kernel's name without namespaces, argument lists and template arguments' noise."""
-    n = name.split("(")[0]
-    for pre in ("void ", "sparkdraft::cuda::", "(anonymous namespace)::"):
-        n = n.replace(pre, "")
-    return n[:90]
+    for pre in ("void ", "sparkdraft::cuda::", "(anonymous namespace)::", "<unnamed>::"):
+        name = name.replace(pre, "")
+    return name.split("(")[0][:90]
 
 
 def replays_of(events, replays):

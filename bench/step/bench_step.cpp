@@ -201,6 +201,7 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
   eager_options.fused_markov = false;
   eager_options.fused_backbone = false;
   eager_options.max_context_tokens = fused_options.max_context_tokens = o.max_context_tokens;
+  eager_options.step_pdl = fused_options.step_pdl = o.step_pdl;
   out << "bench step: " << label << ", ctx " << ctx << ", rows " << rows
       << ": building the eager and the fused backend, storing the context" << std::endl;
   CudaDraft eager(ckpt, d, eager_options), fused(ckpt, d, fused_options);
@@ -294,6 +295,7 @@ StepBenchResult bench_step_tp(std::shared_ptr<const Checkpoint> ckpt, const Step
   DraftOptions d = draft_options(c, o);
   CudaDraftOptions fused_options;
   fused_options.max_context_tokens = o.max_context_tokens;
+  fused_options.step_pdl = o.step_pdl;
   CudaDraftOptions rank_options = fused_options;
   rank_options.tp_reduce = o.tp_reduce;
   const size_t n_tokens = static_cast<size_t>(rows * n), n_cache = n_tokens * v;
@@ -418,6 +420,7 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
       {"repeats", o.repeats},
       {"seed", o.seed},
       {"markov_fused", r.markov_fused},
+      {"step_pdl", o.step_pdl},
       {"check", r.ok() ? "fused == eager bit for bit" : r.difference},
   };
   if (o.tp > 1) {

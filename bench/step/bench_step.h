@@ -45,6 +45,7 @@ struct StepBenchOptions {
   int tp = 1;                                // TP ranks (bench_step_tp: one GPU each)
   std::vector<int> devices;                  // bench_step_tp: the ranks' GPUs (empty: 0 .. tp-1)
   TpReduce tp_reduce = TpReduce::automatic;  // bench_step_tp: CudaDraftOptions::tp_reduce
+  bool step_pdl = false;                     // CudaDraftOptions::step_pdl of every backend
 };
 
 struct StepBenchResult {

@@ -350,6 +350,7 @@ Command add_bench_step(CLI::App* bench) {
     int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
     bool spec_suite = false, allow_nonfinite = false, allow_unused = false;
+    std::string pdl = "off";
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = bench->add_subcommand(
@@ -402,6 +403,11 @@ Command add_bench_step(CLI::App* bench) {
       ->capture_default_str();
   add_devices(sub, opts->devices, "GPU of each TP rank, distinct (default: 0 .. tp-1)");
   add_tp_reduce(sub, opts->tp_reduce);
+  sub->add_option("--step-pdl", opts->pdl,
+                  "Programmatic dependent launch on every kernel of the step (on) or only in the "
+                  "fused Markov loop (off, the default: CudaDraftOptions::step_pdl)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
   add_allow_unused(sub, opts->allow_unused);
@@ -444,6 +450,7 @@ Command add_bench_step(CLI::App* bench) {
             b.tp = opts->tp;
             b.devices = opts->devices;
             b.tp_reduce = cuda::parse_tp_reduce(opts->tp_reduce);
+            b.step_pdl = opts->pdl == "on";
             const cuda::StepBenchResult res = b.tp == 1 ? cuda::bench_step(ckpt, b, std::cout)
                                                         : cuda::bench_step_tp(ckpt, b, std::cout);
             if (!res.ok()) {

@@ -57,7 +57,12 @@ TpReduce parse_tp_reduce(const std::string& s);
 struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
-  bool pdl = true;           // programmatic dependent launch on every kernel of the step
+  bool pdl = true;           // programmatic dependent launch in the fused Markov loop
+  // Programmatic dependent launch on every other kernel of the step too (each begins with
+  // griddepcontrol.wait). Off by default: measured on the H200 (docs/history/gpu-log.md,
+  // 2026-12-04 run 2) it gains nothing at 1 and 8 requests and costs 1.5% at 32, since the
+  // graph's kernels already follow each other without gaps.
+  bool step_pdl = false;
   // The fused backbone kernels (cuda/fused/backbone/backbone.h: embed norm, QKV front, context
   // front) where the plan accepts them; false: their eager ops (the GPU reference).
   bool fused_backbone = true;

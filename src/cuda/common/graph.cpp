@@ -18,8 +18,11 @@ std::vector<const void*> kernels_in_order(cudaGraph_t graph) {
   if (n > 0) SD_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
   size_t e = 0;
   SD_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &e));
+  // The edge data too: a programmatic (PDL) edge carries some, and leaving it out is an
+  // error ("semantically lossy") rather than a plain edge.
   std::vector<cudaGraphNode_t> from(e), to(e);
-  if (e > 0) SD_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &e));
+  std::vector<cudaGraphEdgeData> data(e);
+  if (e > 0) SD_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &e));
   std::map<cudaGraphNode_t, size_t> index;
   for (size_t i = 0; i < n; ++i) index[nodes[i]] = i;
   std::vector<std::vector<size_t>> out(n);

@@ -68,7 +68,8 @@ class LaunchLog {
 };
 
 // While a PdlScope that is on is open on the calling thread, every launch through here
-// carries programmatic dependent launch (the draft step opens one around its kernels:
+// carries programmatic dependent launch (the draft step opens one around its kernels with
+// CudaDraftOptions::step_pdl:
 // every library kernel begins with pdl_enter(), common/ptx.cuh, which tools/check_pdl.py
 // holds them to).
 class PdlScope {

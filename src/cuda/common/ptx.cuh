@@ -28,11 +28,11 @@ __device__ __forceinline__ void launch_dependents() {
 
 // The first statement of a library kernel (tests/lint: tools/check_pdl.py): waits for
 // the grids before it in the stream, then lets the next kernel launch. Under a step's
-// PdlScope (common/launch.h) every kernel is launched with programmatic dependent launch,
-// so kernel k + 1's CTAs may become resident while kernel k runs, and wait here; the
-// trigger after the wait keeps the chain transitive (kernel k + 2 launches only once
-// every CTA of k + 1 is past its wait, hence k is complete). Launched without the
-// attribute, both instructions are no-ops.
+// PdlScope (common/launch.h; CudaDraftOptions::step_pdl) every kernel is launched with programmatic
+// dependent launch, so kernel k + 1's CTAs may become resident while kernel k runs, and wait here;
+// the trigger after the wait keeps the chain transitive (kernel k + 2 launches only once every CTA
+// of k + 1 is past its wait, hence k is complete). Launched without the attribute, both
+// instructions are no-ops.
 __device__ __forceinline__ void pdl_enter() {
   grid_dependency_wait();
   launch_dependents();
