@@ -244,5 +244,38 @@ TEST(SamplingRule, ContractDocumentVectors) {
   EXPECT_EQ(rule_token(z1), 2);
 }
 
+// The noise range kGumbelMin .. kGumbelMax (the bound the fused loop's pruning uses):
+// the noise of the two ends of u's range, computed here with the contract's own
+// functions, and every u the sampler can draw (seeded draws through philox_uniform,
+// the ends' neighbours) gives a g inside it; g is non-increasing in u on the way.
+TEST(SamplingRule, GumbelNoiseRangeIsThatOfTheEndsOfU) {
+  const float u_lo = kUniformScale, u_hi = 0x1.fffffep-1f;
+  EXPECT_EQ(f32_bits(gumbel_noise(u_lo)), f32_bits(kGumbelMax));
+  EXPECT_EQ(f32_bits(gumbel_noise(u_hi)), f32_bits(kGumbelMin));
+  EXPECT_EQ(f32_bits(kGumbelMax), 0x41abe687u);
+  EXPECT_EQ(f32_bits(kGumbelMin), 0xc033f049u);
+  // u's range: the largest int32 magnitude times the scale, and zero clamped up.
+  EXPECT_EQ(f32_bits(static_cast<float>(0x7fffffff) * kUniformScale), f32_bits(u_hi));
+  test::Gen gen(20261204);
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t step_seed = static_cast<uint32_t>(gen.bits());
+    const int64_t v = gen.integer(0, (int64_t{1} << 32) - 1);
+    const float u = philox_uniform(step_seed, v);
+    ASSERT_GE(u, u_lo);
+    ASSERT_LE(u, u_hi);
+    const float g = gumbel_noise(u);
+    ASSERT_GE(g, kGumbelMin) << "u " << u;
+    ASSERT_LE(g, kGumbelMax) << "u " << u;
+    // Monotone: the next fp32 above u (inside the range) never gives a larger g.
+    if (u < u_hi) {
+      const float next = bits_f32(f32_bits(u) + 1u);
+      ASSERT_LE(gumbel_noise(next), g) << "u " << u;
+    }
+  }
+  // The ends' neighbours stay inside.
+  EXPECT_LE(gumbel_noise(bits_f32(f32_bits(u_lo) + 1u)), kGumbelMax);
+  EXPECT_GE(gumbel_noise(bits_f32(f32_bits(u_hi) - 1u)), kGumbelMin);
+}
+
 }  // namespace
 }  // namespace sparkdraft

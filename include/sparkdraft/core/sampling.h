@@ -20,6 +20,13 @@ namespace sparkdraft {
 // Gumbel noise of one uniform: g = -log(-log1p(-u)), our correctly rounded log/log1p.
 SD_HD float gumbel_noise(float u) { return -log_f32(-log1p_f32(-u)); }
 
+// The range of the noise. u lies in [kUniformScale, 0x1.fffffep-1] (philox.h) and g is
+// non-increasing in u (log_f32 and log1p_f32 are correctly rounded, hence monotone), so
+// every g the sampler draws lies in [kGumbelMin, kGumbelMax], the noise of the two ends
+// (tests/core/test_sampling.cpp computes both with gumbel_noise and checks these bits).
+inline constexpr float kGumbelMax = 0x1.57cd0ep+4f;   // gumbel_noise(0x1.fffffep-32), 21.49
+inline constexpr float kGumbelMin = -0x1.67e092p+1f;  // gumbel_noise(0x1.fffffep-1), -2.81
+
 // Noise of vocab id v at a step (gs = draft_step_seed(seed, a, j)).
 SD_HD float draft_noise(uint32_t step_seed, int64_t vocab_id) {
   return gumbel_noise(philox_uniform(step_seed, vocab_id));
