@@ -65,6 +65,10 @@ TEST(MarkovNoiseBound, BoundsEveryDrawnUniformFromAboveAndBelow) {
   const std::vector<float> table = noise_bound_table();
   ASSERT_EQ(table.size(), static_cast<size_t>(kNoiseBuckets));
   EXPECT_EQ(noise_bucket(kUniformScale), 31);
+  // The largest bound is the largest noise the sampler draws (the slot cut's kGumbelMax).
+  EXPECT_EQ(f32_bits(table[0]), f32_bits(kGumbelMax));
+  EXPECT_EQ(f32_bits(table[31]), f32_bits(kGumbelMax));
+  EXPECT_LE(kNoiseFloor, kGumbelMin);
   EXPECT_EQ(noise_bucket(bits_f32(0x3F7FFFFFu)), kNoiseBuckets - 1);  // 1 - 2^-24
   for (int b = 1; b < kNoiseBuckets; ++b) EXPECT_LE(table[b], table[b - 1]) << "bucket " << b;
   // Uniforms exactly as the sampler draws them (philox_uniform over random counters),
@@ -413,6 +417,14 @@ struct LoopCase {
   bool bad_weights = false;                    // +inf, -inf and NaN in three w2 rows
   int tp_size = 0;                             // also run the loopback vocab-parallel loop (0: no)
   bool variants = false;  // also fused with PDL off and without the alternating walk
+  // Base logits (make_inputs): 0 uniform [-8, 8]; 1 the trained profile (bulk
+  // -2 + 2.5 N(0, 1), 8 ids in [18, 26), as bench markov --logits trained); 2 one entry
+  // 64 above a bulk in [-8, 8] (the slot cut drops all but one); 3 the cut's edge: the
+  // top 40 at 4 ids, the rest at 40 - kGumbelMax + kGumbelMin and a few bf16 ulps either
+  // side (entries whose bound lands on the row's bound). With zero_w2 the bias is +0
+  // and l is the base itself (no transform).
+  int logits = 0;
+  bool zero_w2 = false;
   uint64_t seed = 1;
 
   int cache_slots() const { return rows + 3; }
@@ -424,6 +436,7 @@ struct LoopCase {
     for (size_t i = 0; i < temps.size(); ++i) os << (i ? "," : "") << temps[i];
     os << "}" << (nan ? " nan" : "") << (ties ? " ties" : "") << (padding ? " padding" : "")
        << (bad_weights ? " bad-weights" : "");
+    if (logits) os << " logits " << logits << (zero_w2 ? " zero-w2" : "");
     if (tp_size) os << " shards " << tp_size;
     os << " seed " << seed;
     return os.str();
@@ -453,6 +466,36 @@ void set_bf16(bf16* dst, bf16 value, cudaStream_t s) {
   SD_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+// The base logits of the profiles 1..3 (LoopCase::logits), seeded by the case's seed.
+std::vector<bf16> profile_logits(const LoopCase& c) {
+  const size_t v = static_cast<size_t>(c.vocab), count = static_cast<size_t>(c.rows) * c.steps * v;
+  std::vector<bf16> out(count);
+  std::mt19937_64 gen(c.seed * 4 + 3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::uniform_int_distribution<size_t> pick(0, v - 1);
+  const float edge = 40.0f - kGumbelMax + kGumbelMin;
+  for (size_t v0 = 0; v0 < count; v0 += v) {
+    for (size_t i = 0; i < v; ++i) {
+      if (c.logits == 1) {
+        out[v0 + i] = to_bf16(-2.0f + 2.5f * normal(gen));
+      } else if (c.logits == 2) {
+        out[v0 + i] = to_bf16(-8.0f + 16.0f * unit(gen));
+      } else {
+        const int ulps = static_cast<int>(pick(gen) % 7) - 3;  // -3 .. 3 bf16 ulps
+        out[v0 + i] = bf16{static_cast<uint16_t>(to_bf16(edge).bits + ulps)};
+      }
+    }
+    if (c.logits == 1)
+      for (int h = 0; h < 8; ++h) out[v0 + pick(gen)] = to_bf16(18.0f + 8.0f * unit(gen));
+    else if (c.logits == 2)
+      out[v0 + pick(gen)] = to_bf16(72.0f);
+    else
+      for (int h = 0; h < 4; ++h) out[v0 + pick(gen)] = to_bf16(40.0f);
+  }
+  return out;
+}
+
 LoopInputs make_inputs(const LoopCase& c, cudaStream_t s) {
   LoopInputs in;
   const size_t v = c.vocab, k = c.markov_rank, rows = c.rows, n = c.steps;
@@ -462,6 +505,8 @@ LoopInputs make_inputs(const LoopCase& c, cudaStream_t s) {
   cuda::fill_uniform_bf16(in.w1.data(), in.w1.size(), c.seed * 4 + 1, -0.5f, 0.5f, s);
   cuda::fill_uniform_bf16(in.w2.data(), in.w2.size(), c.seed * 4 + 2, -0.5f, 0.5f, s);
   cuda::fill_uniform_bf16(in.base.data(), in.base.size(), c.seed * 4 + 3, -8.0f, 8.0f, s);
+  if (c.zero_w2) SD_CUDA_CHECK(cudaMemsetAsync(in.w2.data(), 0, in.w2.size() * sizeof(bf16), s));
+  if (c.logits != 0) in.base.upload(profile_logits(c), s);
   if (c.bad_weights && v > 8) {  // the tensor core's rules for non-finite weights, both paths
     set_bf16(in.w2.data() + 5 * k, to_bf16(std::numeric_limits<float>::infinity()), s);
     set_bf16(in.w2.data() + (v / 3) * k + k - 1, to_bf16(-std::numeric_limits<float>::infinity()),
@@ -1049,6 +1094,57 @@ TEST(MarkovFused, MatchesCpuLoop) {
     EXPECT_TRUE(forced_picks(c, in, want)) << "CPU loop";
     ++n;
   }
+}
+
+// The slot cut of the fused epilogue (epilogue.cuh slot_below: slots whose best bound
+// is below the row's bound draw no noise) on logits where it cuts: the trained
+// profile, one entry far above the rest (every other slot cut), the cut's edge
+// (entries within a few ulps of the row's bound, ties of the top), NaN rows and
+// padding, at T 0.05, 1 and 2 (and 0); fused == eager == CPU, bit for bit.
+TEST(MarkovFused, SlotCutMatchesEagerAndCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  struct Shape {
+    int vocab, markov_rank, rows, steps, logits;
+    bool zero_w2;
+  };
+  const Shape shapes[] = {
+      {1000, 64, 5, 6, 1, false},    {1000, 256, 9, 4, 2, false},   {1000, 64, 7, 5, 3, true},
+      {32000, 256, 4, 7, 1, false},  {32000, 64, 33, 3, 2, false},  {32000, 256, 8, 3, 3, true},
+      {151936, 256, 1, 7, 1, false}, {151936, 256, 8, 4, 1, false}, {151936, 256, 32, 2, 2, true},
+      {202048, 512, 1, 3, 1, false}, {202048, 512, 8, 2, 3, true},
+  };
+  int n = 0;
+  for (const Shape& sh : shapes) {
+    LoopCase c;
+    c.vocab = sh.vocab;
+    c.markov_rank = sh.markov_rank;
+    c.rows = sh.rows;
+    c.steps = sh.steps;
+    c.logits = sh.logits;
+    c.zero_w2 = sh.zero_w2;
+    c.transform = sh.zero_w2 ? 0 : n % 4;
+    c.temps = n % 2 == 0 ? std::vector<float>{0.05f, 1.0f, 2.0f}
+                         : std::vector<float>{1.0f, 0.05f, 0.0f, 2.0f};
+    c.nan = sh.rows > 1;
+    c.padding = sh.rows >= 4;
+    c.variants = n < 3;
+    c.tp_size = n % 3 == 1 && sh.vocab % 4 == 0 ? 4 : 0;
+    c.seed = 7000 + n;
+    if (!sweep_sample_skips(n)) {
+      std::printf("[markov] slot cut: %s\n", c.describe().c_str());
+      check_case(c, stream.get());
+      if (sh.vocab <= 32000 || sh.rows == 1) {
+        SCOPED_TRACE(c.describe());
+        LoopInputs in = make_inputs(c, stream.get());
+        const LoopOutputs fused = run_loop(c, in, RunOptions{LoopKind::fused}, stream.get());
+        const LoopOutputs want = cpu_loop(c, in, stream.get());
+        EXPECT_TRUE(same_outputs(c, fused, want, true)) << "fused GPU loop vs CPU loop";
+      }
+    }
+    ++n;
+  }
+  std::printf("[markov] slot cut: %d cases\n", n);
 }
 
 // A reduced draft vocabulary (contract.md section 11) on the eager loop: Vd draft ids,

@@ -133,6 +133,39 @@ __device__ __forceinline__ bool bracket_ok(float l, float y, float t) {
          t <= 0x1p100f;
 }
 
+// The slot's cut, before any Philox draw: true when no entry of the slot (its n
+// entries lv[0..n)) can be the row's token, because even the slot's largest logit
+// with the largest noise the sampler draws scores below k0, a proven lower bound of
+// the row's largest score (the known bound: the largest zlo or exact score seen).
+// Proof. Let m = max of the slot's l (none NaN: a NaN row entry is never cut), and
+// H = score_bracket(m, y, u, .).hi with u in bucket 0, i.e.
+// H = RU(RU(sa + d) + kGumbelMax), sa = RN(m y), d = RU(|sa| 2^-22 + 2^-126), valid
+// when sa is finite and T in [2^-100, 2^100] (score_bracket's own conditions). For an
+// entry l <= m: RN(l / T) <= RN(m / T) (RN and the division by T > 0 are monotone)
+// <= sa + d (score_bracket's margin) <= RU(sa + d); g <= kGumbelMax (core/sampling.h,
+// checked in tests/core/test_sampling.cpp); so z = RN(RN(l / T) + g) <= H. With
+// H < k0 <= the row's largest score, z is strictly below it: not the maximum, and a
+// non-NaN z is not picked by the NaN rule either; -inf entries score -inf. So the
+// slot needs no draw, no bracket and gives no candidate; the bound it would have
+// raised is only a lower bound, so leaving it out changes which entries the later
+// cuts drop, never the token. sa = +-inf, all-(-inf) slots (d = inf: H is NaN) and
+// NaN logits fall through to the full path. Costs kEpl max/compares and one
+// bracket per slot; n = 0 (inactive lanes) draws nothing either.
+template <int kEpl>
+__device__ __forceinline__ bool slot_below(const float (&lv)[kEpl], int n, float y, float t,
+                                           float k0) {
+  if (n == 0) return true;
+  float m = lv[0];
+  bool nan = lv[0] != lv[0];
+#pragma unroll
+  for (int i = 1; i < kEpl; ++i)
+    if (i < n) m = fmaxf(m, lv[i]), nan |= lv[i] != lv[i];
+  if (nan || !(t >= 0x1p-100f && t <= 0x1p100f)) return false;
+  const float sa = __fmul_rn(m, y);
+  const float d = __fmaf_ru(fabsf(sa), 0x1p-22f, 0x1p-126f);
+  return __fadd_ru(__fadd_ru(sa, d), kGumbelMax) < k0;
+}
+
 // A warp's survivors (entries whose bracket reaches the row's bound) wait in its
 // queue; flush() scores them exactly (contract arithmetic) with the bound of the
 // time, which by then drops most of them, and folds them into the block's bests.

@@ -127,16 +127,25 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
           // and up keeps the bracket. Non-finite sa and temperatures outside
           // [2^-100, 2^100] go to the exact path.
           const float y = __frcp_rn(t);
+          // Pass 0, the slot's cut (epilogue.cuh slot_below): when even the slot's
+          // largest logit with the largest noise the sampler draws stays below the
+          // row's known bound, no entry of the slot can win; it needs no Philox draw.
+          if (slot_below<kEpl>(lv, n, y, t, k0)) {
 #pragma unroll
-          for (int i = 0; i < kEpl; ++i) {
-            u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
-            const Bracket bz = score_bracket(lv[i], y, u[i], s.noise_b);
-            zhi[i] = bz.hi;
-            if (i < n) {
-              if (bracket_ok(lv[i], y, t))
-                lo = fmaxf(lo, bz.lo);
-              else
-                exact |= 1u << i;
+            for (int i = 0; i < kEpl; ++i)
+              u[i] = 0.0f, zhi[i] = __int_as_float(static_cast<int>(0xff800000u));  // -inf
+          } else {
+#pragma unroll
+            for (int i = 0; i < kEpl; ++i) {
+              u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
+              const Bracket bz = score_bracket(lv[i], y, u[i], s.noise_b);
+              zhi[i] = bz.hi;
+              if (i < n) {
+                if (bracket_ok(lv[i], y, t))
+                  lo = fmaxf(lo, bz.lo);
+                else
+                  exact |= 1u << i;
+              }
             }
           }
         } else {
