@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iomanip>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -52,10 +53,28 @@ void check_equal(const std::vector<int64_t>& tok_f, const std::vector<int64_t>& 
 
 }  // namespace
 
+std::vector<bf16> trained_logits(size_t count, int vocab, uint64_t seed) {
+  std::vector<bf16> out(count);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> bulk(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
+  std::uniform_real_distribution<float> head(0.0f, 1.0f);
+  for (size_t v0 = 0; v0 + static_cast<size_t>(vocab) <= count; v0 += static_cast<size_t>(vocab)) {
+    for (int i = 0; i < vocab; ++i) out[v0 + i] = to_bf16(-2.0f + 2.5f * bulk(gen));
+    for (int h = 0; h < 8; ++h) {
+      const int64_t id = pick(gen);
+      out[v0 + static_cast<size_t>(id)] = to_bf16(18.0f + 8.0f * head(gen));
+    }
+  }
+  return out;
+}
+
 MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   require(o.vocab >= 1 && o.markov_rank >= 1 && o.steps >= 1 && o.rows >= 1 && o.repeats >= 1 &&
               o.warmup >= 0,
           "bench_markov", "vocab, rank, steps, rows and repeats must be >= 1, warmup >= 0");
+  require(o.logits == "uniform" || o.logits == "trained", "bench_markov",
+          "logits must be uniform or trained");
   require(o.temperature >= 0.0f && std::isfinite(o.temperature), "bench_markov",
           "temperature must be finite and >= 0");
   MarkovBenchResult r;
@@ -86,7 +105,10 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   DeviceBuffer<bf16> w1(v * k), w2(v * k), base(rows * n * v);
   fill_uniform_bf16(w1.data(), w1.size(), o.seed + 1, -0.5f, 0.5f, s);
   fill_uniform_bf16(w2.data(), w2.size(), o.seed + 2, -0.5f, 0.5f, s);
-  fill_uniform_bf16(base.data(), base.size(), o.seed + 3, -8.0f, 8.0f, s);
+  if (o.logits == "trained")
+    base.upload(trained_logits(base.size(), o.vocab, o.seed + 3), s);
+  else
+    fill_uniform_bf16(base.data(), base.size(), o.seed + 3, -8.0f, 8.0f, s);
   DeviceBuffer<int64_t> anchors(rows);
   fill_uniform_ids(anchors.data(), rows, o.seed + 4, 0, o.vocab, s);
   std::vector<int64_t> positions(rows), seeds(rows), slots(rows);
@@ -145,8 +167,8 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
   out << std::fixed << std::setprecision(1);
   out << "markov bench on " << gpu_line(r.gpu) << "\n";
   out << "  V " << o.vocab << ", rank " << o.markov_rank << ", N " << o.steps << ", rows " << o.rows
-      << ", T " << o.temperature << ", transform " << (o.transform ? "on" : "off") << ", median of "
-      << o.repeats << "\n";
+      << ", T " << o.temperature << ", logits " << o.logits << ", transform "
+      << (o.transform ? "on" : "off") << ", median of " << o.repeats << "\n";
   out << "  copy bandwidth " << t.copy_bandwidth_gbs << " GB/s, floor " << t.bytes / 1e6
       << " MB -> " << t.floor_us << " us\n";
   out << std::setprecision(2);
@@ -169,6 +191,7 @@ nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
       {"steps", o.steps},
       {"rows", o.rows},
       {"temperature", o.temperature},
+      {"logits", o.logits},
       {"transform", o.transform},
       {"repeats", o.repeats},
       {"seed", o.seed},

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/harness.h"
+#include "sparkdraft/core/bf16.h"
 
 namespace sparkdraft::cuda {
 
@@ -25,6 +27,8 @@ struct MarkovBenchOptions {
   int warmup = 5;
   bool transform = false;  // multiplier 0.5 and soft cap 30 (the Muse-style transform)
   float temperature = 1.0f;
+  // Base logits: "uniform" (uniform in [-8, 8]) or "trained" (trained_logits below).
+  std::string logits = "uniform";
   uint64_t seed = 20240601;
   std::string json_path;  // write the result as JSON here when not empty
 };
@@ -36,6 +40,15 @@ struct MarkovBenchResult {
   int fused_grid = 0, fused_blocks_per_sm = 0, fused_stages = 0, fused_smem = 0;
   bool pdl = true;
 };
+
+// The "trained" profile of base logits, with the spread of a trained LM's logits: most
+// entries far below the maximum, a few near it. Per vector of `vocab` entries (one
+// (row, step)), from std::mt19937_64(seed) in order: the bulk, every entry
+// bf16(-2 + 2.5 z) with z from std::normal_distribution<float>(0, 1); then the head,
+// 8 draws of an id (std::uniform_int_distribution<int64_t>(0, vocab - 1), repeats
+// allowed) each set to bf16(18 + 8 u), u from std::uniform_real_distribution<float>(0, 1).
+// `count` entries in all (a multiple of vocab), vectors back to back.
+std::vector<bf16> trained_logits(size_t count, int vocab, uint64_t seed);
 
 // Runs the benchmark on the current device and prints a short report to `out`.
 // Throws Error when fused and eager differ (naming row, step, index, bits, seed)

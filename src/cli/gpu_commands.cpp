@@ -249,7 +249,7 @@ namespace {
 
 Command add_bench_markov(CLI::App* bench) {
   struct Opts {
-    std::string json;
+    std::string json, logits = "uniform";
     std::vector<int> rows{1};
     int vocab = 151936, markov_rank = 256, steps = 7, repeats = 50;
     float temperature = 1.0f;
@@ -269,6 +269,12 @@ Command add_bench_markov(CLI::App* bench) {
   sub->add_option("--temperature", opts->temperature, "Temperature of every row")
       ->capture_default_str();
   sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");
+  sub->add_option(
+         "--logits", opts->logits,
+         "Base logits: uniform (uniform in [-8, 8]) or trained (a trained LM's spread: "
+         "bulk -2 + 2.5 N(0, 1), 8 ids per vector in [18, 26); bench/markov/bench_markov.h)")
+      ->check(CLI::IsMember({"uniform", "trained"}))
+      ->capture_default_str();
   sub->add_flag(
       "--spec", opts->spec_suite,
       "Run the contract.md section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at "
@@ -287,6 +293,7 @@ Command add_bench_markov(CLI::App* bench) {
               b.repeats = opts->repeats;
               b.transform = opts->transform;
               b.temperature = opts->temperature;
+              b.logits = opts->logits;
               return b;
             };
             if (opts->spec_suite) {
@@ -303,13 +310,14 @@ Command add_bench_markov(CLI::App* bench) {
               all.push_back(cuda::markov_bench_json(r));
               results.push_back(r);
             }
-            std::printf("\n%-8s %-5s %-3s %-5s %11s %11s %10s %11s %11s\n", "V", "rank", "N",
-                        "rows", "eager us", "fused us", "floor us", "fused/floor", "eager/floor");
+            std::printf("\n%-8s %-5s %-3s %-5s %-8s %11s %11s %10s %11s %11s\n", "V", "rank", "N",
+                        "rows", "logits", "eager us", "fused us", "floor us", "fused/floor",
+                        "eager/floor");
             for (const auto& r : results)
-              std::printf("%-8d %-5d %-3d %-5d %11.1f %11.1f %10.1f %11.3f %11.3f\n",
+              std::printf("%-8d %-5d %-3d %-5d %-8s %11.1f %11.1f %10.1f %11.3f %11.3f\n",
                           r.options.vocab, r.options.markov_rank, r.options.steps, r.options.rows,
-                          r.timing.eager_us, r.timing.fused_us, r.timing.floor_us,
-                          r.timing.fused_ratio, r.timing.eager_ratio);
+                          r.options.logits.c_str(), r.timing.eager_us, r.timing.fused_us,
+                          r.timing.floor_us, r.timing.fused_ratio, r.timing.eager_ratio);
             return write_bench_json(opts->json, all);
 #else
             (void)opts;
