@@ -378,5 +378,20 @@ TEST(CudaDraft, RefusesAReducedDraftVocabularyAboveTp1) {
       {"reduced draft vocabulary", "612", "TP 1 only", "tp 2"});
 }
 
+// The top-k Markov loop (contract.md section 12) runs on the CPU backend only for now: the
+// GPU backend refuses it by name at construction, before any allocation.
+TEST(CudaDraft, RefusesTheTopkMarkovLoop) {
+  SD_REQUIRE_GPU();
+  test::TempDir dir;
+  ModelConfig c = preset_config("tiny");
+  c.markov_topk = 8;
+  write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+  DraftOptions o;
+  o.max_reqs = 2;
+  test::expect_mentions(
+      test::error_of<ConfigError>([&] { cuda::CudaDraft d(ckpt, o, cuda::CudaDraftOptions{}); }),
+      {"top-k Markov loop", "markov_topk 8", "CPU backend"});
+}
 }  // namespace
 }  // namespace sparkdraft

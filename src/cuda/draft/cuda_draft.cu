@@ -71,6 +71,10 @@ RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communica
                       " ids, a d2t map; contract.md 11.4) at TP 1 only (the eager Markov loop), "
                       "got tp " +
                       std::to_string(o.tp) + "; the CPU backend runs it at any TP");
+  if (c.topk_markov())
+    throw ConfigError("the GPU backend does not run the top-k Markov loop yet (markov_topk " +
+                      std::to_string(c.markov_topk) +
+                      ", contract.md section 12); the CPU backend runs it");
   RankShape r;
   if (!comm) {
     if (o.tp != 1)
