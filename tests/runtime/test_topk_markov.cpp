@@ -100,7 +100,7 @@ TEST(TopkCore, EqualsASortByTheRuleAndIsTheSameAtEverySplit) {
     }
   }
   // The rule's corner cases, spelled out.
-  const std::vector<bf16> row = {to_bf16(1.0f), to_bf16(kNaN), to_bf16(3.0f), to_bf16(kNaN),
+  const std::vector<bf16> row = {to_bf16(1.0f), to_bf16(kNaN),  to_bf16(3.0f), to_bf16(kNaN),
                                  to_bf16(3.0f), to_bf16(-0.0f), to_bf16(0.0f)};
   TopkEntry l[4];
   ASSERT_EQ(topk_of_row(row.data(), 7, 100, 4, l), 4);
