@@ -108,10 +108,18 @@ struct ModelConfig {
   // in the JSON forms; with_markov needs the head and a Markov rank > 0.
   bool confidence_head = false;
   bool confidence_head_with_markov = false;
+  // The top-k Markov variant (contract.md section 12): at each step only the top
+  // `markov_topk` ids of the position's base logits are candidates, the rest -inf.
+  // 0 = off (the dense loop); 1 <= k <= V. `markov_topk` in both JSON forms (vLLM's
+  // name); a reduced draft vocabulary with it, and the union form (`markov_bias_topk`
+  // > 0), are refused by name.
+  int markov_topk = 0;
 
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
   // Whether the draft samples in a reduced vocabulary mapped by d2t (section 11).
   bool reduced_vocab() const { return draft_vocab_size > 0; }
+  // Whether the Markov loop runs the top-k variant (section 12).
+  bool topk_markov() const { return markov_topk > 0; }
   // Vd: the rows of lm_head and Markov w2, the ids the draft samples over.
   int draft_vocab() const { return reduced_vocab() ? draft_vocab_size : vocab_size; }
   // The confidence head's input width: H + r with the Markov embedding, else H.

@@ -10,6 +10,7 @@
 #include "sparkdraft/core/packet.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
+#include "sparkdraft/core/topk.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
@@ -19,6 +20,27 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The top-k Markov loop's candidates (contract.md section 12): per row and step the k best
+// (value, id) of the position's base logits over the whole vocabulary, as one sorted list
+// [R, N, k] on every rank: each rank's top-k of its slice, all-gathered, merged.
+std::vector<TopkEntry> topk_candidates(const MarkovInputs& in, Communicator* comm, const bf16* base,
+                                       int slice, int32_t offset) {
+  const int R = in.rows->num_rows, N = in.config->block_size, k = in.config->markov_topk;
+  const int tp = comm ? comm->tp_size() : 1;
+  const size_t lists = static_cast<size_t>(R) * N;
+  std::vector<TopkEntry> mine(lists * k, TopkEntry{0.0f, -1});
+  for (size_t t = 0; t < lists; ++t) topk_of_row(base + t * slice, slice, offset, k, &mine[t * k]);
+  if (!comm) return mine;
+  std::vector<TopkEntry> all(mine.size() * tp), merged(lists * k, TopkEntry{0.0f, -1});
+  comm->all_gather(mine.data(), all.data(), mine.size() * sizeof(TopkEntry));
+  for (size_t t = 0; t < lists; ++t) {
+    int count = 0;
+    for (int q = 0; q < tp; ++q)
+      count = topk_merge(&merged[t * k], count, k, &all[q * mine.size() + t * k], k);
+  }
+  return merged;
 }
 
 // The loop over this rank's slice given its base logits [rows, N, slice].
@@ -45,15 +67,36 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
     throw ConfigError("the vocab-parallel Markov loop needs 32-bit vocab ids (vocab " +
                       std::to_string(c.vocab_size) + ")");
   std::vector<MarkovPacket> mine(R), all(static_cast<size_t>(R) * tp);
+  // The top-k variant (section 12): the candidates of every row and step, on every rank.
+  const int topk = c.markov_topk;
+  const std::vector<TopkEntry> cand =
+      topk > 0 ? topk_candidates(in, comm, base, slice, static_cast<int32_t>(offset))
+               : std::vector<TopkEntry>();
+  const bf16 minus_inf = to_bf16(-INFINITY);
   for (int j = 0; j < N; ++j) {
     for (int r = 0; r < R; ++r)
       std::memcpy(&e[static_cast<size_t>(r) * markov_rank], w1 + prev[r] * markov_rank,
                   markov_rank * sizeof(bf16));
-    cpu::markov_bias(e.data(), R, w2, slice, markov_rank, bias.data(), in.threads);
+    if (topk == 0) cpu::markov_bias(e.data(), R, w2, slice, markov_rank, bias.data(), in.threads);
     for (int r = 0; r < R; ++r) {
       bf16* l = &local[(static_cast<size_t>(r) * N + j) * slice];
-      cpu::step_logits(base + (static_cast<size_t>(r) * N + j) * slice,
-                       &bias[static_cast<size_t>(r) * slice], slice, *in.transform, l);
+      const bf16* b = base + (static_cast<size_t>(r) * N + j) * slice;
+      if (topk == 0) {
+        cpu::step_logits(b, &bias[static_cast<size_t>(r) * slice], slice, *in.transform, l);
+      } else {
+        // -inf off the candidates; on this rank's candidates the dense step's values: the
+        // bias chain of w2's row, the bf16 add, the transform.
+        std::fill(l, l + slice, minus_inf);
+        const TopkEntry* list = &cand[(static_cast<size_t>(r) * N + j) * topk];
+        for (int q = 0; q < topk; ++q) {
+          const int64_t i = static_cast<int64_t>(list[q].id) - offset;
+          if (list[q].id < 0 || i < 0 || i >= slice) continue;
+          bf16 bias_i;
+          cpu::markov_bias(&e[static_cast<size_t>(r) * markov_rank], 1, w2 + i * markov_rank, 1,
+                           markov_rank, &bias_i, 1);
+          cpu::step_logits(b + i, &bias_i, 1, *in.transform, l + i);
+        }
+      }
       const uint32_t gs = draft_step_seed(rows.seeds[r], rows.anchor_positions[r], j);
       const cpu::RowBest best = ids ? cpu::sample_row_ids(l, slice, ids, rows.temperatures[r], gs)
                                     : cpu::sample_row(l, slice, offset, rows.temperatures[r], gs);

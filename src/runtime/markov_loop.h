@@ -3,7 +3,10 @@
 // the draft vocabulary when it is reduced, section 11: ids mapped to target ids):
 // per step it samples its slice and contributes a packet (best value, best id);
 // every rank folds the packets in rank order with the contract's rule, so all
-// ranks pick the same token and the tokens and cache are bit for bit TP = 1's.
+// ranks pick the same token and the tokens and cache are bit for bit TP = 1's. The top-k
+// variant (config markov_topk, section 12) first merges every rank's top-k of each
+// position's base logits into one candidate list, then runs the same loop with the
+// values off the candidates -inf.
 #pragma once
 
 #include <cstdint>

@@ -53,7 +53,13 @@ StepPlan cpu_plan(const ModelConfig& c, int tp) {
                                     " of " + std::to_string(c.vocab_size) +
                                     " ids): sampled as target ids through d2t, -inf cached "
                                     "outside it"
-                              : std::string())},
+                              : std::string()) +
+           (c.topk_markov()
+                ? "; top-k loop (contract.md section 12): the bias on the " +
+                      std::to_string(c.markov_topk) +
+                      " base top-k candidates of each position, -inf elsewhere" +
+                      (tp > 1 ? ", the ranks' top-k lists all-gathered and merged" : std::string())
+                : std::string())},
   };
   if (c.confidence_head)
     plan.parts.push_back({"confidence head", "eager",

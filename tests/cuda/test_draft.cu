@@ -378,5 +378,53 @@ TEST(CudaDraft, RefusesAReducedDraftVocabularyAboveTp1) {
       {"reduced draft vocabulary", "612", "TP 1 only", "tp 2"});
 }
 
+// The top-k Markov loop (contract.md section 12) through the whole job: CPU == GPU eager ==
+// GPU fused backbone (the fused Markov loop refuses it, the plan says why), bit for bit:
+// tokens, the cache rows (-inf off the candidates) and every KV cache, both layer styles
+// (muse: with the logit transform), k = 5 and k = V.
+TEST(CudaDraft, TopkMarkovLoopCpuEqualsEagerEqualsFused) {
+  SD_REQUIRE_GPU();
+  for (const char* style : {"qwen3", "muse"}) {
+    for (const int k : {5, 1000}) {
+      SCOPED_TRACE(std::string(style) + " k " + std::to_string(k));
+      test::TempDir dir;
+      ModelConfig c = preset_config("tiny", style);
+      ASSERT_EQ(c.vocab_size, 1000);
+      c.markov_topk = k;
+      write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+      auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+      ScenarioOptions s;
+      s.request_ids = {0, 1, 2, 3};
+      s.padding_before = {1};
+      s.rounds = 3;
+      const CheckReport report = cuda::check_draft(ckpt, s);
+      std::printf("tiny %s markov_topk %d:\n%s", style, k, report.text().c_str());
+      EXPECT_TRUE(report.ok()) << report.text();
+      EXPECT_EQ(report.mode, "Markov loop eager, fused refused");
+      cuda::CudaDraft draft(ckpt, DraftOptions{});
+      const std::string plan = draft.plan().text();
+      EXPECT_NE(plan.find("top-k Markov loop (markov_topk " + std::to_string(k)), std::string::npos)
+          << plan;
+    }
+  }
+}
+
+// The GPU vocab-parallel loop does not take the top-k loop (contract.md 12.4): TP 2 is
+// refused by name before any allocation.
+TEST(CudaDraft, RefusesTheTopkMarkovLoopAboveTp1) {
+  SD_REQUIRE_GPU();
+  test::TempDir dir;
+  ModelConfig c = preset_config("tiny");
+  c.markov_topk = 8;
+  write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+  DraftOptions o;
+  o.max_reqs = 2;
+  o.tp = 2;
+  test::expect_mentions(
+      test::error_of<ConfigError>([&] { cuda::CudaDraft d(ckpt, o, cuda::CudaDraftOptions{}); }),
+      {"top-k Markov loop", "markov_topk 8", "TP 1 only", "tp 2"});
+}
+
 }  // namespace
 }  // namespace sparkdraft

@@ -40,6 +40,7 @@
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/philox.h"
 #include "sparkdraft/core/sampling.h"
+#include "sparkdraft/core/topk.h"
 #include "sparkdraft/cpu/ops.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
@@ -1291,6 +1292,150 @@ TEST(MarkovEager, ReducedVocabularyMatchesCpuLoop) {
         EXPECT_TRUE(std::find(ids.begin(), ids.end(), token(r, j)) != ids.end() ||
                     token(r, j) == fill)
             << "row " << r << " step " << j << ": token " << token(r, j);
+  }
+}
+
+// The top-k Markov loop (contract.md section 12) on the eager GPU loop against the CPU loop
+// (runtime/markov_loop.cpp), bit for bit: tokens and every cache row (-inf off the
+// candidates). First the candidate kernel against core/topk.h's list (as a set of ids, the
+// kernel writes them in id order). Odd V, k = 1, k = V, a long tie across the k boundary
+// (equal w2 rows), NaNs, an all -inf step, the transforms, a padding row, shuffled slots; the
+// fused loop refuses it (the plan's reason).
+TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  const cudaStream_t s = stream.get();
+  struct Shape {
+    int vocab, k, markov_rank, rows, steps, transform;
+  };
+  const Shape shapes[] = {{1000, 7, 64, 5, 4, 0},     {4099, 1, 32, 4, 3, 2},
+                          {2053, 2053, 16, 3, 2, 1},  {32000, 300, 64, 3, 2, 0},
+                          {151936, 64, 256, 2, 3, 0}, {517, 100, 128, 6, 7, 2}};
+  int n_case = 0;
+  for (const Shape& sh : shapes) {
+    const uint64_t seed = 7300 + n_case++;
+    const int V = sh.vocab, k = sh.k, K = sh.markov_rank, R = sh.rows, N = sh.steps;
+    const int slots = R + 2;
+    SCOPED_TRACE("V " + std::to_string(V) + " k " + std::to_string(k) + " rank " +
+                 std::to_string(K) + " rows " + std::to_string(R) + " N " + std::to_string(N) +
+                 " transform " + std::to_string(sh.transform) + " seed " + std::to_string(seed));
+    std::printf("[markov] top-k loop: V %d k %d rank %d rows %d N %d seed %llu\n", V, k, K, R, N,
+                static_cast<unsigned long long>(seed));
+    Gen gen(seed);
+    std::mt19937_64 shuffle_rng(seed);
+    std::vector<bf16> w1 = gen.bf16s(static_cast<size_t>(V) * K, -0.5f, 0.5f);
+    std::vector<bf16> w2 = gen.bf16s(static_cast<size_t>(V) * K, -0.5f, 0.5f);
+    std::vector<bf16> base = gen.bf16s(static_cast<size_t>(R) * N * V, -8.0f, 8.0f);
+    auto at = [&](int r, int j, int v) -> bf16& {
+      return base[(static_cast<size_t>(r) * N + j) * V + v];
+    };
+    // Row 0: every third id ties at 60 (more of them than k when k < V / 3), equal w2 rows.
+    for (int j = 0; j < N; ++j)
+      for (int v = 2; v < V; v += 3) at(0, j, v) = to_bf16(60.0f);
+    for (int v = 5; v < V; v += 3) std::copy_n(w2.data() + 2 * K, K, w2.data() + v * K);
+    if (N > 1 && R > 1)  // row 1: two NaNs at step 1, and +0 / -0 ties
+      at(1, 1, V - 1) = bf16{0x7fc0}, at(1, 1, V / 2) = bf16{0xffc1}, at(1, 0, 3) = bf16{0x8000},
+                   at(1, 0, 4) = bf16{0x0000};
+    if (R > 2 && sh.transform != 2)  // row 2, last step: every base logit -inf
+      for (int v = 0; v < V; ++v) at(2, N - 1, v) = bf16{0xff80};
+    const ops::LogitTransform transform = transform_of(sh.transform);
+    std::vector<int64_t> anchors(R), positions(R), seeds(R), slots_of(R);
+    std::vector<int64_t> slot_perm(static_cast<size_t>(slots));
+    for (int i = 0; i < slots; ++i) slot_perm[static_cast<size_t>(i)] = i;
+    std::shuffle(slot_perm.begin(), slot_perm.end(), shuffle_rng);
+    std::vector<float> temps(R);
+    const float tcycle[] = {0.0f, 0.7f, 1.0f, 1e-3f};
+    for (int r = 0; r < R; ++r) {
+      anchors[r] = gen.integer(0, V - 1);
+      positions[r] = gen.integer(0, int64_t{1} << 30);
+      seeds[r] = gen.integer(INT64_MIN / 2, INT64_MAX / 2);
+      temps[r] = tcycle[r % 4];
+      slots_of[r] = r == R - 1 && R > 2 ? -1 : slot_perm[static_cast<size_t>(r)];
+    }
+
+    // The candidate kernel: each position's set of ids equals core/topk.h's list.
+    DeviceBuffer<bf16> d_w1(w1, s), d_w2(w2, s), d_base(base, s);
+    {
+      DeviceBuffer<int32_t> d_cand(static_cast<size_t>(R) * N * k);
+      cuda::markov_topk_candidates(d_base.data(), R * N, V, k, d_cand.data(), s);
+      const std::vector<int32_t> got = d_cand.download(s);
+      std::vector<TopkEntry> list(static_cast<size_t>(k));
+      for (int p = 0; p < R * N; ++p) {
+        ASSERT_EQ(topk_of_row(base.data() + static_cast<size_t>(p) * V, V, 0, k, list.data()), k);
+        std::vector<int32_t> want(static_cast<size_t>(k));
+        for (int i = 0; i < k; ++i) want[static_cast<size_t>(i)] = list[static_cast<size_t>(i)].id;
+        std::sort(want.begin(), want.end());
+        const std::vector<int32_t> have(got.begin() + static_cast<int64_t>(p) * k,
+                                        got.begin() + static_cast<int64_t>(p + 1) * k);
+        ASSERT_EQ(have, want) << "candidates of position " << p;
+      }
+    }
+
+    // CPU.
+    ModelConfig c;
+    c.vocab_size = V;
+    c.block_size = N;
+    c.markov_rank = K;
+    c.markov_topk = k;
+    DraftWeights w;
+    w.markov_w1 = w1.data();
+    w.markov_w2 = w2.data();
+    const ops::MarkovRows host_rows{
+        R, anchors.data(), positions.data(), seeds.data(), temps.data(), slots_of.data()};
+    std::vector<int64_t> want_tokens(static_cast<size_t>(R) * N, -7);
+    std::vector<bf16> want_cache(static_cast<size_t>(slots) * N * V, bf16{kUntouched});
+    const MarkovInputs in{&c, &w, &transform, &host_rows, slots, 2};
+    markov_loop_from_base(in, 1, base.data(),
+                          ProposeOutputs{want_tokens.data(), want_cache.data()});
+
+    // GPU.
+    DeviceBuffer<int64_t> d_anchors(anchors, s), d_pos(positions, s), d_seeds(seeds, s),
+        d_slots(slots_of, s);
+    DeviceBuffer<float> d_temps(temps, s);
+    cuda::MarkovHead head;
+    head.w1 = d_w1.data();
+    head.w2 = d_w2.data();
+    head.vocab = V;
+    head.markov_rank = K;
+    head.transform = transform;
+    head.topk = k;
+    cuda::MarkovLoop loop(head, R, N);
+    EXPECT_FALSE(loop.fused());
+    EXPECT_NE(loop.refusal().find("top-k Markov loop"), std::string::npos) << loop.refusal();
+    DeviceBuffer<int64_t> d_tokens(static_cast<size_t>(R) * N);
+    DeviceBuffer<bf16> d_cache(std::vector<bf16>(want_cache.size(), bf16{kUntouched}), s);
+    d_tokens.zero(s);
+    cuda::MarkovBatch b;
+    b.rows = ops::MarkovRows{
+        R, d_anchors.data(), d_pos.data(), d_seeds.data(), d_temps.data(), d_slots.data()};
+    b.steps = N;
+    b.base_logits = d_base.data();
+    b.draft_tokens = d_tokens.data();
+    b.cache = d_cache.data();
+    loop.run(b, s);
+    SD_CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<int64_t> tokens = d_tokens.download(s);
+    const std::vector<bf16> cache = d_cache.download(s);
+    std::vector<int64_t> tokens_cmp = tokens, want_cmp = want_tokens;
+    for (int r = 0; r < R; ++r)  // a padding row's tokens are don't-care
+      if (slots_of[r] < 0)
+        for (int j = 0; j < N; ++j)
+          tokens_cmp[static_cast<size_t>(r) * N + j] = want_cmp[static_cast<size_t>(r) * N + j] = 0;
+    EXPECT_TRUE(test::same_bits(tokens_cmp, want_cmp, {N}))
+        << "tokens (row = request row, col = step)";
+    test::BitsOptions o{V, false};
+    o.note = [&](size_t i) {
+      return "= cache[slot " + std::to_string(i / V / N) + "][step " + std::to_string(i / V % N) +
+             "][id " + std::to_string(i % V) + "]";
+    };
+    EXPECT_TRUE(test::same_bits(cache, want_cache, o)) << "cache";
+    // The contract's picks, on the CPU's tokens (the GPU's equal them).
+    auto token = [&](int r, int j) { return want_tokens[static_cast<size_t>(r) * N + j]; };
+    for (int j = 0; j < N; ++j)
+      if (temps[0] == 0.0f) EXPECT_EQ(token(0, j), 2) << "step " << j << ": the lowest tied id";
+    if (N > 1 && R > 1) EXPECT_EQ(token(1, 1), V / 2) << "the lowest NaN id";
+    if (R > 2 && sh.transform != 2 && slots_of[2] >= 0)
+      EXPECT_EQ(token(2, N - 1), 0) << "an all -inf step: the lowest id of the row";
   }
 }
 

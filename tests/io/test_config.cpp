@@ -658,5 +658,56 @@ TEST(Config, EnumNames) {
   EXPECT_STREQ(to_string(RopeStyle::gptj), "gptj");
 }
 
+// The top-k Markov variant (contract.md section 12): `markov_topk` in both forms, 0 = off,
+// refused below 0, above V, without a Markov head and with a reduced vocabulary; the union
+// form (`markov_bias_topk` > 0) refused by name.
+TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
+  json flat = qwen3_8b();
+  EXPECT_EQ(import_hf_config(flat).markov_topk, 0);
+  EXPECT_FALSE(config_to_json(import_hf_config(flat)).contains("markov_topk"));
+  flat["markov_topk"] = 64;
+  const ModelConfig c = import_hf_config(flat);
+  EXPECT_TRUE(c.topk_markov());
+  EXPECT_EQ(c.markov_topk, 64);
+  EXPECT_EQ(io::export_hf_config(c).at("markov_topk"), 64);
+  EXPECT_EQ(import_hf_config(io::export_hf_config(c)).markov_topk, 64);
+  EXPECT_EQ(config_to_json(c).at("markov_topk"), 64);
+  EXPECT_EQ(config_from_json(config_to_json(c)).markov_topk, 64);
+  flat["markov_topk"] = 151936;  // k = V: every id a candidate
+  EXPECT_EQ(import_hf_config(flat).markov_topk, 151936);
+  flat["markov_topk"] = 151937;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"markov_topk", "151937", "vocab_size = 151936"});
+  flat["markov_topk"] = -1;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }), {"markov_topk", "-1"});
+  flat["markov_topk"] = 8;
+  flat["markov_bias_topk"] = 0;  // the union form off: accepted
+  EXPECT_EQ(import_hf_config(flat).markov_topk, 8);
+  flat["markov_bias_topk"] = 16;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"markov_bias_topk", "not supported"});
+  flat.erase("markov_bias_topk");
+  flat["draft_vocab_size"] = 32000;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"markov_topk", "reduced draft vocabulary", "32000"});
+  // Our form: the same field, the same refusals (validate() names it).
+  json ours = config_to_json(c);
+  ours["markov_topk"] = -5;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }), {"markov_topk", "-5"});
+  ours["markov_topk"] = 0;
+  EXPECT_FALSE(config_from_json(ours).topk_markov());
+  ours["markov_topk"] = "8";
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }),
+                  {"markov_topk", "integer"});
+  ours["markov_topk"] = 4;
+  ours["markov_bias_topk"] = 4;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }), {"markov_bias_topk"});
+  ModelConfig no_head = c;
+  no_head.markov_rank = 0;
+  no_head.confidence_head = no_head.confidence_head_with_markov = false;
+  expect_mentions(error_of<ConfigError>([&] { no_head.validate(); }),
+                  {"markov_topk", "markov_rank is 0"});
+}
+
 }  // namespace
 }  // namespace sparkdraft

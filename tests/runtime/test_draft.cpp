@@ -13,6 +13,7 @@
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
+#include "sparkdraft/plan.h"
 #include "sparkdraft/scenario.h"
 
 namespace sparkdraft {
@@ -153,6 +154,59 @@ TEST(Draft, ReducedDraftVocabularyTokensCacheAndTp) {
   o.tp = 8;
   test::expect_mentions(test::error_of<InvalidArgument>([&] { make_cpu_backend(ckpt, o); }),
                         {"tp 8", "draft vocabulary (612)"});
+}
+
+// The top-k Markov loop (contract.md section 12) through the whole job on the CPU backend:
+// every cache row holds exactly k finite entries (the synthetic weights are finite) and -inf
+// elsewhere, each token is one of them, TP 2, 4 and 8 give TP 1's tokens and cache, and
+// k = V gives the dense loop's.
+TEST(Draft, TopkMarkovLoopTokensCacheAndTp) {
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2, 3};
+  s.padding_before = {1};
+  s.real_verifier = true;
+  auto with_topk = [](const std::string& style, int k, const TempDir& dir) {
+    ModelConfig c = preset_config("tiny", style);
+    c.markov_topk = k;
+    SyntheticOptions so;
+    so.seed = 11;
+    write_synthetic_checkpoint(c, dir.path(), so);
+    return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+  };
+  for (const std::string style : {"qwen3", "muse"}) {
+    SCOPED_TRACE(style);
+    TempDir dir_k, dir_v, dir_dense;
+    auto ckpt = with_topk(style, 5, dir_k);
+    const int V = ckpt->config().vocab_size, N = ckpt->config().block_size;
+    const DraftRun one = run(ckpt, s, 1);
+    for (const ScenarioRound& round : one.rounds)
+      for (const RequestDraft& d : round.drafts)
+        for (int j = 0; j < N; ++j) {
+          int finite = 0;
+          for (int v = 0; v < V; ++v) {
+            const bf16 x = d.logits[static_cast<size_t>(j) * V + v];
+            if (x.bits == 0xff80u) continue;
+            ++finite;
+            EXPECT_TRUE(std::isfinite(to_f32(x))) << "request " << d.request_id << " id " << v;
+          }
+          EXPECT_EQ(finite, 5) << "request " << d.request_id << " step " << j;
+          const int64_t t = d.tokens[static_cast<size_t>(j)];
+          EXPECT_NE(d.logits[static_cast<size_t>(j) * V + t].bits, 0xff80u)
+              << "the token is a candidate: request " << d.request_id << " step " << j;
+        }
+    for (int tp : {2, 4, 8}) {
+      const DraftRun many = run(ckpt, s, tp);
+      for (int id : s.request_ids) expect_same_request(one, many, id, "tp " + std::to_string(tp));
+    }
+    test::expect_mentions(make_cpu_backend(ckpt, scenario_draft_options(ckpt->config(), s))
+                              ->plan()
+                              .at("markov loop")
+                              .reason,
+                          {"top-k loop", "5 base top-k candidates"});
+    const DraftRun all = run(with_topk(style, V, dir_v), s, 2);
+    const DraftRun dense = run(with_topk(style, 0, dir_dense), s, 1);
+    for (int id : s.request_ids) expect_same_request(dense, all, id, "k = V vs dense");
+  }
 }
 
 TEST(Draft, DeepSpecStyleCheckpointLoadsAndDrafts) {

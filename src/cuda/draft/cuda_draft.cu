@@ -71,6 +71,11 @@ RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communica
                       " ids, a d2t map; contract.md 11.4) at TP 1 only (the eager Markov loop), "
                       "got tp " +
                       std::to_string(o.tp) + "; the CPU backend runs it at any TP");
+  if (c.topk_markov() && o.tp != 1)
+    throw ConfigError("the GPU backend runs the top-k Markov loop (markov_topk " +
+                      std::to_string(c.markov_topk) +
+                      ", contract.md 12.4) at TP 1 only (the eager Markov loop), got tp " +
+                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
   RankShape r;
   if (!comm) {
     if (o.tp != 1)
@@ -586,6 +591,7 @@ struct CudaDraft::Impl {
     head.vocab = c.vocab_size;
     head.markov_rank = c.markov_rank;
     head.transform = ops::LogitTransform::from_config(c);
+    head.topk = c.markov_topk;
     if (c.reduced_vocab()) {
       head.draft_vocab = c.draft_vocab();
       head.draft_ids = draft_ids.data();
@@ -876,6 +882,7 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_row
   in.vocab = c.vocab_size;
   in.draft_vocab = c.reduced_vocab() ? c.draft_vocab() : 0;
   in.markov_rank = c.markov_rank;
+  in.topk = c.markov_topk;
   in.max_rows = max_rows;
   in.tp_size = tp.tp_size;
   return make_plan(c, co, fused_markov_refusal(in), tp);

@@ -8,6 +8,9 @@
 //                       warp per row reduces the blocks' bests (the rule is
 //                       associative, so the split does not matter)
 //   markov_fill_cache   a reduced vocabulary's cache rows: bf16 -inf everywhere first
+//   markov_topk_candidates / markov_topk_step: the top-k loop (contract.md section 12):
+//                       each position's k candidates once, then per step the k bias
+//                       chains (the dense kernel's chain code), the cache row and the token
 // eager_markov_loop runs them for N steps on a stream without host syncs. A reduced draft
 // vocabulary (contract.md section 11) runs here: the entries are draft ids, each stored
 // and scored as its target id, and (-inf, fill) joins each row's fold.
@@ -43,21 +46,39 @@ __global__ void embed_kernel(const int64_t* tokens, int64_t token_stride, const 
     e[static_cast<int64_t>(r) * rank + k] = src[k];
 }
 
-// Two bf16 of `row` at k and k + 1 as an mma fragment register (zero past the
-// rank or past the last row: both operands of a padded product are zero).
-__device__ __forceinline__ uint32_t fragment_pair(const bf16* m, int row, int rows, int rank,
-                                                  int k) {
-  if (row >= rows) return 0u;
-  const bf16* p = m + static_cast<int64_t>(row) * rank;
+// Two bf16 of row p at k and k + 1 as an mma fragment register (zero past the rank; a
+// null row, past the last one, is zero: both operands of a padded product are zero).
+__device__ __forceinline__ uint32_t fragment_pair(const bf16* p, int rank, int k) {
+  if (p == nullptr) return 0u;
   const uint32_t lo = k < rank ? p[k].bits : 0u, hi = k + 1 < rank ? p[k + 1].bits : 0u;
   return lo | (hi << 16);
 }
 
-// One warp per 16 vocab entries x 8 rows: the chain of mma.sync.m16n8k16 over the
-// rank (A = w2 rows v0..v0+15, B = embeddings n0..n0+7, fragments loaded straight
-// from global memory, common/mma.cuh), so bias[n][v] = bf16(mma_chain(w2[v], e[n])).
-// The row tiles run along blockIdx.y next to each other, so w2 comes from L2 for all
-// but the first.
+// The bias chains of one warp's 16 x 8 tile (the one chain code of the eager bias, dense
+// and top-k): the chain of mma.sync.m16n8k16 over the rank from +0, A = the w2 rows
+// a_lo (this lane's row g) and a_hi (row g + 8), B = the embedding b (column g); fragments
+// loaded straight from global memory (common/mma.cuh). acc[i] holds entry
+// (row g + (i / 2) * 8, column 2 t + i % 2) with t = lane % 4.
+__device__ __forceinline__ void bias_chain_tile(const bf16* a_lo, const bf16* a_hi, const bf16* b,
+                                                int rank, int t, float acc[4]) {
+  for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
+  for (int k0 = 0; k0 < rank; k0 += 16) {
+    const uint32_t a[4] = {
+        fragment_pair(a_lo, rank, k0 + 2 * t), fragment_pair(a_hi, rank, k0 + 2 * t),
+        fragment_pair(a_lo, rank, k0 + 2 * t + 8), fragment_pair(a_hi, rank, k0 + 2 * t + 8)};
+    const uint32_t bb[2] = {fragment_pair(b, rank, k0 + 2 * t),
+                            fragment_pair(b, rank, k0 + 2 * t + 8)};
+    mma_bf16_16816(acc, a, bb, acc);
+  }
+}
+
+__device__ __forceinline__ const bf16* row_or_null(const bf16* m, int row, int rows, int rank) {
+  return row < rows ? m + static_cast<int64_t>(row) * rank : nullptr;
+}
+
+// One warp per 16 vocab entries x 8 rows (bias_chain_tile), so
+// bias[n][v] = bf16(mma_chain(w2[v], e[n])). The row tiles run along blockIdx.y next to
+// each other, so w2 comes from L2 for all but the first.
 __global__ void bias_kernel(const bf16* e, int rows, const bf16* w2, int vocab, int rank,
                             bf16* bias) {
   pdl_enter();
@@ -65,16 +86,9 @@ __global__ void bias_kernel(const bf16* e, int rows, const bf16* w2, int vocab, 
   const int v0 = (blockIdx.x * kWarps + threadIdx.x / kWarp) * 16;
   const int n0 = blockIdx.y * 8;
   if (v0 >= vocab) return;  // whole warps leave together
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int k0 = 0; k0 < rank; k0 += 16) {
-    const uint32_t a[4] = {fragment_pair(w2, v0 + g, vocab, rank, k0 + 2 * t),
-                           fragment_pair(w2, v0 + g + 8, vocab, rank, k0 + 2 * t),
-                           fragment_pair(w2, v0 + g, vocab, rank, k0 + 2 * t + 8),
-                           fragment_pair(w2, v0 + g + 8, vocab, rank, k0 + 2 * t + 8)};
-    const uint32_t b[2] = {fragment_pair(e, n0 + g, rows, rank, k0 + 2 * t),
-                           fragment_pair(e, n0 + g, rows, rank, k0 + 2 * t + 8)};
-    mma_bf16_16816(acc, a, b, acc);
-  }
+  float acc[4];
+  bias_chain_tile(row_or_null(w2, v0 + g, vocab, rank), row_or_null(w2, v0 + g + 8, vocab, rank),
+                  row_or_null(e, n0 + g, rows, rank), rank, t, acc);
   const int n = n0 + 2 * t;
   for (int i = 0; i < 4; ++i) {
     const int v = v0 + g + (i / 2) * 8, r = n + i % 2;
@@ -157,6 +171,173 @@ __global__ void sample_final_kernel(const MarkovCandidate* partials, int blocks,
     }
     best[r] = c;
     if (tokens != nullptr) tokens[r * token_stride] = c.id;
+  }
+}
+
+// ---- The top-k Markov loop (contract.md section 12) ----
+
+// The order key of a bf16 base logit under the rule's preference: NaN highest (all NaNs
+// one key: ties go to the lower id), +0 and -0 one key, else the value's order.
+__device__ __forceinline__ uint32_t topk_key(bf16 x) {
+  uint32_t b = x.bits;
+  if ((b & 0x7fffu) > 0x7f80u) return 0xffffu;
+  if (b == 0x8000u) b = 0u;
+  return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
+}
+
+inline constexpr int kTopkThreads = 1024;
+inline constexpr int kTopkWarps = kTopkThreads / kWarp;
+
+// Exclusive prefix over the block of one flag per thread (ids in thread order), and the
+// block's total; warp ballots, then the warp totals in order (exact integer counts).
+__device__ __forceinline__ int block_exclusive_count(bool flag, int* warp_counts, int* total) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const uint32_t ballot = __ballot_sync(0xffffffffu, flag);
+  const int in_warp = __popc(ballot & ((1u << lane) - 1u));
+  __syncthreads();  // warp_counts free from the previous round
+  if (lane == 0) warp_counts[warp] = __popc(ballot);
+  __syncthreads();
+  int before = 0, sum = 0;
+  for (int w = 0; w < kTopkWarps; ++w) {
+    if (w < warp) before += warp_counts[w];
+    sum += warp_counts[w];
+  }
+  *total = sum;
+  return before + in_warp;
+}
+
+// One block per position p: the k candidates of base[p] (12.1) written to ids[p] in
+// increasing id order (the set is what the step reads). A radix select on the 16-bit key
+// (two 8-bit histograms) finds the key T of the k-th best: the candidates are every id with
+// key > T and the lowest `need` ids with key == T; a block scan in id order compacts them.
+__global__ void topk_candidates_kernel(const bf16* base, int vocab, int k, int32_t* ids) {
+  pdl_enter();
+  __shared__ int hist[256];
+  __shared__ int warp_counts[kTopkWarps];
+  __shared__ uint32_t sel_high, sel_low;
+  __shared__ int above_high, need_shared;
+  const bf16* row = base + static_cast<int64_t>(blockIdx.x) * vocab;
+  int32_t* out = ids + static_cast<int64_t>(blockIdx.x) * k;
+  // Pass 1: the high byte.
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) atomicAdd(&hist[topk_key(row[v]) >> 8], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int above = 0, h = 255;
+    for (; h > 0; --h) {
+      if (above + hist[h] >= k) break;
+      above += hist[h];
+    }
+    sel_high = static_cast<uint32_t>(h);
+    above_high = above;
+  }
+  __syncthreads();
+  const uint32_t high = sel_high;
+  // Pass 2: the low byte among the keys of that high byte.
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const uint32_t key = topk_key(row[v]);
+    if ((key >> 8) == high) atomicAdd(&hist[key & 0xffu], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int above = above_high, l = 255;
+    for (; l > 0; --l) {
+      if (above + hist[l] >= k) break;
+      above += hist[l];
+    }
+    sel_low = static_cast<uint32_t>(l);
+    need_shared = k - above;  // >= 1: ids with key == T taken, lowest first
+  }
+  __syncthreads();
+  const uint32_t T = (high << 8) | sel_low;
+  const int need = need_shared;
+  // Pass 3: compaction in id order.
+  int written = 0, ties = 0;
+  for (int base_v = 0; base_v < vocab; base_v += blockDim.x) {
+    const int v = base_v + static_cast<int>(threadIdx.x);
+    const uint32_t key = v < vocab ? topk_key(row[v]) : 0u;
+    const bool tie = v < vocab && key == T;
+    int tie_total = 0;
+    const int tie_before = ties + block_exclusive_count(tie, warp_counts, &tie_total);
+    const bool take = v < vocab && (key > T || (tie && tie_before < need));
+    int take_total = 0;
+    const int pos = written + block_exclusive_count(take, warp_counts, &take_total);
+    if (take && pos < k) out[pos] = v;
+    ties += tie_total;
+    written += take_total;
+  }
+}
+
+// One block per row r, step j (12.2): the cache row -inf, then per warp 16 candidates at a
+// time: the bias chain of their w2 rows (bias_chain_tile with e[r] as the one column), the
+// dense step's logit, the cache entry, the noised score; the row's best by the rule, folded
+// with (-inf, f) (f = the lowest id off the candidates), is the token.
+__global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const bf16* base,
+                                 int64_t base_stride, const int32_t* ids, int64_t ids_stride, int k,
+                                 int vocab, ops::LogitTransform transform,
+                                 const float* temperatures, const int64_t* seeds,
+                                 const int64_t* anchor_positions, int step, bf16* cache,
+                                 const int64_t* cache_slots, int64_t cache_slot_stride,
+                                 int64_t* tokens, int64_t token_stride) {
+  pdl_enter();
+  __shared__ MarkovCandidate warp_best_smem[kWarps];
+  __shared__ int warp_fill[kWarps];
+  const int r = blockIdx.x;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const int32_t* cand = ids + r * ids_stride;
+  const bf16* b = base + r * base_stride;
+  const bf16* er = e + static_cast<int64_t>(r) * rank;
+  const int64_t slot = cache_slots[r];
+  bf16* crow = slot >= 0 ? cache + slot * cache_slot_stride : nullptr;
+  if (crow != nullptr)
+    for (int v = threadIdx.x; v < vocab; v += blockDim.x) crow[v] = bf16{0xff80u};
+  __syncthreads();  // the -inf fill lands before the candidates' entries
+  const float temp = temperatures[r];
+  const uint32_t gs = draft_step_seed(seeds[r], anchor_positions[r], step);
+  MarkovCandidate best = markov_detail::no_candidate();
+  for (int c0 = warp * 16; c0 < k; c0 += kWarps * 16) {
+    const int i_lo = c0 + g, i_hi = c0 + g + 8;
+    const bf16* a_lo = i_lo < k ? w2 + static_cast<int64_t>(cand[i_lo]) * rank : nullptr;
+    const bf16* a_hi = i_hi < k ? w2 + static_cast<int64_t>(cand[i_hi]) * rank : nullptr;
+    float acc[4];
+    bias_chain_tile(a_lo, a_hi, g == 0 ? er : nullptr, rank, t, acc);
+    if (t == 0) {  // column 0 (the embedding): acc[0] for row g, acc[2] for row g + 8
+      for (int h = 0; h < 2; ++h) {
+        const int i = h == 0 ? i_lo : i_hi;
+        if (i >= k) continue;
+        const int32_t v = cand[i];
+        const bf16 l = markov_detail::step_logit(b[v], to_bf16(acc[2 * h]), transform);
+        if (crow != nullptr) crow[v] = l;
+        const MarkovCandidate s = markov_detail::score(l, temp, gs, v);
+        if (markov_detail::wins(s, best)) best = s;
+      }
+    }
+  }
+  // f: the first i with cand[i] != i (the ids are increasing), else k (when k < vocab).
+  int fill = k < vocab ? k : 0x7fffffff;
+  for (int i = threadIdx.x; i < k; i += blockDim.x)
+    if (cand[i] != i && i < fill) fill = i;
+  for (int off = kWarp / 2; off > 0; off /= 2)
+    fill = min(fill, __shfl_xor_sync(0xffffffffu, fill, off));
+  best = markov_detail::warp_best(best);
+  if (lane == 0) {
+    warp_best_smem[warp] = best;
+    warp_fill[warp] = fill;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      if (markov_detail::wins(warp_best_smem[w], best)) best = warp_best_smem[w];
+      fill = min(fill, warp_fill[w]);
+    }
+    if (fill != 0x7fffffff) {
+      const MarkovCandidate f{__int_as_float(static_cast<int>(0xff800000u)), fill};
+      if (markov_detail::wins(f, best)) best = f;
+    }
+    tokens[r * token_stride] = best.id;
   }
 }
 
@@ -257,6 +438,41 @@ void markov_sample(const bf16* logits, const ops::MarkovRows& mrows, int vocab, 
                 tokens, token_stride);
 }
 
+void markov_topk_candidates(const bf16* base, int positions, int vocab, int k, int32_t* ids,
+                            cudaStream_t stream) {
+  require(positions >= 0 && vocab >= 1 && k >= 1 && k <= vocab, "markov_topk_candidates",
+          "positions must be >= 0, vocab >= 1 and k in [1, vocab], got positions " +
+              std::to_string(positions) + ", vocab " + std::to_string(vocab) + ", k " +
+              std::to_string(k));
+  if (positions == 0) return;
+  require(base != nullptr && ids != nullptr, "markov_topk_candidates",
+          "base and ids must not be null");
+  launch_kernel("markov_topk_candidates_kernel", topk_candidates_kernel,
+                LaunchShape{dim3(positions), dim3(kTopkThreads), 0, stream}, base, vocab, k, ids);
+}
+
+void markov_topk_step(const bf16* e, const bf16* w2, int rank, const bf16* base,
+                      int64_t base_stride, const int32_t* ids, int64_t ids_stride, int k,
+                      const ops::MarkovRows& mrows, int vocab, const ops::LogitTransform& transform,
+                      int step, bf16* cache, int64_t cache_slot_stride, int64_t* tokens,
+                      int64_t token_stride, cudaStream_t stream) {
+  const int rows = mrows.num_rows;
+  require(rows >= 0 && vocab >= 1 && rank >= 1 && k >= 1 && k <= vocab, "markov_topk_step",
+          "rows must be >= 0, vocab and rank >= 1, k in [1, vocab], got rows " +
+              std::to_string(rows) + ", vocab " + std::to_string(vocab) + ", rank " +
+              std::to_string(rank) + ", k " + std::to_string(k));
+  if (rows == 0) return;
+  require(e != nullptr && w2 != nullptr && base != nullptr && ids != nullptr && cache != nullptr &&
+              tokens != nullptr && mrows.cache_slots != nullptr && mrows.temperatures != nullptr &&
+              mrows.seeds != nullptr && mrows.anchor_positions != nullptr,
+          "markov_topk_step", "pointers must not be null");
+  launch_kernel("markov_topk_step_kernel", topk_step_kernel,
+                LaunchShape{dim3(rows), dim3(kThreads), 0, stream}, e, w2, rank, base, base_stride,
+                ids, ids_stride, k, vocab, transform, mrows.temperatures, mrows.seeds,
+                mrows.anchor_positions, step, cache, mrows.cache_slots, cache_slot_stride, tokens,
+                token_stride);
+}
+
 void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
                        cudaStream_t stream) {
   require(
@@ -285,6 +501,29 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
               std::to_string(head.draft_vocab) + ", vocab " + std::to_string(head.vocab) + ")");
   // Base logits, bias and sampling over the head's width (draft ids); cache rows over V.
   const int64_t n = batch.steps, v = head.vocab, w = head.width();
+  if (head.topk > 0) {  // the top-k loop (contract.md section 12)
+    require(!head.reduced() && head.topk <= head.vocab, "eager_markov_loop",
+            "the top-k loop needs the full vocabulary and k <= vocab (k " +
+                std::to_string(head.topk) + ")");
+    const int64_t k = head.topk;
+    require(ws.topk_ids.size() >= static_cast<size_t>(batch.rows.num_rows) * n * k,
+            "eager_markov_loop", "the workspace has no top-k candidate buffer of this size");
+    markov_topk_candidates(batch.base_logits, batch.rows.num_rows * batch.steps, head.vocab,
+                           head.topk, ws.topk_ids.data(), stream);
+    for (int j = 0; j < batch.steps; ++j) {
+      if (j == 0)
+        markov_embed(batch.rows.anchor_tokens, 1, batch.rows.num_rows, head.w1, head.markov_rank,
+                     ws.e.data(), stream);
+      else
+        markov_embed(batch.draft_tokens + (j - 1), n, batch.rows.num_rows, head.w1,
+                     head.markov_rank, ws.e.data(), stream);
+      markov_topk_step(ws.e.data(), head.w2, head.markov_rank, batch.base_logits + j * v, n * v,
+                       ws.topk_ids.data() + j * k, n * k, head.topk, batch.rows, head.vocab,
+                       head.transform, j, batch.cache + j * v, n * v, batch.draft_tokens + j, n,
+                       stream);
+    }
+    return;
+  }
   const DraftIdMap map{head.draft_ids, head.reduced() ? head.fill : -1};
   if (head.reduced()) markov_fill_cache(batch.rows, batch.steps, head.vocab, batch.cache, stream);
   for (int j = 0; j < batch.steps; ++j) {

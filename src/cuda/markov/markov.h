@@ -93,6 +93,22 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
 // A reduced vocabulary's cache rows (contract.md 11.2): every column of the `steps` rows
 // [slot][0..steps) of width `vocab` of each row with a slot gets bf16 -inf (0xff80); the
 // draft entries are then stored over it step by step.
+// The top-k Markov loop (contract.md section 12), eager kernels:
+// markov_topk_candidates: base [positions, vocab] -> ids [positions, k], each position's k
+// candidates (12.1) in increasing id order (a radix select on the rule's 16-bit order key,
+// then a block scan in id order: exact, one block per position).
+void markov_topk_candidates(const bf16* base, int positions, int vocab, int k, int32_t* ids,
+                            cudaStream_t stream);
+// markov_topk_step: step `step` of every row: the cache row (slot stride cache_slot_stride)
+// -inf, then on the k candidates ids[r * ids_stride ..] the bias chain of their w2 rows
+// with e[r], the dense step's logit, the cache entry; the token by the rule folded with
+// (-inf, the lowest id off the candidates) to tokens[r * token_stride].
+void markov_topk_step(const bf16* e, const bf16* w2, int markov_rank, const bf16* base,
+                      int64_t base_stride, const int32_t* ids, int64_t ids_stride, int k,
+                      const ops::MarkovRows& rows, int vocab, const ops::LogitTransform& transform,
+                      int step, bf16* cache, int64_t cache_slot_stride, int64_t* tokens,
+                      int64_t token_stride, cudaStream_t stream);
+
 void markov_fill_cache(const ops::MarkovRows& rows, int steps, int vocab, bf16* cache,
                        cudaStream_t stream);
 
@@ -123,6 +139,9 @@ struct MarkovHead {
   int draft_vocab = 0;
   const int32_t* draft_ids = nullptr;
   int32_t fill = -1;
+  // The top-k loop (contract.md section 12; the eager loop at TP 1 only, full vocabulary):
+  // per position the topk best base logits are the candidates, -inf elsewhere. 0 = dense.
+  int topk = 0;
   int width() const { return draft_vocab > 0 ? draft_vocab : vocab; }
   bool reduced() const { return draft_vocab > 0; }
 };
@@ -150,6 +169,7 @@ struct MarkovPlanInput {
   int vocab = 0;                      // V: width of the draft-logits cache
   int draft_vocab = 0;                // the draft head's vocabulary; 0 = V
   int markov_rank = 0;                // K; 0 = the draft has no Markov head
+  int topk = 0;                       // the top-k loop's k (section 12); 0 = dense
   int tp_size = 1;                    // vocab-parallel ranks
   int max_rows = 1;                   // rows per call
   bool cache_bf16_contiguous = true;  // the cache is one contiguous bf16 [slots, N, V]
@@ -226,6 +246,7 @@ class MarkovWorkspace {
   DeviceBuffer<bf16> logits;                      // [max_rows, vocab]
   DeviceBuffer<MarkovCandidate> sample_partials;  // [max_rows, markov_sample_blocks(vocab)]
   DeviceBuffer<MarkovCandidate> sample_best;      // [max_rows]
+  DeviceBuffer<int32_t> topk_ids;  // [max_rows, steps, k] (the top-k loop; MarkovLoop sizes it)
   // Fused buffers.
   DeviceBuffer<bf16> embeds;        // [steps + 1, max_rows, markov_rank]: row j is step j's e
   DeviceBuffer<uint32_t> arrivals;  // [tp_size, steps, max_rows]

@@ -118,6 +118,9 @@ std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int sme
   if (in.draft_vocab != 0 && in.draft_vocab != in.vocab)
     return "reduced draft vocabulary (" + std::to_string(in.draft_vocab) + " of " + v +
            " ids, a d2t map)";
+  if (in.topk > 0)
+    return "the top-k Markov loop (markov_topk " + std::to_string(in.topk) +
+           ", contract.md section 12) runs on the eager loop";
   if (!in.cache_bf16_contiguous)
     return "the draft-logits cache is not one contiguous bf16 [slots, N, V] buffer";
   if (!power_of_two(in.tp_size)) return "shard count " + s + " is not a power of two";
@@ -204,11 +207,15 @@ MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cac
   in.vocab = head.vocab;
   in.draft_vocab = head.draft_vocab;
   in.markov_rank = head.markov_rank;
+  in.topk = head.topk;
   in.max_rows = max_rows;
   in.cache_bf16_contiguous = cache_bf16_contiguous;
   in.w1 = head.w1;
   in.w2 = head.w2;
   refusal_ = fused_markov_refusal(in);
+  if (head.topk > 0)
+    ws_.topk_ids = DeviceBuffer<int32_t>(static_cast<size_t>(max_rows) * steps *
+                                         static_cast<size_t>(head.topk));
   if (!refusal_.empty()) markov_log_once("fused Markov loop off, the eager loop runs: " + refusal_);
 }
 
@@ -231,6 +238,7 @@ int checked_tp_size(const MarkovHead& head, const Communicator& comm, int max_ro
   in.vocab = head.vocab;
   in.draft_vocab = head.draft_vocab;
   in.markov_rank = head.markov_rank;
+  in.topk = head.topk;
   in.tp_size = comm.tp_size();
   in.max_rows = max_rows;
   in.cache_bf16_contiguous = cache_bf16_contiguous;
