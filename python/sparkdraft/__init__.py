@@ -58,6 +58,11 @@ def preset_config(preset: str = "tiny", style: str = "") -> dict:
     return json.loads(_core.preset_config(preset, style))
 
 
+# Fields of our JSON config written only when set (src/io/config.cpp, our_optional_keys): a preset
+# without them still takes them as overrides.
+_OPTIONAL_CONFIG_FIELDS = ("draft_vocab_size", "markov_topk")
+
+
 def make_checkpoint(
     dir: str,
     preset: str = "tiny",
@@ -72,11 +77,11 @@ def make_checkpoint(
     ``overrides`` replace fields of the preset's config, e.g. the shape of a draft for a
     given target: ``vocab_size``, ``target_hidden_size``, ``target_layer_ids`` (the taps:
     layer i is the output of the target's decoder layer i, -1 its embeddings),
-    ``block_size``. When ``vocab_size`` is given and the preset's ``mask_token_id`` is out
+    ``block_size``, ``markov_topk`` (the top-k Markov loop). When ``vocab_size`` is given and the preset's ``mask_token_id`` is out
     of range, the mask token becomes ``vocab_size - 1``. Refused fields raise ConfigError.
     """
     config = preset_config(preset, style)
-    unknown = sorted(set(overrides) - set(config))
+    unknown = sorted(set(overrides) - set(config) - set(_OPTIONAL_CONFIG_FIELDS))
     if unknown:
         raise ConfigError(f"make_checkpoint: unknown config fields {unknown}")
     config.update(overrides)
