@@ -87,6 +87,16 @@ def setup(ck, rows, ctx, seed):
     return d, bufs
 
 
+def checkpoint_of(args):
+    """The checkpoint to run: --checkpoint, else the preset's under --preset-dir (written once,
+    seed 1, where `bench step` writes it too). Returns (path, loaded checkpoint)."""
+    path = args.checkpoint or os.path.join(args.preset_dir, f"sparkdraft-bench-{args.preset}")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        print(f"writing the {args.preset} checkpoint to {path}", flush=True)
+        sparkdraft.make_checkpoint(path, args.preset, seed=1)
+    return path, sparkdraft.Checkpoint(path)
+
+
 def cli_step(cli, preset, ctx, rows, repeats, preset_dir):
     out = os.path.join(preset_dir, "bench_step.json")
     cmd = [cli, "bench", "step", "--preset", preset, "--ctx", str(ctx), "--repeats", str(repeats),
@@ -115,11 +125,7 @@ def main():
     cli = {}
     if args.cli and not args.checkpoint:
         cli = cli_step(args.cli, args.preset, args.ctx, args.rows, args.repeats, args.preset_dir)
-    path = args.checkpoint or os.path.join(args.preset_dir, f"sparkdraft-bench-{args.preset}")
-    if not os.path.exists(os.path.join(path, "config.json")):
-        print(f"writing the {args.preset} checkpoint to {path}", flush=True)
-        sparkdraft.make_checkpoint(path, args.preset, seed=1)
-    ck = sparkdraft.Checkpoint(path)
+    path, ck = checkpoint_of(args)
     flush = torch.empty(2 * 64 * 2**20 // 4, dtype=torch.float32, device="cuda")  # > 2x L2
 
     results = []

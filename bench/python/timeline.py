@@ -18,7 +18,6 @@ a different kernel count than the first are an error (the graph is fixed).
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 
@@ -28,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 import sparkdraft
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_propose import setup  # noqa: E402  (the same context and buffers as bench_propose)
+from bench_propose import checkpoint_of, setup  # noqa: E402  (bench_propose's checkpoint, context, buffers)
 
 
 def short(name: str) -> str:
@@ -83,11 +82,7 @@ def main():
         sys.exit("timeline.py: needs the CUDA backend and a GPU")
     if args.replays < 1:
         sys.exit("timeline.py: --replays must be >= 1")
-    path = args.checkpoint or os.path.join(args.preset_dir, f"sparkdraft-bench-{args.preset}")
-    if not os.path.exists(os.path.join(path, "config.json")):
-        print(f"writing the {args.preset} checkpoint to {path}", flush=True)
-        sparkdraft.make_checkpoint(path, args.preset, seed=1)
-    ck = sparkdraft.Checkpoint(path)
+    _, ck = checkpoint_of(args)
     flush = torch.empty(2 * 64 * 2**20 // 4, dtype=torch.float32, device="cuda")  # > 2x L2
 
     results, md = [], []

@@ -234,6 +234,21 @@ void expect_same(const TopkSetup& s, const std::vector<int64_t>& want_tokens,
   EXPECT_TRUE(test::same_bits(cache, want_cache)) << what << ": cache";
 }
 
+// The top-k loop at TP 1, 2, 4 and 8 (those that divide V) equals the wanted tokens and
+// cache (cache rows pre-filled with -7 so that an unwritten entry shows).
+void expect_every_tp(const TopkSetup& s, const std::vector<int64_t>& want_tokens,
+                     const std::vector<bf16>& want_cache) {
+  const ops::MarkovRows rows = s.rows.view();
+  MarkovInputs in{&s.c, &s.w, &s.transform, &rows, s.rows.num_rows, 2};
+  for (int tp : {1, 2, 4, 8}) {
+    if (s.c.vocab_size % tp) continue;
+    std::vector<int64_t> tokens(want_tokens.size(), -1);
+    std::vector<bf16> cache(want_cache.size(), to_bf16(-7.0f));
+    markov_loop_from_base(in, tp, s.base.data(), ProposeOutputs{tokens.data(), cache.data()});
+    expect_same(s, want_tokens, want_cache, tokens, cache, "tp " + std::to_string(tp));
+  }
+}
+
 struct Case {
   int R, N, V, rank, k;
 };
@@ -269,17 +284,11 @@ TEST(MarkovTopkCpu, EqualsTheDenseLoopOverMaskedBaseLogitsAtEveryTp) {
                           ProposeOutputs{want_tokens.data(), want_cache.data()});
     // The cache rows are -inf exactly off the candidates (every candidate here is finite
     // after the bias, except where its base logit is infinite).
-    const ops::MarkovRows rows = s.rows.view();
-    MarkovInputs in{&s.c, &s.w, &s.transform, &rows, k.R, 2};
-    for (int tp : {1, 2, 4, 8}) {
-      if (k.V % tp) continue;
-      std::vector<int64_t> tokens(want_tokens.size(), -1);
-      std::vector<bf16> cache(cache_size, to_bf16(-7.0f));
-      markov_loop_from_base(in, tp, s.base.data(), ProposeOutputs{tokens.data(), cache.data()});
-      expect_same(s, want_tokens, want_cache, tokens, cache, "tp " + std::to_string(tp));
-    }
+    expect_every_tp(s, want_tokens, want_cache);
     // A padding row's cache slot is never written.
     if (k.R > 4) {
+      const ops::MarkovRows rows = s.rows.view();
+      MarkovInputs in{&s.c, &s.w, &s.transform, &rows, k.R, 2};
       std::vector<int64_t> tokens(want_tokens.size(), -1);
       std::vector<bf16> cache(cache_size, to_bf16(-7.0f));
       markov_loop_from_base(in, 1, s.base.data(), ProposeOutputs{tokens.data(), cache.data()});
@@ -317,15 +326,7 @@ TEST(MarkovTopkCpu, EqualsTheMaskedDenseStepWithTheTransformAtEveryTp) {
           EXPECT_EQ(want_tokens[static_cast<size_t>(r) * k.N + j], best.id)
               << "k = 1 takes the base argmax, row " << r << " step " << j;
         }
-    const ops::MarkovRows rows = s.rows.view();
-    MarkovInputs in{&s.c, &s.w, &s.transform, &rows, k.R, 2};
-    for (int tp : {1, 2, 4, 8}) {
-      if (k.V % tp) continue;
-      std::vector<int64_t> tokens(want_tokens.size(), -1);
-      std::vector<bf16> cache(cache_size, to_bf16(-7.0f));
-      markov_loop_from_base(in, tp, s.base.data(), ProposeOutputs{tokens.data(), cache.data()});
-      expect_same(s, want_tokens, want_cache, tokens, cache, "tp " + std::to_string(tp));
-    }
+    expect_every_tp(s, want_tokens, want_cache);
   }
 }
 
