@@ -111,9 +111,11 @@ struct ModelConfig {
   // The top-k Markov variant (contract.md section 12): at each step only the top
   // `markov_topk` ids of the position's base logits are candidates, the rest -inf.
   // 0 = off (the dense loop); 1 <= k <= V. `markov_topk` in both JSON forms (vLLM's
-  // name); a reduced draft vocabulary with it, and the union form (`markov_bias_topk`
-  // > 0), are refused by name.
+  // name); a reduced draft vocabulary with it is refused by name.
   int markov_topk = 0;
+  // The union form (section 12.5): the bias's own top `markov_bias_topk` ids join each
+  // step's candidates. 0 = off; 1 <= m <= V, only with markov_topk > 0.
+  int markov_bias_topk = 0;
 
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
   // Whether the draft samples in a reduced vocabulary mapped by d2t (section 11).

@@ -231,8 +231,9 @@ const std::set<std::string>& our_keys() {
 // Keys of our JSON that may be absent (configs written before they existed): the
 // confidence head's flags, default off; draft_vocab_size, default the full vocabulary.
 const std::set<std::string>& our_optional_keys() {
-  static const std::set<std::string> keys = {
-      "enable_confidence_head", "confidence_head_with_markov", "draft_vocab_size", "markov_topk"};
+  static const std::set<std::string> keys = {"enable_confidence_head",
+                                             "confidence_head_with_markov", "draft_vocab_size",
+                                             "markov_topk", "markov_bias_topk"};
   return keys;
 }
 
@@ -333,6 +334,12 @@ void ModelConfig::validate() const {
   if (markov_topk > 0 && reduced_vocab())
     bad("markov_topk", "with a reduced draft vocabulary (draft_vocab_size " +
                            std::to_string(draft_vocab_size) + ") is not supported");
+  if (markov_bias_topk < 0 || markov_bias_topk > vocab_size)
+    bad("markov_bias_topk", "must be in [1, vocab_size = " + std::to_string(vocab_size) +
+                                "] for the union form of the top-k loop, or 0 (got " +
+                                std::to_string(markov_bias_topk) + ")");
+  if (markov_bias_topk > 0 && markov_topk == 0)
+    bad("markov_bias_topk", "needs the top-k Markov loop (markov_topk > 0)");
   if (!sample_from_anchor)
     throw ConfigError("the fill-in layout (sample_from_anchor = false) is not supported yet");
 }
@@ -373,6 +380,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["confidence_head_with_markov"] = c.confidence_head_with_markov;
   if (c.reduced_vocab()) j["draft_vocab_size"] = c.draft_vocab_size;
   if (c.topk_markov()) j["markov_topk"] = c.markov_topk;
+  if (c.markov_bias_topk > 0) j["markov_bias_topk"] = c.markov_bias_topk;
   return j;
 }
 
@@ -442,6 +450,9 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   // The top-k Markov variant (contract.md section 12); validate() refuses k < 0 or > V.
   if (f.has("markov_topk"))
     c.markov_topk = static_cast<int>(f.integer("markov_topk", std::numeric_limits<int>::min()));
+  if (f.has("markov_bias_topk"))
+    c.markov_bias_topk =
+        static_cast<int>(f.integer("markov_bias_topk", std::numeric_limits<int>::min()));
   c.validate();
   return c;
 }
@@ -631,15 +642,13 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   c.confidence_head = f.has("enable_confidence_head") && f.boolean("enable_confidence_head");
   c.confidence_head_with_markov = c.confidence_head && f.has("confidence_head_with_markov") &&
                                   f.boolean("confidence_head_with_markov");
-  // The top-k Markov variant (contract.md section 12), vLLM's `markov_topk`; the union
-  // form (`markov_bias_topk`, the bias's own top-M added to the candidates) is refused.
+  // The top-k Markov variant (contract.md section 12), vLLM's `markov_topk`, and its union
+  // form (`markov_bias_topk`, the bias's own top-m added to the candidates, 12.5).
   if (f.has("markov_topk"))
     c.markov_topk = static_cast<int>(f.integer("markov_topk", std::numeric_limits<int>::min()));
-  if (f.has("markov_bias_topk") &&
-      f.integer("markov_bias_topk", std::numeric_limits<int>::min()) != 0)
-    f.fail(
-        "markov_bias_topk (the union form of the top-k Markov loop: base top-k plus the "
-        "bias's top-m) is not supported");
+  if (f.has("markov_bias_topk"))
+    c.markov_bias_topk =
+        static_cast<int>(f.integer("markov_bias_topk", std::numeric_limits<int>::min()));
   c.target_hidden_size = f.has("target_hidden_size")
                              ? static_cast<int>(f.integer("target_hidden_size", 1))
                              : c.hidden_size;
@@ -783,6 +792,7 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   if (c.target_hidden_size != c.hidden_size) j["target_hidden_size"] = c.target_hidden_size;
   if (c.reduced_vocab()) j["draft_vocab_size"] = c.draft_vocab_size;
   if (c.topk_markov()) j["markov_topk"] = c.markov_topk;
+  if (c.markov_bias_topk > 0) j["markov_bias_topk"] = c.markov_bias_topk;
   if (c.rope_style == RopeStyle::gptj) j["is_neox_style"] = false;
   return j;
 }

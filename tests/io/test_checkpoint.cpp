@@ -133,8 +133,10 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
 
 TEST(Checkpoint, Presets) {
   EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk",
-                                                      "qwen3-8b", "muse"}));
+                                                      "tiny-topk-union", "qwen3-8b", "muse"}));
   EXPECT_EQ(preset_config("tiny-topk").markov_topk, 16);
+  EXPECT_EQ(preset_config("tiny-topk-union").markov_topk, 16);
+  EXPECT_EQ(preset_config("tiny-topk-union").markov_bias_topk, 8);
   EXPECT_EQ(preset_config("tiny-topk", "muse").markov_topk, 16);
   const ModelConfig d2t = preset_config("tiny-d2t");
   EXPECT_TRUE(d2t.reduced_vocab());

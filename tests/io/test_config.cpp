@@ -660,7 +660,7 @@ TEST(Config, EnumNames) {
 
 // The top-k Markov variant (contract.md section 12): `markov_topk` in both forms, 0 = off,
 // refused below 0, above V, without a Markov head and with a reduced vocabulary; the union
-// form (`markov_bias_topk` > 0) refused by name.
+// form (`markov_bias_topk`, 12.5) in both forms, refused out of range and without markov_topk.
 TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
   json flat = qwen3_8b();
   EXPECT_EQ(import_hf_config(flat).markov_topk, 0);
@@ -684,8 +684,22 @@ TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
   flat["markov_bias_topk"] = 0;  // the union form off: accepted
   EXPECT_EQ(import_hf_config(flat).markov_topk, 8);
   flat["markov_bias_topk"] = 16;
+  const ModelConfig u = import_hf_config(flat);
+  EXPECT_EQ(u.markov_bias_topk, 16);
+  EXPECT_EQ(io::export_hf_config(u).at("markov_bias_topk"), 16);
+  EXPECT_EQ(config_from_json(config_to_json(u)).markov_bias_topk, 16);
+  EXPECT_FALSE(config_to_json(c).contains("markov_bias_topk"));
+  flat["markov_bias_topk"] = 151937;
   expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
-                  {"markov_bias_topk", "not supported"});
+                  {"markov_bias_topk", "151937"});
+  flat["markov_bias_topk"] = -2;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"markov_bias_topk", "-2"});
+  flat["markov_bias_topk"] = 16;
+  flat["markov_topk"] = 0;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"markov_bias_topk", "markov_topk"});
+  flat["markov_topk"] = 8;
   flat.erase("markov_bias_topk");
   flat["draft_vocab_size"] = 32000;
   expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
@@ -701,7 +715,11 @@ TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
                   {"markov_topk", "integer"});
   ours["markov_topk"] = 4;
   ours["markov_bias_topk"] = 4;
-  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }), {"markov_bias_topk"});
+  EXPECT_EQ(config_from_json(ours).markov_bias_topk, 4);
+  ours["markov_bias_topk"] = -4;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }),
+                  {"markov_bias_topk", "-4"});
+  ours.erase("markov_bias_topk");
   ModelConfig no_head = c;
   no_head.markov_rank = 0;
   no_head.confidence_head = no_head.confidence_head_with_markov = false;
