@@ -108,6 +108,10 @@ struct ModelConfig {
   // in the JSON forms; with_markov needs the head and a Markov rank > 0.
   bool confidence_head = false;
   bool confidence_head_with_markov = false;
+  // Per-position temperature calibration of the confidences (STS, contract.md 9.1):
+  // empty = none; else block_size fp32 values, each finite and > 0 (step j's value is
+  // sigmoid(z / T_j)). `confidence_temperatures` in both JSON forms; needs the head.
+  std::vector<float> confidence_temperatures;
   // The top-k Markov variant (contract.md section 12): at each step only the top
   // `markov_topk` ids of the position's base logits are candidates, the rest -inf.
   // 0 = off (the dense loop); 1 <= k <= V. `markov_topk` in both JSON forms (vLLM's

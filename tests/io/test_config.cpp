@@ -658,6 +658,39 @@ TEST(Config, EnumNames) {
   EXPECT_STREQ(to_string(RopeStyle::gptj), "gptj");
 }
 
+// Per-position calibration of the confidences (STS, contract.md 9.1): `confidence_temperatures`
+// in both forms, read back exactly as fp32; refused without the head, with a count other than
+// block_size, and with a value that is not finite and > 0.
+TEST(Config, ConfidenceTemperaturesRoundTripAndRefusals) {
+  json flat = qwen3_8b();
+  flat["enable_confidence_head"] = true;
+  flat["confidence_head_with_markov"] = true;
+  EXPECT_TRUE(import_hf_config(flat).confidence_temperatures.empty());
+  const std::vector<float> t = {0.9f, 1.0f, 1.1f, 1.25f, 1.5f, 2.0f, 0.3f};
+  flat["confidence_temperatures"] = t;
+  const ModelConfig c = import_hf_config(flat);
+  EXPECT_EQ(c.confidence_temperatures, t);
+  EXPECT_EQ(import_hf_config(io::export_hf_config(c)).confidence_temperatures, t);
+  EXPECT_EQ(config_from_json(config_to_json(c)).confidence_temperatures, t);
+  flat["confidence_temperatures"] = std::vector<float>{1.0f, 2.0f};
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "block_size 7", "got 2"});
+  flat["confidence_temperatures"] = std::vector<double>{1, 1, 1, 0, 1, 1, 1};
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "entry 3", "> 0"});
+  flat["confidence_temperatures"] = std::vector<double>{1, 1, 1, 1, 1, 1, 1e300};
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "fp32"});
+  flat["confidence_temperatures"] = "1.0";
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "list"});
+  json ours = config_to_json(c);
+  ours["enable_confidence_head"] = false;
+  ours["confidence_head_with_markov"] = false;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }),
+                  {"confidence_temperatures", "off"});
+}
+
 // The top-k Markov variant (contract.md section 12): `markov_topk` in both forms, 0 = off,
 // refused below 0, above V, without a Markov head and with a reduced vocabulary; the union
 // form (`markov_bias_topk`, 12.5) in both forms, refused out of range and without markov_topk.
