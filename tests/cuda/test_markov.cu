@@ -1453,7 +1453,7 @@ TEST(BenchMarkov, TopkLoopCheckedAgainstCpuAndTimed) {
   for (const char* logits : {"uniform", "trained"}) {
     cuda::MarkovBenchOptions o;
     o.vocab = 4099;
-    o.markov_rank = 48;
+    o.markov_rank = 64;
     o.steps = 5;
     o.rows = 3;
     o.repeats = 3;

@@ -190,41 +190,66 @@ __device__ __forceinline__ uint32_t topk_key(bf16 x) {
 inline constexpr int kTopkThreads = 1024;
 inline constexpr int kTopkWarps = kTopkThreads / kWarp;
 
-// Exclusive prefix over the block of one flag per thread (ids in thread order), and the
-// block's total; warp ballots, then the warp totals in order (exact integer counts).
-__device__ __forceinline__ int block_exclusive_count(bool flag, int* warp_counts, int* total) {
+// Exclusive prefix sum over the block of one count per thread (thread order) and the block's
+// total: warp shuffles, then the warp totals in order (exact integer sums).
+__device__ __forceinline__ int block_exclusive_sum(int x, int* warp_sums, int* total) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const uint32_t ballot = __ballot_sync(0xffffffffu, flag);
-  const int in_warp = __popc(ballot & ((1u << lane) - 1u));
-  __syncthreads();  // warp_counts free from the previous round
-  if (lane == 0) warp_counts[warp] = __popc(ballot);
+  int incl = x;
+  for (int off = 1; off < kWarp; off *= 2) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  __syncthreads();  // warp_sums free from the previous use
+  if (lane == kWarp - 1) warp_sums[warp] = incl;
   __syncthreads();
   int before = 0, sum = 0;
   for (int w = 0; w < kTopkWarps; ++w) {
-    if (w < warp) before += warp_counts[w];
-    sum += warp_counts[w];
+    if (w < warp) before += warp_sums[w];
+    sum += warp_sums[w];
   }
   *total = sum;
-  return before + in_warp;
+  return before + incl - x;
+}
+
+// One pass of the radix select: the histogram of key byte (key >> shift) & 0xff over the
+// keys whose higher bits equal `prefix` (all keys when shift is 8), per warp (less contention
+// on the hot bins), then summed into hist[0 .. 256).
+__device__ __forceinline__ void topk_histogram(const bf16* row, int vocab, int shift,
+                                               uint32_t prefix, int (*warp_hist)[256], int* hist) {
+  const int warp = threadIdx.x / kWarp;
+  for (int i = threadIdx.x; i < kTopkWarps * 256; i += blockDim.x) warp_hist[i / 256][i % 256] = 0;
+  __syncthreads();
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const uint32_t key = topk_key(row[v]);
+    if (shift == 8 || (key >> 8) == prefix) atomicAdd(&warp_hist[warp][(key >> shift) & 0xffu], 1);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+    int sum = 0;
+    for (int w = 0; w < kTopkWarps; ++w) sum += warp_hist[w][b];
+    hist[b] = sum;
+  }
+  __syncthreads();
 }
 
 // One block per position p: the k candidates of base[p] (12.1) written to ids[p] in
 // increasing id order (the set is what the step reads). A radix select on the 16-bit key
 // (two 8-bit histograms) finds the key T of the k-th best: the candidates are every id with
-// key > T and the lowest `need` ids with key == T; a block scan in id order compacts them.
-__global__ void topk_candidates_kernel(const bf16* base, int vocab, int k, int32_t* ids) {
+// key > T and the lowest `need` ids with key == T. Each thread then owns a contiguous run of
+// ids: it counts its ids above T and at T, one block scan gives every thread the ties before
+// its run and its output offset, and a second walk over the run writes the ids in order.
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_candidates_kernel(const bf16* base, int vocab, int k, int32_t* ids) {
   pdl_enter();
+  __shared__ int warp_hist[kTopkWarps][256];
   __shared__ int hist[256];
-  __shared__ int warp_counts[kTopkWarps];
+  __shared__ int warp_sums[kTopkWarps];
   __shared__ uint32_t sel_high, sel_low;
   __shared__ int above_high, need_shared;
   const bf16* row = base + static_cast<int64_t>(blockIdx.x) * vocab;
   int32_t* out = ids + static_cast<int64_t>(blockIdx.x) * k;
   // Pass 1: the high byte.
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-  __syncthreads();
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) atomicAdd(&hist[topk_key(row[v]) >> 8], 1);
-  __syncthreads();
+  topk_histogram(row, vocab, 8, 0u, warp_hist, hist);
   if (threadIdx.x == 0) {
     int above = 0, h = 255;
     for (; h > 0; --h) {
@@ -237,13 +262,7 @@ __global__ void topk_candidates_kernel(const bf16* base, int vocab, int k, int32
   __syncthreads();
   const uint32_t high = sel_high;
   // Pass 2: the low byte among the keys of that high byte.
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-  __syncthreads();
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const uint32_t key = topk_key(row[v]);
-    if ((key >> 8) == high) atomicAdd(&hist[key & 0xffu], 1);
-  }
-  __syncthreads();
+  topk_histogram(row, vocab, 0, high, warp_hist, hist);
   if (threadIdx.x == 0) {
     int above = above_high, l = 255;
     for (; l > 0; --l) {
@@ -256,20 +275,24 @@ __global__ void topk_candidates_kernel(const bf16* base, int vocab, int k, int32
   __syncthreads();
   const uint32_t T = (high << 8) | sel_low;
   const int need = need_shared;
-  // Pass 3: compaction in id order.
-  int written = 0, ties = 0;
-  for (int base_v = 0; base_v < vocab; base_v += blockDim.x) {
-    const int v = base_v + static_cast<int>(threadIdx.x);
-    const uint32_t key = v < vocab ? topk_key(row[v]) : 0u;
-    const bool tie = v < vocab && key == T;
-    int tie_total = 0;
-    const int tie_before = ties + block_exclusive_count(tie, warp_counts, &tie_total);
-    const bool take = v < vocab && (key > T || (tie && tie_before < need));
-    int take_total = 0;
-    const int pos = written + block_exclusive_count(take, warp_counts, &take_total);
-    if (take && pos < k) out[pos] = v;
-    ties += tie_total;
-    written += take_total;
+  // Pass 3: compaction in id order over contiguous runs.
+  const int run = (vocab + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+  const int lo = min(vocab, static_cast<int>(threadIdx.x) * run), hi = min(vocab, lo + run);
+  int above = 0, at = 0;
+  for (int v = lo; v < hi; ++v) {
+    const uint32_t key = topk_key(row[v]);
+    above += key > T;
+    at += key == T;
+  }
+  int total = 0;
+  const int ties_before = block_exclusive_sum(at, warp_sums, &total);
+  const int ties_taken = max(0, min(at, need - ties_before));
+  int pos = block_exclusive_sum(above + ties_taken, warp_sums, &total);
+  int tie = ties_before;
+  for (int v = lo; v < hi; ++v) {
+    const uint32_t key = topk_key(row[v]);
+    const bool take = key > T || (key == T && tie++ < need);
+    if (take && pos < k) out[pos++] = v;
   }
 }
 
