@@ -1362,7 +1362,10 @@ TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
     DeviceBuffer<bf16> d_w1(w1, s), d_w2(w2, s), d_base(base, s);
     {
       DeviceBuffer<int32_t> d_cand(static_cast<size_t>(R) * N * k);
-      cuda::markov_topk_candidates(d_base.data(), R * N, V, k, d_cand.data(), s);
+      cuda::TopkScratch scratch(R * N, V);
+      cuda::markov_topk_candidates(d_base.data(), R * N, V, k, d_cand.data(), scratch, s);
+      // Twice: the scratch is zero again after a call (the second call's ids are checked).
+      cuda::markov_topk_candidates(d_base.data(), R * N, V, k, d_cand.data(), scratch, s);
       const std::vector<int32_t> got = d_cand.download(s);
       std::vector<TopkEntry> list(static_cast<size_t>(k));
       for (int p = 0; p < R * N; ++p) {

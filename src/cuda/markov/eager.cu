@@ -9,7 +9,9 @@
 //                       associative, so the split does not matter)
 //   markov_fill_cache   a reduced vocabulary's cache rows: bf16 -inf everywhere first
 //   markov_topk_candidates / markov_topk_step: the top-k loop (contract.md section 12):
-//                       each position's k candidates once, then per step the k bias
+//                       each position's k candidates once (a radix select over slices of
+//                       4096 ids: two histogram kernels, a count kernel, a compaction
+//                       kernel in id order), then per step the k bias
 //                       chains (the dense kernel's chain code), the cache row and the token;
 //                       the union form (12.5) adds per step the dense bias row's top-m
 //                       (markov_bias, then the candidate kernel over the bias rows)
@@ -20,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cuda/common/launch.h"
 #include "cuda/common/mma.cuh"
@@ -187,8 +190,12 @@ __device__ __forceinline__ uint32_t topk_key(bf16 x) {
   return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
 }
 
-inline constexpr int kTopkThreads = 1024;
+// The candidate selection runs over slices of kTopkSliceIds ids, one block of kTopkThreads per
+// (slice, position), in four kernels whose scratch (TopkScratch, per position: the two byte
+// histograms, the selected key and count, the slices' counts) is zero between calls.
+inline constexpr int kTopkThreads = 256;
 inline constexpr int kTopkWarps = kTopkThreads / kWarp;
+inline constexpr int kTopkSliceIds = 4096;
 
 // Exclusive prefix sum over the block of one count per thread (thread order) and the block's
 // total: warp shuffles, then the warp totals in order (exact integer sums).
@@ -211,89 +218,206 @@ __device__ __forceinline__ int block_exclusive_sum(int x, int* warp_sums, int* t
   return before + incl - x;
 }
 
-// One pass of the radix select: the histogram of key byte (key >> shift) & 0xff over the
-// keys whose higher bits equal `prefix` (all keys when shift is 8), per warp (less contention
-// on the hot bins), then summed into hist[0 .. 256).
-__device__ __forceinline__ void topk_histogram(const bf16* row, int vocab, int shift,
-                                               uint32_t prefix, int (*warp_hist)[256], int* hist) {
-  const int warp = threadIdx.x / kWarp;
+// A position's scratch: hist_high[256], hist_low[256], select {T, need}, counts {above, at}
+// per slice.
+struct TopkSlot {
+  int32_t* hist_high;
+  int32_t* hist_low;
+  int32_t* select;
+  int32_t* counts;
+};
+__device__ __forceinline__ TopkSlot topk_slot(int32_t* scratch, int slices, int p) {
+  int32_t* b = scratch + static_cast<int64_t>(p) * (514 + 2 * slices);
+  return TopkSlot{b, b + 256, b + 512, b + 514};
+}
+
+// Calls visit(v, key) for the ids of [lo, hi) of `row` in increasing order: 16-byte loads
+// where `row + lo` is aligned.
+template <class Visit>
+__device__ __forceinline__ void topk_walk(const bf16* row, int lo, int hi, Visit&& visit) {
+  int v = lo;
+  if ((reinterpret_cast<uintptr_t>(row + lo) & 15u) == 0)
+    for (; v + 8 <= hi; v += 8) {
+      const uint4 u = *reinterpret_cast<const uint4*>(row + v);
+      const bf16* e = reinterpret_cast<const bf16*>(&u);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) visit(v + i, topk_key(e[i]));
+    }
+  for (; v < hi; ++v) visit(v, topk_key(row[v]));
+}
+
+// This thread's run of the block's slice [s0, s1): runs of a multiple of 8 ids.
+__device__ __forceinline__ void topk_run(int s0, int s1, int* lo, int* hi) {
+  const int per = (s1 - s0 + kTopkThreads - 1) / kTopkThreads;
+  const int run = (per + 7) / 8 * 8;
+  *lo = min(s1, s0 + static_cast<int>(threadIdx.x) * run);
+  *hi = min(s1, *lo + run);
+}
+
+// The byte of the k-th best from a histogram: the largest b with `above` + count(> b) < k <=
+// `above` + count(>= b) (b = 0 when the keys run out); *above_out = above + count(> b).
+__device__ __forceinline__ int topk_select_byte(const int32_t* hist, int above, int k,
+                                                int* above_out) {
+  int b = 255;
+  for (; b > 0; --b) {
+    if (above + hist[b] >= k) break;
+    above += hist[b];
+  }
+  *above_out = above;
+  return b;
+}
+
+// Kernel 1 (grid slices x positions): the high byte's histogram of every slice, per warp in
+// shared memory, then added into the position's histogram.
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_hist_high_kernel(const bf16* base, int vocab, int32_t* scratch, int slices) {
+  pdl_enter();
+  __shared__ int warp_hist[kTopkWarps][256];
+  const int p = blockIdx.y, s0 = blockIdx.x * kTopkSliceIds;
+  const int s1 = min(vocab, s0 + kTopkSliceIds), warp = threadIdx.x / kWarp;
   for (int i = threadIdx.x; i < kTopkWarps * 256; i += blockDim.x) warp_hist[i / 256][i % 256] = 0;
   __syncthreads();
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const uint32_t key = topk_key(row[v]);
-    if (shift == 8 || (key >> 8) == prefix) atomicAdd(&warp_hist[warp][(key >> shift) & 0xffu], 1);
+  const bf16* row = base + static_cast<int64_t>(p) * vocab;
+  int lo, hi;
+  topk_run(s0, s1, &lo, &hi);
+  topk_walk(row, lo, hi, [&](int, uint32_t key) { atomicAdd(&warp_hist[warp][key >> 8], 1); });
+  __syncthreads();
+  const TopkSlot slot = topk_slot(scratch, slices, p);
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+    int sum = 0;
+    for (int w = 0; w < kTopkWarps; ++w) sum += warp_hist[w][b];
+    if (sum) atomicAdd(&slot.hist_high[b], sum);
   }
+}
+
+// Kernel 2: the high byte H of the k-th best (from kernel 1's histogram), then the low byte's
+// histogram over the keys with high byte H.
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_hist_low_kernel(const bf16* base, int vocab, int k, int32_t* scratch, int slices) {
+  pdl_enter();
+  __shared__ int warp_hist[kTopkWarps][256];
+  __shared__ uint32_t high_shared;
+  const int p = blockIdx.y, s0 = blockIdx.x * kTopkSliceIds;
+  const int s1 = min(vocab, s0 + kTopkSliceIds), warp = threadIdx.x / kWarp;
+  const TopkSlot slot = topk_slot(scratch, slices, p);
+  __shared__ int32_t hist[256];
+  for (int i = threadIdx.x; i < kTopkWarps * 256; i += blockDim.x) warp_hist[i / 256][i % 256] = 0;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = slot.hist_high[i];
+  __syncthreads();  // the selection walks shared memory, not 256 dependent global loads
+  if (threadIdx.x == 0) {
+    int above;
+    high_shared = static_cast<uint32_t>(topk_select_byte(hist, 0, k, &above));
+  }
+  __syncthreads();
+  const uint32_t high = high_shared;
+  const bf16* row = base + static_cast<int64_t>(p) * vocab;
+  int lo, hi;
+  topk_run(s0, s1, &lo, &hi);
+  topk_walk(row, lo, hi, [&](int, uint32_t key) {
+    if ((key >> 8) == high) atomicAdd(&warp_hist[warp][key & 0xffu], 1);
+  });
   __syncthreads();
   for (int b = threadIdx.x; b < 256; b += blockDim.x) {
     int sum = 0;
     for (int w = 0; w < kTopkWarps; ++w) sum += warp_hist[w][b];
-    hist[b] = sum;
+    if (sum) atomicAdd(&slot.hist_low[b], sum);
   }
-  __syncthreads();
 }
 
-// One block per position p: the k candidates of base[p] (12.1) written to ids[p] in
-// increasing id order (the set is what the step reads). A radix select on the 16-bit key
-// (two 8-bit histograms) finds the key T of the k-th best: the candidates are every id with
-// key > T and the lowest `need` ids with key == T. Each thread then owns a contiguous run of
-// ids: it counts its ids above T and at T, one block scan gives every thread the ties before
-// its run and its output offset, and a second walk over the run writes the ids in order.
+// Kernel 3: the key T of the k-th best and `need` (how many ids at T are taken, lowest first;
+// >= 1), stored by slice 0; every slice's count of ids above T and at T.
 __global__ void __launch_bounds__(kTopkThreads)
-    topk_candidates_kernel(const bf16* base, int vocab, int k, int32_t* ids) {
+    topk_count_kernel(const bf16* base, int vocab, int k, int32_t* scratch, int slices) {
   pdl_enter();
-  __shared__ int warp_hist[kTopkWarps][256];
-  __shared__ int hist[256];
   __shared__ int warp_sums[kTopkWarps];
-  __shared__ uint32_t sel_high, sel_low;
-  __shared__ int above_high, need_shared;
-  const bf16* row = base + static_cast<int64_t>(blockIdx.x) * vocab;
-  int32_t* out = ids + static_cast<int64_t>(blockIdx.x) * k;
-  // Pass 1: the high byte.
-  topk_histogram(row, vocab, 8, 0u, warp_hist, hist);
+  __shared__ uint32_t t_shared;
+  const int p = blockIdx.y, s = blockIdx.x, s0 = s * kTopkSliceIds;
+  const int s1 = min(vocab, s0 + kTopkSliceIds);
+  const TopkSlot slot = topk_slot(scratch, slices, p);
+  __shared__ int32_t hist[512];  // high, then low
+  for (int i = threadIdx.x; i < 512; i += blockDim.x) hist[i] = slot.hist_high[i];
+  __syncthreads();
   if (threadIdx.x == 0) {
-    int above = 0, h = 255;
-    for (; h > 0; --h) {
-      if (above + hist[h] >= k) break;
-      above += hist[h];
+    int above_high, above;
+    const int high = topk_select_byte(hist, 0, k, &above_high);
+    const int low = topk_select_byte(hist + 256, above_high, k, &above);
+    t_shared = static_cast<uint32_t>((high << 8) | low);
+    if (s == 0) {
+      slot.select[0] = static_cast<int32_t>(t_shared);
+      slot.select[1] = k - above;
     }
-    sel_high = static_cast<uint32_t>(h);
-    above_high = above;
   }
   __syncthreads();
-  const uint32_t high = sel_high;
-  // Pass 2: the low byte among the keys of that high byte.
-  topk_histogram(row, vocab, 0, high, warp_hist, hist);
-  if (threadIdx.x == 0) {
-    int above = above_high, l = 255;
-    for (; l > 0; --l) {
-      if (above + hist[l] >= k) break;
-      above += hist[l];
-    }
-    sel_low = static_cast<uint32_t>(l);
-    need_shared = k - above;  // >= 1: ids with key == T taken, lowest first
-  }
-  __syncthreads();
-  const uint32_t T = (high << 8) | sel_low;
-  const int need = need_shared;
-  // Pass 3: compaction in id order over contiguous runs.
-  const int run = (vocab + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
-  const int lo = min(vocab, static_cast<int>(threadIdx.x) * run), hi = min(vocab, lo + run);
-  int above = 0, at = 0;
-  for (int v = lo; v < hi; ++v) {
-    const uint32_t key = topk_key(row[v]);
+  const uint32_t T = t_shared;
+  const bf16* row = base + static_cast<int64_t>(p) * vocab;
+  int lo, hi, above = 0, at = 0;
+  topk_run(s0, s1, &lo, &hi);
+  topk_walk(row, lo, hi, [&](int, uint32_t key) {
     above += key > T;
     at += key == T;
+  });
+  int total_above = 0, total_at = 0;
+  block_exclusive_sum(above, warp_sums, &total_above);
+  block_exclusive_sum(at, warp_sums, &total_at);
+  if (threadIdx.x == 0) {
+    slot.counts[2 * s] = total_above;
+    slot.counts[2 * s + 1] = total_at;
   }
+}
+
+// Kernel 4: every slice writes its candidates in id order at its offset (the slices before
+// it: their ids above T and the ties they take); slice 0 then clears the histograms for the
+// next call (nothing in this kernel reads them).
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_compact_kernel(const bf16* base, int vocab, int k, int32_t* scratch, int slices,
+                        int32_t* ids) {
+  pdl_enter();
+  __shared__ int warp_sums[kTopkWarps];
+  __shared__ int ties_shared, pos_shared;
+  const int p = blockIdx.y, s = blockIdx.x, s0 = s * kTopkSliceIds;
+  const int s1 = min(vocab, s0 + kTopkSliceIds);
+  const TopkSlot slot = topk_slot(scratch, slices, p);
+  const uint32_t T = static_cast<uint32_t>(slot.select[0]);
+  const int need = slot.select[1];
+  // The slices before this one: their counts staged in shared memory (in chunks of the
+  // block's size), then folded in slice order by thread 0.
+  __shared__ int32_t before[2 * kTopkThreads];
+  int ties = 0, pos0 = 0;
+  for (int q0 = 0; q0 < s; q0 += kTopkThreads) {
+    const int n = min(kTopkThreads, s - q0);
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) before[i] = slot.counts[2 * q0 + i];
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int q = 0; q < n; ++q) {
+        const int at = before[2 * q + 1];
+        pos0 += before[2 * q] + max(0, min(at, need - ties));
+        ties += at;
+      }
+  }
+  if (threadIdx.x == 0) {
+    ties_shared = ties;
+    pos_shared = pos0;
+  }
+  __syncthreads();
+  const bf16* row = base + static_cast<int64_t>(p) * vocab;
+  int32_t* out = ids + static_cast<int64_t>(p) * k;
+  int lo, hi, above = 0, at = 0;
+  topk_run(s0, s1, &lo, &hi);
+  topk_walk(row, lo, hi, [&](int, uint32_t key) {
+    above += key > T;
+    at += key == T;
+  });
   int total = 0;
-  const int ties_before = block_exclusive_sum(at, warp_sums, &total);
-  const int ties_taken = max(0, min(at, need - ties_before));
-  int pos = block_exclusive_sum(above + ties_taken, warp_sums, &total);
-  int tie = ties_before;
-  for (int v = lo; v < hi; ++v) {
-    const uint32_t key = topk_key(row[v]);
+  int tie = ties_shared + block_exclusive_sum(at, warp_sums, &total);
+  const int taken = max(0, min(at, need - tie));
+  int pos = pos_shared + block_exclusive_sum(above + taken, warp_sums, &total);
+  topk_walk(row, lo, hi, [&](int v, uint32_t key) {
     const bool take = key > T || (key == T && tie++ < need);
     if (take && pos < k) out[pos++] = v;
-  }
+  });
+  if (s == 0)
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) slot.hist_high[i] = 0;  // both
 }
 
 // One block per row r, step j (12.2): the cache row -inf, then per warp 16 candidates at a
@@ -333,8 +457,13 @@ __global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const 
   const bf16* er = e + static_cast<int64_t>(r) * rank;
   const int64_t slot = cache_slots[r];
   bf16* crow = slot >= 0 ? cache + slot * cache_slot_stride : nullptr;
-  if (crow != nullptr)
-    for (int v = threadIdx.x; v < vocab; v += blockDim.x) crow[v] = bf16{0xff80u};
+  if (crow != nullptr) {  // 16-byte stores where the row is aligned
+    const int nvec = (reinterpret_cast<uintptr_t>(crow) & 15u) == 0 ? vocab / 8 : 0;
+    const uint4 fill8 = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+    for (int c = threadIdx.x; c < nvec; c += blockDim.x) reinterpret_cast<uint4*>(crow)[c] = fill8;
+    for (int v = nvec * 8 + static_cast<int>(threadIdx.x); v < vocab; v += blockDim.x)
+      crow[v] = bf16{0xff80u};
+  }
   __syncthreads();  // the -inf fill lands before the candidates' entries
   const float temp = temperatures[r];
   const uint32_t gs = draft_step_seed(seeds[r], anchor_positions[r], step);
@@ -488,17 +617,39 @@ void markov_sample(const bf16* logits, const ops::MarkovRows& mrows, int vocab, 
                 tokens, token_stride);
 }
 
+int topk_slices(int vocab) { return (vocab + kTopkSliceIds - 1) / kTopkSliceIds; }
+
+TopkScratch::TopkScratch(int positions, int vocab)
+    : positions_(positions),
+      slices_(topk_slices(vocab)),
+      ints_(std::vector<int32_t>(static_cast<size_t>(positions) * (514 + 2 * topk_slices(vocab)),
+                                 0)) {}
+
 void markov_topk_candidates(const bf16* base, int positions, int vocab, int k, int32_t* ids,
-                            cudaStream_t stream) {
+                            TopkScratch& scratch, cudaStream_t stream) {
   require(positions >= 0 && vocab >= 1 && k >= 1 && k <= vocab, "markov_topk_candidates",
           "positions must be >= 0, vocab >= 1 and k in [1, vocab], got positions " +
               std::to_string(positions) + ", vocab " + std::to_string(vocab) + ", k " +
               std::to_string(k));
+  require(positions <= 65535, "markov_topk_candidates",
+          "positions must be <= 65535, got " + std::to_string(positions));
   if (positions == 0) return;
   require(base != nullptr && ids != nullptr, "markov_topk_candidates",
           "base and ids must not be null");
-  launch_kernel("markov_topk_candidates_kernel", topk_candidates_kernel,
-                LaunchShape{dim3(positions), dim3(kTopkThreads), 0, stream}, base, vocab, k, ids);
+  const int slices = topk_slices(vocab);
+  require(positions <= scratch.positions() && slices == scratch.slices(), "markov_topk_candidates",
+          "the scratch holds " + std::to_string(scratch.positions()) + " positions of " +
+              std::to_string(scratch.slices()) + " slices, the call needs " +
+              std::to_string(positions) + " of " + std::to_string(slices));
+  const LaunchShape shape{dim3(slices, positions), dim3(kTopkThreads), 0, stream};
+  int32_t* sc = scratch.data();
+  launch_kernel("markov_topk_hist_high_kernel", topk_hist_high_kernel, shape, base, vocab, sc,
+                slices);
+  launch_kernel("markov_topk_hist_low_kernel", topk_hist_low_kernel, shape, base, vocab, k, sc,
+                slices);
+  launch_kernel("markov_topk_count_kernel", topk_count_kernel, shape, base, vocab, k, sc, slices);
+  launch_kernel("markov_topk_compact_kernel", topk_compact_kernel, shape, base, vocab, k, sc,
+                slices, ids);
 }
 
 void markov_topk_step(const bf16* e, const bf16* w2, int rank, const bf16* base,
@@ -569,7 +720,7 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
             "the union form needs bias_topk in [0, vocab] and its candidate buffer (bias_topk " +
                 std::to_string(head.bias_topk) + ")");
     markov_topk_candidates(batch.base_logits, batch.rows.num_rows * batch.steps, head.vocab,
-                           head.topk, ws.topk_ids.data(), stream);
+                           head.topk, ws.topk_ids.data(), ws.topk_scratch, stream);
     for (int j = 0; j < batch.steps; ++j) {
       if (j == 0)
         markov_embed(batch.rows.anchor_tokens, 1, batch.rows.num_rows, head.w1, head.markov_rank,
@@ -582,7 +733,7 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
         markov_bias(ws.e.data(), batch.rows.num_rows, head.w2, head.vocab, head.markov_rank,
                     ws.bias.data(), stream);
         markov_topk_candidates(ws.bias.data(), batch.rows.num_rows, head.vocab, head.bias_topk,
-                               ws.bias_topk_ids.data(), stream);
+                               ws.bias_topk_ids.data(), ws.topk_scratch, stream);
         more = TopkMoreIds{ws.bias_topk_ids.data(), head.bias_topk, head.bias_topk};
       }
       markov_topk_step(ws.e.data(), head.w2, head.markov_rank, batch.base_logits + j * v, n * v,

@@ -95,10 +95,24 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
 // draft entries are then stored over it step by step.
 // The top-k Markov loop (contract.md section 12), eager kernels:
 // markov_topk_candidates: base [positions, vocab] -> ids [positions, k], each position's k
-// candidates (12.1) in increasing id order (a radix select on the rule's 16-bit order key,
-// then a block scan in id order: exact, one block per position).
+// candidates (12.1) in increasing id order (a radix select on the rule's 16-bit order key
+// over slices of the row, then a compaction in id order: exact).
+// Its scratch for up to `positions` rows of `vocab` ids: zero at allocation, and zero again
+// after every call (the last kernel clears what the first ones add to).
+class TopkScratch {
+ public:
+  TopkScratch() = default;
+  TopkScratch(int positions, int vocab);
+  int positions() const { return positions_; }
+  int slices() const { return slices_; }
+  int32_t* data() { return ints_.data(); }
+
+ private:
+  int positions_ = 0, slices_ = 0;
+  DeviceBuffer<int32_t> ints_;
+};
 void markov_topk_candidates(const bf16* base, int positions, int vocab, int k, int32_t* ids,
-                            cudaStream_t stream);
+                            TopkScratch& scratch, cudaStream_t stream);
 // markov_topk_step: step `step` of every row: the cache row (slot stride cache_slot_stride)
 // -inf, then on the candidates, the k ids[r * ids_stride ..] and (the union form, 12.5) the
 // m = `more.count` ids more.ids[r * more.stride ..] (each list in increasing id order; an id in
@@ -257,6 +271,7 @@ class MarkovWorkspace {
   DeviceBuffer<MarkovCandidate> sample_best;      // [max_rows]
   DeviceBuffer<int32_t> topk_ids;  // [max_rows, steps, k] (the top-k loop; MarkovLoop sizes it)
   DeviceBuffer<int32_t> bias_topk_ids;  // [max_rows, m] (the union form's bias candidates)
+  TopkScratch topk_scratch;             // markov_topk_candidates' (the top-k loop)
   // Fused buffers.
   DeviceBuffer<bf16> embeds;        // [steps + 1, max_rows, markov_rank]: row j is step j's e
   DeviceBuffer<uint32_t> arrivals;  // [tp_size, steps, max_rows]

@@ -213,9 +213,11 @@ MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cac
   in.w1 = head.w1;
   in.w2 = head.w2;
   refusal_ = fused_markov_refusal(in);
-  if (head.topk > 0)
+  if (head.topk > 0) {
     ws_.topk_ids = DeviceBuffer<int32_t>(static_cast<size_t>(max_rows) * steps *
                                          static_cast<size_t>(head.topk));
+    ws_.topk_scratch = TopkScratch(max_rows * steps, head.vocab);
+  }
   if (head.bias_topk > 0)
     ws_.bias_topk_ids =
         DeviceBuffer<int32_t>(static_cast<size_t>(max_rows) * static_cast<size_t>(head.bias_topk));
