@@ -67,6 +67,9 @@ __device__ __forceinline__ uint32_t fragment_pair(const bf16* p, int rank, int k
 __device__ __forceinline__ void bias_chain_tile(const bf16* a_lo, const bf16* a_hi, const bf16* b,
                                                 int rank, int t, float acc[4]) {
   for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
+  // Unrolled so that several steps' fragments are in flight (the top-k step runs one warp
+  // per 16 candidates: latency, not bandwidth); the mma order is the chain's either way.
+#pragma unroll 8
   for (int k0 = 0; k0 < rank; k0 += 16) {
     const uint32_t a[4] = {
         fragment_pair(a_lo, rank, k0 + 2 * t), fragment_pair(a_hi, rank, k0 + 2 * t),
