@@ -67,8 +67,8 @@ __device__ __forceinline__ uint32_t fragment_pair(const bf16* p, int rank, int k
 __device__ __forceinline__ void bias_chain_tile(const bf16* a_lo, const bf16* a_hi, const bf16* b,
                                                 int rank, int t, float acc[4]) {
   for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
-  // Unrolled so that several steps' fragments are in flight (the top-k step runs one warp
-  // per 16 candidates: latency, not bandwidth); the mma order is the chain's either way.
+    // Unrolled so that several steps' fragments are in flight (the top-k step runs one warp
+    // per 16 candidates: latency, not bandwidth); the mma order is the chain's either way.
 #pragma unroll 8
   for (int k0 = 0; k0 < rank; k0 += 16) {
     const uint32_t a[4] = {
@@ -270,6 +270,17 @@ __device__ __forceinline__ int topk_select_byte(const int32_t* hist, int above, 
   return b;
 }
 
+// Adds the block's per-warp histograms into the position's histogram `hist` (after the
+// block's counting).
+__device__ __forceinline__ void topk_hist_add(const int (*warp_hist)[256], int32_t* hist) {
+  __syncthreads();
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+    int sum = 0;
+    for (int w = 0; w < kTopkWarps; ++w) sum += warp_hist[w][b];
+    if (sum) atomicAdd(&hist[b], sum);
+  }
+}
+
 // Kernel 1 (grid slices x positions): the high byte's histogram of every slice, per warp in
 // shared memory, then added into the position's histogram.
 __global__ void __launch_bounds__(kTopkThreads)
@@ -284,13 +295,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   int lo, hi;
   topk_run(s0, s1, &lo, &hi);
   topk_walk(row, lo, hi, [&](int, uint32_t key) { atomicAdd(&warp_hist[warp][key >> 8], 1); });
-  __syncthreads();
-  const TopkSlot slot = topk_slot(scratch, slices, p);
-  for (int b = threadIdx.x; b < 256; b += blockDim.x) {
-    int sum = 0;
-    for (int w = 0; w < kTopkWarps; ++w) sum += warp_hist[w][b];
-    if (sum) atomicAdd(&slot.hist_high[b], sum);
-  }
+  topk_hist_add(warp_hist, topk_slot(scratch, slices, p).hist_high);
 }
 
 // Kernel 2: the high byte H of the k-th best (from kernel 1's histogram), then the low byte's
@@ -319,12 +324,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   topk_walk(row, lo, hi, [&](int, uint32_t key) {
     if ((key >> 8) == high) atomicAdd(&warp_hist[warp][key & 0xffu], 1);
   });
-  __syncthreads();
-  for (int b = threadIdx.x; b < 256; b += blockDim.x) {
-    int sum = 0;
-    for (int w = 0; w < kTopkWarps; ++w) sum += warp_hist[w][b];
-    if (sum) atomicAdd(&slot.hist_low[b], sum);
-  }
+  topk_hist_add(warp_hist, slot.hist_low);
 }
 
 // Kernel 3: the key T of the k-th best and `need` (how many ids at T are taken, lowest first;
