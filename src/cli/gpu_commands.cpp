@@ -372,7 +372,7 @@ Command add_bench_step(CLI::App* bench) {
     int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
     bool spec_suite = false, allow_nonfinite = false, allow_unused = false;
-    std::string pdl = "off";
+    std::string step_pdl = "off";
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = bench->add_subcommand(
@@ -425,7 +425,7 @@ Command add_bench_step(CLI::App* bench) {
       ->capture_default_str();
   add_devices(sub, opts->devices, "GPU of each TP rank, distinct (default: 0 .. tp-1)");
   add_tp_reduce(sub, opts->tp_reduce);
-  sub->add_option("--step-pdl", opts->pdl,
+  sub->add_option("--step-pdl", opts->step_pdl,
                   "Programmatic dependent launch on every kernel of the step (on) or only in the "
                   "fused Markov loop (off, the default: CudaDraftOptions::step_pdl)")
       ->check(CLI::IsMember({"on", "off"}))
@@ -472,7 +472,7 @@ Command add_bench_step(CLI::App* bench) {
             b.tp = opts->tp;
             b.devices = opts->devices;
             b.tp_reduce = cuda::parse_tp_reduce(opts->tp_reduce);
-            b.step_pdl = opts->pdl == "on";
+            b.step_pdl = opts->step_pdl == "on";
             const cuda::StepBenchResult res = b.tp == 1 ? cuda::bench_step(ckpt, b, std::cout)
                                                         : cuda::bench_step_tp(ckpt, b, std::cout);
             if (!res.ok()) {
