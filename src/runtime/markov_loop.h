@@ -6,7 +6,9 @@
 // ranks pick the same token and the tokens and cache are bit for bit TP = 1's. The top-k
 // variant (config markov_topk, section 12) first merges every rank's top-k of each
 // position's base logits into one candidate list, then runs the same loop with the
-// values off the candidates -inf.
+// values off the candidates -inf. The gated / rnn heads (config markov_head_type, section
+// 13) replace e = w1[prev] by the head's u before the bias chains; their projection is
+// replicated on every rank (each rank computes every row's u from the full hidden state).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,10 @@ struct MarkovInputs {
   const ops::MarkovRows* rows;
   int cache_slots;  // rows of the output draft-logits cache
   int threads;
+  // The final normed hidden states [rows * N, H] (what lm_head reads): the gated / rnn heads'
+  // h (contract.md section 13). run_markov_tp_rank sets it; markov_loop_from_base needs it
+  // for those heads.
+  const bf16* hidden = nullptr;
 };
 
 // One rank's part: base logits of its vocab slice from the final hidden states
