@@ -82,9 +82,11 @@ TEST(MarkovEager, HeadStepMatchesCpu) {
                     static_cast<unsigned long long>(seed));
         const HeadWeights hw = head_weights(seed, type, H, K);
         const int h_stride = H + 3;  // rows of h not packed
-        std::vector<bf16> h = test::Gen(seed + 2).normal_bf16s(static_cast<size_t>(R) * h_stride, 1.0f);
+        std::vector<bf16> h =
+            test::Gen(seed + 2).normal_bf16s(static_cast<size_t>(R) * h_stride, 1.0f);
         std::vector<bf16> e = test::Gen(seed + 3).normal_bf16s(static_cast<size_t>(R) * K, 1.0f);
-        std::vector<bf16> state = test::Gen(seed + 4).normal_bf16s(static_cast<size_t>(R) * K, 0.7f);
+        std::vector<bf16> state =
+            test::Gen(seed + 4).normal_bf16s(static_cast<size_t>(R) * K, 0.7f);
         const float nan = std::numeric_limits<float>::quiet_NaN();
         if (R > 1) h[static_cast<size_t>(1) * h_stride + H / 2] = to_bf16(nan);
         if (R > 2) {
@@ -148,10 +150,9 @@ TEST(MarkovEager, HeadLoopMatchesCpuLoop) {
     for (const Shape& sh : shapes) {
       const uint64_t seed = 9300 + n_case++;
       const int V = sh.vocab, H = sh.H, K = sh.K, R = sh.rows, N = sh.steps, slots = R + 2;
-      SCOPED_TRACE(std::string(name(type)) + " V " + std::to_string(V) + " H " +
-                   std::to_string(H) + " rank " + std::to_string(K) + " rows " +
-                   std::to_string(R) + " N " + std::to_string(N) + " seed " +
-                   std::to_string(seed));
+      SCOPED_TRACE(std::string(name(type)) + " V " + std::to_string(V) + " H " + std::to_string(H) +
+                   " rank " + std::to_string(K) + " rows " + std::to_string(R) + " N " +
+                   std::to_string(N) + " seed " + std::to_string(seed));
       std::printf("[markov head] loop %s V %d H %d rank %d rows %d N %d seed %llu\n", name(type), V,
                   H, K, R, N, static_cast<unsigned long long>(seed));
       test::Gen gen(seed);

@@ -129,8 +129,8 @@ void naive_loop(const HeadSetup& st, std::vector<int64_t>& tokens, std::vector<b
       std::vector<bf16> l(V);
       for (int v = 0; v < V; ++v) {
         const bf16 bias = rb(mma_chain(&st.w2[static_cast<size_t>(v) * K], u.data(), K));
-        cpu::step_logits(&st.base[(static_cast<size_t>(r) * N + j) * V + v], &bias, 1,
-                         st.transform, &l[v]);
+        cpu::step_logits(&st.base[(static_cast<size_t>(r) * N + j) * V + v], &bias, 1, st.transform,
+                         &l[v]);
       }
       const uint32_t gs = draft_step_seed(st.rows.seeds[r], st.rows.anchor_positions[r], j);
       int64_t best = -1;
@@ -237,8 +237,8 @@ TEST(MarkovHeadCpu, OpMatchesTheContractText) {
       std::vector<bf16> expect_state = state, expect_u;
       for (int r = 0; r < R; ++r) {
         std::vector<bf16> sr(expect_state.begin() + r * K, expect_state.begin() + (r + 1) * K);
-        const std::vector<bf16> u =
-            naive_head(s, &s.hidden[static_cast<size_t>(r) * H], &e[static_cast<size_t>(r) * K], sr);
+        const std::vector<bf16> u = naive_head(s, &s.hidden[static_cast<size_t>(r) * H],
+                                               &e[static_cast<size_t>(r) * K], sr);
         expect_u.insert(expect_u.end(), u.begin(), u.end());
         std::copy(sr.begin(), sr.end(), expect_state.begin() + r * K);
       }

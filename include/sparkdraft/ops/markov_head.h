@@ -43,18 +43,18 @@ namespace sparkdraft::ops {
 struct MarkovHeadParams {
   MarkovHeadType type = MarkovHeadType::gated;  // gated or rnn
   int rows = 0;
-  int hidden = 0;  // H
-  int rank = 0;    // R
+  int hidden = 0;           // H
+  int rank = 0;             // R
   const bf16* h = nullptr;  // row r's h at h + r * h_stride (H values)
   int64_t h_stride = 0;
-  const bf16* e = nullptr;    // [rows, R]: w1[prev]
-  const bf16* w = nullptr;    // [P, K]: gate_proj or joint_proj weight
-  const bf16* b = nullptr;    // [P]
-  bf16* state = nullptr;      // rnn: [rows, R], s_{j-1} in, s_j out; gated: unused
-  bf16* u = nullptr;          // [rows, R]: the bias chain's input (may be e itself)
+  const bf16* e = nullptr;  // [rows, R]: w1[prev]
+  const bf16* w = nullptr;  // [P, K]: gate_proj or joint_proj weight
+  const bf16* b = nullptr;  // [P]
+  bf16* state = nullptr;    // rnn: [rows, R], s_{j-1} in, s_j out; gated: unused
+  bf16* u = nullptr;        // [rows, R]: the bias chain's input (may be e itself)
 
   SD_HD int proj_rows() const { return type == MarkovHeadType::rnn ? 3 * rank : rank; }  // P
-  SD_HD int proj_inputs() const {                                                       // K
+  SD_HD int proj_inputs() const {                                                        // K
     return type == MarkovHeadType::rnn ? 2 * rank + hidden : hidden + rank;
   }
   // Where e sits in the concatenated input x (H for gated, R for rnn).
