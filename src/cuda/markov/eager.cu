@@ -552,6 +552,8 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
           "eager_markov_loop",
           "a reduced draft vocabulary needs its draft_ids and at most vocab entries (draft_vocab " +
               std::to_string(head.draft_vocab) + ", vocab " + std::to_string(head.vocab) + ")");
+  require(!head.head_proj() || (!head.reduced() && head.topk == 0), "eager_markov_loop",
+          "the gated / rnn head runs the dense loop over the full vocabulary (no top-k, no d2t)");
   // Base logits, bias and sampling over the head's width (draft ids); cache rows over V.
   const int64_t n = batch.steps, v = head.vocab, w = head.width();
   if (head.topk > 0) {  // the top-k loop (contract.md section 12)
@@ -583,8 +585,6 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
   ops::MarkovHeadParams hp;
   if (head.head_proj()) {
     hp = ops::MarkovHeadParams{head.head_type, batch.rows.num_rows, head.hidden, head.markov_rank};
-    require(!head.reduced() && head.topk == 0, "eager_markov_loop",
-            "the gated / rnn head runs the dense loop over the full vocabulary");
     require(batch.hidden != nullptr && head.proj_w != nullptr && head.proj_b != nullptr,
             "eager_markov_loop",
             "the gated / rnn head needs the batch's hidden states and its projection weights");
