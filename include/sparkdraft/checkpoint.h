@@ -18,6 +18,10 @@
 // The confidence head (enable_confidence_head) adds
 //   confidence_head.proj.weight [1, H + r'], confidence_head.proj.bias [1]
 //   (r' = r with confidence_head_with_markov, else 0).
+// The gated / rnn Markov heads (markov_head_type, contract.md section 13) add
+//   markov_head.gate_proj.{weight [r, H + r], bias [r]}        (gated)
+//   markov_head.joint_proj.{weight [3r, 2r + H], bias [3r]}    (rnn)
+// and a checkpoint holding them under a config that says vanilla is refused (an unused weight).
 // Muse-style options add:
 //   layers.i.self_attn.g_proj.weight [nH*hd, H]              (output_gate)
 //   layers.i.self_attn.o_norm.weight [hd]                     (o_norm)
@@ -72,6 +76,10 @@ struct DraftWeights {
   const bf16* markov_w2 = nullptr;     // [V, r]
   const bf16* confidence_w = nullptr;  // [1, H + r'] (contract.md section 9)
   const bf16* confidence_b = nullptr;  // [1]
+  // The gated / rnn Markov head's projection (contract.md section 13): gate_proj [r, H + r]
+  // and [r] (gated), joint_proj [3r, 2r + H] and [3r] (rnn); null for vanilla.
+  const bf16* markov_proj_w = nullptr;  // [P, K]
+  const bf16* markov_proj_b = nullptr;  // [P]
   // A reduced draft vocabulary (contract.md section 11): the target id of each draft id,
   // d + d2t[d], checked at load (in [0, V), injective); null: the full vocabulary.
   const int32_t* draft_ids = nullptr;  // [Vd]
@@ -174,6 +182,8 @@ int32_t draft_fill_id(const std::vector<int32_t>& draft_ids, int vocab);
 //             a seeded increasing d2t map, as the speculators build it)
 //   tiny-topk: tiny with the top-k Markov loop, markov_topk 16 (section 12)
 //   tiny-topk-union: tiny-topk with the union form, markov_bias_topk 8 (section 12.5)
+//   tiny-gated: tiny with the gated Markov head (section 13)
+//   tiny-rnn: tiny with the rnn Markov head (section 13)
 //   qwen3-8b: the published Qwen3-8B draft shape (H 4096, L 5, 32/8, hd 128, I 12288,
 //             V 151936, r 256, N 7, taps [1,9,17,25,33] of 4096)
 //   muse:     the open Muse Spark draft shape (H 8192, L 5, 128/16, hd 64, I 16384,

@@ -7,6 +7,10 @@
 // vocabulary (`draft_vocab_size` < vocab_size, contract.md section 11) loads in
 // both forms; draft_vocab_size equal to vocab_size is the full vocabulary.
 //
+// The Markov head's type (contract.md section 13): `markov_head_type` "vanilla" (the
+// default), "gated" or "rnn" in both JSON forms; gated and rnn need a Markov head
+// (markov_rank > 0) and are refused with markov_topk and with a reduced draft vocabulary.
+//
 // Our JSON: one flat object, every field of ModelConfig under its own name,
 // enums as strings ("pre_norm", "sandwich", "one_plus_weight", "f32", "gptj"),
 // the optional transform fields as a number or null, "layer_attention" as one
@@ -49,6 +53,9 @@ namespace sparkdraft {
 enum class LayerStyle { pre_norm, sandwich };
 // plain: s + b. norm_preserving: alpha * s + beta * b with fp32 [H] coefficients.
 enum class ResidualKind { plain, norm_preserving };
+// The Markov head (contract.md section 13): vanilla e = w1[prev]; gated u = sigmoid(gate_proj([h
+// ; e])) * e; rnn u = tanh(out) of joint_proj([s ; e ; h]) with the state s. W2 reads e or u.
+enum class MarkovHeadType { vanilla, gated, rnn };
 
 // One layer's attention (ops/attention.h): window 0 = full; causal: a query at
 // position pos reads positions < pos + 1 only.
@@ -120,12 +127,28 @@ struct ModelConfig {
   // The union form (section 12.5): the bias's own top `markov_bias_topk` ids join each
   // step's candidates. 0 = off; 1 <= m <= V, only with markov_topk > 0.
   int markov_bias_topk = 0;
+  // The Markov head's type (contract.md section 13); `markov_head_type` in both JSON forms.
+  MarkovHeadType markov_head_type = MarkovHeadType::vanilla;
 
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
   // Whether the draft samples in a reduced vocabulary mapped by d2t (section 11).
   bool reduced_vocab() const { return draft_vocab_size > 0; }
   // Whether the Markov loop runs the top-k variant (section 12).
   bool topk_markov() const { return markov_topk > 0; }
+  // Whether the Markov head has a projection (gated or rnn, contract.md section 13).
+  bool markov_head_proj() const { return markov_head_type != MarkovHeadType::vanilla; }
+  // The head projection's output rows P (r gated, 3r rnn) and input width K (H + r gated,
+  // 2r + H rnn); 0 for vanilla.
+  int markov_proj_rows() const {
+    return markov_head_type == MarkovHeadType::gated ? markov_rank
+           : markov_head_type == MarkovHeadType::rnn ? 3 * markov_rank
+                                                     : 0;
+  }
+  int markov_proj_inputs() const {
+    return markov_head_type == MarkovHeadType::gated ? hidden_size + markov_rank
+           : markov_head_type == MarkovHeadType::rnn ? 2 * markov_rank + hidden_size
+                                                     : 0;
+  }
   // Vd: the rows of lm_head and Markov w2, the ids the draft samples over.
   int draft_vocab() const { return reduced_vocab() ? draft_vocab_size : vocab_size; }
   // The confidence head's input width: H + r with the Markov embedding, else H.
@@ -159,5 +182,6 @@ ModelConfig import_hf_config(const nlohmann::json& j);
 
 const char* to_string(LayerStyle s);
 const char* to_string(ResidualKind k);
+const char* to_string(MarkovHeadType t);
 
 }  // namespace sparkdraft

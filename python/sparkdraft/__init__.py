@@ -65,6 +65,7 @@ _OPTIONAL_CONFIG_FIELDS = (
     "markov_topk",
     "markov_bias_topk",
     "confidence_temperatures",
+    "markov_head_type",
 )
 
 
@@ -82,7 +83,8 @@ def make_checkpoint(
     ``overrides`` replace fields of the preset's config, e.g. the shape of a draft for a
     given target: ``vocab_size``, ``target_hidden_size``, ``target_layer_ids`` (the taps:
     layer i is the output of the target's decoder layer i, -1 its embeddings),
-    ``block_size``, ``markov_topk`` (the top-k Markov loop). When ``vocab_size`` is given and the preset's ``mask_token_id`` is out
+    ``block_size``, ``markov_topk`` (the top-k Markov loop), ``markov_head_type``
+    ("vanilla", "gated" or "rnn": DeepSpec's Markov heads). When ``vocab_size`` is given and the preset's ``mask_token_id`` is out
     of range, the mask token becomes ``vocab_size - 1``. Refused fields raise ConfigError.
     """
     config = preset_config(preset, style)

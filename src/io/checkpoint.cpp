@@ -11,8 +11,9 @@
 // the draft knows but the config switches off (q_norm weights with qk_norm
 // false, a layer past num_layers, ...) is refused, naming the tensor and the
 // switch (LoadOptions::allow_unused_weights loads it anyway; confidence_head.*
-// with enable_confidence_head false among them); tensors the draft does not
-// know (gated/rnn Markov extras of other configs, ...) are allowed and ignored.
+// with enable_confidence_head false among them, and the gated / rnn Markov heads'
+// projections under another markov_head_type); tensors the draft does not know are
+// allowed and ignored.
 #include "sparkdraft/checkpoint.h"
 
 #include <fcntl.h>
@@ -306,7 +307,20 @@ void refuse_unused(const ModelConfig& config, const std::map<std::string, Found>
   ModelConfig all_on = config;
   for (const Switch& sw : kSwitches) sw.on(all_on);
   all_on.num_layers = 1;  // layer 0's names stand for every layer's
-  const std::set<std::string> used = names_of(config), known = names_of(all_on);
+  const std::set<std::string> used = names_of(config);
+  std::set<std::string> known = names_of(all_on);
+  // The Markov head types exclude each other: every type's projection is known, and one
+  // the config's type does not use is refused naming markov_head_type.
+  std::set<std::string> head_names;
+  for (MarkovHeadType t : {MarkovHeadType::gated, MarkovHeadType::rnn}) {
+    ModelConfig typed = all_on;
+    typed.markov_head_type = t;
+    typed.markov_topk = 0;
+    typed.draft_vocab_size = 0;
+    for (const std::string& n : names_of(typed))
+      if (!known.count(n)) head_names.insert(n);
+  }
+  known.insert(head_names.begin(), head_names.end());
   for (const auto& [name, found] : stored) {
     if (used.count(name)) continue;
     // "layers.<i>.<rest>": known when layer 0 has <rest>.
@@ -323,7 +337,10 @@ void refuse_unused(const ModelConfig& config, const std::map<std::string, Found>
     }
     if (!known.count(as_known)) continue;
     std::string why = layer_note;
-    if (why.empty()) {
+    if (why.empty() && head_names.count(as_known)) {
+      why = std::string("markov_head_type is ") + to_string(config.markov_head_type);
+      if (config.markov_rank == 0) why += " and markov_rank is 0";
+    } else if (why.empty()) {
       ModelConfig one = all_on;
       for (const Switch& sw : kSwitches) {
         sw.off_like(one, config);
@@ -388,6 +405,14 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   if (c.markov_rank > 0) {
     add("markov_head.markov_w1.weight", {V, c.markov_rank});
     add("markov_head.markov_w2.weight", {Vd, c.markov_rank});
+  }
+  if (c.markov_rank > 0 && c.markov_head_type == MarkovHeadType::gated) {
+    add("markov_head.gate_proj.weight", {c.markov_proj_rows(), c.markov_proj_inputs()});
+    add("markov_head.gate_proj.bias", {c.markov_proj_rows()});
+  }
+  if (c.markov_rank > 0 && c.markov_head_type == MarkovHeadType::rnn) {
+    add("markov_head.joint_proj.weight", {c.markov_proj_rows(), c.markov_proj_inputs()});
+    add("markov_head.joint_proj.bias", {c.markov_proj_rows()});
   }
   if (c.reduced_vocab()) add("d2t", {Vd}, DType::i64);
   if (c.confidence_head) {
@@ -533,6 +558,13 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
   w.markov_w2 = bf("markov_head.markov_w2.weight");
   w.confidence_w = bf("confidence_head.proj.weight");
   w.confidence_b = bf("confidence_head.proj.bias");
+  if (ck.config_.markov_head_type == MarkovHeadType::gated) {
+    w.markov_proj_w = bf("markov_head.gate_proj.weight");
+    w.markov_proj_b = bf("markov_head.gate_proj.bias");
+  } else if (ck.config_.markov_head_type == MarkovHeadType::rnn) {
+    w.markov_proj_w = bf("markov_head.joint_proj.weight");
+    w.markov_proj_b = bf("markov_head.joint_proj.bias");
+  }
   w.layers.resize(ck.config_.num_layers);
   for (int i = 0; i < ck.config_.num_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";

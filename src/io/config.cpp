@@ -172,6 +172,9 @@ constexpr EnumName<StreamDType> kStreamDTypeNames[] = {{StreamDType::bf16, "bf16
                                                        {StreamDType::f32, "f32"}};
 constexpr EnumName<RopeStyle> kRopeStyleNames[] = {{RopeStyle::neox, "neox"},
                                                    {RopeStyle::gptj, "gptj"}};
+constexpr EnumName<MarkovHeadType> kMarkovHeadTypeNames[] = {{MarkovHeadType::vanilla, "vanilla"},
+                                                             {MarkovHeadType::gated, "gated"},
+                                                             {MarkovHeadType::rnn, "rnn"}};
 
 template <class E, size_t N>
 const char* name_in(const EnumName<E> (&names)[N], E value) {
@@ -250,11 +253,12 @@ const std::set<std::string>& our_keys() {
 }
 
 // Keys of our JSON that may be absent (configs written before they existed): the
-// confidence head's flags, default off; draft_vocab_size, default the full vocabulary.
+// confidence head's flags, default off; draft_vocab_size, default the full vocabulary;
+// markov_topk, default 0; markov_head_type, default "vanilla".
 const std::set<std::string>& our_optional_keys() {
   static const std::set<std::string> keys = {
       "enable_confidence_head", "confidence_head_with_markov", "draft_vocab_size", "markov_topk",
-      "markov_bias_topk",       "confidence_temperatures"};
+      "markov_bias_topk",       "confidence_temperatures",     "markov_head_type"};
   return keys;
 }
 
@@ -270,6 +274,7 @@ const char* to_string(LayerStyle s) { return name_in(kLayerStyleNames, s); }
 const char* to_string(ResidualKind k) { return name_in(kResidualKindNames, k); }
 const char* to_string(StreamDType d) { return name_in(kStreamDTypeNames, d); }
 const char* to_string(RopeStyle s) { return name_in(kRopeStyleNames, s); }
+const char* to_string(MarkovHeadType t) { return name_in(kMarkovHeadTypeNames, t); }
 
 void ModelConfig::validate() const {
   auto bad = [](const std::string& field, const std::string& why) {
@@ -374,6 +379,20 @@ void ModelConfig::validate() const {
                                 std::to_string(markov_bias_topk) + ")");
   if (markov_bias_topk > 0 && markov_topk == 0)
     bad("markov_bias_topk", "needs the top-k Markov loop (markov_topk > 0)");
+  // The gated and rnn heads (contract.md section 13).
+  if (markov_head_proj()) {
+    const std::string type = std::string("markov_head_type '") + to_string(markov_head_type) + "'";
+    if (markov_rank == 0) bad(type, "needs a Markov head (markov_rank is 0)");
+    if (markov_topk > 0)
+      bad(type, "with the top-k Markov loop (markov_topk " + std::to_string(markov_topk) +
+                    ") is not supported");
+    if (reduced_vocab())
+      bad(type, "with a reduced draft vocabulary (draft_vocab_size " +
+                    std::to_string(draft_vocab_size) + ") is not supported");
+    fits("the Markov head projection's input width",
+         static_cast<int64_t>(hidden_size) + 2 * static_cast<int64_t>(markov_rank));
+    fits("the Markov head projection's rows", 3 * static_cast<int64_t>(markov_rank));
+  }
   if (!sample_from_anchor)
     throw ConfigError("the fill-in layout (sample_from_anchor = false) is not supported yet");
 }
@@ -416,6 +435,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   if (c.reduced_vocab()) j["draft_vocab_size"] = c.draft_vocab_size;
   if (c.topk_markov()) j["markov_topk"] = c.markov_topk;
   if (c.markov_bias_topk > 0) j["markov_bias_topk"] = c.markov_bias_topk;
+  if (c.markov_head_proj()) j["markov_head_type"] = to_string(c.markov_head_type);
   return j;
 }
 
@@ -490,6 +510,9 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   if (f.has("markov_bias_topk"))
     c.markov_bias_topk =
         static_cast<int>(f.integer("markov_bias_topk", std::numeric_limits<int>::min()));
+  // The Markov head's type (contract.md section 13); absent: vanilla.
+  if (f.has("markov_head_type"))
+    c.markov_head_type = parse_enum(f, "markov_head_type", kMarkovHeadTypeNames);
   c.validate();
   return c;
 }
@@ -546,12 +569,10 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   if (f.has("sample_from_anchor") && !f.boolean("sample_from_anchor"))
     throw ConfigError(
         "config.json: the fill-in layout (sample_from_anchor = false) is not supported yet");
-  const std::string head_type =
-      f.has("markov_head_type") ? f.string("markov_head_type") : "vanilla";
-  if (head_type != "vanilla")
-    f.fail("markov_head_type '" + head_type + "' is not supported (only 'vanilla')");
-
   ModelConfig c;
+  // DeepSpec's Markov head (contract.md section 13): vanilla (absent), gated or rnn.
+  if (f.has("markov_head_type"))
+    c.markov_head_type = parse_enum(f, "markov_head_type", kMarkovHeadTypeNames);
   c.architecture = "Qwen3DSparkModel";
   c.hidden_size = static_cast<int>(f.integer("hidden_size", 1));
   c.num_layers = static_cast<int>(f.integer("num_hidden_layers", 1));
@@ -814,7 +835,7 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   j["target_layer_ids"] = c.target_layer_ids;
   j["mask_token_id"] = c.mask_token_id;
   j["markov_rank"] = c.markov_rank;
-  j["markov_head_type"] = "vanilla";
+  j["markov_head_type"] = to_string(c.markov_head_type);
   j["enable_confidence_head"] = c.confidence_head;
   if (c.confidence_head) j["confidence_head_with_markov"] = c.confidence_head_with_markov;
   j["layer_types"] = json::array();

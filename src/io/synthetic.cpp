@@ -58,7 +58,10 @@ struct Init {
 Init init_for(const TensorSpec& spec, const ModelConfig& c) {
   const std::string& n = spec.name;
   if (spec.dtype == DType::f32) return {1.0f, 0.1f};  // residual alpha / beta
-  if (spec.shape.size() == 1)                         // a norm gain
+  // The gated / rnn Markov head's projection bias (contract.md section 13): centred at 0, so
+  // that the gates and tanh sit in their sensitive range.
+  if (n == "markov_head.gate_proj.bias" || n == "markov_head.joint_proj.bias") return {0.0f, 0.5f};
+  if (spec.shape.size() == 1)  // a norm gain
     return c.norm_gain == NormGain::one_plus_weight ? Init{0.0f, 0.1f} : Init{1.0f, 0.1f};
   const float sqrt3 = std::sqrt(3.0f);
   if (n == "embed_tokens.weight" || n == "markov_head.markov_w1.weight") return {0.0f, sqrt3};
@@ -118,7 +121,7 @@ void fill_tensor(const Init& init, uint64_t key, uint8_t* dst, int64_t n) {
 ModelConfig shape_of(const std::string& preset) {
   ModelConfig c;
   if (preset == "tiny" || preset == "tiny-conf" || preset == "tiny-d2t" || preset == "tiny-topk" ||
-      preset == "tiny-topk-union") {
+      preset == "tiny-topk-union" || preset == "tiny-gated" || preset == "tiny-rnn") {
     c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
     c.intermediate_size = 160, c.vocab_size = 1000, c.markov_rank = 64, c.block_size = 7;
     c.target_hidden_size = 48, c.target_layer_ids = {1, 5, 9};
@@ -191,7 +194,8 @@ void apply_style(ModelConfig& c, const std::string& style) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-topk-union", "qwen3-8b", "muse"};
+  return {"tiny",     "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-topk-union",
+          "tiny-gated", "tiny-rnn", "qwen3-8b", "muse"};
 }
 
 ModelConfig preset_config(const std::string& preset, const std::string& style) {
@@ -201,6 +205,8 @@ ModelConfig preset_config(const std::string& preset, const std::string& style) {
   if (preset == "tiny-d2t") c.draft_vocab_size = 612;  // 4 x 153: CPU TP 1, 2 and 4
   if (preset == "tiny-topk") c.markov_topk = 16;       // the top-k Markov loop (section 12)
   if (preset == "tiny-topk-union") c.markov_topk = 16, c.markov_bias_topk = 8;  // its union (12.5)
+  if (preset == "tiny-gated") c.markov_head_type = MarkovHeadType::gated;  // section 13
+  if (preset == "tiny-rnn") c.markov_head_type = MarkovHeadType::rnn;
   c.validate();
   return c;
 }

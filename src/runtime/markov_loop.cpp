@@ -73,10 +73,35 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
                                                        slice, static_cast<int32_t>(offset), topk)
                                           : std::vector<TopkEntry>();
   const bf16 minus_inf = to_bf16(-INFINITY);
+  // The gated / rnn head (section 13): u replaces e; the rnn state starts at +0.
+  ops::MarkovHeadParams head;
+  std::vector<bf16> state;
+  if (c.markov_head_proj()) {
+    if (in.hidden == nullptr || in.weights->markov_proj_w == nullptr ||
+        in.weights->markov_proj_b == nullptr)
+      throw InvalidArgument(std::string("the CPU Markov loop: the ") +
+                            to_string(c.markov_head_type) +
+                            " Markov head needs the hidden states and its projection weights");
+    state.assign(static_cast<size_t>(R) * markov_rank, bf16{0});
+    head.type = c.markov_head_type;
+    head.rows = R;
+    head.hidden = c.hidden_size;
+    head.rank = markov_rank;
+    head.h_stride = static_cast<int64_t>(N) * c.hidden_size;
+    head.e = e.data();
+    head.w = in.weights->markov_proj_w;
+    head.b = in.weights->markov_proj_b;
+    head.state = state.data();
+    head.u = e.data();
+  }
   for (int j = 0; j < N; ++j) {
     for (int r = 0; r < R; ++r)
       std::memcpy(&e[static_cast<size_t>(r) * markov_rank], w1 + prev[r] * markov_rank,
                   markov_rank * sizeof(bf16));
+    if (c.markov_head_proj()) {
+      head.h = in.hidden + static_cast<size_t>(j) * c.hidden_size;
+      cpu::markov_head(head, in.threads);
+    }
     if (topk == 0 || bias_topk > 0)
       cpu::markov_bias(e.data(), R, w2, slice, markov_rank, bias.data(), in.threads);
     const std::vector<TopkEntry> bias_cand =
@@ -202,7 +227,9 @@ void run_markov_tp_rank(const MarkovInputs& in, Communicator* comm, const bf16* 
   std::vector<bf16> base = slice_base(in, tp, me, hidden);
   if (me == 0 && lm_head_ms) *lm_head_ms = ms_since(t0);
   t0 = Clock::now();
-  loop_slice(in, comm, base.data(), out);
+  MarkovInputs with_hidden = in;
+  with_hidden.hidden = hidden;
+  loop_slice(with_hidden, comm, base.data(), out);
   if (me == 0 && loop_ms) *loop_ms = ms_since(t0);
 }
 

@@ -7,7 +7,10 @@
 // variant (config markov_topk, section 12) first merges every rank's top-k of each
 // position's base logits into one candidate list, then runs the same loop with the
 // values off the candidates -inf; its union form (markov_bias_topk, 12.5) merges each
-// step's top-m of the dense bias row into the candidates the same way.
+// step's top-m of the dense bias row into the candidates the same way. The gated / rnn heads
+// (config markov_head_type, section 13 of the contract) replace e = w1[prev] by the head's u
+// before the bias chains; their projection is replicated on every rank (each rank computes
+// every row's u from the full hidden state).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +47,10 @@ struct MarkovInputs {
   const ops::MarkovRows* rows;
   int cache_slots;  // rows of the output draft-logits cache
   int threads;
+  // The final normed hidden states [rows * N, H] (what lm_head reads): the gated / rnn heads'
+  // h (contract.md section 13). run_markov_tp_rank sets it; markov_loop_from_base needs it
+  // for those heads.
+  const bf16* hidden = nullptr;
 };
 
 // One rank's part: base logits of its vocab slice from the final hidden states

@@ -59,7 +59,18 @@ StepPlan cpu_plan(const ModelConfig& c, int tp) {
                       std::to_string(c.markov_topk) +
                       " base top-k candidates of each position, -inf elsewhere" +
                       (tp > 1 ? ", the ranks' top-k lists all-gathered and merged" : std::string())
-                : std::string())},
+                : std::string()) +
+           (c.markov_head_proj() ? std::string("; ") + to_string(c.markov_head_type) +
+                                       " Markov head (contract.md section 13): per step " +
+                                       (c.markov_head_type == MarkovHeadType::gated
+                                            ? "gate_proj over [h ; e] as tensor-core chains "
+                                              "on the CPU twin, u = sigmoid(.) * e"
+                                            : "joint_proj over [s ; e ; h] as tensor-core "
+                                              "chains on the CPU twin, the state update, u = "
+                                              "tanh(out)") +
+                                       ", then the bias chains on u" +
+                                       (tp > 1 ? "; the projection replicated on every rank" : "")
+                                 : std::string())},
   };
   if (c.confidence_head)
     plan.parts.push_back({"confidence head", "eager",

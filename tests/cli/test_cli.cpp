@@ -177,6 +177,33 @@ TEST(Cli, ConfidenceHeadCheckpointDemoAndCheck) {
   EXPECT_NE(r.out.find("enable_confidence_head is false"), std::string::npos) << r.out;
 }
 
+// The gated and rnn Markov heads (contract.md section 13) from the command line:
+// make-checkpoint's presets, `check --backend cpu --tp 4` bit for bit, the plan names the head,
+// and the head's projection under a config that says vanilla is refused (status 3).
+TEST(Cli, MarkovHeadPresetsCheckAndPlan) {
+  for (const std::string type : {"gated", "rnn"}) {
+    SCOPED_TRACE(type);
+    testing::TempDir dir;
+    ASSERT_EQ(run("make-checkpoint --preset tiny-" + type + " --out " + dir.path()).rc, 0);
+    Result r = run("check --backend cpu --tp 4 --rounds 1 --checkpoint " + dir.path());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("comparisons bit for bit equal"), std::string::npos) << r.out;
+    r = run("plan --backend cpu --checkpoint " + dir.path());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find(type + " Markov head"), std::string::npos) << r.out;
+    std::ifstream cfg_in(dir / "config.json");
+    std::string json((std::istreambuf_iterator<char>(cfg_in)), std::istreambuf_iterator<char>());
+    cfg_in.close();
+    const std::string on = "\"markov_head_type\": \"" + type + "\"";
+    ASSERT_NE(json.find(on), std::string::npos) << json;
+    json.replace(json.find(on), on.size(), "\"markov_head_type\": \"vanilla\"");
+    std::ofstream(dir / "config.json") << json;
+    r = run("plan --backend cpu --checkpoint " + dir.path());
+    EXPECT_EQ(r.rc, 3) << r.out;
+    EXPECT_NE(r.out.find("markov_head_type is vanilla"), std::string::npos) << r.out;
+  }
+}
+
 // plan --tp N (the GPU's plan is host logic: a CUDA build needs no GPU for it) says
 // how the ranks shard: tiny's layers split over 2 ranks, not over 4 (2 KV heads).
 TEST(Cli, PlanTpNSaysHowTheRanksShard) {

@@ -122,6 +122,10 @@ TEST(MarkovPlan, RefusesWithTheReason) {
                   "rank 8 is not a power of two in [16, 1024]"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.markov_rank = 2048; }), "rank 2048"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.draft_vocab = 32000; }), "reduced draft vocabulary"));
+  EXPECT_TRUE(has(refusal([](auto& in) { in.head_type = MarkovHeadType::gated; }),
+                  "the gated Markov head (markov_head_type, contract.md section 13)"));
+  EXPECT_TRUE(
+      has(refusal([](auto& in) { in.head_type = MarkovHeadType::rnn; }), "the rnn Markov head"));
   EXPECT_TRUE(has(refusal([](auto& in) { in.cache_bf16_contiguous = false; }), "contiguous bf16"));
   EXPECT_TRUE(
       has(refusal([](auto& in) { in.tp_size = 3; }), "shard count 3 is not a power of two"));

@@ -132,8 +132,12 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
 }
 
 TEST(Checkpoint, Presets) {
-  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk",
-                                                      "tiny-topk-union", "qwen3-8b", "muse"}));
+  EXPECT_EQ(preset_names(),
+            (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-topk-union",
+                                      "tiny-gated", "tiny-rnn", "qwen3-8b", "muse"}));
+  EXPECT_EQ(preset_config("tiny-gated").markov_head_type, MarkovHeadType::gated);
+  EXPECT_EQ(preset_config("tiny-rnn", "muse").markov_head_type, MarkovHeadType::rnn);
+  EXPECT_EQ(preset_config("tiny").markov_head_type, MarkovHeadType::vanilla);
   EXPECT_EQ(preset_config("tiny-topk").markov_topk, 16);
   EXPECT_EQ(preset_config("tiny-topk-union").markov_topk, 16);
   EXPECT_EQ(preset_config("tiny-topk-union").markov_bias_topk, 8);
@@ -751,6 +755,81 @@ TEST(Checkpoint, LoadsTheConfidenceHeadItsFlagsDescribe) {
   write_checkpoint(none.path(), plain, aligned_specs(preset_config("tiny")));
   expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(none.path()); }),
                   {"missing tensor 'confidence_head.proj.", none.path()});
+}
+
+// The gated and rnn Markov heads (contract.md section 13): their projections load under their
+// names and shapes (the synthetic presets, in the HF and in our config form); a missing or
+// misshapen one is refused by name; a projection the config's markov_head_type does not use
+// (vanilla, or the other head's) is refused naming the type.
+TEST(Checkpoint, LoadsTheMarkovHeadProjectionItsTypeDescribes) {
+  for (const char* preset : {"tiny-gated", "tiny-rnn"}) {
+    for (const char* style : {"qwen3", "muse"}) {
+      SCOPED_TRACE(std::string(preset) + " " + style);
+      const ModelConfig c = preset_config(preset, style);
+      const bool rnn = c.markov_head_type == MarkovHeadType::rnn;
+      const std::string w = rnn ? "markov_head.joint_proj.weight" : "markov_head.gate_proj.weight";
+      const std::string b = rnn ? "markov_head.joint_proj.bias" : "markov_head.gate_proj.bias";
+      test::TempDir dir;
+      write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+      const Checkpoint ck = Checkpoint::load(dir.path());
+      EXPECT_EQ(ck.config().markov_head_type, c.markov_head_type);
+      ASSERT_NE(ck.weights().markov_proj_w, nullptr);
+      ASSERT_NE(ck.weights().markov_proj_b, nullptr);
+      const int64_t P = rnn ? 3 * 64 : 64, K = rnn ? 2 * 64 + 64 : 64 + 64;
+      int found = 0;
+      for (const LoadedTensor& t : ck.tensors()) {
+        if (t.name == w) {
+          EXPECT_EQ(t.shape, (std::vector<int64_t>{P, K}));
+          ++found;
+        }
+        if (t.name == b) {
+          EXPECT_EQ(t.shape, (std::vector<int64_t>{P}));
+          ++found;
+        }
+      }
+      EXPECT_EQ(found, 2);
+      if (std::string(style) == "qwen3") {
+        const json cj = json::parse(test::read_file(dir / "config.json"));
+        EXPECT_EQ(cj.at("markov_head_type"), rnn ? "rnn" : "gated");
+      }
+      // A misshapen weight, a missing bias.
+      test::TempDir bad;
+      auto specs = aligned_specs(c);
+      spec_named(specs, w).shape = {P, K + 1};
+      write_checkpoint(bad.path(), c, specs);
+      expect_mentions(
+          error_of<CheckpointError>([&] { Checkpoint::load(bad.path()); }),
+          {"'" + w + "'", "expected [" + std::to_string(P) + ", " + std::to_string(K) + "]"});
+      test::TempDir missing;
+      specs = aligned_specs(c);
+      specs.erase(std::find_if(specs.begin(), specs.end(),
+                               [&](const TensorSpec& t) { return t.name == b; }));
+      write_checkpoint(missing.path(), c, specs);
+      expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(missing.path()); }),
+                      {"missing tensor '" + b + "'"});
+      // The projection under a vanilla config, and the other head's under this one.
+      ModelConfig vanilla = c;
+      vanilla.markov_head_type = MarkovHeadType::vanilla;
+      test::TempDir unused;
+      write_checkpoint(unused.path(), vanilla, aligned_specs(c));
+      expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(unused.path()); }),
+                      {"'markov_head.", "markov_head_type is vanilla", "not used"});
+      LoadOptions lo;
+      lo.allow_unused_weights = true;
+      EXPECT_EQ(Checkpoint::load(unused.path(), lo).weights().markov_proj_w, nullptr);
+      ModelConfig other = c;
+      other.markov_head_type = rnn ? MarkovHeadType::gated : MarkovHeadType::rnn;
+      auto both = aligned_specs(other);
+      for (const TensorSpec& t : aligned_specs(c))
+        if (t.name.rfind("markov_head." + std::string(rnn ? "joint" : "gate"), 0) == 0)
+          both.push_back(t);
+      test::TempDir crossed;
+      write_checkpoint(crossed.path(), other, both);
+      expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(crossed.path()); }),
+                      {std::string("'markov_head.") + (rnn ? "joint" : "gate") + "_proj.",
+                       std::string("markov_head_type is ") + (rnn ? "gated" : "rnn")});
+    }
+  }
 }
 
 // Shard names that leave the checkpoint directory ("../", absolute, a symlink

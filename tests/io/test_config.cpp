@@ -532,9 +532,9 @@ TEST(Config, RefusesWhatTheRuntimeCannotRunExactly) {
       {"fill-in",
        [](json& j) { j["sample_from_anchor"] = false; },
        {"the fill-in layout (sample_from_anchor = false) is not supported yet"}},
-      {"gated head",
-       [](json& j) { j["markov_head_type"] = "gated"; },
-       {"markov_head_type 'gated'", "vanilla"}},
+      {"unknown head",
+       [](json& j) { j["markov_head_type"] = "lstm"; },
+       {"markov_head_type", "lstm", "\"vanilla\", \"gated\", \"rnn\""}},
       {"other arch",
        [](json& j) { j["architectures"] = {"Gemma4DSparkModel"}; },
        {"Gemma4DSparkModel", "Qwen3DSparkModel"}},
@@ -758,6 +758,52 @@ TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
   no_head.confidence_head = no_head.confidence_head_with_markov = false;
   expect_mentions(error_of<ConfigError>([&] { no_head.validate(); }),
                   {"markov_topk", "markov_rank is 0"});
+}
+
+// The gated and rnn Markov heads (contract.md section 13): markov_head_type in both forms
+// (absent = vanilla, written by our JSON only when not vanilla), round trips, and the refusals
+// (no Markov head, the top-k loop, a reduced vocabulary, an unknown type).
+TEST(Config, MarkovHeadTypeRoundTripsAndIsRefusedWhereItCannotRun) {
+  json flat = qwen3_8b();
+  EXPECT_EQ(import_hf_config(flat).markov_head_type, MarkovHeadType::vanilla);
+  EXPECT_FALSE(config_to_json(import_hf_config(flat)).contains("markov_head_type"));
+  for (const char* type : {"gated", "rnn"}) {
+    SCOPED_TRACE(type);
+    flat["markov_head_type"] = type;
+    const ModelConfig c = import_hf_config(flat);
+    EXPECT_TRUE(c.markov_head_proj());
+    EXPECT_EQ(std::string(to_string(c.markov_head_type)), type);
+    const bool rnn = std::string(type) == "rnn";
+    EXPECT_EQ(c.markov_proj_rows(), rnn ? 3 * 256 : 256);
+    EXPECT_EQ(c.markov_proj_inputs(), rnn ? 2 * 256 + 4096 : 4096 + 256);
+    EXPECT_EQ(io::export_hf_config(c).at("markov_head_type"), type);
+    EXPECT_EQ(import_hf_config(io::export_hf_config(c)).markov_head_type, c.markov_head_type);
+    EXPECT_EQ(config_to_json(c).at("markov_head_type"), type);
+    EXPECT_EQ(config_from_json(config_to_json(c)).markov_head_type, c.markov_head_type);
+    json topk = flat;
+    topk["markov_topk"] = 8;
+    expect_mentions(error_of<ConfigError>([&] { import_hf_config(topk); }),
+                    {"markov_head_type", type, "markov_topk 8", "not supported"});
+    json reduced = flat;
+    reduced["draft_vocab_size"] = 32000;
+    expect_mentions(error_of<ConfigError>([&] { import_hf_config(reduced); }),
+                    {"markov_head_type", type, "reduced draft vocabulary", "32000"});
+    json no_head = flat;
+    no_head["markov_rank"] = 0;
+    no_head["enable_confidence_head"] = false;
+    expect_mentions(error_of<ConfigError>([&] { import_hf_config(no_head); }),
+                    {"markov_head_type", type, "markov_rank is 0"});
+    json ours = config_to_json(c);
+    ours["markov_head_type"] = "Gated";
+    expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }),
+                    {"markov_head_type", "Gated", "\"vanilla\", \"gated\", \"rnn\""});
+    ours["markov_head_type"] = 1;
+    expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }), {"markov_head_type"});
+    ours["markov_head_type"] = "vanilla";
+    EXPECT_FALSE(config_from_json(ours).markov_head_proj());
+  }
+  EXPECT_EQ(preset_config("tiny-gated").markov_head_type, MarkovHeadType::gated);
+  EXPECT_EQ(preset_config("tiny-rnn", "muse").markov_head_type, MarkovHeadType::rnn);
 }
 
 }  // namespace

@@ -209,6 +209,49 @@ TEST(Draft, TopkMarkovLoopTokensCacheAndTp) {
   }
 }
 
+// The gated and rnn Markov heads (contract.md section 13) through the CPU backend: TP 2, 4 and
+// 8 (the layers sharded where they split, the head's projection replicated, the vocabulary
+// split) give TP 1's tokens and cache bit for bit; the plan says which head runs; the head
+// changes the draft (the same seed's vanilla checkpoint drafts otherwise).
+TEST(Draft, MarkovHeadsTokensCacheAndTp) {
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2, 3};
+  s.padding_before = {1};
+  s.real_verifier = true;
+  auto checkpoint = [](const std::string& preset, const std::string& style, const TempDir& dir) {
+    SyntheticOptions so;
+    so.seed = 13;
+    write_synthetic_checkpoint(preset_config(preset, style), dir.path(), so);
+    return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+  };
+  for (const std::string style : {"qwen3", "muse"}) {
+    TempDir vanilla_dir;
+    const DraftRun vanilla = run(checkpoint("tiny", style, vanilla_dir), s, 1);
+    for (const std::string preset : {"tiny-gated", "tiny-rnn"}) {
+      SCOPED_TRACE(preset + " " + style);
+      TempDir dir;
+      auto ckpt = checkpoint(preset, style, dir);
+      const DraftRun one = run(ckpt, s, 1);
+      for (int tp : {2, 4, 8}) {
+        const DraftRun many = run(ckpt, s, tp);
+        for (int id : s.request_ids) expect_same_request(one, many, id, "tp " + std::to_string(tp));
+      }
+      bool differs = false;
+      for (size_t r = 0; r < one.rounds.size(); ++r)
+        for (size_t d = 0; d < one.rounds[r].drafts.size(); ++d)
+          differs = differs || !test::same_bits(one.rounds[r].drafts[d].logits,
+                                                vanilla.rounds[r].drafts[d].logits);
+      EXPECT_TRUE(differs) << "the head left every cache row as the vanilla head's";
+      test::expect_mentions(make_cpu_backend(ckpt, scenario_draft_options(ckpt->config(), s))
+                                ->plan()
+                                .at("markov loop")
+                                .reason,
+                            {preset == "tiny-gated" ? "gated Markov head" : "rnn Markov head",
+                             "contract.md section 13"});
+    }
+  }
+}
+
 TEST(Draft, DeepSpecStyleCheckpointLoadsAndDrafts) {
   TempDir dir;
   SyntheticOptions so;

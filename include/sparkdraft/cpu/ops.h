@@ -17,6 +17,7 @@
 #include "sparkdraft/ops/gemm.h"
 #include "sparkdraft/ops/kv.h"
 #include "sparkdraft/ops/markov.h"
+#include "sparkdraft/ops/markov_head.h"
 #include "sparkdraft/ops/mlp.h"
 #include "sparkdraft/ops/norm.h"
 #include "sparkdraft/ops/query_block.h"
@@ -66,6 +67,12 @@ void gemm(const ops::GemmParams& p, int threads = 1);
 // an unmapped page inside a query's [lo, hi)).
 void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
                int threads = 1);
+
+// ---- ops/markov_head.h --------------------------------------------------------------
+// One step of the gated / rnn Markov head (contract.md section 13): each row's input x
+// assembled, the projection as cpu::gemm (one chain over K, fp32 out), then the units. u may
+// be p.e itself.
+void markov_head(const ops::MarkovHeadParams& p, int threads = 1);
 
 // ---- ops/markov.h -------------------------------------------------------------------
 // e: [rows, R], w2: [V, R] (this shard's vocab slice), bias: [rows, V].

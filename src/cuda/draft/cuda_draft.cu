@@ -76,6 +76,11 @@ RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communica
                       std::to_string(c.markov_topk) +
                       ", contract.md 12.4) at TP 1 only (the eager Markov loop), got tp " +
                       std::to_string(o.tp) + "; the CPU backend runs it at any TP");
+  if (c.markov_head_proj() && o.tp != 1)
+    throw ConfigError(std::string("the GPU backend runs the ") + to_string(c.markov_head_type) +
+                      " Markov head (markov_head_type, contract.md 13.3) at TP 1 only (the eager "
+                      "Markov loop), got tp " +
+                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
   RankShape r;
   if (!comm) {
     if (o.tp != 1)
@@ -117,6 +122,7 @@ struct CudaDraft::Impl {
   // Weights (device copies; `sw` points into them).
   DeviceBuffer<bf16> embed, lm_head, fc, hidden_norm, final_norm, w1, w2, context_kv;
   DeviceBuffer<bf16> conf_w, conf_b;  // the confidence head (contract.md section 9)
+  DeviceBuffer<bf16> head_w, head_b;  // the gated / rnn Markov head (contract.md section 13)
   DeviceBuffer<int32_t> draft_ids;    // a reduced vocabulary's map (contract.md section 11)
   std::vector<DeviceLayer> layers;
   DeviceBuffer<float> rope;
@@ -325,6 +331,11 @@ struct CudaDraft::Impl {
       conf_w = upload(w.confidence_w, static_cast<size_t>(c.confidence_inputs()));
       conf_b = upload(w.confidence_b, 1);
     }
+    if (c.markov_head_proj()) {
+      const size_t P = static_cast<size_t>(c.markov_proj_rows());
+      head_w = upload(w.markov_proj_w, P * static_cast<size_t>(c.markov_proj_inputs()));
+      head_b = upload(w.markov_proj_b, P);
+    }
     context_kv = upload_pieces(context_kv_pieces(c, w, ls));
     auto opt = [&](const bf16* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<bf16>(); };
     auto optf = [&](const float* p, size_t n) { return p ? upload(p, n) : DeviceBuffer<float>(); };
@@ -472,6 +483,7 @@ struct CudaDraft::Impl {
     mb.base_logits = ws->base.data();
     mb.draft_tokens = out.draft_tokens;
     mb.cache = out.draft_logits;
+    mb.hidden = ws->h.data();  // the final normed hidden states (the gated / rnn head's h)
     if (vp_markov) {
       const MarkovShard shard{w2.data(), ws->base.data()};
       vp_markov->run(mb, std::span<const MarkovShard>(&shard, 1), s);
@@ -593,6 +605,10 @@ struct CudaDraft::Impl {
     head.transform = ops::LogitTransform::from_config(c);
     head.topk = c.markov_topk;
     head.bias_topk = c.markov_bias_topk;
+    head.head_type = c.markov_head_type;
+    head.hidden = c.hidden_size;
+    head.proj_w = head_w.data();
+    head.proj_b = head_b.data();
     if (c.reduced_vocab()) {
       head.draft_vocab = c.draft_vocab();
       head.draft_ids = draft_ids.data();
@@ -884,6 +900,7 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co, int max_row
   in.draft_vocab = c.reduced_vocab() ? c.draft_vocab() : 0;
   in.markov_rank = c.markov_rank;
   in.topk = c.markov_topk;
+  in.head_type = c.markov_head_type;
   in.max_rows = max_rows;
   in.tp_size = tp.tp_size;
   return make_plan(c, co, fused_markov_refusal(in), tp);

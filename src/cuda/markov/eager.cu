@@ -15,6 +15,10 @@
 //                       chains (the dense kernel's chain code), the cache row and the token;
 //                       the union form (12.5) adds per step the dense bias row's top-m
 //                       (markov_bias, then the candidate kernel over the bias rows)
+//   markov_head         the gated / rnn head (contract.md section 13): one block per row
+//                       assembles x, cuda::gemm projects it (fp32 out), one thread per unit
+//                       applies ops/markov_head.h's host/device units; u then feeds
+//                       markov_bias in place of e
 // eager_markov_loop runs them for N steps on a stream without host syncs. A reduced draft
 // vocabulary (contract.md section 11) runs here: the entries are draft ids, each stored
 // and scored as its target id, and (-inf, fill) joins each row's fold.
@@ -27,6 +31,7 @@
 #include "cuda/common/launch.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/kernels.h"
 #include "cuda/markov/detail.h"
 #include "cuda/markov/device.cuh"
 #include "cuda/markov/markov.h"
@@ -119,6 +124,26 @@ __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const 
     const int64_t slot = cache_slots[r];
     if (slot >= 0) cache[slot * cache_slot_stride + (ids ? ids[v] : v)] = l;
   }
+}
+
+// The gated / rnn head's input: row blockIdx.x's x (K values, ops::markov_head_input); with
+// zero_state the rnn state part is +0 (step 0) and p.state is not read.
+__global__ void head_gather_kernel(ops::MarkovHeadParams p, bf16* x, bool zero_state) {
+  pdl_enter();
+  const int r = blockIdx.x, K = p.proj_inputs();
+  bf16* xr = x + static_cast<int64_t>(r) * K;
+  for (int k = threadIdx.x; k < K; k += blockDim.x)
+    xr[k] = zero_state && p.type == MarkovHeadType::rnn && k < p.rank
+                ? bf16{0}
+                : ops::markov_head_input(p, r, k);
+}
+
+// The gated / rnn head's units: one thread per (row, unit), ops::markov_head_unit.
+__global__ void head_units_kernel(ops::MarkovHeadParams p, const bf16* x, const float* acc) {
+  pdl_enter();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= static_cast<int64_t>(p.rows) * p.rank) return;
+  ops::markov_head_unit(p, x, acc, static_cast<int>(t / p.rank), static_cast<int>(t % p.rank));
 }
 
 // Row r's `steps` cache rows of width `vocab`, every column bf16 -inf.
@@ -590,6 +615,34 @@ void markov_fill_cache(const ops::MarkovRows& mrows, int steps, int vocab, bf16*
                 LaunchShape{grid, dim3(kThreads), 0, stream}, mrows.cache_slots, span, cache);
 }
 
+void markov_head(const ops::MarkovHeadParams& p, bf16* x, float* acc, cudaStream_t stream,
+                 bool zero_state) {
+  p.check("cuda::markov_head");
+  require(p.rows <= 65535, "cuda::markov_head",
+          "rows must be <= 65535, got " + std::to_string(p.rows));
+  if (p.rows == 0) return;
+  require(x != nullptr && acc != nullptr, "cuda::markov_head", "null x or acc");
+  const int P = p.proj_rows(), K = p.proj_inputs();
+  launch_kernel("markov_head_gather_kernel", head_gather_kernel,
+                LaunchShape{dim3(p.rows), dim3(kThreads), 0, stream}, p, x, zero_state);
+  ops::GemmParams g;
+  g.x = x;
+  g.x_stride = K;
+  g.w = p.w;
+  g.M = p.rows;
+  g.N = P;
+  g.K = K;
+  g.y = acc;
+  g.y_stride = P;
+  g.y_dtype = StreamDType::f32;
+  gemm(g, stream);
+  const int64_t units = static_cast<int64_t>(p.rows) * p.rank;
+  launch_kernel("markov_head_units_kernel", head_units_kernel,
+                LaunchShape{dim3(static_cast<unsigned>((units + kThreads - 1) / kThreads)),
+                            dim3(kThreads), 0, stream},
+                p, static_cast<const bf16*>(x), static_cast<const float*>(acc));
+}
+
 int markov_sample_blocks(int vocab) { return (vocab + kSampleBlockVocab - 1) / kSampleBlockVocab; }
 
 void markov_sample(const bf16* logits, const ops::MarkovRows& mrows, int vocab, int64_t id_offset,
@@ -707,6 +760,8 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
           "eager_markov_loop",
           "a reduced draft vocabulary needs its draft_ids and at most vocab entries (draft_vocab " +
               std::to_string(head.draft_vocab) + ", vocab " + std::to_string(head.vocab) + ")");
+  require(!head.head_proj() || (!head.reduced() && head.topk == 0), "eager_markov_loop",
+          "the gated / rnn head runs the dense loop over the full vocabulary (no top-k, no d2t)");
   // Base logits, bias and sampling over the head's width (draft ids); cache rows over V.
   const int64_t n = batch.steps, v = head.vocab, w = head.width();
   if (head.topk > 0) {  // the top-k loop (contract.md section 12)
@@ -748,6 +803,25 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
   }
   const DraftIdMap map{head.draft_ids, head.reduced() ? head.fill : -1};
   if (head.reduced()) markov_fill_cache(batch.rows, batch.steps, head.vocab, batch.cache, stream);
+  // The gated / rnn head (contract.md section 13): u replaces e in ws.e before the bias.
+  ops::MarkovHeadParams hp;
+  if (head.head_proj()) {
+    hp = ops::MarkovHeadParams{head.head_type, batch.rows.num_rows, head.hidden, head.markov_rank};
+    require(batch.hidden != nullptr && head.proj_w != nullptr && head.proj_b != nullptr,
+            "eager_markov_loop",
+            "the gated / rnn head needs the batch's hidden states and its projection weights");
+    require(ws.head_x.size() >= static_cast<size_t>(hp.rows) * hp.proj_inputs() &&
+                ws.head_acc.size() >= static_cast<size_t>(hp.rows) * hp.proj_rows() &&
+                (head.head_type != MarkovHeadType::rnn ||
+                 ws.head_state.size() >= static_cast<size_t>(hp.rows) * head.markov_rank),
+            "eager_markov_loop", "the workspace has no Markov head buffers of this size");
+    hp.h_stride = n * head.hidden;
+    hp.e = ws.e.data();
+    hp.w = head.proj_w;
+    hp.b = head.proj_b;
+    hp.state = head.head_type == MarkovHeadType::rnn ? ws.head_state.data() : nullptr;
+    hp.u = ws.e.data();
+  }
   for (int j = 0; j < batch.steps; ++j) {
     if (j == 0)
       markov_embed(batch.rows.anchor_tokens, 1, batch.rows.num_rows, head.w1, head.markov_rank,
@@ -755,6 +829,10 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
     else
       markov_embed(batch.draft_tokens + (j - 1), n, batch.rows.num_rows, head.w1, head.markov_rank,
                    ws.e.data(), stream);
+    if (head.head_proj()) {
+      hp.h = batch.hidden + j * static_cast<int64_t>(head.hidden);
+      markov_head(hp, ws.head_x.data(), ws.head_acc.data(), stream, j == 0);
+    }
     markov_bias(ws.e.data(), batch.rows.num_rows, head.w2, head.width(), head.markov_rank,
                 ws.bias.data(), stream);
     markov_step_logits(batch.base_logits + j * w, n * w, ws.bias.data(), batch.rows, head.width(),

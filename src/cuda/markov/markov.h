@@ -51,6 +51,7 @@
 #include "sparkdraft/core/packet.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/ops/markov.h"
+#include "sparkdraft/ops/markov_head.h"
 
 namespace sparkdraft::cuda {
 
@@ -133,6 +134,15 @@ void markov_topk_step(const bf16* e, const bf16* w2, int markov_rank, const bf16
 void markov_fill_cache(const ops::MarkovRows& rows, int steps, int vocab, bf16* cache,
                        cudaStream_t stream);
 
+// The gated / rnn Markov head (ops/markov_head.h, contract.md section 13), eager: cpu::markov_head
+// on the device. One kernel assembles each row's input x [rows, K] (one block per row; with
+// zero_state the rnn state part is +0, step 0, and p.state is not read), the projection runs
+// through cuda::gemm (M = rows, N = P, K, k_slices 1, fp32 out into acc [rows, P]), one
+// elementwise kernel writes u (and the rnn state) from acc, the bias and x (one thread per
+// unit; u may be p.e). x and acc are the caller's scratch (the workspace's head_x, head_acc).
+void markov_head(const ops::MarkovHeadParams& p, bf16* x, float* acc, cudaStream_t stream,
+                 bool zero_state = false);
+
 // cpu::sample_row over the rows.num_rows rows: each block of kSampleBlockVocab entries
 // writes its best (noised score, id + id_offset; with a draft map: score and noise keyed by
 // map.ids[v]) to partials [rows, markov_sample_blocks(vocab)], a final kernel reduces them
@@ -165,6 +175,14 @@ struct MarkovHead {
   int topk = 0;
   // Its union form (12.5): the bias row's bias_topk best join each step's candidates. 0 = off.
   int bias_topk = 0;
+  // The gated / rnn head (contract.md section 13; the eager loop at TP 1 only, full vocabulary,
+  // dense): its projection (device [P, K] and [P]) over the batch's hidden states [rows, steps,
+  // hidden]. vanilla: none.
+  MarkovHeadType head_type = MarkovHeadType::vanilla;
+  int hidden = 0;  // H
+  const bf16* proj_w = nullptr;
+  const bf16* proj_b = nullptr;
+  bool head_proj() const { return head_type != MarkovHeadType::vanilla; }
   int width() const { return draft_vocab > 0 ? draft_vocab : vocab; }
   bool reduced() const { return draft_vocab > 0; }
 };
@@ -177,6 +195,8 @@ struct MarkovBatch {
   const bf16* base_logits = nullptr;  // [rows, steps, head.width()] (TP 1)
   int64_t* draft_tokens = nullptr;    // [rows, steps]
   bf16* cache = nullptr;              // [cache slots, steps, vocab]
+  // The final normed hidden states [rows, steps, head.hidden] (the gated / rnn heads' h).
+  const bf16* hidden = nullptr;
 };
 
 // One TP rank's shard of the vocab-parallel loop: ids [tp_rank * V/S, (tp_rank + 1) * V/S)
@@ -189,12 +209,13 @@ struct MarkovShard {
 // ---- the fused plan ------------------------------------------------------------------
 // What decides whether the fused loop runs (all known at load).
 struct MarkovPlanInput {
-  int vocab = 0;                      // V: width of the draft-logits cache
-  int draft_vocab = 0;                // the draft head's vocabulary; 0 = V
-  int markov_rank = 0;                // K; 0 = the draft has no Markov head
-  int topk = 0;                       // the top-k loop's k (section 12); 0 = dense
-  int tp_size = 1;                    // vocab-parallel ranks
-  int max_rows = 1;                   // rows per call
+  int vocab = 0;                                       // V: width of the draft-logits cache
+  int draft_vocab = 0;                                 // the draft head's vocabulary; 0 = V
+  int markov_rank = 0;                                 // K; 0 = the draft has no Markov head
+  int topk = 0;                                        // the top-k loop's k (section 12); 0 = dense
+  MarkovHeadType head_type = MarkovHeadType::vanilla;  // section 13
+  int tp_size = 1;                                     // vocab-parallel ranks
+  int max_rows = 1;                                    // rows per call
   bool cache_bf16_contiguous = true;  // the cache is one contiguous bf16 [slots, N, V]
   const void* w1 = nullptr;           // when given, checked for 16-byte alignment
   const void* w2 = nullptr;           // (per TP rank: its shard)
@@ -272,6 +293,11 @@ class MarkovWorkspace {
   DeviceBuffer<int32_t> topk_ids;  // [max_rows, steps, k] (the top-k loop; MarkovLoop sizes it)
   DeviceBuffer<int32_t> bias_topk_ids;  // [max_rows, m] (the union form's bias candidates)
   TopkScratch topk_scratch;             // markov_topk_candidates' (the top-k loop)
+  // The gated / rnn head (section 13; MarkovLoop sizes them): each row's input x, the
+  // projection's fp32 chains, the rnn state.
+  DeviceBuffer<bf16> head_x;      // [max_rows, K]
+  DeviceBuffer<float> head_acc;   // [max_rows, P]
+  DeviceBuffer<bf16> head_state;  // [max_rows, markov_rank] (rnn)
   // Fused buffers.
   DeviceBuffer<bf16> embeds;        // [steps + 1, max_rows, markov_rank]: row j is step j's e
   DeviceBuffer<uint32_t> arrivals;  // [tp_size, steps, max_rows]

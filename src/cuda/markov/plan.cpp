@@ -118,6 +118,9 @@ std::string fused_refusal(const MarkovPlanInput& in, int max_smem_block, int sme
   if (in.draft_vocab != 0 && in.draft_vocab != in.vocab)
     return "reduced draft vocabulary (" + std::to_string(in.draft_vocab) + " of " + v +
            " ids, a d2t map)";
+  if (in.head_type != MarkovHeadType::vanilla)
+    return std::string("the ") + to_string(in.head_type) +
+           " Markov head (markov_head_type, contract.md section 13) runs on the eager loop";
   if (in.topk > 0)
     return "the top-k Markov loop (markov_topk " + std::to_string(in.topk) +
            ", contract.md section 12) runs on the eager loop";
@@ -208,6 +211,7 @@ MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cac
   in.draft_vocab = head.draft_vocab;
   in.markov_rank = head.markov_rank;
   in.topk = head.topk;
+  in.head_type = head.head_type;
   in.max_rows = max_rows;
   in.cache_bf16_contiguous = cache_bf16_contiguous;
   in.w1 = head.w1;
@@ -221,6 +225,13 @@ MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cac
   if (head.bias_topk > 0)
     ws_.bias_topk_ids =
         DeviceBuffer<int32_t>(static_cast<size_t>(max_rows) * static_cast<size_t>(head.bias_topk));
+  if (head.head_proj()) {
+    const ops::MarkovHeadParams shape{head.head_type, max_rows, head.hidden, head.markov_rank};
+    ws_.head_x = DeviceBuffer<bf16>(static_cast<size_t>(max_rows) * shape.proj_inputs());
+    ws_.head_acc = DeviceBuffer<float>(static_cast<size_t>(max_rows) * shape.proj_rows());
+    if (head.head_type == MarkovHeadType::rnn)
+      ws_.head_state = DeviceBuffer<bf16>(static_cast<size_t>(max_rows) * head.markov_rank);
+  }
   if (!refusal_.empty()) markov_log_once("fused Markov loop off, the eager loop runs: " + refusal_);
 }
 
@@ -244,6 +255,7 @@ int checked_tp_size(const MarkovHead& head, const Communicator& comm, int max_ro
   in.draft_vocab = head.draft_vocab;
   in.markov_rank = head.markov_rank;
   in.topk = head.topk;
+  in.head_type = head.head_type;
   in.tp_size = comm.tp_size();
   in.max_rows = max_rows;
   in.cache_bf16_contiguous = cache_bf16_contiguous;

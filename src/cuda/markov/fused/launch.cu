@@ -400,6 +400,9 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
   MarkovPlanInput plan;
   plan.vocab = head.vocab;
   plan.markov_rank = head.markov_rank;
+  plan.draft_vocab = head.draft_vocab;
+  plan.topk = head.topk;
+  plan.head_type = head.head_type;  // the variants the fused step does not run are refused
   plan.max_rows = ws.max_rows();
   plan.w1 = head.w1;
   plan.w2 = head.w2;
