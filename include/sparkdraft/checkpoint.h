@@ -173,6 +173,8 @@ int32_t draft_fill_id(const std::vector<int32_t>& draft_ids, int vocab);
 //   tiny-d2t: tiny with a reduced draft vocabulary of 612 of the 1000 ids (section 11;
 //             a seeded increasing d2t map, as the speculators build it)
 //   tiny-topk: tiny with the top-k Markov loop, markov_topk 16 (section 12)
+//   tiny-fillin: tiny in the fill-in layout (sample_from_anchor false, 1 + 7 query
+//             slots, section 13); its Qwen3-style config.json is the speculators form
 //   qwen3-8b: the published Qwen3-8B draft shape (H 4096, L 5, 32/8, hd 128, I 12288,
 //             V 151936, r 256, N 7, taps [1,9,17,25,33] of 4096)
 //   muse:     the open Muse Spark draft shape (H 8192, L 5, 128/16, hd 64, I 16384,
@@ -190,7 +192,9 @@ std::vector<std::string> preset_names();
 
 struct SyntheticOptions {
   uint64_t seed = 1;
-  bool hf_config = true;  // write config.json in the DeepSpec/HF form when the config allows it
+  // Write config.json in the DeepSpec/HF form when the config allows it (the speculators
+  // form for a fill-in draft, contract.md section 13), else ours.
+  bool hf_config = true;
   std::function<void(size_t done, size_t total)> progress;
 };
 // Writes config.json + model.safetensors with seeded, non-zero, sanely scaled weights,
