@@ -494,6 +494,10 @@ ModelConfig import_speculators_config(const nlohmann::json& j) {
   if (f.has("draft_adapter_rank") &&
       f.integer("draft_adapter_rank", std::numeric_limits<int>::min()) != 0)
     f.fail("draft_adapter_rank > 0 (a residual draft adapter) is not supported");
+  if (f.has("projector_type") && f.string("projector_type") != "dflash")
+    f.fail("projector_type '" + f.string("projector_type") + "' is not supported (only 'dflash')");
+  if (f.has("shift_label") && f.boolean("shift_label"))
+    f.fail("shift_label = true (targets shifted by one position) is not supported");
   const json& tl = f.at("transformer_layer_config");
   if (!tl.is_object())
     f.fail("field 'transformer_layer_config' must be an object (got " + io::excerpt(tl.dump()) +
@@ -534,6 +538,11 @@ ModelConfig import_speculators_config(const nlohmann::json& j) {
       f.has("enable_confidence_head") ? f.at("enable_confidence_head") : json(false);
   hf["confidence_head_with_markov"] =
       f.has("confidence_head_with_markov") ? f.at("confidence_head_with_markov") : json(false);
+  // The speculators' sliding layers are causal unless sliding_window_non_causal (full
+  // layers never are): is_causal false for every layer then.
+  if (f.has("sliding_window_non_causal") && f.boolean("sliding_window_non_causal") &&
+      !hf.contains("is_causal"))
+    hf["is_causal"] = false;
   if (f.has("target_hidden_size"))
     hf["target_hidden_size"] = f.at("target_hidden_size");
   else

@@ -490,6 +490,19 @@ TEST(Config, ImportsAReducedDraftVocabularyAndTheSpeculatorsFormat) {
   EXPECT_FALSE(f.sample_from_anchor);
   EXPECT_EQ(f.block_size, 7);
   EXPECT_EQ(f.query_slots(), 8);
+  // Sliding layers: causal, unless sliding_window_non_causal.
+  json sliding = fill;
+  sliding["transformer_layer_config"]["layer_types"] = {"sliding_attention", "full_attention",
+                                                        "sliding_attention", "full_attention",
+                                                        "full_attention"};
+  sliding["transformer_layer_config"]["sliding_window"] = 2048;
+  const ModelConfig causal = import_speculators_config(sliding);
+  EXPECT_EQ(causal.attention_of(0), (LayerAttention{2048, true}));
+  EXPECT_EQ(causal.attention_of(1), (LayerAttention{0, false}));
+  sliding["sliding_window_non_causal"] = true;
+  const ModelConfig non_causal = import_speculators_config(sliding);
+  EXPECT_EQ(non_causal.attention_of(0), (LayerAttention{2048, false}));
+  EXPECT_EQ(non_causal.attention_of(1), (LayerAttention{0, false}));
   // What the form cannot map is refused by name.
   const std::vector<std::pair<void (*)(json&), std::vector<std::string>>> refusals = {
       {[](json& x) { x["speculators_model_type"] = "eagle3"; }, {"'eagle3'", "only 'dspark'"}},
@@ -506,6 +519,8 @@ TEST(Config, ImportsAReducedDraftVocabularyAndTheSpeculatorsFormat) {
        {"block_size", ">= 2"}},
       {[](json& x) { x["markov_head_type"] = "gated"; }, {"markov_head_type 'gated'"}},
       {[](json& x) { x["topk_context"] = 64; }, {"topk_context"}},
+      {[](json& x) { x["projector_type"] = "domino"; }, {"projector_type 'domino'"}},
+      {[](json& x) { x["shift_label"] = true; }, {"shift_label"}},
       {[](json& x) { x["transformer_layer_config"]["model_type"] = "llama"; },
        {"transformer_layer_config.model_type", "llama"}},
       {[](json& x) { x["transformer_layer_config"]["tie_word_embeddings"] = true; },
