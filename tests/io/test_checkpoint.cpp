@@ -12,6 +12,7 @@
 
 #include "common/errors.h"
 #include "common/files.h"
+#include "io/hf_config.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
@@ -510,6 +511,19 @@ TEST(Checkpoint, FillInPresetWritesAndLoadsTheSpeculatorsForm) {
     EXPECT_EQ(back.architecture, "DSparkDraftModel");
     back.architecture = c.architecture;
     EXPECT_EQ(config_to_json(back), config_to_json(c));
+  }
+  // A speculators checkpoint without the verifier's embed_tokens: the refusal says where
+  // to take it from.
+  {
+    test::TempDir dir;
+    const ModelConfig c = preset_config("tiny-fillin");
+    std::vector<TensorSpec> specs;
+    for (const TensorSpec& s : expected_tensors(c))
+      if (s.name != "embed_tokens.weight") specs.push_back(s);
+    write_checkpoint(dir.path(), c, specs);
+    test::write_file(dir / "config.json", io::export_speculators_config(c).dump());
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {"missing tensor 'embed_tokens.weight'", "copy them from the target model"});
   }
   test::TempDir dir;
   const ModelConfig muse = preset_config("tiny-fillin", "muse");
