@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,8 @@
 #include "cuda/common/graph.h"
 #include "cuda/markov/detail.h"
 #include "cuda/markov/markov.h"
+#include "runtime/markov_loop.h"
+#include "sparkdraft/config.h"
 #include "sparkdraft/cuda/buffer.h"
 #include "sparkdraft/cuda/check.h"
 #include "sparkdraft/error.h"
@@ -28,27 +31,92 @@ namespace {
 
 using markov_detail::require;
 
+// Throws naming the first difference between the loop under test (`what`: "fused", "top-k")
+// and its reference (`ref`: "eager", "cpu").
 void check_equal(const std::vector<int64_t>& tok_f, const std::vector<int64_t>& tok_e,
                  const std::vector<bf16>& cache_f, const std::vector<bf16>& cache_e,
-                 const MarkovBenchOptions& o) {
+                 const MarkovBenchOptions& o, const char* what = "fused",
+                 const char* ref = "eager") {
   const int64_t n = o.steps, v = o.vocab;
   for (size_t i = 0; i < tok_e.size(); ++i)
     if (tok_f[i] != tok_e[i]) {
       std::ostringstream os;
-      os << "bench_markov: fused != eager: token of row " << static_cast<int64_t>(i) / n << " step "
-         << static_cast<int64_t>(i) % n << ": found " << tok_f[i] << ", expected " << tok_e[i]
-         << " (seed " << o.seed << ")";
+      os << "bench_markov: " << what << " != " << ref << ": token of row "
+         << static_cast<int64_t>(i) / n << " step " << static_cast<int64_t>(i) % n << ": found "
+         << tok_f[i] << ", expected " << tok_e[i] << " (seed " << o.seed << ")";
       throw Error(os.str());
     }
   for (size_t i = 0; i < cache_e.size(); ++i)
     if (cache_f[i].bits != cache_e[i].bits) {
       const int64_t idx = static_cast<int64_t>(i);
       std::ostringstream os;
-      os << "bench_markov: fused != eager: cache[slot " << idx / (n * v) << "][step " << idx / v % n
-         << "][" << idx % v << "]: found 0x" << std::hex << cache_f[i].bits << ", expected 0x"
-         << cache_e[i].bits << std::dec << " (seed " << o.seed << ")";
+      os << "bench_markov: " << what << " != " << ref << ": cache[slot " << idx / (n * v)
+         << "][step " << idx / v % n << "][" << idx % v << "]: found 0x" << std::hex
+         << cache_f[i].bits << ", expected 0x" << cache_e[i].bits << std::dec << " (seed " << o.seed
+         << ")";
       throw Error(os.str());
     }
+}
+
+// The top-k loop on the dense run's inputs: the GPU eager loop against the CPU reference
+// (runtime/markov_loop.h), bit for bit, then its graph timed like the full loops.
+void bench_topk(const MarkovBenchOptions& o, const MarkovHead& dense_head,
+                const MarkovBatch& dense_batch, const DeviceBuffer<bf16>& w1,
+                const DeviceBuffer<bf16>& w2, const DeviceBuffer<bf16>& base,
+                const DeviceBuffer<int64_t>& anchors, GraphTimer& timer, double bandwidth_gbs,
+                MarkovBenchResult& r, cudaStream_t s) {
+  const size_t v = o.vocab, k = o.markov_rank, n = o.steps, rows = o.rows;
+  MarkovHead head = dense_head;
+  head.topk = o.topk;
+  MarkovLoop loop(head, o.rows, o.steps);
+  require(!loop.fused(), "bench_markov", "the top-k loop is expected to run eager");
+  DeviceBuffer<int64_t> tokens(rows * n);
+  DeviceBuffer<bf16> cache(rows * n * v);
+  MarkovBatch batch = dense_batch;
+  batch.draft_tokens = tokens.data();
+  batch.cache = cache.data();
+  loop.run(batch, s);
+  SD_CUDA_CHECK(cudaStreamSynchronize(s));
+
+  // The CPU reference on the same inputs.
+  const std::vector<bf16> h_w1 = w1.download(s), h_w2 = w2.download(s), h_base = base.download(s);
+  const std::vector<int64_t> h_anchors = anchors.download(s);
+  std::vector<int64_t> positions(rows), seeds(rows), slots(rows);
+  std::vector<float> temps(rows, o.temperature);
+  SD_CUDA_CHECK(cudaMemcpy(positions.data(), dense_batch.rows.anchor_positions,
+                           rows * sizeof(int64_t), cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaMemcpy(seeds.data(), dense_batch.rows.seeds, rows * sizeof(int64_t),
+                           cudaMemcpyDeviceToHost));
+  SD_CUDA_CHECK(cudaMemcpy(slots.data(), dense_batch.rows.cache_slots, rows * sizeof(int64_t),
+                           cudaMemcpyDeviceToHost));
+  ModelConfig c;
+  c.vocab_size = o.vocab;
+  c.block_size = o.steps;
+  c.markov_rank = o.markov_rank;
+  c.markov_topk = o.topk;
+  DraftWeights w;
+  w.markov_w1 = h_w1.data();
+  w.markov_w2 = h_w2.data();
+  const ops::MarkovRows host_rows{o.rows,       h_anchors.data(), positions.data(),
+                                  seeds.data(), temps.data(),     slots.data()};
+  std::vector<int64_t> want_tokens(rows * n);
+  std::vector<bf16> want_cache(rows * n * v);
+  const MarkovInputs in{
+      &c,         &w,     &dense_head.transform,
+      &host_rows, o.rows, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+  markov_loop_from_base(in, 1, h_base.data(),
+                        ProposeOutputs{want_tokens.data(), want_cache.data()});
+  check_equal(tokens.download(s), want_tokens, cache.download(s), want_cache, o, "top-k gpu",
+              "top-k cpu");
+
+  const GraphExec graph(s, [&](cudaStream_t st) { loop.run(batch, st); });
+  r.topk_us = timer.median_us(graph, o.warmup, o.repeats);
+  // Per row and step: the base logits read (the candidate pass), k rows of w2 and one of w1
+  // gathered, the cache row written.
+  r.topk_bytes = 2.0 * static_cast<double>(rows) * n *
+                 (2.0 * static_cast<double>(v) + (static_cast<double>(o.topk) + 1.0) * k);
+  r.topk_floor_us = r.topk_bytes / (bandwidth_gbs * 1e3);
+  r.topk_ratio = r.topk_us / r.topk_floor_us;
 }
 
 }  // namespace
@@ -77,6 +145,7 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
           "logits must be uniform or trained");
   require(o.temperature >= 0.0f && std::isfinite(o.temperature), "bench_markov",
           "temperature must be finite and >= 0");
+  require(o.topk >= 0 && o.topk <= o.vocab, "bench_markov", "topk must be in [0, vocab]");
   MarkovBenchResult r;
   r.options = o;
   r.gpu = query_gpu();
@@ -176,6 +245,12 @@ MarkovBenchResult bench_markov(const MarkovBenchOptions& o, std::ostream& out) {
       << ", " << r.fused_blocks_per_sm << " blocks/SM, " << r.fused_stages << " stages, "
       << r.fused_smem << " B smem, PDL " << (r.pdl ? "on" : "off") << ")\n";
   out << "  eager " << t.eager_us << " us (" << t.eager_ratio << "x floor)\n";
+  if (o.topk > 0) {
+    bench_topk(o, head, batch, w1, w2, base, anchors, timer, t.copy_bandwidth_gbs, r, s);
+    out << "  top-k " << o.topk << ": " << r.topk_us << " us (" << r.topk_ratio << "x its floor of "
+        << r.topk_floor_us << " us; the full loop fused / top-k = " << t.fused_us / r.topk_us
+        << "x)\n";
+  }
   out << std::defaultfloat;
 
   if (!o.json_path.empty()) write_json_file(o.json_path, markov_bench_json(r));
@@ -204,6 +279,14 @@ nlohmann::json markov_bench_json(const MarkovBenchResult& r) {
   };
   add_gpu_json(j, r.gpu);
   add_timing_json(j, r.timing);
+  if (o.topk > 0)
+    j["topk"] = {{"k", o.topk},
+                 {"checked_against", "cpu"},
+                 {"us", r.topk_us},
+                 {"bytes", r.topk_bytes},
+                 {"floor_us", r.topk_floor_us},
+                 {"ratio", r.topk_ratio},
+                 {"full_fused_over_topk", r.timing.fused_us / r.topk_us}};
   return j;
 }
 

@@ -3,7 +3,10 @@
 // bit for bit first, each loop captured in a CUDA graph and timed (median of
 // repeats, cudaEvents, L2 flushed before each repeat), the device copy bandwidth
 // measured in the same run, and the floor = bytes the loop must move / that
-// bandwidth.
+// bandwidth. With `topk` > 0 the top-k loop (contract.md section 12, the eager loop: the
+// fused loop refuses it) runs on the same inputs beside the full loop: checked bit for bit
+// against the CPU reference loop (tokens and every cache entry), timed the same way, with
+// its own floor (it reads the base logits and k rows of w2 a step, and writes the cache).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,7 @@ struct MarkovBenchOptions {
   float temperature = 1.0f;
   // Base logits: "uniform" (uniform in [-8, 8]) or "trained" (trained_logits below).
   std::string logits = "uniform";
+  int topk = 0;  // > 0: also the top-k loop with this k (1 <= topk <= vocab)
   uint64_t seed = 20240601;
   std::string json_path;  // write the result as JSON here when not empty
 };
@@ -39,6 +43,9 @@ struct MarkovBenchResult {
   FloorTiming timing;  // bytes: w2 per step, base, cache, w1 rows
   int fused_grid = 0, fused_blocks_per_sm = 0, fused_stages = 0, fused_smem = 0;
   bool pdl = true;
+  // The top-k loop (options.topk > 0): its graph's median time, its own floor (base logits read,
+  // k gathered w2 rows and one w1 row a row and step, the cache written) and the ratio.
+  double topk_us = 0, topk_bytes = 0, topk_floor_us = 0, topk_ratio = 0;
 };
 
 // The "trained" profile of base logits, with the spread of a trained LM's logits: most

@@ -173,6 +173,7 @@ int32_t draft_fill_id(const std::vector<int32_t>& draft_ids, int vocab);
 //   tiny-d2t: tiny with a reduced draft vocabulary of 612 of the 1000 ids (section 11;
 //             a seeded increasing d2t map, as the speculators build it)
 //   tiny-topk: tiny with the top-k Markov loop, markov_topk 16 (section 12)
+//   tiny-topk-union: tiny-topk with the union form, markov_bias_topk 8 (section 12.5)
 //   tiny-fillin: tiny in the fill-in layout (sample_from_anchor false, 1 + 7 query
 //             slots, section 13); its Qwen3-style config.json is the speculators form
 //   qwen3-8b: the published Qwen3-8B draft shape (H 4096, L 5, 32/8, hd 128, I 12288,

@@ -110,12 +110,18 @@ struct ModelConfig {
   // in the JSON forms; with_markov needs the head and a Markov rank > 0.
   bool confidence_head = false;
   bool confidence_head_with_markov = false;
+  // Per-position temperature calibration of the confidences (STS, contract.md 9.1):
+  // empty = none; else block_size fp32 values, each finite and > 0 (step j's value is
+  // sigmoid(z / T_j)). `confidence_temperatures` in both JSON forms; needs the head.
+  std::vector<float> confidence_temperatures;
   // The top-k Markov variant (contract.md section 12): at each step only the top
   // `markov_topk` ids of the position's base logits are candidates, the rest -inf.
   // 0 = off (the dense loop); 1 <= k <= V. `markov_topk` in both JSON forms (vLLM's
-  // name); a reduced draft vocabulary with it, and the union form (`markov_bias_topk`
-  // > 0), are refused by name.
+  // name); a reduced draft vocabulary with it is refused by name.
   int markov_topk = 0;
+  // The union form (section 12.5): the bias's own top `markov_bias_topk` ids join each
+  // step's candidates. 0 = off; 1 <= m <= V, only with markov_topk > 0.
+  int markov_bias_topk = 0;
 
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
   // Query slots per request (contract.md section 13): N, or 1 + N in the fill-in layout.

@@ -60,7 +60,12 @@ def preset_config(preset: str = "tiny", style: str = "") -> dict:
 
 # Fields of our JSON config written only when set (src/io/config.cpp, our_optional_keys): a preset
 # without them still takes them as overrides.
-_OPTIONAL_CONFIG_FIELDS = ("draft_vocab_size", "markov_topk")
+_OPTIONAL_CONFIG_FIELDS = (
+    "draft_vocab_size",
+    "markov_topk",
+    "markov_bias_topk",
+    "confidence_temperatures",
+)
 
 
 def make_checkpoint(

@@ -4,16 +4,18 @@ row's N drafts to verify, from ``Draft.propose``'s ``out_confidences`` [rows, N]
 Every function takes the confidences as a float32 array on the host (numpy, or a torch
 tensor, copied to the host when it is on a GPU) and returns the lengths as an int32 numpy
 array [rows]: verify the drafts 1 .. lengths[r]. ``sps`` is a steps-per-second table:
-``sps[b]`` for a verify batch of b tokens, with more entries than rows."""
+``sps[b]`` for a verify batch of b tokens, with more entries than rows; ``profile_sps``
+measures one (``SpecDecoder.profile_sps`` over a transformers target)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import time
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
 from . import _core
-from ._core import DTypeError
+from ._core import DTypeError, InvalidArgument
 
 
 def _host(confidences) -> np.ndarray:
@@ -73,3 +75,41 @@ class LaggedSurvivalScheduler:
     @property
     def step(self) -> int:
         return int(self._s.step)
+
+
+def profile_sps(
+    step: Callable[[int], None],
+    max_tokens: int,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    progress: Optional[Callable[[int, float], None]] = None,
+) -> List[float]:
+    """Profiles a steps-per-second table (section 9.4) once: for b = 1 .. max_tokens, ``step(b)``
+    runs one verify step of b tokens and returns when it is done (synchronize a GPU inside it);
+    after ``warmup`` untimed calls, ``sps[b]`` = 1 / the median of ``repeats`` timed calls.
+    ``sps[0]`` = ``sps[1]`` (every row adds a token, so no batch has fewer than one). Returns
+    max_tokens + 1 values, so it serves up to max_tokens rows. ``progress(b, seconds)`` (optional)
+    is called after each b."""
+    if int(max_tokens) < 1 or int(repeats) < 1 or int(warmup) < 0:
+        raise InvalidArgument(
+            f"profile_sps: max_tokens {max_tokens} and repeats {repeats} must be >= 1, "
+            f"warmup {warmup} >= 0"
+        )
+    sps = [0.0] * (int(max_tokens) + 1)
+    for b in range(1, int(max_tokens) + 1):
+        for _ in range(int(warmup)):
+            step(b)
+        times = []
+        for _ in range(int(repeats)):
+            t0 = time.perf_counter()
+            step(b)
+            times.append(time.perf_counter() - t0)
+        seconds = float(np.median(times))
+        if not seconds > 0.0:
+            raise InvalidArgument(f"profile_sps: step({b}) took no measurable time")
+        sps[b] = 1.0 / seconds
+        if progress is not None:
+            progress(b, seconds)
+    sps[0] = sps[1]
+    return sps

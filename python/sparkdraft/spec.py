@@ -28,11 +28,13 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from . import Draft, InvalidArgument
+from .schedule import profile_sps as _profile_sps
 
 
 @dataclass
@@ -46,6 +48,7 @@ class SpecStats:
     # accepted[j]: rounds (over rows) whose draft j (0-based) was accepted.
     accepted: List[int] = field(default_factory=list)
     row_rounds: int = 0  # (row, round) pairs verified
+    verified_drafts: int = 0  # drafts handed to the verifier (N a row without a schedule)
 
     @property
     def tokens_per_second(self) -> float:
@@ -183,6 +186,24 @@ class SpecDecoder:
         _sync(self.device)
         self.stats.draft_seconds += time.perf_counter() - t0
 
+    def profile_sps(self, max_tokens: Optional[int] = None, *, repeats: int = 5, seed: int = 0,
+                    progress=None) -> List[float]:
+        """The steps-per-second table of this target (contract.md 9.4, for
+        sparkdraft.schedule's survival schedulers), profiled once: ``sps[b]`` for a verify
+        step of b tokens, b = 1 .. max_tokens (default: max_rows * (N + 1), every row's
+        whole block). This loop keeps no KV cache, so a verify step of b tokens is timed as
+        the target's forward over one sequence of b seeded random tokens."""
+        if max_tokens is None:
+            max_tokens = self.max_rows * (self.N + 1)
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, self.V, (int(max_tokens),), generator=g).tolist()
+
+        def step(b: int) -> None:
+            self._forward([ids[:b]])
+            _sync(self.device)
+
+        return _profile_sps(step, int(max_tokens), repeats=repeats, progress=progress)
+
     # ---- the loop ----
     def generate(
         self,
@@ -192,9 +213,23 @@ class SpecDecoder:
         temperature: float = 0.0,
         seeds: Optional[Sequence[int]] = None,
         progress: bool = False,
+        schedule: Optional[Callable] = None,
     ) -> List[List[int]]:
         """Generates ``max_new_tokens`` tokens for each prompt (at most max_rows prompts
-        per call; a prompt needs at least one token). ``temperature`` 0 = greedy."""
+        per call; a prompt needs at least one token). ``temperature`` 0 = greedy.
+
+        ``schedule`` (adaptive draft length, contract.md section 9; needs a draft with the
+        confidence head): called each round with the confidences [rows, N] (float32, on the
+        draft's device; rows that are done are padding rows, +0) and returns how many drafts
+        of each row to verify (int [rows] in [0, N]), e.g.
+        ``lambda c: sparkdraft.schedule.threshold_lengths(c, 0.6)`` or a
+        ``LaggedSurvivalScheduler(...).schedule``. Lossless either way: the verifier emits
+        the target's law whatever the lengths."""
+        if schedule is not None and not self.draft.config.get("enable_confidence_head"):
+            raise InvalidArgument(
+                "SpecDecoder.generate: a schedule needs the draft's confidence head "
+                "(enable_confidence_head), which this checkpoint does not have"
+            )
         if len(prompts) > self.max_rows:
             raise InvalidArgument(
                 f"SpecDecoder.generate: {len(prompts)} prompts, at most {self.max_rows} per call"
@@ -249,11 +284,25 @@ class SpecDecoder:
             s_dev, t_dev, c_dev = seeds_t.to(dev), temps.to(dev), slots_t.to(dev)
 
             t0 = time.perf_counter()
+            conf = None
+            if schedule is not None:
+                conf = torch.zeros((R, N), dtype=torch.float32, device=dev)
             self.draft.propose(
-                a_dev, p_dev, s_dev, t_dev, c_dev, block_tables, out_tokens, self.draft_logits
+                a_dev, p_dev, s_dev, t_dev, c_dev, block_tables, out_tokens, self.draft_logits,
+                out_confidences=conf,
             )
             _sync(dev)
             st.draft_seconds += time.perf_counter() - t0
+            lengths = None
+            if schedule is not None:
+                n = np.asarray(schedule(conf), dtype=np.int64).reshape(-1)
+                if n.shape != (R,) or n.min() < 0 or n.max() > N:
+                    raise InvalidArgument(
+                        f"SpecDecoder.generate: the schedule returned {n.tolist()}: want {R} "
+                        f"lengths in [0, {N}]"
+                    )
+                lengths = torch.tensor(n, dtype=torch.int32, device=dev)
+            st.verified_drafts += sum(N if lengths is None else int(n[r.index]) for r in live)
 
             drafts = out_tokens.cpu()
             target_logits = torch.zeros((R, N + 1, self.V), dtype=torch.float32, device=dev)
@@ -272,7 +321,7 @@ class SpecDecoder:
             t0 = time.perf_counter()
             self.draft.verify(
                 out_tokens, p_dev, s_dev, t_dev, c_dev, self.draft_logits, target_logits,
-                num_accepted, verified, method=self.method,
+                num_accepted, verified, lengths=lengths, method=self.method,
             )
             _sync(dev)
             st.verify_seconds += time.perf_counter() - t0
@@ -351,10 +400,12 @@ def make_target(
     return model
 
 
-def make_draft_checkpoint_for(target, dir, *, taps=None, block_size: int = 4, seed: int = 1):
+def make_draft_checkpoint_for(target, dir, *, taps=None, block_size: int = 4, seed: int = 1,
+                              **overrides):
     """A synthetic draft checkpoint (the tiny preset's layers) shaped for ``target``:
     its vocabulary, its hidden size, taps on its layers (default: the first, the
-    middle and the last)."""
+    middle and the last). ``overrides`` go to make_checkpoint (e.g.
+    ``enable_confidence_head=True, confidence_head_with_markov=True`` for the head)."""
     from . import make_checkpoint
 
     cfg = target.config
@@ -369,4 +420,5 @@ def make_draft_checkpoint_for(target, dir, *, taps=None, block_size: int = 4, se
         target_hidden_size=cfg.hidden_size,
         target_layer_ids=list(taps),
         block_size=block_size,
+        **overrides,
     )

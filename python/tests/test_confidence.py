@@ -132,3 +132,48 @@ def test_scheduled_lengths_feed_the_verifier(tiny_conf, device):
     with pytest.raises(sparkdraft.InvalidArgument, match=f"row 2: length {N + 1} is outside"):
         run(bad)
 
+
+
+def test_calibration_changes_only_the_confidences(tmp_path):
+    """Per-position calibration (STS, contract.md 9.1): sigmoid(z / T_j). T_j = 1 gives the plain
+    head's bits; T_j = 2 keeps the tokens and pulls every value towards 1/2; CPU == CUDA."""
+    n = 7
+    plain = sparkdraft.make_checkpoint(tmp_path / "plain", "tiny-conf", seed=3)
+    ones = sparkdraft.make_checkpoint(tmp_path / "ones", "tiny-conf", seed=3, confidence_temperatures=[1.0] * n)
+    twos = sparkdraft.make_checkpoint(tmp_path / "twos", "tiny-conf", seed=3, confidence_temperatures=[2.0] * n)
+    assert twos.config["confidence_temperatures"] == [2.0] * n
+    a, b, c = (drafted(ck, "cpu") for ck in (plain, ones, twos))
+    np.testing.assert_array_equal(bits(b["out_confidences"]), bits(a["out_confidences"]))
+    np.testing.assert_array_equal(a["out_tokens"].numpy(), c["out_tokens"].numpy())
+    x, y = a["out_confidences"].numpy()[0], c["out_confidences"].numpy()[0]
+    assert np.all(np.abs(y - 0.5) <= np.abs(x - 0.5)) and np.any(y != x)
+    with pytest.raises(sparkdraft.ConfigError, match="confidence_temperatures"):
+        sparkdraft.make_checkpoint(tmp_path / "bad", "tiny-conf", seed=3, confidence_temperatures=[1.0] * (n - 1))
+
+
+def test_calibrated_confidences_cpu_and_cuda_agree(tmp_path):
+    require_cuda()
+    twos = sparkdraft.make_checkpoint(tmp_path / "twos", "tiny-conf", seed=3, confidence_temperatures=[2.0, 0.5, 1.0, 3.0, 1.5, 0.7, 2.5])
+    np.testing.assert_array_equal(bits(drafted(twos, "cuda")["out_confidences"]), bits(drafted(twos, "cpu")["out_confidences"]))
+
+
+def test_profile_sps_times_each_batch_size():
+    """schedule.profile_sps: one median time per batch size b (a step of b * 2 ms here),
+    sps[b] = 1 / seconds, sps[0] = sps[1]; bad arguments are refused."""
+    import time as _time
+
+    from sparkdraft import schedule
+
+    calls = []
+
+    def step(b):
+        calls.append(b)
+        _time.sleep(0.002 * b)
+
+    sps = schedule.profile_sps(step, 6, repeats=3, warmup=1)
+    assert len(sps) == 7 and sps[0] == sps[1]
+    assert calls.count(4) == 4  # one warm-up and three timed calls
+    assert sps[1] > sps[3] > sps[6] > 0
+    assert 1.0 / sps[6] >= 0.012
+    with pytest.raises(sparkdraft.InvalidArgument, match="max_tokens"):
+        schedule.profile_sps(step, 0)

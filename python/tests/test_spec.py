@@ -1,6 +1,8 @@
 """Speculative decoding end to end over a transformers target (Qwen3ForCausalLM, seeded
 random weights, nothing downloaded): greedy equals the target's own greedy generate(),
-and sampling leaves the target's distribution unchanged (chi-square)."""
+and sampling leaves the target's distribution unchanged (chi-square); with the confidence
+head and a schedule (adaptive draft length) greedy still equals generate() while fewer drafts
+are verified; the steps-per-second table is profiled from the target."""
 
 import math
 
@@ -21,8 +23,8 @@ def target_cpu():
     return make_target(vocab_size=8, seed=0)
 
 
-def decoder(target, tmp_path, device, rows, pages_per_row=4, method="standard"):
-    ck = make_draft_checkpoint_for(target, tmp_path / "draft", block_size=4, seed=2)
+def decoder(target, tmp_path, device, rows, pages_per_row=4, method="standard", **overrides):
+    ck = make_draft_checkpoint_for(target, tmp_path / "draft", block_size=4, seed=2, **overrides)
     draft = sparkdraft.Draft(ck, device, max_reqs=rows, cache_slots=rows, page_size=16,
                              max_pages_per_req=pages_per_row, num_pages=rows * pages_per_row)
     return SpecDecoder(target, draft, method=method)
@@ -112,3 +114,39 @@ def test_sampling_keeps_the_targets_distribution(tmp_path, device, temperature):
     # The samples must not all come from one path: some drafts were accepted, some not.
     acc = spec.stats.acceptance_by_position()[0]
     assert 0.0 < acc < 1.0, f"acceptance of the first draft {acc}"
+
+
+def test_scheduled_lengths_keep_greedy_exact_and_verify_fewer_drafts(target_cpu, tmp_path, device):
+    """Adaptive draft length (contract.md section 9): a draft with the confidence head, a
+    threshold schedule and the survival scheduler over a profiled sps table. Greedy stays the
+    target's greedy generate() (the verifier is lossless at any length) and the threshold run
+    verifies fewer drafts than the N-a-row run."""
+    from sparkdraft import schedule
+
+    target = target_cpu.to(device)
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(0, 8, (n,), generator=g).tolist() for n in (2, 5, 9)]
+    n_new = 14
+    head = dict(enable_confidence_head=True, confidence_head_with_markov=True)
+    want = []
+    for p in prompts:
+        x = torch.tensor([p], device=device)
+        ref = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n_new, do_sample=False)
+        want.append(ref[0, len(p):].tolist())
+    full = decoder(target, tmp_path / "full", device, rows=3, **head)
+    assert full.generate(prompts, n_new) == want
+    cut = decoder(target, tmp_path / "cut", device, rows=3, **head)
+    got = cut.generate(prompts, n_new, schedule=lambda c: schedule.threshold_lengths(c, 0.5))
+    assert got == want
+    assert cut.stats.verified_drafts < full.stats.verified_drafts, (cut.stats.verified_drafts, full.stats.verified_drafts)
+    sps = cut.profile_sps(repeats=2)
+    assert len(sps) == 3 * 5 + 1 and all(x > 0 for x in sps)
+    surv = decoder(target, tmp_path / "surv", device, rows=3, **head)
+    got = surv.generate(prompts, n_new, schedule=lambda c: schedule.survival_greedy_lengths(c, sps))
+    assert got == want
+    plain = decoder(target, tmp_path / "plain", device, rows=3)
+    with pytest.raises(sparkdraft.InvalidArgument, match="confidence head"):
+        plain.generate(prompts, 2, schedule=lambda c: schedule.threshold_lengths(c, 0.5))
+    with pytest.raises(sparkdraft.InvalidArgument, match="lengths"):
+        surv.generate(prompts, 2, schedule=lambda c: np.full(3, 99))
+    target.to("cpu")

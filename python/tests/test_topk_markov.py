@@ -2,7 +2,8 @@
 markov_topk 16): the checkpoint loads with its config, every written cache row holds exactly
 16 entries that are not bf16 -inf (the synthetic weights are finite) and the drafted token is
 one of them, k = V gives the dense loop's bits, and the CPU and the GPU (the eager Markov loop
-at TP 1) give the same bits."""
+at TP 1) give the same bits. The union form (section 12.5, preset tiny-topk-union: markov_bias_topk
+8) holds between 16 and 24 candidates a row, and its CPU and GPU bits agree too."""
 
 import numpy as np
 import pytest
@@ -66,3 +67,37 @@ def test_cpu_and_cuda_give_the_same_bits(tiny_topk):
     np.testing.assert_array_equal(bits(gpu["out_tokens"]), bits(cpu["out_tokens"]))
     np.testing.assert_array_equal(bits(gpu["out_draft_logits"]), bits(cpu["out_draft_logits"]))
     assert any("top-k Markov loop" in p["reason"] for p in d.plan), d.plan
+
+
+@pytest.fixture(scope="module")
+def tiny_union(tmp_path_factory):
+    return sparkdraft.make_checkpoint(tmp_path_factory.mktemp("tiny_union"), "tiny-topk-union", seed=3)
+
+
+def test_the_union_form_adds_the_bias_candidates(tiny_union, tmp_path):
+    c = tiny_union.config
+    assert c["markov_topk"] == 16 and c["markov_bias_topk"] == 8
+    _, prop = drafted(tiny_union, "cpu")
+    slots = prop["cache_slots"].numpy()
+    tokens = prop["out_tokens"].numpy()
+    more = 0
+    for r, slot in enumerate(slots):
+        if slot < 0:
+            continue
+        rows = bits(prop["out_draft_logits"][int(slot)])
+        for j in range(rows.shape[0]):
+            finite = np.where(rows[j] != NEG_INF_BF16)[0]
+            assert 16 <= len(finite) <= 24, f"row {r} step {j}: {len(finite)} candidates"
+            assert tokens[r, j] in finite
+            more += len(finite) > 16
+    assert more > 0, "no step took a candidate from the bias"
+    with pytest.raises(Exception, match="markov_bias_topk"):
+        sparkdraft.make_checkpoint(tmp_path / "bad", "tiny", seed=3, markov_bias_topk=4)
+
+
+def test_the_union_form_cpu_and_cuda_give_the_same_bits(tiny_union):
+    require_cuda()
+    _, cpu = drafted(tiny_union, "cpu")
+    _, gpu = drafted(tiny_union, "cuda")
+    np.testing.assert_array_equal(bits(gpu["out_tokens"]), bits(cpu["out_tokens"]))
+    np.testing.assert_array_equal(bits(gpu["out_draft_logits"]), bits(cpu["out_draft_logits"]))

@@ -251,7 +251,7 @@ Command add_bench_markov(CLI::App* bench) {
   struct Opts {
     std::string json, logits = "uniform";
     std::vector<int> rows{1};
-    int vocab = 151936, markov_rank = 256, steps = 7, repeats = 50;
+    int vocab = 151936, markov_rank = 256, steps = 7, repeats = 50, topk = 0;
     float temperature = 1.0f;
     bool transform = false, spec_suite = false;
   };
@@ -275,6 +275,11 @@ Command add_bench_markov(CLI::App* bench) {
          "bulk -2 + 2.5 N(0, 1), 8 ids per vector in [18, 26); bench/markov/bench_markov.h)")
       ->check(CLI::IsMember({"uniform", "trained"}))
       ->capture_default_str();
+  add_bounded(sub, "--topk", opts->topk,
+              "Also run the top-k Markov loop (contract.md section 12) with this k on the same "
+              "inputs: checked bit for bit against the CPU reference loop, timed beside the full "
+              "loop, with its own floor (0: not run)",
+              0, 1 << 24);
   sub->add_flag(
       "--spec", opts->spec_suite,
       "Run the contract.md section 7 shapes: V 151936 rank 256 and V 202048 rank 512, N 7, at "
@@ -294,6 +299,7 @@ Command add_bench_markov(CLI::App* bench) {
               b.transform = opts->transform;
               b.temperature = opts->temperature;
               b.logits = opts->logits;
+              b.topk = opts->topk;
               return b;
             };
             if (opts->spec_suite) {
@@ -318,6 +324,14 @@ Command add_bench_markov(CLI::App* bench) {
                           r.options.vocab, r.options.markov_rank, r.options.steps, r.options.rows,
                           r.options.logits.c_str(), r.timing.eager_us, r.timing.fused_us,
                           r.timing.floor_us, r.timing.fused_ratio, r.timing.eager_ratio);
+            if (opts->topk > 0) {
+              std::printf("\n%-8s %-5s %-5s %-5s %11s %10s %11s %11s\n", "V", "rank", "k", "rows",
+                          "top-k us", "floor us", "top-k/floor", "full/top-k");
+              for (const auto& r : results)
+                std::printf("%-8d %-5d %-5d %-5d %11.1f %10.2f %11.2f %11.1f\n", r.options.vocab,
+                            r.options.markov_rank, r.options.topk, r.options.rows, r.topk_us,
+                            r.topk_floor_us, r.topk_ratio, r.timing.fused_us / r.topk_us);
+            }
             return write_bench_json(opts->json, all);
 #else
             (void)opts;

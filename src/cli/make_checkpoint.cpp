@@ -65,9 +65,10 @@ Command add_make_checkpoint(CLI::App& app) {
          "Shape: tiny (seconds, for tests), tiny-conf (tiny with the confidence head), tiny-d2t "
          "(tiny with a reduced draft vocabulary of 612 ids and its d2t map; the GPU runs it at TP "
          "1 on the eager Markov loop), tiny-topk (tiny with the top-k Markov loop, markov_topk 16; "
-         "the "
-         "GPU runs it at TP 1 on the eager Markov loop), tiny-fillin (tiny in the fill-in layout, "
-         "1 + 7 query slots; its Qwen3-style config.json is the speculators form), "
+         "the GPU runs it at TP 1 on the eager Markov loop), tiny-topk-union (tiny-topk with the "
+         "union form, markov_bias_topk 8: the bias's top 8 join the candidates), tiny-fillin (tiny "
+         "in the fill-in layout, 1 + 7 query slots; its Qwen3-style config.json is the speculators "
+         "form), "
          "qwen3-8b "
          "(the published Qwen3-8B draft, "
          "~4.7 GB) or muse (the open Muse Spark draft shape, ~13.9 GB with embeddings and lm_head)")

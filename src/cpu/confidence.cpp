@@ -19,8 +19,8 @@ void confidence(const ops::ConfidenceParams& p, int threads) {
       }
       const int64_t prev = j == 0 ? p.anchor_tokens[r] : p.draft_tokens[r * N + j - 1];
       const bf16* e = p.rank > 0 ? p.w1 + prev * p.rank : nullptr;
-      p.out[t] =
-          confidence_value(p.hidden_states + t * p.hidden, p.hidden, e, p.rank, p.weight, *p.bias);
+      p.out[t] = confidence_value(p.hidden_states + t * p.hidden, p.hidden, e, p.rank, p.weight,
+                                  *p.bias, p.temperature(static_cast<int>(j)));
     }
   });
 }

@@ -53,6 +53,13 @@ double float_to_json_number(float f) {
   return static_cast<float>(d) == f ? d : static_cast<double>(f);
 }
 
+// The calibration temperatures as JSON numbers that read back exactly.
+nlohmann::json temperatures_json(const ModelConfig& c) {
+  nlohmann::json a = nlohmann::json::array();
+  for (float t : c.confidence_temperatures) a.push_back(float_to_json_number(t));
+  return a;
+}
+
 // Typed access to the fields of one JSON object; every error names the field.
 class Fields {
  public:
@@ -124,6 +131,20 @@ class Fields {
              io::excerpt(v.dump()) + ")");
       out.push_back(static_cast<int>(e.get<int64_t>()));
     }
+    return out;
+  }
+  // A list of numbers, each rounded to fp32 (validate() judges the values).
+  std::vector<float> f32_list(const char* key) const {
+    const json& v = at(key);
+    std::vector<float> out;
+    if (v.is_array())
+      for (const json& e : v) {
+        if (!e.is_number() || std::fabs(e.get<double>()) > std::numeric_limits<float>::max()) break;
+        out.push_back(static_cast<float>(e.get<double>()));
+      }
+    if (!v.is_array() || out.size() != v.size())
+      fail(std::string("field '") + key + "' must be a list of fp32 numbers (got " +
+           io::excerpt(v.dump()) + ")");
     return out;
   }
   [[noreturn]] void fail(const std::string& msg) const { throw ConfigError(where_ + ": " + msg); }
@@ -232,7 +253,8 @@ const std::set<std::string>& our_keys() {
 // confidence head's flags, default off; draft_vocab_size, default the full vocabulary.
 const std::set<std::string>& our_optional_keys() {
   static const std::set<std::string> keys = {
-      "enable_confidence_head", "confidence_head_with_markov", "draft_vocab_size", "markov_topk"};
+      "enable_confidence_head", "confidence_head_with_markov", "draft_vocab_size", "markov_topk",
+      "markov_bias_topk",       "confidence_temperatures"};
   return keys;
 }
 
@@ -333,6 +355,25 @@ void ModelConfig::validate() const {
   if (markov_topk > 0 && reduced_vocab())
     bad("markov_topk", "with a reduced draft vocabulary (draft_vocab_size " +
                            std::to_string(draft_vocab_size) + ") is not supported");
+  if (!confidence_temperatures.empty()) {
+    if (!confidence_head)
+      bad("confidence_temperatures", "calibrates the confidence head, which is off");
+    if (static_cast<int>(confidence_temperatures.size()) != block_size)
+      bad("confidence_temperatures", "must hold one temperature per drafted position (block_size " +
+                                         std::to_string(block_size) + "), got " +
+                                         std::to_string(confidence_temperatures.size()));
+    for (size_t i = 0; i < confidence_temperatures.size(); ++i)
+      if (!(std::isfinite(confidence_temperatures[i]) && confidence_temperatures[i] > 0.0f))
+        bad("confidence_temperatures", "entry " + std::to_string(i) +
+                                           " must be finite and > 0 (got " +
+                                           fmt_double(confidence_temperatures[i]) + ")");
+  }
+  if (markov_bias_topk < 0 || markov_bias_topk > vocab_size)
+    bad("markov_bias_topk", "must be in [1, vocab_size = " + std::to_string(vocab_size) +
+                                "] for the union form of the top-k loop, or 0 (got " +
+                                std::to_string(markov_bias_topk) + ")");
+  if (markov_bias_topk > 0 && markov_topk == 0)
+    bad("markov_bias_topk", "needs the top-k Markov loop (markov_topk > 0)");
 }
 
 nlohmann::json config_to_json(const ModelConfig& c) {
@@ -369,8 +410,10 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["sample_from_anchor"] = c.sample_from_anchor;
   j["enable_confidence_head"] = c.confidence_head;
   j["confidence_head_with_markov"] = c.confidence_head_with_markov;
+  if (!c.confidence_temperatures.empty()) j["confidence_temperatures"] = temperatures_json(c);
   if (c.reduced_vocab()) j["draft_vocab_size"] = c.draft_vocab_size;
   if (c.topk_markov()) j["markov_topk"] = c.markov_topk;
+  if (c.markov_bias_topk > 0) j["markov_bias_topk"] = c.markov_bias_topk;
   return j;
 }
 
@@ -432,6 +475,8 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   if (f.has("enable_confidence_head")) c.confidence_head = f.boolean("enable_confidence_head");
   if (f.has("confidence_head_with_markov"))
     c.confidence_head_with_markov = f.boolean("confidence_head_with_markov");
+  if (f.has("confidence_temperatures"))
+    c.confidence_temperatures = f.f32_list("confidence_temperatures");
   // draft_vocab_size == vocab_size is the full vocabulary (no d2t map).
   if (f.has("draft_vocab_size")) {
     const int64_t dv = f.integer("draft_vocab_size", 1);
@@ -440,6 +485,9 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   // The top-k Markov variant (contract.md section 12); validate() refuses k < 0 or > V.
   if (f.has("markov_topk"))
     c.markov_topk = static_cast<int>(f.integer("markov_topk", std::numeric_limits<int>::min()));
+  if (f.has("markov_bias_topk"))
+    c.markov_bias_topk =
+        static_cast<int>(f.integer("markov_bias_topk", std::numeric_limits<int>::min()));
   c.validate();
   return c;
 }
@@ -733,15 +781,15 @@ ModelConfig import_qwen3_dspark(const nlohmann::json& j, bool fill_in) {
   c.confidence_head = f.has("enable_confidence_head") && f.boolean("enable_confidence_head");
   c.confidence_head_with_markov = c.confidence_head && f.has("confidence_head_with_markov") &&
                                   f.boolean("confidence_head_with_markov");
-  // The top-k Markov variant (contract.md section 12), vLLM's `markov_topk`; the union
-  // form (`markov_bias_topk`, the bias's own top-M added to the candidates) is refused.
+  if (f.has("confidence_temperatures"))
+    c.confidence_temperatures = f.f32_list("confidence_temperatures");
+  // The top-k Markov variant (contract.md section 12), vLLM's `markov_topk`, and its union
+  // form (`markov_bias_topk`, the bias's own top-m added to the candidates, 12.5).
   if (f.has("markov_topk"))
     c.markov_topk = static_cast<int>(f.integer("markov_topk", std::numeric_limits<int>::min()));
-  if (f.has("markov_bias_topk") &&
-      f.integer("markov_bias_topk", std::numeric_limits<int>::min()) != 0)
-    f.fail(
-        "markov_bias_topk (the union form of the top-k Markov loop: base top-k plus the "
-        "bias's top-m) is not supported");
+  if (f.has("markov_bias_topk"))
+    c.markov_bias_topk =
+        static_cast<int>(f.integer("markov_bias_topk", std::numeric_limits<int>::min()));
   c.target_hidden_size = f.has("target_hidden_size")
                              ? static_cast<int>(f.integer("target_hidden_size", 1))
                              : c.hidden_size;
@@ -887,6 +935,8 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   if (c.target_hidden_size != c.hidden_size) j["target_hidden_size"] = c.target_hidden_size;
   if (c.reduced_vocab()) j["draft_vocab_size"] = c.draft_vocab_size;
   if (c.topk_markov()) j["markov_topk"] = c.markov_topk;
+  if (c.markov_bias_topk > 0) j["markov_bias_topk"] = c.markov_bias_topk;
+  if (!c.confidence_temperatures.empty()) j["confidence_temperatures"] = temperatures_json(c);
   if (c.rope_style == RopeStyle::gptj) j["is_neox_style"] = false;
   return j;
 }

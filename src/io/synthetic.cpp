@@ -118,7 +118,7 @@ void fill_tensor(const Init& init, uint64_t key, uint8_t* dst, int64_t n) {
 ModelConfig shape_of(const std::string& preset) {
   ModelConfig c;
   if (preset == "tiny" || preset == "tiny-conf" || preset == "tiny-d2t" || preset == "tiny-topk" ||
-      preset == "tiny-fillin") {
+      preset == "tiny-topk-union" || preset == "tiny-fillin") {
     c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
     c.intermediate_size = 160, c.vocab_size = 1000, c.markov_rank = 64, c.block_size = 7;
     c.target_hidden_size = 48, c.target_layer_ids = {1, 5, 9};
@@ -191,15 +191,17 @@ void apply_style(ModelConfig& c, const std::string& style) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-fillin", "qwen3-8b", "muse"};
+  return {"tiny",        "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-topk-union",
+          "tiny-fillin", "qwen3-8b",  "muse"};
 }
 
 ModelConfig preset_config(const std::string& preset, const std::string& style) {
   ModelConfig c = shape_of(preset);
   apply_style(c, style.empty() ? (preset == "muse" ? "muse" : "qwen3") : style);
   if (preset == "tiny-conf") c.confidence_head = c.confidence_head_with_markov = true;
-  if (preset == "tiny-d2t") c.draft_vocab_size = 612;         // 4 x 153: CPU TP 1, 2 and 4
-  if (preset == "tiny-topk") c.markov_topk = 16;              // the top-k Markov loop (section 12)
+  if (preset == "tiny-d2t") c.draft_vocab_size = 612;  // 4 x 153: CPU TP 1, 2 and 4
+  if (preset == "tiny-topk") c.markov_topk = 16;       // the top-k Markov loop (section 12)
+  if (preset == "tiny-topk-union") c.markov_topk = 16, c.markov_bias_topk = 8;  // its union (12.5)
   if (preset == "tiny-fillin") c.sample_from_anchor = false;  // the fill-in layout (section 13)
   c.validate();
   return c;

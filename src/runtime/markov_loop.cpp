@@ -22,16 +22,14 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The top-k Markov loop's candidates (contract.md section 12): per row and step the k best
-// (value, id) of the position's base logits over the whole vocabulary, as one sorted list
-// [R, N, k] on every rank: each rank's top-k of its slice, all-gathered, merged.
-std::vector<TopkEntry> topk_candidates(const MarkovInputs& in, Communicator* comm, const bf16* base,
-                                       int slice, int32_t offset) {
-  const int R = in.rows->num_rows, N = in.config->block_size, k = in.config->markov_topk;
+// The k best (value, id) of each of `lists` rows of this rank's slice (`rows`, row t at
+// rows + t * slice, ids from `offset`) over the whole vocabulary, as one sorted list [lists, k]
+// on every rank: each rank's top-k of its slice, all-gathered, merged (contract.md 12.1).
+std::vector<TopkEntry> topk_lists(Communicator* comm, const bf16* rows, size_t lists, int slice,
+                                  int32_t offset, int k) {
   const int tp = comm ? comm->tp_size() : 1;
-  const size_t lists = static_cast<size_t>(R) * N;
   std::vector<TopkEntry> mine(lists * k, TopkEntry{0.0f, -1});
-  for (size_t t = 0; t < lists; ++t) topk_of_row(base + t * slice, slice, offset, k, &mine[t * k]);
+  for (size_t t = 0; t < lists; ++t) topk_of_row(rows + t * slice, slice, offset, k, &mine[t * k]);
   if (!comm) return mine;
   std::vector<TopkEntry> all(mine.size() * tp), merged(lists * k, TopkEntry{0.0f, -1});
   comm->all_gather(mine.data(), all.data(), mine.size() * sizeof(TopkEntry));
@@ -67,17 +65,24 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
     throw ConfigError("the vocab-parallel Markov loop needs 32-bit vocab ids (vocab " +
                       std::to_string(c.vocab_size) + ")");
   std::vector<MarkovPacket> mine(R), all(static_cast<size_t>(R) * tp);
-  // The top-k variant (section 12): the candidates of every row and step, on every rank.
-  const int topk = c.markov_topk;
-  const std::vector<TopkEntry> cand =
-      topk > 0 ? topk_candidates(in, comm, base, slice, static_cast<int32_t>(offset))
-               : std::vector<TopkEntry>();
+  // The top-k variant (section 12): the candidates of every row and step, on every rank; the
+  // union form (12.5) adds each step's top-m of the bias row (which needs the dense bias).
+  const int topk = c.markov_topk, bias_topk = c.markov_bias_topk;
+  const std::vector<TopkEntry> cand = topk > 0
+                                          ? topk_lists(comm, base, static_cast<size_t>(R) * N,
+                                                       slice, static_cast<int32_t>(offset), topk)
+                                          : std::vector<TopkEntry>();
   const bf16 minus_inf = to_bf16(-INFINITY);
   for (int j = 0; j < N; ++j) {
     for (int r = 0; r < R; ++r)
       std::memcpy(&e[static_cast<size_t>(r) * markov_rank], w1 + prev[r] * markov_rank,
                   markov_rank * sizeof(bf16));
-    if (topk == 0) cpu::markov_bias(e.data(), R, w2, slice, markov_rank, bias.data(), in.threads);
+    if (topk == 0 || bias_topk > 0)
+      cpu::markov_bias(e.data(), R, w2, slice, markov_rank, bias.data(), in.threads);
+    const std::vector<TopkEntry> bias_cand =
+        bias_topk > 0 ? topk_lists(comm, bias.data(), static_cast<size_t>(R), slice,
+                                   static_cast<int32_t>(offset), bias_topk)
+                      : std::vector<TopkEntry>();
     for (int r = 0; r < R; ++r) {
       bf16* l = &local[(static_cast<size_t>(r) * N + j) * slice];
       const bf16* b = base + (static_cast<size_t>(r) * N + j) * slice;
@@ -85,17 +90,22 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
         cpu::step_logits(b, &bias[static_cast<size_t>(r) * slice], slice, *in.transform, l);
       } else {
         // -inf off the candidates; on this rank's candidates the dense step's values: the
-        // bias chain of w2's row, the bf16 add, the transform.
+        // bias chain of w2's row, the bf16 add, the transform. An id in both lists of the union
+        // form is written twice with the same value.
         std::fill(l, l + slice, minus_inf);
-        const TopkEntry* list = &cand[(static_cast<size_t>(r) * N + j) * topk];
-        for (int q = 0; q < topk; ++q) {
-          const int64_t i = static_cast<int64_t>(list[q].id) - offset;
-          if (list[q].id < 0 || i < 0 || i >= slice) continue;
-          bf16 bias_i;
-          cpu::markov_bias(&e[static_cast<size_t>(r) * markov_rank], 1, w2 + i * markov_rank, 1,
-                           markov_rank, &bias_i, 1);
-          cpu::step_logits(b + i, &bias_i, 1, *in.transform, l + i);
-        }
+        auto put = [&](const TopkEntry* list, int count) {
+          for (int q = 0; q < count; ++q) {
+            const int64_t i = static_cast<int64_t>(list[q].id) - offset;
+            if (list[q].id < 0 || i < 0 || i >= slice) continue;
+            bf16 bias_i = bias_topk > 0 ? bias[static_cast<size_t>(r) * slice + i] : bf16{};
+            if (bias_topk == 0)
+              cpu::markov_bias(&e[static_cast<size_t>(r) * markov_rank], 1, w2 + i * markov_rank, 1,
+                               markov_rank, &bias_i, 1);
+            cpu::step_logits(b + i, &bias_i, 1, *in.transform, l + i);
+          }
+        };
+        put(&cand[(static_cast<size_t>(r) * N + j) * topk], topk);
+        if (bias_topk > 0) put(&bias_cand[static_cast<size_t>(r) * bias_topk], bias_topk);
       }
       const uint32_t gs = draft_step_seed(rows.seeds[r], rows.anchor_positions[r], j);
       const cpu::RowBest best = ids ? cpu::sample_row_ids(l, slice, ids, rows.temperatures[r], gs)

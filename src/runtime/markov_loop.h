@@ -6,7 +6,8 @@
 // ranks pick the same token and the tokens and cache are bit for bit TP = 1's. The top-k
 // variant (config markov_topk, section 12) first merges every rank's top-k of each
 // position's base logits into one candidate list, then runs the same loop with the
-// values off the candidates -inf.
+// values off the candidates -inf; its union form (markov_bias_topk, 12.5) merges each
+// step's top-m of the dense bias row into the candidates the same way.
 #pragma once
 
 #include <cstdint>

@@ -193,6 +193,10 @@ void DraftStep::confidence(StepOps& ops, const ProposeBatch& b, const bf16* hidd
   p.weight = weight;
   p.bias = bias;
   p.out = out;
+  if (!c_.confidence_temperatures.empty()) {  // STS (contract.md 9.1)
+    p.calibrated = true;
+    std::copy(c_.confidence_temperatures.begin(), c_.confidence_temperatures.end(), p.temperatures);
+  }
   ops.confidence(p);
 }
 

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/files.h"
 #include "sparkdraft/checkpoint.h"
@@ -13,11 +14,13 @@
 
 namespace sparkdraft::test {
 
-inline std::shared_ptr<const Checkpoint> conf_checkpoint(const TempDir& dir,
-                                                         const std::string& style,
-                                                         bool with_markov) {
+// `temperatures`: the per-position calibration (STS, contract.md 9.1), empty for none.
+inline std::shared_ptr<const Checkpoint> conf_checkpoint(
+    const TempDir& dir, const std::string& style, bool with_markov,
+    const std::vector<float>& temperatures = {}) {
   ModelConfig c = preset_config("tiny-conf", style);
   c.confidence_head_with_markov = with_markov;
+  c.confidence_temperatures = temperatures;
   SyntheticOptions so;
   so.seed = 5;
   write_synthetic_checkpoint(c, dir.path(), so);

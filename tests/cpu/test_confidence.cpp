@@ -23,7 +23,8 @@ using test::same_bits;
 
 // The contract written out: 32 lanes, chunk c = i / 8 on lane c % 32, one fma per
 // term from +0 in increasing i, the butterfly, + bias, our sigmoid.
-float naive_confidence(const std::vector<float>& x, const std::vector<float>& w, float b) {
+float naive_confidence(const std::vector<float>& x, const std::vector<float>& w, float b,
+                       float temperature = 0.0f) {
   const size_t n = x.size();
   float lane[32] = {};
   for (size_t i = 0; i < n; ++i) {
@@ -32,7 +33,8 @@ float naive_confidence(const std::vector<float>& x, const std::vector<float>& w,
   }
   for (int off = 16; off > 0; off /= 2)
     for (int l = 0; l < off; ++l) lane[l] = lane[l] + lane[l + off];
-  return sigmoid_f32(lane[0] + b);
+  const float z = lane[0] + b;
+  return sigmoid_f32(temperature > 0.0f ? z / temperature : z);  // STS (9.1): one division
 }
 
 struct Case {
@@ -40,6 +42,7 @@ struct Case {
   std::vector<bf16> hidden_states, w1, weight;
   bf16 bias;
   std::vector<int64_t> anchors, tokens, slots;
+  std::vector<float> temperatures;  // STS (contract.md 9.1); empty: uncalibrated
 
   ops::ConfidenceParams params(float* out) const {
     ops::ConfidenceParams p;
@@ -55,6 +58,10 @@ struct Case {
     p.weight = weight.data();
     p.bias = &bias;
     p.out = out;
+    if (!temperatures.empty()) {
+      p.calibrated = true;
+      for (int j = 0; j < steps; ++j) p.temperatures[j] = temperatures[static_cast<size_t>(j)];
+    }
     return p;
   }
 
@@ -72,14 +79,15 @@ struct Case {
         for (int i = 0; i < hidden; ++i) x.push_back(to_f32(hidden_states[t * hidden + i]));
         for (int i = 0; i < rank; ++i) x.push_back(to_f32(w1[prev * rank + i]));
         for (int i = 0; i < hidden + rank; ++i) w.push_back(to_f32(weight[i]));
-        out[t] = naive_confidence(x, w, to_f32(bias));
+        out[t] = naive_confidence(
+            x, w, to_f32(bias), temperatures.empty() ? 0.0f : temperatures[static_cast<size_t>(j)]);
       }
     return out;
   }
 };
 
 Case make_case(test::Gen& rng, int rows, int steps, int hidden, int rank, int vocab, float scale) {
-  Case c{rows, steps, hidden, rank, vocab, {}, {}, {}, bf16{0}, {}, {}, {}};
+  Case c{rows, steps, hidden, rank, vocab, {}, {}, {}, bf16{0}, {}, {}, {}, {}};
   c.hidden_states = rng.bf16s(static_cast<size_t>(rows) * steps * hidden, -scale, scale);
   c.w1 = rng.bf16s(static_cast<size_t>(vocab) * std::max(rank, 1), -scale, scale);
   c.weight = rng.bf16s(static_cast<size_t>(hidden + rank), -scale, scale);
@@ -199,6 +207,37 @@ TEST(CpuConfidence, SurvivalProductsAndThreshold) {
   EXPECT_EQ(threshold_length(c, 4, 0.25f), 4);
 }
 
+// Per-position calibration (STS, 9.1): step j's value is sigmoid(z / T_j), one fp32 division;
+// temperatures of 1 give the uncalibrated bits (z / 1 = z), other ones change every value
+// that is not saturated or NaN.
+TEST(CpuConfidence, CalibrationDividesByTheStepTemperature) {
+  const uint64_t seed = 2505;
+  test::Gen rng(seed);
+  for (int rank : {0, 9}) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " seed " + std::to_string(seed));
+    Case c = make_case(rng, 4, 7, 41, rank, 30, 1.0f);
+    c.hidden_states[5] = to_bf16(std::numeric_limits<float>::quiet_NaN());  // row 0, step 0
+    const std::vector<float> plain = c.naive();
+    c.temperatures = {0.5f, 1.0f, 1.5f, 3.0f, 0.7f, 1e-3f, 2.25f};
+    const std::vector<float> want = c.naive();
+    for (int threads : {1, 3}) {
+      std::vector<float> got(want.size(), -7.0f);
+      cpu::confidence(c.params(got.data()), threads);
+      EXPECT_TRUE(same_bits(got, want, {7, true})) << "threads " << threads;
+    }
+    int moved = 0;
+    for (size_t t = 0; t < want.size(); ++t) {
+      if (t % 7 == 1 || std::isnan(want[t])) continue;  // T = 1, the NaN
+      moved += f32_bits(want[t]) != f32_bits(plain[t]);
+    }
+    EXPECT_GT(moved, 20) << "the temperatures changed too few values";
+    c.temperatures.assign(7, 1.0f);
+    std::vector<float> ones(want.size(), -7.0f);
+    cpu::confidence(c.params(ones.data()));
+    EXPECT_TRUE(same_bits(ones, plain, {7, true})) << "T = 1 everywhere is the plain head";
+  }
+}
+
 TEST(CpuConfidence, CheckRefusesBadParams) {
   const uint64_t seed = 2504;
   test::Gen rng(seed);
@@ -215,6 +254,15 @@ TEST(CpuConfidence, CheckRefusesBadParams) {
   refused([](ops::ConfidenceParams& p) { p.w1 = nullptr; }, "no w1");
   refused([](ops::ConfidenceParams& p) { p.out = nullptr; }, "no out");
   refused([](ops::ConfidenceParams& p) { p.bias = nullptr; }, "no bias");
+  for (const float t : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()})
+    refused(
+        [t](ops::ConfidenceParams& p) {
+          p.calibrated = true;
+          p.temperatures[0] = 1.0f;
+          p.temperatures[1] = t;
+        },
+        "a temperature that is not finite and > 0");
   ops::ConfidenceParams none = c.params(nullptr);
   none.rows = 0;
   EXPECT_NO_THROW(cpu::confidence(none));

@@ -33,10 +33,11 @@ struct Shape {
   int rows, steps, hidden, rank;
 };
 
-void check_kernel(uint64_t seed, const Shape& s, float scale) {
+void check_kernel(uint64_t seed, const Shape& s, float scale, bool calibrated = false) {
   SCOPED_TRACE("rows " + std::to_string(s.rows) + " steps " + std::to_string(s.steps) + " hidden " +
                std::to_string(s.hidden) + " rank " + std::to_string(s.rank) + " scale " +
-               std::to_string(scale));
+               std::to_string(scale) + " calibrated " + std::to_string(calibrated) + " seed " +
+               std::to_string(seed));
   test::Gen rng(seed);
   const int vocab = 40, T = s.rows * s.steps;
   std::vector<bf16> h = rng.bf16s(static_cast<size_t>(T) * s.hidden, -scale, scale);
@@ -68,6 +69,10 @@ void check_kernel(uint64_t seed, const Shape& s, float scale) {
     p.weight = dw;
     p.bias = db;
     p.out = out;
+    if (calibrated) {  // STS (contract.md 9.1): per-step temperatures, 1 among them
+      p.calibrated = true;
+      for (int j = 0; j < s.steps; ++j) p.temperatures[j] = j == 1 ? 1.0f : 0.3f + 0.45f * j;
+    }
     return p;
   };
   std::vector<float> want(static_cast<size_t>(T), -3.0f);
@@ -90,16 +95,22 @@ TEST(CudaConfidence, KernelEqualsCpuBitForBit) {
   uint64_t seed = 2701;
   for (const Shape s : {Shape{1, 1, 1, 0}, Shape{3, 7, 37, 5}, Shape{4, 5, 64, 64},
                         Shape{5, 3, 300, 0}, Shape{7, 9, 513, 31}, Shape{9, 7, 4096, 256}})
-    for (float scale : {0.05f, 1.0f, 8.0f}) check_kernel(seed++, s, scale);
+    for (float scale : {0.05f, 1.0f, 8.0f}) {
+      check_kernel(seed++, s, scale);
+      check_kernel(seed++, s, scale, true);
+    }
 }
 
 TEST(CudaConfidence, CpuEqualsEagerEqualsFusedWithTheHead) {
   SD_REQUIRE_GPU();
+  const std::vector<float> sts = {0.8f, 1.0f, 1.3f, 1.7f, 2.2f, 0.45f, 3.0f};  // 9.1, N 7
   for (const std::string style : {"qwen3", "muse"})
-    for (bool with_markov : {true, false}) {
-      SCOPED_TRACE(style + (with_markov ? " markov" : " plain"));
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool with_markov = variant != 1, calibrated = variant == 2;
+      SCOPED_TRACE(style + (with_markov ? " markov" : " plain") + (calibrated ? " sts" : ""));
       test::TempDir dir;
-      auto ckpt = test::conf_checkpoint(dir, style, with_markov);
+      auto ckpt =
+          test::conf_checkpoint(dir, style, with_markov, calibrated ? sts : std::vector<float>{});
       ScenarioOptions s;
       s.request_ids = {0, 1, 2, 3};
       s.padding_before = {2};

@@ -443,12 +443,14 @@ TEST(CudaDraft, RefusesAReducedDraftVocabularyAboveTp1) {
 TEST(CudaDraft, TopkMarkovLoopCpuEqualsEagerEqualsFused) {
   SD_REQUIRE_GPU();
   for (const char* style : {"qwen3", "muse"}) {
-    for (const int k : {5, 1000}) {
-      SCOPED_TRACE(std::string(style) + " k " + std::to_string(k));
+    // (k, m): the plain top-k loop, k = V, and the union form (m > 0, 12.5).
+    for (const auto [k, m] : {std::pair{5, 0}, std::pair{1000, 0}, std::pair{5, 7}}) {
+      SCOPED_TRACE(std::string(style) + " k " + std::to_string(k) + " m " + std::to_string(m));
       test::TempDir dir;
       ModelConfig c = preset_config("tiny", style);
       ASSERT_EQ(c.vocab_size, 1000);
       c.markov_topk = k;
+      c.markov_bias_topk = m;
       write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
       auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
       ScenarioOptions s;
@@ -456,7 +458,8 @@ TEST(CudaDraft, TopkMarkovLoopCpuEqualsEagerEqualsFused) {
       s.padding_before = {1};
       s.rounds = 3;
       const CheckReport report = cuda::check_draft(ckpt, s);
-      std::printf("tiny %s markov_topk %d:\n%s", style, k, report.text().c_str());
+      std::printf("tiny %s markov_topk %d markov_bias_topk %d:\n%s", style, k, m,
+                  report.text().c_str());
       EXPECT_TRUE(report.ok()) << report.text();
       EXPECT_EQ(report.mode, "Markov loop eager, fused refused");
       cuda::CudaDraft draft(ckpt, DraftOptions{});

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/bits.h"
 #include "cuda/comm/loopback.h"
 #include "cuda/common/graph.h"
@@ -1306,21 +1308,24 @@ TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
   DeviceStream stream;
   const cudaStream_t s = stream.get();
   struct Shape {
-    int vocab, k, markov_rank, rows, steps, transform;
+    int vocab, k, markov_rank, rows, steps, transform, m;  // m > 0: the union form (12.5)
   };
-  const Shape shapes[] = {{1000, 7, 64, 5, 4, 0},     {4099, 1, 32, 4, 3, 2},
-                          {2053, 2053, 16, 3, 2, 1},  {32000, 300, 64, 3, 2, 0},
-                          {151936, 64, 256, 2, 3, 0}, {517, 100, 128, 6, 7, 2}};
+  const Shape shapes[] = {{1000, 7, 64, 5, 4, 0, 0},      {4099, 1, 32, 4, 3, 2, 0},
+                          {2053, 2053, 16, 3, 2, 1, 0},   {32000, 300, 64, 3, 2, 0, 0},
+                          {151936, 64, 256, 2, 3, 0, 0},  {517, 100, 128, 6, 7, 2, 0},
+                          {1000, 7, 64, 5, 4, 1, 5},      {4099, 1, 32, 4, 3, 0, 300},
+                          {151936, 16, 256, 3, 4, 0, 16}, {517, 3, 128, 6, 7, 2, 517}};
   int n_case = 0;
   for (const Shape& sh : shapes) {
     const uint64_t seed = 7300 + n_case++;
     const int V = sh.vocab, k = sh.k, K = sh.markov_rank, R = sh.rows, N = sh.steps;
     const int slots = R + 2;
-    SCOPED_TRACE("V " + std::to_string(V) + " k " + std::to_string(k) + " rank " +
-                 std::to_string(K) + " rows " + std::to_string(R) + " N " + std::to_string(N) +
-                 " transform " + std::to_string(sh.transform) + " seed " + std::to_string(seed));
-    std::printf("[markov] top-k loop: V %d k %d rank %d rows %d N %d seed %llu\n", V, k, K, R, N,
-                static_cast<unsigned long long>(seed));
+    SCOPED_TRACE("V " + std::to_string(V) + " k " + std::to_string(k) + " m " +
+                 std::to_string(sh.m) + " rank " + std::to_string(K) + " rows " +
+                 std::to_string(R) + " N " + std::to_string(N) + " transform " +
+                 std::to_string(sh.transform) + " seed " + std::to_string(seed));
+    std::printf("[markov] top-k loop: V %d k %d m %d rank %d rows %d N %d seed %llu\n", V, k, sh.m,
+                K, R, N, static_cast<unsigned long long>(seed));
     Gen gen(seed);
     std::mt19937_64 shuffle_rng(seed);
     std::vector<bf16> w1 = gen.bf16s(static_cast<size_t>(V) * K, -0.5f, 0.5f);
@@ -1377,6 +1382,7 @@ TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
     c.block_size = N;
     c.markov_rank = K;
     c.markov_topk = k;
+    c.markov_bias_topk = sh.m;
     DraftWeights w;
     w.markov_w1 = w1.data();
     w.markov_w2 = w2.data();
@@ -1399,6 +1405,7 @@ TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
     head.markov_rank = K;
     head.transform = transform;
     head.topk = k;
+    head.bias_topk = sh.m;
     cuda::MarkovLoop loop(head, R, N);
     EXPECT_FALSE(loop.fused());
     EXPECT_NE(loop.refusal().find("top-k Markov loop"), std::string::npos) << loop.refusal();
@@ -1437,6 +1444,41 @@ TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
     if (R > 2 && sh.transform != 2 && slots_of[2] >= 0)
       EXPECT_EQ(token(2, N - 1), 0) << "an all -inf step: the lowest id of the row";
   }
+}
+
+// `bench markov --topk K`: the top-k loop is checked against the CPU reference inside the bench
+// (a difference throws) and timed beside the full loop, on both logit profiles.
+TEST(BenchMarkov, TopkLoopCheckedAgainstCpuAndTimed) {
+  SD_REQUIRE_GPU();
+  for (const char* logits : {"uniform", "trained"}) {
+    cuda::MarkovBenchOptions o;
+    o.vocab = 4099;
+    o.markov_rank = 48;
+    o.steps = 5;
+    o.rows = 3;
+    o.repeats = 3;
+    o.warmup = 1;
+    o.temperature = 0.7f;
+    o.logits = logits;
+    o.topk = 9;
+    std::printf("[markov] bench --topk %d: V %d rank %d rows %d logits %s seed %llu\n", o.topk,
+                o.vocab, o.markov_rank, o.rows, logits, static_cast<unsigned long long>(o.seed));
+    std::ostringstream log;
+    const cuda::MarkovBenchResult r = cuda::bench_markov(o, log);
+    EXPECT_GT(r.topk_us, 0.0);
+    EXPECT_GT(r.topk_floor_us, 0.0);
+    EXPECT_NEAR(r.topk_ratio, r.topk_us / r.topk_floor_us, 1e-9);
+    EXPECT_NE(log.str().find("top-k 9:"), std::string::npos) << log.str();
+    const nlohmann::json j = cuda::markov_bench_json(r);
+    ASSERT_TRUE(j.contains("topk"));
+    EXPECT_EQ(j["topk"]["k"], 9);
+    EXPECT_EQ(j["topk"]["checked_against"], "cpu");
+  }
+  cuda::MarkovBenchOptions bad;
+  bad.vocab = 100;
+  bad.topk = 101;
+  std::ostringstream log;
+  EXPECT_THROW(cuda::bench_markov(bad, log), InvalidArgument);
 }
 
 }  // namespace

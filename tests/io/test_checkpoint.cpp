@@ -133,13 +133,16 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
 }
 
 TEST(Checkpoint, Presets) {
-  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk",
-                                                      "tiny-fillin", "qwen3-8b", "muse"}));
+  EXPECT_EQ(preset_names(),
+            (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk",
+                                      "tiny-topk-union", "tiny-fillin", "qwen3-8b", "muse"}));
   const ModelConfig fill = preset_config("tiny-fillin");
   EXPECT_FALSE(fill.sample_from_anchor);
   EXPECT_EQ(fill.block_size, 7);
   EXPECT_EQ(fill.query_slots(), 8);
   EXPECT_EQ(preset_config("tiny-topk").markov_topk, 16);
+  EXPECT_EQ(preset_config("tiny-topk-union").markov_topk, 16);
+  EXPECT_EQ(preset_config("tiny-topk-union").markov_bias_topk, 8);
   EXPECT_EQ(preset_config("tiny-topk", "muse").markov_topk, 16);
   const ModelConfig d2t = preset_config("tiny-d2t");
   EXPECT_TRUE(d2t.reduced_vocab());

@@ -729,9 +729,42 @@ TEST(Config, EnumNames) {
   EXPECT_STREQ(to_string(RopeStyle::gptj), "gptj");
 }
 
+// Per-position calibration of the confidences (STS, contract.md 9.1): `confidence_temperatures`
+// in both forms, read back exactly as fp32; refused without the head, with a count other than
+// block_size, and with a value that is not finite and > 0.
+TEST(Config, ConfidenceTemperaturesRoundTripAndRefusals) {
+  json flat = qwen3_8b();
+  flat["enable_confidence_head"] = true;
+  flat["confidence_head_with_markov"] = true;
+  EXPECT_TRUE(import_hf_config(flat).confidence_temperatures.empty());
+  const std::vector<float> t = {0.9f, 1.0f, 1.1f, 1.25f, 1.5f, 2.0f, 0.3f};
+  flat["confidence_temperatures"] = t;
+  const ModelConfig c = import_hf_config(flat);
+  EXPECT_EQ(c.confidence_temperatures, t);
+  EXPECT_EQ(import_hf_config(io::export_hf_config(c)).confidence_temperatures, t);
+  EXPECT_EQ(config_from_json(config_to_json(c)).confidence_temperatures, t);
+  flat["confidence_temperatures"] = std::vector<float>{1.0f, 2.0f};
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "block_size 7", "got 2"});
+  flat["confidence_temperatures"] = std::vector<double>{1, 1, 1, 0, 1, 1, 1};
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "entry 3", "> 0"});
+  flat["confidence_temperatures"] = std::vector<double>{1, 1, 1, 1, 1, 1, 1e300};
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "fp32"});
+  flat["confidence_temperatures"] = "1.0";
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"confidence_temperatures", "list"});
+  json ours = config_to_json(c);
+  ours["enable_confidence_head"] = false;
+  ours["confidence_head_with_markov"] = false;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }),
+                  {"confidence_temperatures", "off"});
+}
+
 // The top-k Markov variant (contract.md section 12): `markov_topk` in both forms, 0 = off,
 // refused below 0, above V, without a Markov head and with a reduced vocabulary; the union
-// form (`markov_bias_topk` > 0) refused by name.
+// form (`markov_bias_topk`, 12.5) in both forms, refused out of range and without markov_topk.
 TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
   json flat = qwen3_8b();
   EXPECT_EQ(import_hf_config(flat).markov_topk, 0);
@@ -755,8 +788,22 @@ TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
   flat["markov_bias_topk"] = 0;  // the union form off: accepted
   EXPECT_EQ(import_hf_config(flat).markov_topk, 8);
   flat["markov_bias_topk"] = 16;
+  const ModelConfig u = import_hf_config(flat);
+  EXPECT_EQ(u.markov_bias_topk, 16);
+  EXPECT_EQ(io::export_hf_config(u).at("markov_bias_topk"), 16);
+  EXPECT_EQ(config_from_json(config_to_json(u)).markov_bias_topk, 16);
+  EXPECT_FALSE(config_to_json(c).contains("markov_bias_topk"));
+  flat["markov_bias_topk"] = 151937;
   expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
-                  {"markov_bias_topk", "not supported"});
+                  {"markov_bias_topk", "151937"});
+  flat["markov_bias_topk"] = -2;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"markov_bias_topk", "-2"});
+  flat["markov_bias_topk"] = 16;
+  flat["markov_topk"] = 0;
+  expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
+                  {"markov_bias_topk", "markov_topk"});
+  flat["markov_topk"] = 8;
   flat.erase("markov_bias_topk");
   flat["draft_vocab_size"] = 32000;
   expect_mentions(error_of<ConfigError>([&] { import_hf_config(flat); }),
@@ -772,7 +819,11 @@ TEST(Config, MarkovTopkRoundTripsAndIsRefusedWhereItCannotRun) {
                   {"markov_topk", "integer"});
   ours["markov_topk"] = 4;
   ours["markov_bias_topk"] = 4;
-  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }), {"markov_bias_topk"});
+  EXPECT_EQ(config_from_json(ours).markov_bias_topk, 4);
+  ours["markov_bias_topk"] = -4;
+  expect_mentions(error_of<ConfigError>([&] { config_from_json(ours); }),
+                  {"markov_bias_topk", "-4"});
+  ours.erase("markov_bias_topk");
   ModelConfig no_head = c;
   no_head.markov_rank = 0;
   no_head.confidence_head = no_head.confidence_head_with_markov = false;

@@ -86,6 +86,42 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ConfidenceDraft,
                                   std::get<1>(info.param);
                          });
 
+// Per-position calibration (STS, contract.md 9.1) changes the confidences only: the tokens are
+// the uncalibrated draft's, temperatures of 1 give its bits, and T_j = 2 pulls every value
+// towards 1/2 (sigmoid(z / 2) lies between 1/2 and sigmoid(z)), at TP 1 and 2.
+TEST(ConfidenceDraft, CalibrationChangesOnlyTheConfidences) {
+  ScenarioOptions batch;
+  batch.request_ids = {0, 1, 2};
+  batch.padding_before = {1};
+  TempDir d0, d1, d2;
+  auto plain = test::conf_checkpoint(d0, "qwen3", true);
+  const int N = plain->config().block_size;
+  auto ones = test::conf_checkpoint(d1, "qwen3", true, std::vector<float>(N, 1.0f));
+  auto twos = test::conf_checkpoint(d2, "qwen3", true, std::vector<float>(N, 2.0f));
+  const DraftOptions o = scenario_draft_options(plain->config(), batch);
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const std::vector<ScenarioRound> a = run(plain, batch, o, tp, 2),
+                                     b = run(ones, batch, o, tp, 2), c = run(twos, batch, o, tp, 2);
+    int pulled = 0;
+    for (size_t round = 0; round < a.size(); ++round)
+      for (int id : batch.request_ids) {
+        const RequestDraft &pa = draft_of(a[round], id), &pb = draft_of(b[round], id),
+                           &pc = draft_of(c[round], id);
+        EXPECT_EQ(pa.tokens, pb.tokens);
+        EXPECT_EQ(pa.tokens, pc.tokens);
+        EXPECT_TRUE(test::same_bits(pb.confidences, pa.confidences)) << "T = 1, request " << id;
+        for (int j = 0; j < N; ++j) {
+          const float x = pa.confidences[j], y = pc.confidences[j];
+          EXPECT_LE(std::fabs(y - 0.5f), std::fabs(x - 0.5f)) << "request " << id << " step " << j;
+          EXPECT_EQ(y >= 0.5f, x >= 0.5f) << "request " << id << " step " << j;
+          pulled += y != x;
+        }
+      }
+    EXPECT_GT(pulled, 10) << "T = 2 changed too few confidences";
+  }
+}
+
 TEST(ConfidenceDraft, ConfigWithoutTheHeadRefusesTheOutput) {
   TempDir dir;
   write_synthetic_checkpoint(preset_config("tiny"), dir.path(), SyntheticOptions{});

@@ -198,7 +198,10 @@ void naive_topk_loop(const TopkSetup& s, std::vector<int64_t>& tokens, std::vect
       cpu::markov_bias(e.data(), 1, s.w2.data(), V, K, bias.data());
       cpu::step_logits(&s.base[(static_cast<size_t>(r) * N + j) * V], bias.data(), V, s.transform,
                        l.data());
-      const std::vector<char> cand = candidate_mask(s, r, j);
+      std::vector<char> cand = candidate_mask(s, r, j);
+      if (s.c.markov_bias_topk > 0)  // the union form (12.5): the bias row's m best join
+        for (const TopkEntry& b : sorted_topk(bias.data(), V, s.c.markov_bias_topk))
+          cand[static_cast<size_t>(b.id)] = 1;
       for (int v = 0; v < V; ++v)
         if (!cand[v]) l[v] = to_bf16(-kInf);
       const uint32_t gs = draft_step_seed(s.rows.seeds[r], s.rows.anchor_positions[r], j);
@@ -327,6 +330,56 @@ TEST(MarkovTopkCpu, EqualsTheMaskedDenseStepWithTheTransformAtEveryTp) {
               << "k = 1 takes the base argmax, row " << r << " step " << j;
         }
     expect_every_tp(s, want_tokens, want_cache);
+  }
+}
+
+// The union form (markov_bias_topk = m, contract.md 12.5) equals the naive loop whose
+// candidates are the base top-k plus the top-m of the step's dense bias row, at every TP size,
+// with and without the transform; m = V is the dense loop; and the bias's candidates change
+// the result (the same inputs with m = 0 give other tokens or cache rows), so the test can
+// tell the union from the plain top-k loop.
+TEST(MarkovTopkCpu, UnionEqualsTheMaskedDenseStepAtEveryTp) {
+  struct UnionCase {
+    int R, N, V, rank, k, m;
+    bool cap;
+  };
+  for (const UnionCase u :
+       {UnionCase{5, 5, 1000, 64, 1, 1, false}, UnionCase{6, 7, 512, 128, 9, 4, true},
+        UnionCase{4, 3, 1000, 32, 5, 60, false}, UnionCase{3, 4, 777, 16, 100, 3, true},
+        UnionCase{5, 2, 256, 32, 2, 256, false}}) {
+    const uint64_t seed = 5151 + static_cast<uint64_t>(u.R) * 13 + u.k * 3 + u.m;
+    SCOPED_TRACE("seed " + std::to_string(seed) + " R " + std::to_string(u.R) + " N " +
+                 std::to_string(u.N) + " V " + std::to_string(u.V) + " k " + std::to_string(u.k) +
+                 " m " + std::to_string(u.m));
+    TopkSetup s = make_setup(seed, u.R, u.N, u.V, u.rank, u.k, u.cap);
+    s.c.markov_bias_topk = u.m;
+    const size_t cache_size = static_cast<size_t>(u.R) * u.N * u.V;
+    std::vector<int64_t> want_tokens(static_cast<size_t>(u.R) * u.N, -1);
+    std::vector<bf16> want_cache(cache_size, to_bf16(-7.0f));
+    naive_topk_loop(s, want_tokens, want_cache);
+    expect_every_tp(s, want_tokens, want_cache);
+    // The plain top-k loop on the same inputs differs (the bias's candidates took part).
+    TopkSetup plain = s;
+    plain.c.markov_bias_topk = 0;
+    plain.w.markov_w1 = plain.w1.data();
+    plain.w.markov_w2 = plain.w2.data();
+    std::vector<int64_t> plain_tokens(want_tokens.size(), -1);
+    std::vector<bf16> plain_cache(cache_size, to_bf16(-7.0f));
+    naive_topk_loop(plain, plain_tokens, plain_cache);
+    EXPECT_TRUE(plain_tokens != want_tokens || !test::same_bits(plain_cache, want_cache))
+        << "the union form gave the plain top-k loop's result";
+    if (u.m == u.V) {  // every id a candidate: the dense loop
+      TopkSetup dense = s;
+      dense.c.markov_topk = dense.c.markov_bias_topk = 0;
+      dense.w.markov_w1 = dense.w1.data();
+      dense.w.markov_w2 = dense.w2.data();
+      const ops::MarkovRows rows = dense.rows.view();
+      MarkovInputs d{&dense.c, &dense.w, &dense.transform, &rows, u.R, 2};
+      std::vector<int64_t> t0(want_tokens.size(), -1);
+      std::vector<bf16> c0(cache_size, to_bf16(-7.0f));
+      markov_loop_from_base(d, 1, dense.base.data(), ProposeOutputs{t0.data(), c0.data()});
+      expect_same(s, want_tokens, want_cache, t0, c0, "m = V against the dense loop");
+    }
   }
 }
 

@@ -8,6 +8,8 @@
 //                 one fma per term from +0 in increasing i, the butterfly over lanes
 //   z = d + f32(b)                       one fp32 addition (nearest even)
 //   c = sigmoid_f32(z)                   core/math.h (one rounding of a double evaluation)
+//   with per-position calibration (STS, T_j finite > 0):
+//   c = sigmoid_f32(z / T_j)             one IEEE fp32 division (nearest even) first
 // Survival products: a_0 = c_0, a_j = a_{j-1} * c_j (fp32 multiply, nearest even).
 #pragma once
 
@@ -28,15 +30,19 @@ SD_HD float confidence_lane_partial(int lane, const bf16* h, int hidden, const b
   });
 }
 
-// c from the combined dot product d and the bias.
-SD_HD float confidence_finish(float d, bf16 bias) { return sigmoid_f32(fadd_rn(d, to_f32(bias))); }
+// c from the combined dot product d and the bias; `temperature` > 0 calibrates (z / T),
+// 0 means none (no division: the uncalibrated head's bits).
+SD_HD float confidence_finish(float d, bf16 bias, float temperature = 0.0f) {
+  const float z = fadd_rn(d, to_f32(bias));
+  return sigmoid_f32(temperature > 0.0f ? fdiv_rn(z, temperature) : z);
+}
 
 // The whole value on one thread (the CPU reference).
 SD_HD float confidence_value(const bf16* h, int hidden, const bf16* e, int rank, const bf16* w,
-                             bf16 bias) {
+                             bf16 bias, float temperature = 0.0f) {
   float p[kReduceLanes];
   for (int l = 0; l < kReduceLanes; ++l) p[l] = confidence_lane_partial(l, h, hidden, e, rank, w);
-  return confidence_finish(canonical_combine(p), bias);
+  return confidence_finish(canonical_combine(p), bias, temperature);
 }
 
 // a[j] = c[0] * ... * c[j], left to right in fp32.

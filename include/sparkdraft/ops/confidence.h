@@ -6,14 +6,17 @@
 //   c    = sigmoid_f32(canonical_dot([h ; e], w) + b)  (fp32; core/confidence.h
 //          gives the rounding points: fp32 widening (exact), one fma per term in the
 //          canonical order of core/reduce.h, one fp32 add of the bias, our sigmoid)
-//   out[r][j] = c
+//   out[r][j] = c; with per-position calibration (STS, contract.md 9.1) the sigmoid reads
+//   z / T_j (one fp32 division) instead of z
 // ConfidenceParams below is what cpu:: and cuda:: take.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/core/hd.h"
 #include "sparkdraft/ops/require.h"
 
 namespace sparkdraft::ops {
@@ -31,6 +34,12 @@ struct ConfidenceParams {
   const bf16* weight = nullptr;            // [hidden + rank]
   const bf16* bias = nullptr;              // [1]
   float* out = nullptr;                    // [rows, N]
+  // Per-position temperature calibration (STS, contract.md 9.1): with `calibrated`, step j's
+  // value is sigmoid(z / temperatures[j]); each finite and > 0. N <= kMaxSteps (the config's
+  // block_size bound), passed by value so that a kernel needs no extra buffer.
+  static constexpr int kMaxSteps = 64;
+  bool calibrated = false;
+  float temperatures[kMaxSteps] = {};
 
   // The only validation of these fields (InvalidArgument naming the first bad one);
   // the token ids are the caller's (validate_propose and the Markov loop).
@@ -47,7 +56,18 @@ struct ConfidenceParams {
             "an input array is null");
     require(rank == 0 || w1 != nullptr, op, "w1 is null but rank is " + std::to_string(rank));
     require(out != nullptr, op, "out is null");
+    if (calibrated) {
+      require(steps <= kMaxSteps, op,
+              "calibrated steps must be <= " + std::to_string(kMaxSteps) + ", got " +
+                  std::to_string(steps));
+      for (int j = 0; j < steps; ++j)
+        require(std::isfinite(temperatures[j]) && temperatures[j] > 0.0f, op,
+                "temperatures[" + std::to_string(j) + "] must be finite and > 0, got " +
+                    std::to_string(temperatures[j]));
+    }
   }
+  // Step j's calibration temperature, or 0 for none (confidence_finish's convention).
+  SD_HD float temperature(int j) const { return calibrated ? temperatures[j] : 0.0f; }
   int inputs() const { return hidden + rank; }
 };
 

@@ -594,6 +594,7 @@ struct CudaDraft::Impl {
     head.markov_rank = c.markov_rank;
     head.transform = ops::LogitTransform::from_config(c);
     head.topk = c.markov_topk;
+    head.bias_topk = c.markov_bias_topk;
     if (c.reduced_vocab()) {
       head.draft_vocab = c.draft_vocab();
       head.draft_ids = draft_ids.data();

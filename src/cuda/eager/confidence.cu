@@ -1,6 +1,7 @@
 // The confidence head, bit for bit cpu::confidence (see cuda/kernels.h).
 //
-// What it computes: per (row r, step j), c = sigmoid_f32(d + f32(b)) with d the
+// What it computes: per (row r, step j), c = sigmoid_f32(d + f32(b)) (divided by the
+// step's calibration temperature first when the params carry them) with d the
 // canonical dot product of [h ; w1[prev]] and w (prev: the anchor at j = 0, else
 // the token of step j - 1); a padding row (cache slot -1) writes +0.
 // Where it rounds: the fma of each term (fp32), the butterfly's fp32 adds, the
@@ -33,7 +34,7 @@ __global__ void __launch_bounds__(detail::kRowThreads)
   const float partial =
       confidence_lane_partial(lane, p.hidden_states + t * p.hidden, p.hidden, e, p.rank, p.weight);
   const float d = warp_canonical_combine(partial);
-  if (lane == 0) p.out[t] = confidence_finish(d, *p.bias);
+  if (lane == 0) p.out[t] = confidence_finish(d, *p.bias, p.temperature(static_cast<int>(j)));
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 //   markov_fill_cache   a reduced vocabulary's cache rows: bf16 -inf everywhere first
 //   markov_topk_candidates / markov_topk_step: the top-k loop (contract.md section 12):
 //                       each position's k candidates once, then per step the k bias
-//                       chains (the dense kernel's chain code), the cache row and the token
+//                       chains (the dense kernel's chain code), the cache row and the token;
+//                       the union form (12.5) adds per step the dense bias row's top-m
+//                       (markov_bias, then the candidate kernel over the bias rows)
 // eager_markov_loop runs them for N steps on a stream without host syncs. A reduced draft
 // vocabulary (contract.md section 11) runs here: the entries are draft ids, each stored
 // and scored as its target id, and (-inf, fill) joins each row's fold.
@@ -275,19 +277,35 @@ __global__ void topk_candidates_kernel(const bf16* base, int vocab, int k, int32
 // time: the bias chain of their w2 rows (bias_chain_tile with e[r] as the one column), the
 // dense step's logit, the cache entry, the noised score; the row's best by the rule, folded
 // with (-inf, f) (f = the lowest id off the candidates), is the token.
+// Whether `id` is in the increasing list ids[0 .. n).
+__device__ bool in_sorted(const int32_t* ids, int n, int32_t id) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (ids[mid] < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n && ids[lo] == id;
+}
+
 __global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const bf16* base,
                                  int64_t base_stride, const int32_t* ids, int64_t ids_stride, int k,
-                                 int vocab, ops::LogitTransform transform,
-                                 const float* temperatures, const int64_t* seeds,
-                                 const int64_t* anchor_positions, int step, bf16* cache,
-                                 const int64_t* cache_slots, int64_t cache_slot_stride,
+                                 const int32_t* more_ids, int64_t more_stride, int m, int vocab,
+                                 ops::LogitTransform transform, const float* temperatures,
+                                 const int64_t* seeds, const int64_t* anchor_positions, int step,
+                                 bf16* cache, const int64_t* cache_slots, int64_t cache_slot_stride,
                                  int64_t* tokens, int64_t token_stride) {
   pdl_enter();
   __shared__ MarkovCandidate warp_best_smem[kWarps];
   __shared__ int warp_fill[kWarps];
   const int r = blockIdx.x;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
-  const int32_t* cand = ids + r * ids_stride;
+  const int32_t* cand_k = ids + r * ids_stride;
+  const int32_t* cand_m = more_ids != nullptr ? more_ids + r * more_stride : nullptr;
+  const int total = k + m;  // candidate i: cand_k[i] below k, else cand_m[i - k]
+  auto cand = [&](int i) { return i < k ? cand_k[i] : cand_m[i - k]; };
   const bf16* b = base + r * base_stride;
   const bf16* er = e + static_cast<int64_t>(r) * rank;
   const int64_t slot = cache_slots[r];
@@ -298,17 +316,20 @@ __global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const 
   const float temp = temperatures[r];
   const uint32_t gs = draft_step_seed(seeds[r], anchor_positions[r], step);
   MarkovCandidate best = markov_detail::no_candidate();
-  for (int c0 = warp * 16; c0 < k; c0 += kWarps * 16) {
+  for (int c0 = warp * 16; c0 < total; c0 += kWarps * 16) {
     const int i_lo = c0 + g, i_hi = c0 + g + 8;
-    const bf16* a_lo = i_lo < k ? w2 + static_cast<int64_t>(cand[i_lo]) * rank : nullptr;
-    const bf16* a_hi = i_hi < k ? w2 + static_cast<int64_t>(cand[i_hi]) * rank : nullptr;
+    const bf16* a_lo = i_lo < total ? w2 + static_cast<int64_t>(cand(i_lo)) * rank : nullptr;
+    const bf16* a_hi = i_hi < total ? w2 + static_cast<int64_t>(cand(i_hi)) * rank : nullptr;
     float acc[4];
     bias_chain_tile(a_lo, a_hi, g == 0 ? er : nullptr, rank, t, acc);
     if (t == 0) {  // column 0 (the embedding): acc[0] for row g, acc[2] for row g + 8
       for (int h = 0; h < 2; ++h) {
         const int i = h == 0 ? i_lo : i_hi;
-        if (i >= k) continue;
-        const int32_t v = cand[i];
+        if (i >= total) continue;
+        // An id of both lists is one candidate: the second list's copy is skipped (the same
+        // value would be written and scored twice).
+        if (i >= k && in_sorted(cand_k, k, cand(i))) continue;
+        const int32_t v = cand(i);
         const bf16 l = markov_detail::step_logit(b[v], to_bf16(acc[2 * h]), transform);
         if (crow != nullptr) crow[v] = l;
         const MarkovCandidate s = markov_detail::score(l, temp, gs, v);
@@ -316,10 +337,16 @@ __global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const 
       }
     }
   }
-  // f: the first i with cand[i] != i (the ids are increasing), else k (when k < vocab).
-  int fill = k < vocab ? k : 0x7fffffff;
-  for (int i = threadIdx.x; i < k; i += blockDim.x)
-    if (cand[i] != i && i < fill) fill = i;
+  // f: the lowest id in neither list: 0 when 0 is not a candidate, else the lowest
+  // candidate + 1 that is none (below vocab); no f when every id is a candidate.
+  auto member = [&](int32_t id) {
+    return in_sorted(cand_k, k, id) || (m > 0 && in_sorted(cand_m, m, id));
+  };
+  int fill = 0x7fffffff;
+  for (int i = threadIdx.x; i <= total; i += blockDim.x) {
+    const int32_t f = i == total ? 0 : cand(i) + 1;
+    if (f < vocab && f < fill && !member(f)) fill = f;
+  }
   for (int off = kWarp / 2; off > 0; off /= 2)
     fill = min(fill, __shfl_xor_sync(0xffffffffu, fill, off));
   best = markov_detail::warp_best(best);
@@ -455,12 +482,16 @@ void markov_topk_step(const bf16* e, const bf16* w2, int rank, const bf16* base,
                       int64_t base_stride, const int32_t* ids, int64_t ids_stride, int k,
                       const ops::MarkovRows& mrows, int vocab, const ops::LogitTransform& transform,
                       int step, bf16* cache, int64_t cache_slot_stride, int64_t* tokens,
-                      int64_t token_stride, cudaStream_t stream) {
+                      int64_t token_stride, cudaStream_t stream, const TopkMoreIds& more) {
   const int rows = mrows.num_rows;
   require(rows >= 0 && vocab >= 1 && rank >= 1 && k >= 1 && k <= vocab, "markov_topk_step",
           "rows must be >= 0, vocab and rank >= 1, k in [1, vocab], got rows " +
               std::to_string(rows) + ", vocab " + std::to_string(vocab) + ", rank " +
               std::to_string(rank) + ", k " + std::to_string(k));
+  require(more.count >= 0 && more.count <= vocab && (more.count == 0 || more.ids != nullptr),
+          "markov_topk_step",
+          "the union form's list needs ids and a count in [0, vocab], got count " +
+              std::to_string(more.count));
   if (rows == 0) return;
   require(e != nullptr && w2 != nullptr && base != nullptr && ids != nullptr && cache != nullptr &&
               tokens != nullptr && mrows.cache_slots != nullptr && mrows.temperatures != nullptr &&
@@ -468,9 +499,9 @@ void markov_topk_step(const bf16* e, const bf16* w2, int rank, const bf16* base,
           "markov_topk_step", "pointers must not be null");
   launch_kernel("markov_topk_step_kernel", topk_step_kernel,
                 LaunchShape{dim3(rows), dim3(kThreads), 0, stream}, e, w2, rank, base, base_stride,
-                ids, ids_stride, k, vocab, transform, mrows.temperatures, mrows.seeds,
-                mrows.anchor_positions, step, cache, mrows.cache_slots, cache_slot_stride, tokens,
-                token_stride);
+                ids, ids_stride, k, more.count > 0 ? more.ids : nullptr, more.stride, more.count,
+                vocab, transform, mrows.temperatures, mrows.seeds, mrows.anchor_positions, step,
+                cache, mrows.cache_slots, cache_slot_stride, tokens, token_stride);
 }
 
 void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
@@ -508,6 +539,12 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
     const int64_t k = head.topk;
     require(ws.topk_ids.size() >= static_cast<size_t>(batch.rows.num_rows) * n * k,
             "eager_markov_loop", "the workspace has no top-k candidate buffer of this size");
+    require(head.bias_topk >= 0 && head.bias_topk <= head.vocab &&
+                ws.bias_topk_ids.size() >=
+                    static_cast<size_t>(batch.rows.num_rows) * static_cast<size_t>(head.bias_topk),
+            "eager_markov_loop",
+            "the union form needs bias_topk in [0, vocab] and its candidate buffer (bias_topk " +
+                std::to_string(head.bias_topk) + ")");
     markov_topk_candidates(batch.base_logits, batch.rows.num_rows * batch.steps, head.vocab,
                            head.topk, ws.topk_ids.data(), stream);
     for (int j = 0; j < batch.steps; ++j) {
@@ -517,10 +554,18 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
       else
         markov_embed(batch.draft_tokens + (j - 1), n, batch.rows.num_rows, head.w1,
                      head.markov_rank, ws.e.data(), stream);
+      TopkMoreIds more;
+      if (head.bias_topk > 0) {  // the union form (12.5): the dense bias row's top-m join
+        markov_bias(ws.e.data(), batch.rows.num_rows, head.w2, head.vocab, head.markov_rank,
+                    ws.bias.data(), stream);
+        markov_topk_candidates(ws.bias.data(), batch.rows.num_rows, head.vocab, head.bias_topk,
+                               ws.bias_topk_ids.data(), stream);
+        more = TopkMoreIds{ws.bias_topk_ids.data(), head.bias_topk, head.bias_topk};
+      }
       markov_topk_step(ws.e.data(), head.w2, head.markov_rank, batch.base_logits + j * v, n * v,
                        ws.topk_ids.data() + j * k, n * k, head.topk, batch.rows, head.vocab,
                        head.transform, j, batch.cache + j * v, n * v, batch.draft_tokens + j, n,
-                       stream);
+                       stream, more);
     }
     return;
   }

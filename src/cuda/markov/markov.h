@@ -100,14 +100,21 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
 void markov_topk_candidates(const bf16* base, int positions, int vocab, int k, int32_t* ids,
                             cudaStream_t stream);
 // markov_topk_step: step `step` of every row: the cache row (slot stride cache_slot_stride)
-// -inf, then on the k candidates ids[r * ids_stride ..] the bias chain of their w2 rows
-// with e[r], the dense step's logit, the cache entry; the token by the rule folded with
-// (-inf, the lowest id off the candidates) to tokens[r * token_stride].
+// -inf, then on the candidates, the k ids[r * ids_stride ..] and (the union form, 12.5) the
+// m = `more.count` ids more.ids[r * more.stride ..] (each list in increasing id order; an id in
+// both is one candidate), the bias chain of their w2 rows with e[r], the dense step's logit,
+// the cache entry; the token by the rule folded with (-inf, the lowest id off the candidates)
+// to tokens[r * token_stride].
+struct TopkMoreIds {
+  const int32_t* ids = nullptr;
+  int64_t stride = 0;
+  int count = 0;  // 0: the plain top-k loop
+};
 void markov_topk_step(const bf16* e, const bf16* w2, int markov_rank, const bf16* base,
                       int64_t base_stride, const int32_t* ids, int64_t ids_stride, int k,
                       const ops::MarkovRows& rows, int vocab, const ops::LogitTransform& transform,
                       int step, bf16* cache, int64_t cache_slot_stride, int64_t* tokens,
-                      int64_t token_stride, cudaStream_t stream);
+                      int64_t token_stride, cudaStream_t stream, const TopkMoreIds& more = {});
 
 void markov_fill_cache(const ops::MarkovRows& rows, int steps, int vocab, bf16* cache,
                        cudaStream_t stream);
@@ -142,6 +149,8 @@ struct MarkovHead {
   // The top-k loop (contract.md section 12; the eager loop at TP 1 only, full vocabulary):
   // per position the topk best base logits are the candidates, -inf elsewhere. 0 = dense.
   int topk = 0;
+  // Its union form (12.5): the bias row's bias_topk best join each step's candidates. 0 = off.
+  int bias_topk = 0;
   int width() const { return draft_vocab > 0 ? draft_vocab : vocab; }
   bool reduced() const { return draft_vocab > 0; }
 };
@@ -247,6 +256,7 @@ class MarkovWorkspace {
   DeviceBuffer<MarkovCandidate> sample_partials;  // [max_rows, markov_sample_blocks(vocab)]
   DeviceBuffer<MarkovCandidate> sample_best;      // [max_rows]
   DeviceBuffer<int32_t> topk_ids;  // [max_rows, steps, k] (the top-k loop; MarkovLoop sizes it)
+  DeviceBuffer<int32_t> bias_topk_ids;  // [max_rows, m] (the union form's bias candidates)
   // Fused buffers.
   DeviceBuffer<bf16> embeds;        // [steps + 1, max_rows, markov_rank]: row j is step j's e
   DeviceBuffer<uint32_t> arrivals;  // [tp_size, steps, max_rows]

@@ -216,6 +216,9 @@ MarkovLoop::MarkovLoop(const MarkovHead& head, int max_rows, int steps, bool cac
   if (head.topk > 0)
     ws_.topk_ids = DeviceBuffer<int32_t>(static_cast<size_t>(max_rows) * steps *
                                          static_cast<size_t>(head.topk));
+  if (head.bias_topk > 0)
+    ws_.bias_topk_ids =
+        DeviceBuffer<int32_t>(static_cast<size_t>(max_rows) * static_cast<size_t>(head.bias_topk));
   if (!refusal_.empty()) markov_log_once("fused Markov loop off, the eager loop runs: " + refusal_);
 }
 
