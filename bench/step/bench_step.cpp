@@ -103,12 +103,12 @@ void check_options(const std::shared_ptr<const Checkpoint>& ckpt, const StepBenc
           "max_context_tokens must be in [1, " + std::to_string(kMaxContextTokens) + "]");
 }
 
-// The backends' options: R requests of ctx + N positions; request r owns pages
+// The backends' options: R requests of ctx + Q positions (Q: the query slots); request r owns pages
 // r * pages_per_req + p.
 DraftOptions draft_options(const ModelConfig& c, const StepBenchOptions& o) {
   DraftOptions d;
   d.page_size = 16;
-  const int64_t pages_per_req = (o.ctx + c.block_size + d.page_size - 1) / d.page_size;
+  const int64_t pages_per_req = (o.ctx + c.query_slots() + d.page_size - 1) / d.page_size;
   require(pages_per_req * o.rows <= INT_MAX, "rows x pages per request exceeds the int range");
   d.max_reqs = o.rows;
   d.max_pages_per_req = static_cast<int>(pages_per_req);

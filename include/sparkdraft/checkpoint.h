@@ -184,6 +184,8 @@ int32_t draft_fill_id(const std::vector<int32_t>& draft_ids, int vocab);
 //   tiny-topk-union: tiny-topk with the union form, markov_bias_topk 8 (section 12.5)
 //   tiny-gated: tiny with the gated Markov head (section 13)
 //   tiny-rnn: tiny with the rnn Markov head (section 13)
+//   tiny-fillin: tiny in the fill-in layout (sample_from_anchor false, 1 + 7 query
+//             slots, section 14); its Qwen3-style config.json is the speculators form
 //   qwen3-8b: the published Qwen3-8B draft shape (H 4096, L 5, 32/8, hd 128, I 12288,
 //             V 151936, r 256, N 7, taps [1,9,17,25,33] of 4096)
 //   muse:     the open Muse Spark draft shape (H 8192, L 5, 128/16, hd 64, I 16384,
@@ -201,7 +203,9 @@ std::vector<std::string> preset_names();
 
 struct SyntheticOptions {
   uint64_t seed = 1;
-  bool hf_config = true;  // write config.json in the DeepSpec/HF form when the config allows it
+  // Write config.json in the DeepSpec/HF form when the config allows it (the speculators
+  // form for a fill-in draft, contract.md section 14), else ours.
+  bool hf_config = true;
   std::function<void(size_t done, size_t total)> progress;
 };
 // Writes config.json + model.safetensors with seeded, non-zero, sanely scaled weights,

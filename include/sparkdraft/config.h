@@ -1,9 +1,10 @@
 // The model config of contract.md section 1: one struct for every known DSpark draft.
 //
 // Read from our own JSON (`to_json`/`from_json` round-trip) or imported from a
-// DeepSpec / HF `Qwen3DSparkModel` config.json (`import_hf_config`). Anything
-// out of scope (the speculators config format, DeepSeek-V4's MLA draft, the
-// fill-in layout) is refused with a ConfigError that says why. A reduced draft
+// DeepSpec / HF `Qwen3DSparkModel` config.json (`import_hf_config`), or from a
+// speculators-format config.json (`speculators_model_type: "dspark"`,
+// `import_speculators_config`, contract.md section 14). Anything out of scope
+// (DeepSeek-V4's MLA draft, ...) is refused with a ConfigError that says why. A reduced draft
 // vocabulary (`draft_vocab_size` < vocab_size, contract.md section 11) loads in
 // both forms; draft_vocab_size equal to vocab_size is the full vocabulary.
 //
@@ -79,7 +80,7 @@ struct ModelConfig {
   // rows, a `d2t` map to target ids); 0 = the full vocabulary (Vd = V, no map).
   int draft_vocab_size = 0;
   int markov_rank = 0;                // r (0 = no Markov head)
-  int block_size = 0;                 // N draft tokens per request per round
+  int block_size = 0;                 // N draft tokens per request per round (see query_slots)
   int target_hidden_size = 0;         // H_t of the target model
   std::vector<int> target_layer_ids;  // taps; fc input width = taps * H_t
   int64_t mask_token_id = 0;
@@ -108,7 +109,8 @@ struct ModelConfig {
   // Output-logit transform of the step logits (contract.md section 3).
   std::optional<float> logit_multiplier;
   std::optional<float> logit_soft_cap;
-  // Layout: true = DSpark (N queries give N drafts).
+  // Layout: true = DSpark (N queries give N drafts); false = the fill-in (DFlash)
+  // layout, contract.md section 14 (1 + N queries, slots 1 .. N drafted).
   bool sample_from_anchor = true;
   // The confidence head (contract.md section 9): c = sigmoid(w . [h ; w1[prev]] + b)
   // per drafted position. `enable_confidence_head` / `confidence_head_with_markov`
@@ -131,6 +133,11 @@ struct ModelConfig {
   MarkovHeadType markov_head_type = MarkovHeadType::vanilla;
 
   int taps() const { return static_cast<int>(target_layer_ids.size()); }
+  // Query slots per request (contract.md section 14): N, or 1 + N in the fill-in layout.
+  // Our JSON's block_size is always N; the speculators form's counts the query slots.
+  int query_slots() const { return block_size + (sample_from_anchor ? 0 : 1); }
+  // The first drafted slot of a request's query block: 0, or 1 in the fill-in layout.
+  int first_drafted_slot() const { return sample_from_anchor ? 0 : 1; }
   // Whether the draft samples in a reduced vocabulary mapped by d2t (section 11).
   bool reduced_vocab() const { return draft_vocab_size > 0; }
   // Whether the Markov loop runs the top-k variant (section 12).
@@ -176,9 +183,13 @@ ModelConfig config_from_json(const nlohmann::json& j);
 ModelConfig load_config_file(const std::string& path);  // ours or HF, detected
 void save_config_file(const ModelConfig& config, const std::string& path);
 
-// A DeepSpec / HF `Qwen3DSparkModel` config.json (and the speculators /
-// DeepSeek-V4 forms, which are refused with a clear message).
+// A DeepSpec / HF `Qwen3DSparkModel` config.json, or a speculators-format one
+// (`speculators_model_type` present: import_speculators_config); DeepSeek-V4 forms
+// are refused with a clear message.
 ModelConfig import_hf_config(const nlohmann::json& j);
+// A speculators-format config.json (`speculators_model_type: "dspark"`, architecture
+// `DSparkDraftModel`; contract.md section 14 gives the mapping and its refusals).
+ModelConfig import_speculators_config(const nlohmann::json& j);
 
 const char* to_string(LayerStyle s);
 const char* to_string(ResidualKind k);

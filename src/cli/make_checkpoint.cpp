@@ -68,7 +68,8 @@ Command add_make_checkpoint(CLI::App& app) {
          "the GPU runs it at TP 1 on the eager Markov loop), tiny-topk-union (tiny-topk with the "
          "union form, markov_bias_topk 8: the bias's top 8 join the candidates), tiny-gated and "
          "tiny-rnn (tiny with DeepSpec's gated or rnn Markov head; the GPU runs them at TP 1 on "
-         "the eager Markov loop), "
+         "the eager Markov loop), tiny-fillin (tiny in the fill-in layout, 1 + 7 query slots; its "
+         "Qwen3-style config.json is the speculators form), "
          "qwen3-8b "
          "(the published Qwen3-8B draft, "
          "~4.7 GB) or muse (the open Muse Spark draft shape, ~13.9 GB with embeddings and lm_head)")

@@ -235,6 +235,15 @@ void prepare_query_block(const ops::QueryBlockParams& p) {
   }
 }
 
+void select_drafted_rows(const ops::DraftedRowsParams& p) {
+  p.check();
+  const size_t H = static_cast<size_t>(p.hidden);
+  for (int r = 0; r < p.rows; ++r)
+    std::memcpy(p.out + static_cast<size_t>(r) * p.drafted * H,
+                p.in + (static_cast<size_t>(r) * p.slots + p.first) * H,
+                static_cast<size_t>(p.drafted) * H * sizeof(bf16));
+}
+
 void widen(const ops::WidenParams& p) {
   p.check();
   for (int64_t i = 0; i < p.n; ++i) p.out[i] = to_f32(p.x[i]);

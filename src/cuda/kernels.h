@@ -197,6 +197,9 @@ void narrow(const float* x, int64_t n, bf16* out, cudaStream_t stream);
 
 // cpu::prepare_query_block (ops/query_block.h) on device pointers. One thread per token.
 void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream);
+// cpu::select_drafted_rows (ops/query_block.h) on device pointers: one block per drafted
+// row, 8-byte words where the rows allow it, else bf16 by bf16.
+void select_drafted_rows(const ops::DraftedRowsParams& p, cudaStream_t stream);
 
 // cpu::silu_mul: y = bf16(silu(f32(g)) * f32(u)), gu [rows, 2I], y [rows, I].
 // One thread per output element.

@@ -507,7 +507,17 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
   std::map<std::string, const uint8_t*> data;
   for (const TensorSpec& spec : expected_tensors(ck.config_)) {
     auto it = stored.find(spec.name);
-    if (it == stored.end()) throw CheckpointError("missing tensor '" + spec.name + "' in " + dir);
+    if (it == stored.end()) {
+      // Speculators checkpoints leave out the verifier's own weights (contract.md 14.3).
+      const bool verifier_owned = spec.name == "embed_tokens.weight" ||
+                                  (spec.name == "lm_head.weight" && !ck.config_.reduced_vocab());
+      throw CheckpointError(
+          "missing tensor '" + spec.name + "' in " + dir +
+          (verifier_owned && ck.config_.architecture == "DSparkDraftModel"
+               ? " (a speculators checkpoint omits the verifier's embed_tokens.weight and, with "
+                 "the full vocabulary, lm_head.weight: copy them from the target model)"
+               : ""));
+    }
     const TensorInfo& t = *it->second.info;
     const std::string where = "tensor '" + spec.name + "' in " + it->second.file->path();
     if (t.dtype != spec.dtype)

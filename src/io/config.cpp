@@ -2,9 +2,9 @@
 //
 // Why so strict: a silently wrong option (RoPE style, theta, a reduced
 // vocabulary) does not crash, it collapses acceptance. So every field is
-// checked, our JSON refuses unknown and missing keys, and the HF import refuses
-// every format it cannot run exactly (the speculators config format, DeepSeek-V4
-// MLA/MoE, the fill-in layout, tied or biased projections, RoPE scaling).
+// checked, our JSON refuses unknown and missing keys, and the HF and speculators
+// imports refuse every format they cannot run exactly (DeepSeek-V4 MLA/MoE, the
+// fill-in layout in the HF form, tied or biased projections, RoPE scaling).
 #include "sparkdraft/config.h"
 
 #include <algorithm>
@@ -393,8 +393,6 @@ void ModelConfig::validate() const {
          static_cast<int64_t>(hidden_size) + 2 * static_cast<int64_t>(markov_rank));
     fits("the Markov head projection's rows", 3 * static_cast<int64_t>(markov_rank));
   }
-  if (!sample_from_anchor)
-    throw ConfigError("the fill-in layout (sample_from_anchor = false) is not supported yet");
 }
 
 nlohmann::json config_to_json(const ModelConfig& c) {
@@ -517,15 +515,122 @@ ModelConfig config_from_json(const nlohmann::json& j) {
   return c;
 }
 
+namespace {
+
+// The Qwen3DSparkModel import of `j` (the HF form, or the flat form a speculators
+// config maps onto): `fill_in` is the layout the caller read (the HF form itself
+// refuses sample_from_anchor = false before this).
+ModelConfig import_qwen3_dspark(const nlohmann::json& j, bool fill_in);
+
+}  // namespace
+
 ModelConfig import_hf_config(const nlohmann::json& j) {
   if (!j.is_object()) throw ConfigError("config.json: top level must be a JSON object");
   Fields f(j, "config.json");
+  if (f.has("speculators_model_type")) return import_speculators_config(j);
+  // The fill-in layout (contract.md section 14) loads from our JSON and the speculators
+  // form; in a Qwen3DSparkModel config.json `block_size` has no agreed reading for it.
+  if (f.has("sample_from_anchor") && !f.boolean("sample_from_anchor"))
+    throw ConfigError(
+        "config.json: the fill-in layout (sample_from_anchor = false) in a Qwen3DSparkModel "
+        "config.json is not supported (its block_size has no agreed reading there); give the "
+        "speculators form (speculators_model_type \"dspark\") or our own JSON");
+  return import_qwen3_dspark(j, false);
+}
 
+// The speculators form (contract.md section 14): the layer dims under
+// transformer_layer_config (a Qwen3Config written by to_diff_dict: absent fields are
+// Qwen3Config's defaults), the DSpark fields at the top level, `block_size` counting
+// the query slots (1 + N when sample_from_anchor is false).
+ModelConfig import_speculators_config(const nlohmann::json& j) {
+  if (!j.is_object()) throw ConfigError("config.json: top level must be a JSON object");
+  Fields f(j, "config.json");
+  const std::string type = f.string("speculators_model_type");
+  if (type != "dspark")
+    f.fail("speculators_model_type '" + type + "' is not supported (only 'dspark')");
+  if (f.has("architectures")) {
+    const json& archs = f.at("architectures");
+    bool known = archs.is_array() && !archs.empty();
+    for (const json& a : archs)
+      known = known && a.is_string() &&
+              (a.get<std::string>() == "DSparkDraftModel" ||
+               a.get<std::string>() == "DSparkSpeculator");
+    if (!known)
+      f.fail("architectures " + io::excerpt(archs.dump()) +
+             " are not supported: a speculators dspark draft is DSparkDraftModel");
+  }
+  // Training-time options that change the draft's forward pass.
+  if (f.has("topk_context") && f.integer("topk_context", std::numeric_limits<int>::min()) != 0)
+    f.fail("topk_context > 0 (the top-k context indexer) is not supported");
+  if (f.has("draft_adapter_rank") &&
+      f.integer("draft_adapter_rank", std::numeric_limits<int>::min()) != 0)
+    f.fail("draft_adapter_rank > 0 (a residual draft adapter) is not supported");
+  if (f.has("projector_type") && f.string("projector_type") != "dflash")
+    f.fail("projector_type '" + f.string("projector_type") + "' is not supported (only 'dflash')");
+  if (f.has("shift_label") && f.boolean("shift_label"))
+    f.fail("shift_label = true (targets shifted by one position) is not supported");
+  const json& tl = f.at("transformer_layer_config");
+  if (!tl.is_object())
+    f.fail("field 'transformer_layer_config' must be an object (got " + io::excerpt(tl.dump()) +
+           ")");
+  json hf = tl;
+  if (hf.contains("model_type") && hf["model_type"] != "qwen3")
+    f.fail("transformer_layer_config.model_type " + io::excerpt(hf["model_type"].dump()) +
+           " is not supported (only 'qwen3')");
+  // Qwen3Config's defaults for the fields to_diff_dict leaves out.
+  const std::pair<const char*, json> defaults[] = {{"vocab_size", 151936},
+                                                   {"hidden_size", 4096},
+                                                   {"intermediate_size", 22016},
+                                                   {"num_hidden_layers", 32},
+                                                   {"num_attention_heads", 32},
+                                                   {"num_key_value_heads", 32},
+                                                   {"head_dim", 128},
+                                                   {"max_position_embeddings", 32768},
+                                                   {"rms_norm_eps", 1e-6},
+                                                   {"hidden_act", "silu"},
+                                                   {"tie_word_embeddings", false},
+                                                   {"attention_bias", false}};
+  for (const auto& [key, value] : defaults)
+    if (!hf.contains(key) || hf[key].is_null()) hf[key] = value;
+  if (!hf.contains("rope_parameters") && (!hf.contains("rope_theta") || hf["rope_theta"].is_null()))
+    hf["rope_theta"] = 10000.0;
+  // The DSpark fields: block_size counts the query slots.
+  const bool anchor = f.boolean("sample_from_anchor");
+  const int64_t slots = f.integer("block_size", anchor ? 1 : 2);
+  hf["architectures"] = json::array({"Qwen3DSparkModel"});
+  hf["model_type"] = "qwen3";
+  hf["block_size"] = anchor ? slots : slots - 1;
+  hf["target_layer_ids"] = f.at("aux_hidden_state_layer_ids");
+  hf["mask_token_id"] = f.at("mask_token_id");
+  hf["draft_vocab_size"] = f.at("draft_vocab_size");
+  hf["markov_rank"] = f.has("markov_rank") ? f.at("markov_rank") : json(0);
+  hf["markov_head_type"] = f.has("markov_head_type") ? f.at("markov_head_type") : json("vanilla");
+  hf["enable_confidence_head"] =
+      f.has("enable_confidence_head") ? f.at("enable_confidence_head") : json(false);
+  hf["confidence_head_with_markov"] =
+      f.has("confidence_head_with_markov") ? f.at("confidence_head_with_markov") : json(false);
+  // The speculators' sliding layers are causal unless sliding_window_non_causal (full
+  // layers never are): is_causal false for every layer then.
+  if (f.has("sliding_window_non_causal") && f.boolean("sliding_window_non_causal") &&
+      !hf.contains("is_causal"))
+    hf["is_causal"] = false;
+  if (f.has("target_hidden_size"))
+    hf["target_hidden_size"] = f.at("target_hidden_size");
+  else
+    hf.erase("target_hidden_size");
+  for (const char* key : {"sample_from_anchor", "markov_topk", "markov_bias_topk",
+                          "num_target_layers", "speculators_model_type"})
+    hf.erase(key);
+  ModelConfig c = import_qwen3_dspark(hf, !anchor);
+  c.architecture = "DSparkDraftModel";
+  return c;
+}
+
+namespace {
+
+ModelConfig import_qwen3_dspark(const nlohmann::json& j, bool fill_in) {
+  Fields f(j, "config.json");
   // Formats out of scope first, so that their message is the one the user sees.
-  if (f.has("speculators_model_type"))
-    f.fail("speculators-format drafts (speculators_model_type " +
-           io::excerpt(f.at("speculators_model_type").dump()) +
-           ") are not supported yet; only DeepSpec Qwen3DSparkModel configs are imported");
   for (const char* key : kDeepSeekV4Fields)
     if (j.contains(key))
       f.fail(std::string("DeepSeek-V4 MLA/MoE drafts are not supported (found field '") + key +
@@ -566,9 +671,7 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
     f.fail("mlp_bias = true is not supported (projections have no bias)");
   if (f.has("hidden_act") && f.string("hidden_act") != "silu")
     f.fail("hidden_act '" + f.string("hidden_act") + "' is not supported (only 'silu', SwiGLU)");
-  if (f.has("sample_from_anchor") && !f.boolean("sample_from_anchor"))
-    throw ConfigError(
-        "config.json: the fill-in layout (sample_from_anchor = false) is not supported yet");
+
   ModelConfig c;
   // DeepSpec's Markov head (contract.md section 13): vanilla (absent), gated or rnn.
   if (f.has("markov_head_type"))
@@ -724,7 +827,7 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   c.output_gate = false;
   c.o_norm = false;
   c.o_norm_weight = true;
-  c.sample_from_anchor = true;
+  c.sample_from_anchor = !fill_in;
   try {
     c.validate();
   } catch (const ConfigError& e) {
@@ -732,6 +835,8 @@ ModelConfig import_hf_config(const nlohmann::json& j) {
   }
   return c;
 }
+
+}  // namespace
 
 ModelConfig load_config_file(const std::string& path) {
   // A regular file only: a directory, a FIFO or a symlink loop is refused by name.
@@ -855,6 +960,52 @@ nlohmann::json export_hf_config(const ModelConfig& c) {
   if (c.markov_bias_topk > 0) j["markov_bias_topk"] = c.markov_bias_topk;
   if (!c.confidence_temperatures.empty()) j["confidence_temperatures"] = temperatures_json(c);
   if (c.rope_style == RopeStyle::gptj) j["is_neox_style"] = false;
+  return j;
+}
+
+bool speculators_expressible(const ModelConfig& c, std::string* why) {
+  ModelConfig anchor = c;
+  anchor.sample_from_anchor = true;
+  if (!hf_expressible(anchor, why)) return false;
+  if (c.topk_markov()) {
+    if (why) *why = "markov_topk (no speculators field)";
+    return false;
+  }
+  if (c.target_layer_ids.empty()) {
+    if (why) *why = "no target layers";
+    return false;
+  }
+  return true;
+}
+
+nlohmann::json export_speculators_config(const ModelConfig& c) {
+  std::string why;
+  if (!speculators_expressible(c, &why))
+    throw ConfigError("config has no speculators config.json form (" + why +
+                      "); write our own JSON instead");
+  ModelConfig anchor = c;
+  anchor.sample_from_anchor = true;
+  json layer = export_hf_config(anchor);
+  json j;
+  j["architectures"] = json::array({"DSparkDraftModel"});
+  j["speculators_model_type"] = "dspark";
+  j["block_size"] = c.query_slots();
+  j["sample_from_anchor"] = c.sample_from_anchor;
+  j["draft_vocab_size"] = c.draft_vocab();
+  j["num_anchors"] = 256;  // training only
+  j["target_hidden_size"] = c.target_hidden_size;
+  j["aux_hidden_state_layer_ids"] = c.target_layer_ids;
+  j["mask_token_id"] = c.mask_token_id;
+  j["markov_rank"] = c.markov_rank;
+  j["markov_head_type"] = "vanilla";
+  j["enable_confidence_head"] = c.confidence_head;
+  j["confidence_head_with_markov"] = c.confidence_head_with_markov;
+  for (const char* key :
+       {"architectures", "block_size", "target_layer_ids", "mask_token_id", "markov_rank",
+        "markov_head_type", "enable_confidence_head", "confidence_head_with_markov",
+        "target_hidden_size", "draft_vocab_size", "dtype"})
+    layer.erase(key);
+  j["transformer_layer_config"] = layer;
   return j;
 }
 

@@ -121,7 +121,8 @@ void fill_tensor(const Init& init, uint64_t key, uint8_t* dst, int64_t n) {
 ModelConfig shape_of(const std::string& preset) {
   ModelConfig c;
   if (preset == "tiny" || preset == "tiny-conf" || preset == "tiny-d2t" || preset == "tiny-topk" ||
-      preset == "tiny-topk-union" || preset == "tiny-gated" || preset == "tiny-rnn") {
+      preset == "tiny-topk-union" || preset == "tiny-gated" || preset == "tiny-rnn" ||
+      preset == "tiny-fillin") {
     c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
     c.intermediate_size = 160, c.vocab_size = 1000, c.markov_rank = 64, c.block_size = 7;
     c.target_hidden_size = 48, c.target_layer_ids = {1, 5, 9};
@@ -194,8 +195,8 @@ void apply_style(ModelConfig& c, const std::string& style) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny",     "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-topk-union",
-          "tiny-gated", "tiny-rnn", "qwen3-8b", "muse"};
+  return {"tiny",     "tiny-conf", "tiny-d2t",    "tiny-topk", "tiny-topk-union",
+          "tiny-gated", "tiny-rnn", "tiny-fillin", "qwen3-8b",  "muse"};
 }
 
 ModelConfig preset_config(const std::string& preset, const std::string& style) {
@@ -207,6 +208,7 @@ ModelConfig preset_config(const std::string& preset, const std::string& style) {
   if (preset == "tiny-topk-union") c.markov_topk = 16, c.markov_bias_topk = 8;  // its union (12.5)
   if (preset == "tiny-gated") c.markov_head_type = MarkovHeadType::gated;  // section 13
   if (preset == "tiny-rnn") c.markov_head_type = MarkovHeadType::rnn;
+  if (preset == "tiny-fillin") c.sample_from_anchor = false;  // the fill-in layout (section 14)
   c.validate();
   return c;
 }
@@ -287,8 +289,12 @@ namespace {
 // last: at every moment `dir` holds the old checkpoint, no config.json (no
 // checkpoint) or the whole new one, never a config beside other weights.
 void write_files(const ModelConfig& config, const fs::path& dir, const SyntheticOptions& options) {
-  const nlohmann::json cj = options.hf_config && io::hf_expressible(config)
-                                ? io::export_hf_config(config)
+  // The external form: the HF one, the speculators one for a fill-in draft (section 14),
+  // else ours.
+  const nlohmann::json cj = !options.hf_config           ? config_to_json(config)
+                            : io::hf_expressible(config) ? io::export_hf_config(config)
+                            : !config.sample_from_anchor && io::speculators_expressible(config)
+                                ? io::export_speculators_config(config)
                                 : config_to_json(config);
   const std::string config_path = (dir / "config.json").string(), config_tmp = config_path + ".tmp",
                     weights_path = (dir / "model.safetensors").string();

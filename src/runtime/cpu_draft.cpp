@@ -51,7 +51,11 @@ struct LayerRank {
   std::vector<bf16*> kv_data;         // [layer] the caches used: kv's, or the caller's
   size_t kv_per_layer = 0;            // elements of one layer's cache
   StepWeights sw;
-  std::vector<bf16> hidden;  // the last propose's final hidden states
+  std::vector<bf16> hidden;   // the last propose's final hidden states [rows * Q, H]
+  std::vector<bf16> drafted;  // the fill-in layout's drafted rows [rows * N, H]
+  // The rows lm_head, the Markov loop and the confidence head read (contract.md section
+  // 13): every row in the anchor layout (drafted stays empty), else the drafted ones.
+  const bf16* drafted_rows() const { return drafted.empty() ? hidden.data() : drafted.data(); }
 };
 
 class CpuDraft final : public CpuDraftBackend {
@@ -142,13 +146,13 @@ class CpuDraft final : public CpuDraftBackend {
     auto confidence = [&](LayerRank& lr, int threads) {
       if (!out.confidences) return;
       std::unique_ptr<CpuOps> ops = make_ops_(threads, nullptr);
-      lr.step.confidence(*ops, b, lr.hidden.data(), rows.view().anchor_tokens, out.draft_tokens,
+      lr.step.confidence(*ops, b, lr.drafted_rows(), rows.view().anchor_tokens, out.draft_tokens,
                          w_.markov_w1, w_.confidence_w, w_.confidence_b, out.confidences);
     };
     if (layer_tp_ == 1) {
       // Replicated layers: the backbone once, then the vocabulary over o_.tp ranks.
       block_tp_rank(ranks_[0], nullptr, b, o_.threads);
-      run_vocab_parallel_markov(in, o_.tp, ranks_[0].hidden.data(), out, &t_.lm_head_ms,
+      run_vocab_parallel_markov(in, o_.tp, ranks_[0].drafted_rows(), out, &t_.lm_head_ms,
                                 &t_.markov_ms);
       confidence(ranks_[0], o_.threads);
       return;
@@ -158,7 +162,7 @@ class CpuDraft final : public CpuDraftBackend {
     run_thread_group(layer_tp_, [&](Communicator& comm) {
       LayerRank& lr = ranks_[static_cast<size_t>(comm.tp_rank())];
       block_tp_rank(lr, &comm, b, rank_threads());
-      run_markov_tp_rank(in, &comm, lr.hidden.data(), out, &t_.lm_head_ms, &t_.markov_ms);
+      run_markov_tp_rank(in, &comm, lr.drafted_rows(), out, &t_.lm_head_ms, &t_.markov_ms);
     });
     confidence(ranks_[0], o_.threads);
   }
@@ -179,7 +183,8 @@ class CpuDraft final : public CpuDraftBackend {
   }
 
   LayerRank make_rank(const LayerShard& shard) {
-    LayerRank lr{DraftStep(c_, o_, shard), PackedWeights::pack(c_, w_, shard), {}, {}, 0, {}, {}};
+    LayerRank lr{
+        DraftStep(c_, o_, shard), PackedWeights::pack(c_, w_, shard), {}, {}, 0, {}, {}, {}};
     const size_t per_layer =
         static_cast<size_t>(o_.num_pages) * o_.page_size * shard.kv_heads(c_) * 2 * c_.head_dim;
     lr.kv_per_layer = per_layer;
@@ -248,7 +253,7 @@ class CpuDraft final : public CpuDraftBackend {
   // The query block and the backbone of one layer rank; leaves the final hidden
   // states in lr.hidden. Rank 0 (or the only run) records the timings.
   void block_tp_rank(LayerRank& lr, Communicator* comm, const ProposeBatch& b, int threads) {
-    const int R = b.num_rows, T = R * c_.block_size;
+    const int R = b.num_rows, T = R * c_.query_slots();
     const BlockSizes n = lr.step.block_sizes(T);
     std::vector<int64_t> ids(n.per_token), positions(n.per_token), slots(n.per_token);
     std::vector<int32_t> token_request(n.per_token);
@@ -256,12 +261,13 @@ class CpuDraft final : public CpuDraftBackend {
         safe_position(static_cast<size_t>(R));
     std::vector<bf16> x(n.x), qkv(n.qkv), attn(n.attn), branch(n.branch), gu(n.gu), act(n.act);
     lr.hidden.assign(n.h, bf16{0});
+    lr.drafted.assign(lr.step.drafted_size(R), bf16{0});
     std::vector<float> residual_f32(n.residual_f32);
     BlockBuffers buf{
         ids.data(),       positions.data(),   slots.data(),         token_request.data(),
         kv_lens.data(),   safe_anchor.data(), safe_position.data(), x.data(),
         lr.hidden.data(), qkv.data(),         attn.data(),          branch.data(),
-        gu.data(),        act.data(),         residual_f32.data()};
+        gu.data(),        act.data(),         residual_f32.data(),  lr.drafted.data()};
     std::unique_ptr<CpuOps> ops = make_ops_(threads, comm);
     lr.step.block(*ops, lr.sw, buf, b);
     if (comm && comm->tp_rank() != 0) return;

@@ -20,8 +20,9 @@ class CpuDraftBackend : public DraftBackend {
   // The TP ranks the layers are sharded over (DraftOptions::tp where the config
   // splits, else 1: replicated layers; cpu_plan says which and why).
   virtual int layer_tp_size() const = 0;
-  // The final-normed hidden states [rows * N, H] that layer rank `tp_rank` fed
-  // its vocabulary shard in the last propose (every rank holds the same bits).
+  // The final-normed hidden states [rows * Q, H] of every query slot (Q = N, or 1 + N
+  // in the fill-in layout, contract.md section 14) of layer rank `tp_rank` in the last
+  // propose; the drafted ones fed its vocabulary shard (every rank holds the same bits).
   virtual std::vector<bf16> last_hidden(int tp_rank) const = 0;
   // Layer rank `tp_rank`'s shard of one layer's KV cache:
   // [pages * page_size, kv_heads / layer_tp_size(), 2 * head_dim] (its KV heads).

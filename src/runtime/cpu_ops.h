@@ -39,6 +39,9 @@ class CpuOps : public StepOps {
   void rope(const ops::RopeParams& p) override { cpu::rope(p, th_); }
   void kv_insert(const ops::KvInsertParams& p) override { cpu::kv_insert(p); }
   void prepare_query_block(const ops::QueryBlockParams& p) override { cpu::prepare_query_block(p); }
+  void select_drafted_rows(const ops::DraftedRowsParams& p) override {
+    cpu::select_drafted_rows(p);
+  }
   void embed(const ops::EmbedParams& p) override { cpu::embed(p); }
   void widen(const ops::WidenParams& p) override { cpu::widen(p); }
   void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,

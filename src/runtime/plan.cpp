@@ -72,6 +72,12 @@ StepPlan cpu_plan(const ModelConfig& c, int tp) {
                                        (tp > 1 ? "; the projection replicated on every rank" : "")
                                  : std::string())},
   };
+  if (!c.sample_from_anchor)
+    plan.parts.insert(plan.parts.begin() + 3,
+                      {"layout", "fill-in",
+                       "1 + N query slots per request (contract.md section 14): the backbone "
+                       "and the KV insert over every slot, then slots 1 .. N copied out for "
+                       "lm_head, the Markov loop and the cache"});
   if (c.confidence_head)
     plan.parts.push_back({"confidence head", "eager",
                           "after the Markov loop on rank 0, replicated (one canonical dot product "

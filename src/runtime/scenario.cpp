@@ -57,7 +57,7 @@ DraftOptions scenario_draft_options(const ModelConfig& c, const ScenarioOptions&
   DraftOptions o;
   const int rows = static_cast<int>(s.request_ids.size() + s.padding_before.size());
   const int64_t max_pos =
-      s.min_prompt + 16 + static_cast<int64_t>(s.rounds + 1) * (c.block_size + 1) + c.block_size;
+      s.min_prompt + 16 + static_cast<int64_t>(s.rounds + 1) * (c.block_size + 1) + c.query_slots();
   o.page_size = s.page_size;
   o.max_pages_per_req = static_cast<int>((max_pos + s.page_size - 1) / s.page_size);
   const int max_id =

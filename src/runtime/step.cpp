@@ -204,7 +204,7 @@ ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int3
                                                  const BlockBuffers& buf) const {
   const LayerAttention la = c_.attention_of(layer);
   ops::AttentionParams ap;
-  ap.tokens = rows * c_.block_size;
+  ap.tokens = rows * c_.query_slots();
   ap.requests = rows;
   ap.heads = heads_;
   ap.kv_heads = kv_heads_;
@@ -224,7 +224,7 @@ ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int3
 
 void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
                       const ProposeBatch& b) const {
-  const int R = b.num_rows, N = c_.block_size, T = R * N, H = c_.hidden_size;
+  const int R = b.num_rows, Q = c_.query_slots(), T = R * Q, H = c_.hidden_size;
   const int I = inter_, hd = c_.head_dim, L = c_.num_layers;
   const int W = qkv_.width, q = q_;
   if (ops.layer_tp_size() != shard_.tp_size)
@@ -232,9 +232,9 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
                           " layer ranks on an op table of " + std::to_string(ops.layer_tp_size()));
   ops.mark(0);
 
-  // The query block: anchor then N-1 mask tokens at positions a .. a+N-1.
+  // The query block: anchor then Q-1 mask tokens at positions a .. a+Q-1.
   const ops::QueryBlockParams qp{.rows = R,
-                                 .steps = N,
+                                 .steps = Q,
                                  .page_size = o_.page_size,
                                  .max_pages = o_.max_pages_per_req,
                                  .mask_token = c_.mask_token_id,
@@ -302,6 +302,17 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
     ops.gemm_all_reduce_boundary(
         down, boundary_params(T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta, next), residual,
         buf.h);
+  }
+  // The fill-in layout: slots 1 .. N of each request are the drafted rows.
+  if (!c_.sample_from_anchor) {
+    if (!buf.drafted) throw InvalidArgument("DraftStep: the fill-in layout needs buf.drafted");
+    ops.select_drafted_rows(ops::DraftedRowsParams{.rows = R,
+                                                   .slots = Q,
+                                                   .drafted = c_.block_size,
+                                                   .first = c_.first_drafted_slot(),
+                                                   .hidden = H,
+                                                   .in = buf.h,
+                                                   .out = buf.drafted});
   }
   ops.mark(2);
 }

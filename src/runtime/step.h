@@ -70,6 +70,8 @@ class StepOps {
   virtual void rope(const ops::RopeParams& p) = 0;
   virtual void kv_insert(const ops::KvInsertParams& p) = 0;
   virtual void prepare_query_block(const ops::QueryBlockParams& p) = 0;
+  // The fill-in layout's drafted rows (ops/query_block.h, contract.md section 14).
+  virtual void select_drafted_rows(const ops::DraftedRowsParams& p) = 0;
   virtual void embed(const ops::EmbedParams& p) = 0;
   virtual void widen(const ops::WidenParams& p) = 0;
   virtual void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,
@@ -123,7 +125,9 @@ struct StepWeights {
 struct ContextBuffers {
   bf16 *h = nullptr, *normed = nullptr, *layer_in = nullptr, *kv = nullptr;
 };
-// Scratch of the query block for T = rows * N tokens (sizes in block_buffer_sizes).
+// Scratch of the query block for T = rows * Q tokens, Q = query_slots() (sizes in
+// block_sizes); `drafted` [rows * N, H] holds the fill-in layout's drafted rows
+// (contract.md section 14; unused, may be null, in the anchor layout).
 struct BlockBuffers {
   int64_t *ids = nullptr, *positions = nullptr, *slots = nullptr;
   int32_t* token_request = nullptr;
@@ -131,6 +135,7 @@ struct BlockBuffers {
   bf16 *x = nullptr, *h = nullptr, *qkv = nullptr, *attn = nullptr, *branch = nullptr,
        *gu = nullptr, *act = nullptr;
   float* residual_f32 = nullptr;  // only for an fp32 residual
+  bf16* drafted = nullptr;        // only in the fill-in layout
 };
 
 // Element counts of each buffer for `tokens` tokens (a backend allocates them).
@@ -156,11 +161,25 @@ class DraftStep {
   void context_chain(StepOps& ops, const StepWeights& w, const ContextBuffers& buf, int tokens,
                      const bf16* hidden, const int64_t* positions, const int64_t* slots) const;
 
-  // The query block of `b` (anchor, N-1 mask tokens), the embedding and the backbone:
-  // leaves the final-normed hidden state of every token in buf.h [rows*N, H] and
-  // buf.safe_anchor / buf.safe_position for the Markov loop.
+  // The query block of `b` (the anchor, then Q-1 mask tokens: Q = N, or 1 + N in the
+  // fill-in layout, contract.md section 14), the embedding and the backbone: leaves the
+  // final-normed hidden state of every query slot in buf.h [rows*Q, H], the drafted
+  // rows [rows*N, H] at drafted(buf) (buf.h itself in the anchor layout; buf.drafted,
+  // selected from it, in the fill-in layout) and buf.safe_anchor / buf.safe_position
+  // for the Markov loop.
   void block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
              const ProposeBatch& b) const;
+  // Where block() leaves the drafted rows [rows*N, H]: what lm_head, the Markov loop and
+  // the confidence head read.
+  const bf16* drafted(const BlockBuffers& buf) const {
+    return c_.sample_from_anchor ? buf.h : buf.drafted;
+  }
+  // Elements of buf.drafted for `rows` requests (0 in the anchor layout).
+  size_t drafted_size(int rows) const {
+    return c_.sample_from_anchor
+               ? 0
+               : static_cast<size_t>(rows) * c_.block_size * static_cast<size_t>(c_.hidden_size);
+  }
 
   // The confidence head (contract.md section 9) after the Markov loop: one value per
   // (row, step) of b from `hidden` [rows*N, H] (what block() leaves in buf.h),
@@ -171,7 +190,7 @@ class DraftStep {
                   const int64_t* tokens, const bf16* w1, const bf16* weight, const bf16* bias,
                   float* out) const;
 
-  // The attention params of layer `layer` for `rows` requests of N block tokens
+  // The attention params of layer `layer` for `rows` requests of Q block tokens
   // (every kv length bounded by max_positions): what block() runs, and what sizes
   // the GPU's workspace.
   ops::AttentionParams attention_params(int rows, int layer, const int32_t* block_tables,

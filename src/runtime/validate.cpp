@@ -150,13 +150,14 @@ void validate_propose(const ModelConfig& c, const DraftOptions& o, const Propose
     require(tok >= 0 && tok < c.vocab_size, row + "anchor token " + std::to_string(tok) +
                                                 " is outside [0, " + std::to_string(c.vocab_size) +
                                                 ")");
-    // a + N <= limit, written so that no sum can overflow (a may be INT64_MAX).
+    // a + Q <= limit (Q = the query slots: N, or 1 + N in the fill-in layout), written
+    // so that no sum can overflow (a may be INT64_MAX).
     const int64_t a = b.anchor_positions[r];
-    require(a >= 0 && a <= limit - c.block_size, row + "anchor position " + std::to_string(a) +
-                                                     " + block " + std::to_string(c.block_size) +
-                                                     " exceeds the " + std::to_string(limit) +
-                                                     " positions" + limit_reason(c, o));
-    const int pages = static_cast<int>((a + c.block_size + o.page_size - 1) / o.page_size);
+    const int Q = c.query_slots();
+    require(a >= 0 && a <= limit - Q,
+            row + "anchor position " + std::to_string(a) + " + block " + std::to_string(Q) +
+                " exceeds the " + std::to_string(limit) + " positions" + limit_reason(c, o));
+    const int pages = static_cast<int>((a + Q + o.page_size - 1) / o.page_size);
     for (int p = 0; p < pages; ++p) {
       const int32_t page = b.block_tables[static_cast<int64_t>(r) * o.max_pages_per_req + p];
       require(page >= 0 && page < o.num_pages,

@@ -204,6 +204,31 @@ TEST(Cli, MarkovHeadPresetsCheckAndPlan) {
   }
 }
 
+// The fill-in layout (contract.md section 14) from the command line: make-checkpoint's
+// tiny-fillin writes the speculators form, the demo drafts 7 tokens a request from it, the
+// plan names the layout, and `check --tp 2` compares TP 2 with TP 1.
+TEST(Cli, FillInCheckpointDemoPlanAndCheck) {
+  testing::TempDir dir;
+  ASSERT_EQ(run("make-checkpoint --preset tiny-fillin --out " + dir.path()).rc, 0);
+  std::ifstream cfg_in(dir / "config.json");
+  const std::string json((std::istreambuf_iterator<char>(cfg_in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"speculators_model_type\": \"dspark\""), std::string::npos) << json;
+  Result r = run("demo --backend cpu --checkpoint " + dir.path() + " --requests 2 --rounds 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::regex line(R"(draft:( \d+){7} +accepted)");
+  int lines = 0;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) lines += std::regex_search(l, line);
+  EXPECT_EQ(lines, 4) << r.out;
+  r = run("plan --backend cpu --checkpoint " + dir.path());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("layout: fill-in (1 + N query slots"), std::string::npos) << r.out;
+  r = run("check --backend cpu --tp 2 --rounds 2 --checkpoint " + dir.path());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("comparisons bit for bit equal"), std::string::npos) << r.out;
+}
+
 // plan --tp N (the GPU's plan is host logic: a CUDA build needs no GPU for it) says
 // how the ranks shard: tiny's layers split over 2 ranks, not over 4 (2 KV heads).
 TEST(Cli, PlanTpNSaysHowTheRanksShard) {

@@ -72,6 +72,53 @@ TEST(CpuOpsQueryBlock, BadParamsAreRefused) {
   EXPECT_THROW(prepare_query_block(p), InvalidArgument);
 }
 
+// The fill-in layout's drafted rows (ops/query_block.h, contract.md section 14): every
+// element of out is the element of in the formula names, written out here entry by entry.
+TEST(CpuOpsDraftedRows, MatchesTheFormula) {
+  uint64_t seed = 0x5D1200;
+  for (int rows : {1, 2, 5})
+    for (int slots : {2, 8, 9})
+      for (int hidden : {1, 3, 64}) {
+        ++seed;
+        const int drafted = slots - 1, first = 1;
+        SCOPED_TRACE("rows " + std::to_string(rows) + " slots " + std::to_string(slots) +
+                     " hidden " + std::to_string(hidden));
+        Gen gen(seed);
+        std::vector<bf16> in(static_cast<size_t>(rows) * slots * hidden);
+        for (auto& v : in) v = bf16{static_cast<uint16_t>(gen.integer(0, 0xffff))};
+        std::vector<bf16> out(static_cast<size_t>(rows) * drafted * hidden, bf16{0x1234});
+        select_drafted_rows(
+            ops::DraftedRowsParams{rows, slots, drafted, first, hidden, in.data(), out.data()});
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < drafted; ++j)
+            for (int i = 0; i < hidden; ++i)
+              ASSERT_EQ(out[(static_cast<size_t>(r) * drafted + j) * hidden + i].bits,
+                        in[(static_cast<size_t>(r) * slots + first + j) * hidden + i].bits)
+                  << "row " << r << " slot " << first + j << " element " << i;
+      }
+}
+
+TEST(CpuOpsDraftedRows, BadParamsAreRefused) {
+  std::vector<bf16> in(64), out(64);
+  const ops::DraftedRowsParams good{2, 4, 3, 1, 8, in.data(), out.data()};
+  EXPECT_NO_THROW(select_drafted_rows(good));
+  ops::DraftedRowsParams p = good;
+  p.first = 2;  // first + drafted > slots
+  EXPECT_THROW(select_drafted_rows(p), InvalidArgument);
+  p = good;
+  p.drafted = 0;
+  EXPECT_THROW(select_drafted_rows(p), InvalidArgument);
+  p = good;
+  p.rows = 0;
+  EXPECT_THROW(select_drafted_rows(p), InvalidArgument);
+  p = good;
+  p.out = nullptr;
+  EXPECT_THROW(select_drafted_rows(p), InvalidArgument);
+  p = good;
+  p.out = in.data();
+  EXPECT_THROW(select_drafted_rows(p), InvalidArgument);
+}
+
 // out[i] = f32(x[i]): the bf16 bits in the upper half, for every bf16 pattern
 // (NaN payloads, signed zeros, infinities, subnormals).
 TEST(CpuOpsWiden, EveryBf16PatternWidensExactly) {

@@ -48,6 +48,7 @@ class FrontOps : public StepOps {
  public:
   void gemm(const ops::GemmParams&) override { no(); }
   void prepare_query_block(const ops::QueryBlockParams&) override { no(); }
+  void select_drafted_rows(const ops::DraftedRowsParams&) override { no(); }
   void attention(const ops::AttentionParams&, const bf16*, const bf16*, bf16*) override { no(); }
   void o_norm_gate(const ops::ONormGateParams&) override { no(); }
   void residual_boundary(const ops::BoundaryParams&, const bf16*, void*, bf16*) override { no(); }

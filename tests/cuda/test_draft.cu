@@ -363,6 +363,64 @@ TEST(CudaDraft, ReducedDraftVocabularyCpuEqualsEagerEqualsFused) {
   EXPECT_NO_THROW(cuda::CudaDraft(ckpt, DraftOptions{}));
 }
 
+// The fill-in layout (contract.md section 14, preset tiny-fillin: 1 + 7 query slots, a
+// speculators-format config.json): CPU == GPU eager == GPU fused (fused fronts, the fused
+// Markov loop, the CUDA graph), bit for bit, on tokens, the cache and every KV cache (the
+// block's 1 + N slots inserted), both layer styles, a padding row; the plan names the layout.
+// Then with the confidence head (fused loop, confidences compared) and with a reduced draft
+// vocabulary (the eager loop, as section 11.4 says).
+TEST(CudaDraft, FillInLayoutCpuEqualsEagerEqualsFused) {
+  SD_REQUIRE_GPU();
+  for (const char* style : {"qwen3", "muse"}) {
+    SCOPED_TRACE(style);
+    auto ckpt = make_preset("tiny-fillin", style);
+    ASSERT_FALSE(ckpt->config().sample_from_anchor);
+    ScenarioOptions s;
+    s.request_ids = {0, 1, 2, 3};
+    s.padding_before = {2};
+    s.rounds = 3;
+    const CheckReport report = cuda::check_draft(ckpt, s);
+    std::printf("tiny-fillin/%s:\n%s", style, report.text().c_str());
+    EXPECT_TRUE(report.ok()) << report.text();
+    EXPECT_EQ(report.mode, "Markov loop fused");
+    cuda::CudaDraft draft(ckpt, DraftOptions{});
+    EXPECT_TRUE(draft.plan().runs("layout", "fill-in")) << draft.plan().text();
+  }
+  for (const int variant : {1, 2}) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    test::TempDir dir;
+    ModelConfig c = preset_config("tiny-fillin", "muse");
+    if (variant == 1) c.confidence_head = c.confidence_head_with_markov = true;
+    if (variant == 2) c.draft_vocab_size = 612;
+    write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+    auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
+    ScenarioOptions s;
+    s.request_ids = {0, 1, 2};
+    s.padding_before = {1};
+    s.rounds = 3;
+    const CheckReport report = cuda::check_draft(ckpt, s);
+    std::printf("tiny-fillin variant %d:\n%s", variant, report.text().c_str());
+    EXPECT_TRUE(report.ok()) << report.text();
+    EXPECT_EQ(report.mode, variant == 2 ? "Markov loop eager, fused refused" : "Markov loop fused");
+  }
+}
+
+// The GPU backend's TP ranks on one device in the fill-in layout (layers and vocabulary
+// sharded) give TP 1's bits, every rank's hidden states of the 1 + N slots included.
+TEST(CudaDraft, FillInLayoutTpRanksEqualTp1) {
+  SD_REQUIRE_GPU();
+  auto ckpt = make_preset("tiny-fillin", "qwen3");
+  ScenarioOptions s;
+  s.request_ids = {0, 1, 2};
+  s.padding_before = {1};
+  s.rounds = 2;
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const CheckReport report = cuda::check_tp(ckpt, s, tp, {0});
+    EXPECT_TRUE(report.ok()) << report.text();
+  }
+}
+
 // The GPU vocab-parallel loop does not take a reduced vocabulary (contract.md 11.4): TP 2
 // is refused by name before any allocation.
 TEST(CudaDraft, RefusesAReducedDraftVocabularyAboveTp1) {

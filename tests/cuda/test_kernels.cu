@@ -665,6 +665,36 @@ TEST(CudaPrepareQueryBlock, MatchesCpu) {
       }
 }
 
+// cuda::select_drafted_rows equals cpu::select_drafted_rows (held to the formula in
+// tests/cpu/test_step_ops.cpp), bit patterns of every kind, on odd and aligned hidden sizes
+// (the 8-byte path and the bf16 path), one and several rows, an offset input (unaligned).
+TEST(CudaSelectDraftedRows, MatchesCpu) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  uint64_t seed = 0x5D1100;
+  for (int rows : {1, 3, 8})
+    for (int hidden : {1, 7, 64, 130, 4096})
+      for (int offset : {0, 1}) {
+        ++seed;
+        const int slots = 8, drafted = 7, first = 1;
+        SCOPED_TRACE("select_drafted_rows rows " + std::to_string(rows) + " hidden " +
+                     std::to_string(hidden) + " offset " + std::to_string(offset));
+        Gen gen(seed);
+        std::vector<bf16> in(static_cast<size_t>(rows) * slots * hidden + offset);
+        for (auto& v : in) v = bf16{static_cast<uint16_t>(gen.integer(0, 0xffff))};
+        std::vector<bf16> want(static_cast<size_t>(rows) * drafted * hidden, bf16{0x1234});
+        cpu::select_drafted_rows(ops::DraftedRowsParams{rows, slots, drafted, first, hidden,
+                                                        in.data() + offset, want.data()});
+        DeviceBuffer<bf16> din(in, s);
+        DeviceBuffer<bf16> dout(std::vector<bf16>(want.size(), bf16{0x1234}), s);
+        cuda::select_drafted_rows(ops::DraftedRowsParams{rows, slots, drafted, first, hidden,
+                                                         din.data() + offset, dout.data()},
+                                  s);
+        EXPECT_TRUE(test::same_bits(dout.download(s), want, {hidden}));
+      }
+}
+
 // ---- argument checks
 // ------------------------------------------------------------------------------
 

@@ -192,7 +192,9 @@ TEST(Fuzz, ConfigLoader) {
   test::TempDir dir;
   const std::string ours = config_to_json(preset_config("tiny", "muse")).dump(2);
   const std::string hf = io::export_hf_config(preset_config("tiny")).dump(2);
-  Target t{"config", {ours, hf}, false, [](const std::string& p) {
+  // The speculators form (contract.md section 14), fill-in layout.
+  const std::string spec = io::export_speculators_config(preset_config("tiny-fillin")).dump(2);
+  Target t{"config", {ours, hf, spec}, false, [](const std::string& p) {
              const ModelConfig c = load_config_file(p);
              // Accepted: a valid config that round-trips through our JSON.
              c.validate();

@@ -12,6 +12,7 @@
 
 #include "common/errors.h"
 #include "common/files.h"
+#include "io/hf_config.h"
 #include "io/poke.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/error.h"
@@ -134,10 +135,14 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
 TEST(Checkpoint, Presets) {
   EXPECT_EQ(preset_names(),
             (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-topk-union",
-                                      "tiny-gated", "tiny-rnn", "qwen3-8b", "muse"}));
+                                      "tiny-gated", "tiny-rnn", "tiny-fillin", "qwen3-8b", "muse"}));
   EXPECT_EQ(preset_config("tiny-gated").markov_head_type, MarkovHeadType::gated);
   EXPECT_EQ(preset_config("tiny-rnn", "muse").markov_head_type, MarkovHeadType::rnn);
   EXPECT_EQ(preset_config("tiny").markov_head_type, MarkovHeadType::vanilla);
+  const ModelConfig fill = preset_config("tiny-fillin");
+  EXPECT_FALSE(fill.sample_from_anchor);
+  EXPECT_EQ(fill.block_size, 7);
+  EXPECT_EQ(fill.query_slots(), 8);
   EXPECT_EQ(preset_config("tiny-topk").markov_topk, 16);
   EXPECT_EQ(preset_config("tiny-topk-union").markov_topk, 16);
   EXPECT_EQ(preset_config("tiny-topk-union").markov_bias_topk, 8);
@@ -487,7 +492,53 @@ TEST(Checkpoint, RefusesConfigsOutOfScope) {
   cj["sample_from_anchor"] = false;
   test::write_file(dir / "config.json", cj.dump());
   expect_mentions(error_of<ConfigError>([&] { Checkpoint::load(dir.path()); }),
-                  {"the fill-in layout (sample_from_anchor = false) is not supported yet"});
+                  {"the fill-in layout (sample_from_anchor = false) in a Qwen3DSparkModel"});
+}
+
+// The fill-in preset (contract.md section 14) is written in the speculators form and loads
+// back to its config; so does a fill-in draft with a reduced vocabulary (its d2t), and our
+// JSON carries the muse style's fill-in config.
+TEST(Checkpoint, FillInPresetWritesAndLoadsTheSpeculatorsForm) {
+  for (const bool reduced : {false, true}) {
+    SCOPED_TRACE(reduced);
+    test::TempDir dir;
+    ModelConfig c = preset_config("tiny-fillin");
+    if (reduced) c.draft_vocab_size = 612;
+    write_synthetic_checkpoint(c, dir.path(), SyntheticOptions{});
+    const json cj = json::parse(test::read_file(dir / "config.json"));
+    EXPECT_EQ(cj.at("speculators_model_type"), "dspark");
+    EXPECT_EQ(cj.at("architectures"), json::array({"DSparkDraftModel"}));
+    EXPECT_EQ(cj.at("block_size"), 8);
+    EXPECT_EQ(cj.at("sample_from_anchor"), false);
+    EXPECT_EQ(cj.at("draft_vocab_size"), reduced ? 612 : 1000);
+    EXPECT_EQ(cj.at("transformer_layer_config").at("hidden_size"), 64);
+    const Checkpoint ck = Checkpoint::load(dir.path());
+    ModelConfig back = ck.config();
+    EXPECT_EQ(back.architecture, "DSparkDraftModel");
+    back.architecture = c.architecture;
+    EXPECT_EQ(config_to_json(back), config_to_json(c));
+  }
+  // A speculators checkpoint without the verifier's embed_tokens: the refusal says where
+  // to take it from.
+  {
+    test::TempDir dir;
+    const ModelConfig c = preset_config("tiny-fillin");
+    std::vector<TensorSpec> specs;
+    for (const TensorSpec& s : expected_tensors(c))
+      if (s.name != "embed_tokens.weight") specs.push_back(s);
+    write_checkpoint(dir.path(), c, specs);
+    test::write_file(dir / "config.json", io::export_speculators_config(c).dump());
+    expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
+                    {"missing tensor 'embed_tokens.weight'", "copy them from the target model"});
+  }
+  test::TempDir dir;
+  const ModelConfig muse = preset_config("tiny-fillin", "muse");
+  write_synthetic_checkpoint(muse, dir.path(), SyntheticOptions{});
+  const json cj = json::parse(test::read_file(dir / "config.json"));
+  EXPECT_EQ(cj.at("format"), "sparkdraft");
+  EXPECT_EQ(cj.at("sample_from_anchor"), false);
+  EXPECT_EQ(cj.at("block_size"), 7);  // our JSON: N
+  EXPECT_EQ(config_to_json(Checkpoint::load(dir.path()).config()), config_to_json(muse));
 }
 
 // A reduced draft vocabulary (contract.md section 11): tiny-d2t loads with lm_head and w2 of

@@ -238,10 +238,13 @@ TEST(Config, ValidateNamesTheBadField) {
     k.edit(c);
     expect_mentions(error_of<ConfigError>([&] { c.validate(); }), {k.field});
   }
+  // The fill-in layout validates (contract.md section 14): 1 + N query slots.
   ModelConfig c = preset_config("tiny");
   c.sample_from_anchor = false;
-  expect_mentions(error_of<ConfigError>([&] { c.validate(); }),
-                  {"the fill-in layout (sample_from_anchor = false) is not supported yet"});
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.query_slots(), c.block_size + 1);
+  EXPECT_EQ(c.first_drafted_slot(), 1);
+  EXPECT_EQ(preset_config("tiny").query_slots(), preset_config("tiny").block_size);
 }
 
 TEST(Config, ValidateAcceptsRankZeroAndAnyPositiveRank) {
@@ -443,9 +446,10 @@ TEST(Config, HfExportRoundTripsAndRefusesMuseStyle) {
                   {"no DeepSpec/HF config.json form"});
 }
 
-TEST(Config, ImportsAReducedDraftVocabularyAndRefusesTheSpeculatorsFormat) {
-  // The speculators config format itself stays refused (its field names differ), with
-  // or without a reduced vocabulary.
+TEST(Config, ImportsAReducedDraftVocabularyAndTheSpeculatorsFormat) {
+  // The speculators config format (contract.md section 14): the layer dims under
+  // transformer_layer_config with Qwen3Config's defaults for what to_diff_dict leaves
+  // out, the DSpark fields at the top level, block_size counting the query slots.
   const json j = json::parse(R"({
     "architectures": ["DSparkDraftModel"],
     "speculators_model_type": "dspark",
@@ -460,8 +464,74 @@ TEST(Config, ImportsAReducedDraftVocabularyAndRefusesTheSpeculatorsFormat) {
     "transformer_layer_config": {"model_type": "qwen3", "hidden_size": 2816, "vocab_size": 262144,
                                  "num_hidden_layers": 5}
   })");
-  expect_mentions(error_of<ConfigError>([&] { import_hf_config(j); }),
-                  {"speculators", "not supported"});
+  const ModelConfig s = import_hf_config(j);
+  EXPECT_EQ(s.architecture, "DSparkDraftModel");
+  EXPECT_TRUE(s.sample_from_anchor);
+  EXPECT_EQ(s.block_size, 8);  // the anchor layout: block_size = N
+  EXPECT_EQ(s.query_slots(), 8);
+  EXPECT_EQ(s.hidden_size, 2816);
+  EXPECT_EQ(s.vocab_size, 262144);
+  EXPECT_EQ(s.draft_vocab(), 32000);
+  EXPECT_EQ(s.num_layers, 5);
+  EXPECT_EQ(s.num_heads, 32);  // Qwen3Config's defaults
+  EXPECT_EQ(s.num_kv_heads, 32);
+  EXPECT_EQ(s.head_dim, 128);
+  EXPECT_EQ(s.intermediate_size, 22016);
+  EXPECT_EQ(s.rope_theta, 10000.0);
+  EXPECT_EQ(s.max_position_embeddings, 32768);
+  EXPECT_EQ(s.target_hidden_size, 2816);
+  EXPECT_EQ(s.target_layer_ids, (std::vector<int>{3, 10, 18, 25, 28}));
+  EXPECT_EQ(s.mask_token_id, 4);
+  EXPECT_EQ(s.markov_rank, 256);
+  // The fill-in layout: block_size 8 = 1 + 7 query slots, N = 7.
+  json fill = j;
+  fill["sample_from_anchor"] = false;
+  const ModelConfig f = import_speculators_config(fill);
+  EXPECT_FALSE(f.sample_from_anchor);
+  EXPECT_EQ(f.block_size, 7);
+  EXPECT_EQ(f.query_slots(), 8);
+  // Sliding layers: causal, unless sliding_window_non_causal.
+  json sliding = fill;
+  sliding["transformer_layer_config"]["layer_types"] = {"sliding_attention", "full_attention",
+                                                        "sliding_attention", "full_attention",
+                                                        "full_attention"};
+  sliding["transformer_layer_config"]["sliding_window"] = 2048;
+  const ModelConfig causal = import_speculators_config(sliding);
+  EXPECT_EQ(causal.attention_of(0), (LayerAttention{2048, true}));
+  EXPECT_EQ(causal.attention_of(1), (LayerAttention{0, false}));
+  sliding["sliding_window_non_causal"] = true;
+  const ModelConfig non_causal = import_speculators_config(sliding);
+  EXPECT_EQ(non_causal.attention_of(0), (LayerAttention{2048, false}));
+  EXPECT_EQ(non_causal.attention_of(1), (LayerAttention{0, false}));
+  // What the form cannot map is refused by name.
+  const std::vector<std::pair<void (*)(json&), std::vector<std::string>>> refusals = {
+      {[](json& x) { x["speculators_model_type"] = "eagle3"; }, {"'eagle3'", "only 'dspark'"}},
+      {[](json& x) { x["architectures"] = {"Eagle3Speculator"}; }, {"DSparkDraftModel"}},
+      {[](json& x) { x.erase("sample_from_anchor"); }, {"sample_from_anchor"}},
+      {[](json& x) { x.erase("block_size"); }, {"block_size"}},
+      {[](json& x) { x.erase("draft_vocab_size"); }, {"draft_vocab_size"}},
+      {[](json& x) { x.erase("aux_hidden_state_layer_ids"); }, {"aux_hidden_state_layer_ids"}},
+      {[](json& x) { x.erase("transformer_layer_config"); }, {"transformer_layer_config"}},
+      {[](json& x) {
+         x["sample_from_anchor"] = false;
+         x["block_size"] = 1;
+       },
+       {"block_size", ">= 2"}},
+      {[](json& x) { x["markov_head_type"] = "gated"; }, {"markov_head_type 'gated'"}},
+      {[](json& x) { x["topk_context"] = 64; }, {"topk_context"}},
+      {[](json& x) { x["projector_type"] = "domino"; }, {"projector_type 'domino'"}},
+      {[](json& x) { x["shift_label"] = true; }, {"shift_label"}},
+      {[](json& x) { x["transformer_layer_config"]["model_type"] = "llama"; },
+       {"transformer_layer_config.model_type", "llama"}},
+      {[](json& x) { x["transformer_layer_config"]["tie_word_embeddings"] = true; },
+       {"tie_word_embeddings"}},
+  };
+  for (const auto& [edit, needles] : refusals) {
+    json bad = j;
+    edit(bad);
+    SCOPED_TRACE(bad.dump());
+    expect_mentions(error_of<ConfigError>([&] { import_hf_config(bad); }), needles);
+  }
   // draft_vocab_size in the HF form (contract.md section 11).
   json flat = qwen3_8b();
   flat["draft_vocab_size"] = 32000;
@@ -529,9 +599,10 @@ TEST(Config, RefusesWhatTheRuntimeCannotRunExactly) {
     std::vector<std::string> needles;
   };
   const std::vector<Case> cases = {
-      {"fill-in",
+      {"fill-in in the HF form",
        [](json& j) { j["sample_from_anchor"] = false; },
-       {"the fill-in layout (sample_from_anchor = false) is not supported yet"}},
+       {"the fill-in layout (sample_from_anchor = false) in a Qwen3DSparkModel config.json",
+        "speculators form"}},
       {"unknown head",
        [](json& j) { j["markov_head_type"] = "lstm"; },
        {"markov_head_type", "lstm", "\"vanilla\", \"gated\", \"rnn\""}},

@@ -48,6 +48,8 @@ void kv_insert(const ops::KvInsertParams& p);
 
 // ---- ops/query_block.h, ops/embed.h, ops/mlp.h ----------------------------------------
 void prepare_query_block(const ops::QueryBlockParams& p);
+// The fill-in layout's drafted rows (ops/query_block.h, contract.md section 14).
+void select_drafted_rows(const ops::DraftedRowsParams& p);
 // Also refuses a negative id (naming the row).
 void embed(const ops::EmbedParams& p);
 void widen(const ops::WidenParams& p);

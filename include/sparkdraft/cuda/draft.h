@@ -106,7 +106,8 @@ class CudaDraft final : public DraftBackend {
   // slot (the TP 1 layout gathers the ranks' shards slot by slot).
   int tp_rank() const;
   int layer_tp_size() const;
-  // The last propose's final-normed hidden states [rows * N, H] (the same on every rank).
+  // The last propose's final-normed hidden states [rows * Q, H] of every query slot (Q = N,
+  // or 1 + N in the fill-in layout, contract.md section 14; the same on every rank).
   std::vector<bf16> last_hidden() const;
 
   // The device entry point of the context chain: the batch of store_context with

@@ -457,6 +457,7 @@ struct CudaDraft::Impl {
   // The device call: every stage on `s`, optionally bracketed by events.
   void run_device(const ProposeBatch& b, const ProposeOutputs& out, cudaStream_t s,
                   StageEvents* ev) {
+    // T: the drafted rows (N a request; the backbone ran Q = query_slots() a request).
     const int R = b.num_rows, N = c.block_size, T = R * N, H = c.hidden_size;
     if (R < 1 || R > o.max_reqs)
       throw InvalidArgument("propose_device: num_rows " + std::to_string(R) + " is outside [1, " +
@@ -471,8 +472,9 @@ struct CudaDraft::Impl {
     CudaOps ops = make_ops(s, ev);
     step.block(ops, sw, ws->block, b);
     last_rows = R;
-    ops.gemm(ops::gemm_of(ws->h.data(), H, lm_head.data(), T, vocab_shard, H, ws->base.data(),
-                          vocab_shard));
+    const bf16* drafted = step.drafted(ws->block);
+    ops.gemm(
+        ops::gemm_of(drafted, H, lm_head.data(), T, vocab_shard, H, ws->base.data(), vocab_shard));
     ops.mark(3);
     // The request rows, the padding rows' anchors made safe by the step (safe_anchor,
     // safe_position).
@@ -493,7 +495,7 @@ struct CudaDraft::Impl {
       eager_markov_loop(markov_head(), mb, markov->workspace(), s);
     // The confidence head after the loop (its tokens feed it), timed with the loop.
     if (out.confidences)
-      step.confidence(ops, b, ws->h.data(), ws->safe_anchor.data(), out.draft_tokens, w1.data(),
+      step.confidence(ops, b, drafted, ws->safe_anchor.data(), out.draft_tokens, w1.data(),
                       conf_w.data(), conf_b.data(), out.confidences);
     ops.mark(4);
   }
@@ -741,7 +743,7 @@ int CudaDraft::layer_tp_size() const { return impl_->rs.layers.tp_size; }
 
 std::vector<bf16> CudaDraft::last_hidden() const {
   const Impl& m = *impl_;
-  std::vector<bf16> host(static_cast<size_t>(m.last_rows) * m.c.block_size * m.c.hidden_size);
+  std::vector<bf16> host(static_cast<size_t>(m.last_rows) * m.c.query_slots() * m.c.hidden_size);
   m.ws->h.download(host.data(), host.size(), 0, m.stream);
   return host;
 }
@@ -856,6 +858,13 @@ StepPlan make_plan(const ModelConfig& c, const CudaDraftOptions& co,
       "from 9 to 64 tokens the gate_up GEMM with the SwiGLU in its epilogue (no [rows, 2I] "
       "intermediate); otherwise the gate_up GEMM then silu_mul (faster there)",
       "gate_up GEMM, then silu_mul"));
+  if (!c.sample_from_anchor)
+    plan.parts.push_back(
+        {"layout", "fill-in",
+         "1 + N query slots per request (contract.md section 14): the backbone and the KV "
+         "insert over every slot, then one kernel copies slots 1 .. N out (drafted_rows_kernel) "
+         "for lm_head, the Markov loop and the cache; only row counts differ, so the fused "
+         "parts and the CUDA graph run as in the anchor layout"});
   plan.parts.push_back({"lm_head", "eager", "one tensor-core chain GEMM"});
   if (c.confidence_head)
     plan.parts.push_back({"confidence head", "eager",

@@ -49,6 +49,9 @@ void CudaOps::kv_insert(const ops::KvInsertParams& p) { cuda::kv_insert(p, s_); 
 void CudaOps::prepare_query_block(const ops::QueryBlockParams& p) {
   cuda::prepare_query_block(p, s_);
 }
+void CudaOps::select_drafted_rows(const ops::DraftedRowsParams& p) {
+  cuda::select_drafted_rows(p, s_);
+}
 void CudaOps::embed(const ops::EmbedParams& p) { cuda::embed(p, s_); }
 void CudaOps::widen(const ops::WidenParams& p) { cuda::widen(p, s_); }
 void CudaOps::attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,

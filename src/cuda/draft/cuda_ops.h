@@ -68,6 +68,7 @@ class CudaOps final : public StepOps {
   void rope(const ops::RopeParams& p) override;
   void kv_insert(const ops::KvInsertParams& p) override;
   void prepare_query_block(const ops::QueryBlockParams& p) override;
+  void select_drafted_rows(const ops::DraftedRowsParams& p) override;
   void embed(const ops::EmbedParams& p) override;
   void widen(const ops::WidenParams& p) override;
   void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache,

@@ -18,9 +18,12 @@ void grow(DeviceBuffer<T>& buf, size_t size) {
 
 DraftWorkspace::DraftWorkspace(const ModelConfig& c, const DraftOptions& o, const DraftStep& step,
                                const WorkspaceShape& shape, cudaStream_t stream)
-    : max_tokens_(static_cast<int>(o.max_reqs) * c.block_size) {
+    : max_tokens_(static_cast<int>(o.max_reqs) * c.query_slots()) {
+  // T: the query block's tokens (Q a request); D: the drafted rows (N a request), what
+  // lm_head, the loop and the outputs hold (contract.md section 14).
   const size_t R = o.max_reqs, N = c.block_size;
   const int T = max_tokens_;
+  const size_t D = R * N;
   const BlockSizes n = step.block_sizes(T);
   ids = DeviceBuffer<int64_t>(n.per_token);
   positions = DeviceBuffer<int64_t>(n.per_token);
@@ -43,7 +46,11 @@ DraftWorkspace::DraftWorkspace(const ModelConfig& c, const DraftOptions& o, cons
                    kv_lens.data(), safe_anchor.data(), safe_position.data(), x.data(),
                    h.data(),       qkv_out.data(),     attn_out.data(),      branch.data(),
                    gu.data(),      act.data(),         residual_f32.data()};
-  base = DeviceBuffer<bf16>(static_cast<size_t>(T) * shape.vocab_shard);
+  if (const size_t n_drafted = step.drafted_size(static_cast<int>(R))) {
+    drafted = DeviceBuffer<bf16>(n_drafted);
+    block.drafted = drafted.data();
+  }
+  base = DeviceBuffer<bf16>(D * shape.vocab_shard);
   in_tables = DeviceBuffer<int32_t>(R * o.max_pages_per_req);
   for (int rows = 1; rows <= static_cast<int>(R); ++rows)
     for (int l = 0; l < c.num_layers; ++l)
@@ -55,9 +62,9 @@ DraftWorkspace::DraftWorkspace(const ModelConfig& c, const DraftOptions& o, cons
   in_seed = DeviceBuffer<int64_t>(R);
   in_slot = DeviceBuffer<int64_t>(R);
   in_temp = DeviceBuffer<float>(R);
-  out_tokens = DeviceBuffer<int64_t>(static_cast<size_t>(T));
+  out_tokens = DeviceBuffer<int64_t>(D);
   cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * N * c.vocab_size);
-  if (c.confidence_head) conf = DeviceBuffer<float>(static_cast<size_t>(T));
+  if (c.confidence_head) conf = DeviceBuffer<float>(D);
   SD_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0, cache.bytes(), stream));
 
   const ContextSizes cn = step.context_sizes(shape.max_context_tokens);

@@ -34,17 +34,19 @@ class DraftWorkspace {
   DraftWorkspace(const DraftWorkspace&) = delete;
   DraftWorkspace& operator=(const DraftWorkspace&) = delete;
 
-  int max_tokens() const { return max_tokens_; }  // max_reqs * block_size
+  int max_tokens() const { return max_tokens_; }  // max_reqs * query slots
 
-  // The query block's scratch for max_tokens tokens (`block` points into it), the lm_head
+  // The query block's scratch for max_tokens tokens (`block` points into it; the drafted
+  // rows of the fill-in layout, contract.md section 14), the lm_head
   // output and, where the layers shard, gemm_all_reduce's fp32 partials [T, H].
   DeviceBuffer<int64_t> ids, positions, slots, kv_lens, safe_anchor, safe_position;
   DeviceBuffer<int32_t> token_request;
   DeviceBuffer<bf16> x, h, qkv_out, attn_out, branch, gu, act;
+  DeviceBuffer<bf16> drafted;  // [max_reqs * N, H], the fill-in layout's drafted rows
   DeviceBuffer<float> residual_f32;
   DeviceBuffer<float> reduce_f32;
   BlockBuffers block;
-  DeviceBuffer<bf16> base;  // [T, vocab_shard]
+  DeviceBuffer<bf16> base;  // [max_reqs * N, vocab_shard]
   // Attention's split-K scratch: the most any batch of 1 .. max_reqs rows needs at the
   // longest context, over every layer.
   DeviceBuffer<unsigned char> attn;
@@ -55,7 +57,7 @@ class DraftWorkspace {
   DeviceBuffer<float> in_temp;
   DeviceBuffer<int32_t> in_tables;
   DeviceBuffer<bf16> cache;  // the draft-logits cache [cache_slots, N, V], zeroed
-  DeviceBuffer<float> conf;  // [max_tokens] confidences, with the confidence head
+  DeviceBuffer<float> conf;  // [max_reqs * N] confidences, with the confidence head
 
   // The device context chain's scratch (max_context_tokens tokens).
   DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;

@@ -32,6 +32,23 @@ __global__ void prepare_kernel(ops::QueryBlockParams p) {
   }
 }
 
+// One block per drafted row (r, j): a plain copy, so any word size gives the same bits.
+__global__ void drafted_rows_kernel(ops::DraftedRowsParams p) {
+  pdl_enter();
+  const int r = blockIdx.x / p.drafted, j = blockIdx.x % p.drafted;
+  const int64_t H = p.hidden;
+  const bf16* src = p.in + (static_cast<int64_t>(r) * p.slots + p.first + j) * H;
+  bf16* dst = p.out + static_cast<int64_t>(blockIdx.x) * H;
+  if (H % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 8 == 0 &&
+      reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+    const uint2* s = reinterpret_cast<const uint2*>(src);
+    uint2* d = reinterpret_cast<uint2*>(dst);
+    for (int64_t i = threadIdx.x; i < H / 4; i += blockDim.x) d[i] = s[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
 __global__ void widen_kernel(const bf16* x, int64_t n, float* out) {
   pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -69,6 +86,14 @@ void prepare_query_block(const ops::QueryBlockParams& p, cudaStream_t stream) {
                 LaunchShape{dim3(detail::blocks_for(total, 128, "prepare_query_block")), dim3(128),
                             0, stream},
                 p);
+}
+
+void select_drafted_rows(const ops::DraftedRowsParams& p, cudaStream_t stream) {
+  p.check();
+  const int64_t blocks = static_cast<int64_t>(p.rows) * p.drafted;
+  detail::require(blocks <= 2147483647, "select_drafted_rows", "too many rows");
+  launch_kernel("drafted_rows_kernel", drafted_rows_kernel,
+                LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(128), 0, stream}, p);
 }
 
 void widen(const ops::WidenParams& p, cudaStream_t stream) {
