@@ -73,3 +73,26 @@ def test_cpu_and_cuda_give_the_same_bits(head):
     d, gpu = drafted(ckpt, "cuda")
     same(gpu, cpu)
     assert any(f"{t} Markov head" in p["reason"] for p in d.plan), d.plan
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_with_the_fill_in_layout(t, tmp_path):
+    """A head in the fill-in layout (contract.md sections 13 and 14): the head reads the drafted
+    rows' hidden states; CPU TP 2 == TP 1, and CPU == CUDA where there is a GPU."""
+    ckpt = sparkdraft.make_checkpoint(tmp_path / t, "tiny-fillin", seed=3, markov_head_type=t)
+    assert ckpt.config["markov_head_type"] == t and not ckpt.config["sample_from_anchor"]
+    _, a = drafted(ckpt, "cpu")
+    _, b = drafted(ckpt, "cpu", tp=2)
+    same(a, b)
+    plain = sparkdraft.make_checkpoint(tmp_path / "plain", "tiny-fillin", seed=3)
+    _, c = drafted(plain, "cpu")
+    assert not np.array_equal(bits(a["out_draft_logits"]), bits(c["out_draft_logits"]))
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_with_the_fill_in_layout_cpu_equals_cuda(t, tmp_path):
+    require_cuda()
+    ckpt = sparkdraft.make_checkpoint(tmp_path / t, "tiny-fillin", seed=3, markov_head_type=t)
+    _, a = drafted(ckpt, "cpu")
+    _, g = drafted(ckpt, "cuda")
+    same(g, a)

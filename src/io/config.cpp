@@ -997,7 +997,7 @@ nlohmann::json export_speculators_config(const ModelConfig& c) {
   j["aux_hidden_state_layer_ids"] = c.target_layer_ids;
   j["mask_token_id"] = c.mask_token_id;
   j["markov_rank"] = c.markov_rank;
-  j["markov_head_type"] = "vanilla";
+  j["markov_head_type"] = to_string(c.markov_head_type);
   j["enable_confidence_head"] = c.confidence_head;
   j["confidence_head_with_markov"] = c.confidence_head_with_markov;
   for (const char* key :

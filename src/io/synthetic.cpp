@@ -195,8 +195,8 @@ void apply_style(ModelConfig& c, const std::string& style) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny",     "tiny-conf", "tiny-d2t",    "tiny-topk", "tiny-topk-union",
-          "tiny-gated", "tiny-rnn", "tiny-fillin", "qwen3-8b",  "muse"};
+  return {"tiny",       "tiny-conf", "tiny-d2t",    "tiny-topk", "tiny-topk-union",
+          "tiny-gated", "tiny-rnn",  "tiny-fillin", "qwen3-8b",  "muse"};
 }
 
 ModelConfig preset_config(const std::string& preset, const std::string& style) {
@@ -206,7 +206,7 @@ ModelConfig preset_config(const std::string& preset, const std::string& style) {
   if (preset == "tiny-d2t") c.draft_vocab_size = 612;  // 4 x 153: CPU TP 1, 2 and 4
   if (preset == "tiny-topk") c.markov_topk = 16;       // the top-k Markov loop (section 12)
   if (preset == "tiny-topk-union") c.markov_topk = 16, c.markov_bias_topk = 8;  // its union (12.5)
-  if (preset == "tiny-gated") c.markov_head_type = MarkovHeadType::gated;  // section 13
+  if (preset == "tiny-gated") c.markov_head_type = MarkovHeadType::gated;       // section 13
   if (preset == "tiny-rnn") c.markov_head_type = MarkovHeadType::rnn;
   if (preset == "tiny-fillin") c.sample_from_anchor = false;  // the fill-in layout (section 14)
   c.validate();

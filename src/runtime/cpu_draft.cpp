@@ -54,7 +54,7 @@ struct LayerRank {
   std::vector<bf16> hidden;   // the last propose's final hidden states [rows * Q, H]
   std::vector<bf16> drafted;  // the fill-in layout's drafted rows [rows * N, H]
   // The rows lm_head, the Markov loop and the confidence head read (contract.md section
-  // 13): every row in the anchor layout (drafted stays empty), else the drafted ones.
+  // 14): every row in the anchor layout (drafted stays empty), else the drafted ones.
   const bf16* drafted_rows() const { return drafted.empty() ? hidden.data() : drafted.data(); }
 };
 

@@ -133,9 +133,9 @@ TEST(Checkpoint, ExpectedTensorsFollowTheConfig) {
 }
 
 TEST(Checkpoint, Presets) {
-  EXPECT_EQ(preset_names(),
-            (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk", "tiny-topk-union",
-                                      "tiny-gated", "tiny-rnn", "tiny-fillin", "qwen3-8b", "muse"}));
+  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "tiny-conf", "tiny-d2t", "tiny-topk",
+                                                      "tiny-topk-union", "tiny-gated", "tiny-rnn",
+                                                      "tiny-fillin", "qwen3-8b", "muse"}));
   EXPECT_EQ(preset_config("tiny-gated").markov_head_type, MarkovHeadType::gated);
   EXPECT_EQ(preset_config("tiny-rnn", "muse").markov_head_type, MarkovHeadType::rnn);
   EXPECT_EQ(preset_config("tiny").markov_head_type, MarkovHeadType::vanilla);

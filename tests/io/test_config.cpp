@@ -490,6 +490,15 @@ TEST(Config, ImportsAReducedDraftVocabularyAndTheSpeculatorsFormat) {
   EXPECT_FALSE(f.sample_from_anchor);
   EXPECT_EQ(f.block_size, 7);
   EXPECT_EQ(f.query_slots(), 8);
+  // The Markov head's type reads and writes back (gated and rnn heads, section 13).
+  for (const MarkovHeadType t : {MarkovHeadType::gated, MarkovHeadType::rnn}) {
+    ModelConfig h = f;
+    h.markov_head_type = t;
+    h.draft_vocab_size = 0;  // the heads run the full vocabulary
+    const json out = io::export_speculators_config(h);
+    EXPECT_EQ(out.at("markov_head_type"), to_string(t));
+    EXPECT_EQ(import_speculators_config(out).markov_head_type, t);
+  }
   // Sliding layers: causal, unless sliding_window_non_causal.
   json sliding = fill;
   sliding["transformer_layer_config"]["layer_types"] = {"sliding_attention", "full_attention",

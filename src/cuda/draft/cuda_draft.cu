@@ -485,7 +485,7 @@ struct CudaDraft::Impl {
     mb.base_logits = ws->base.data();
     mb.draft_tokens = out.draft_tokens;
     mb.cache = out.draft_logits;
-    mb.hidden = ws->h.data();  // the final normed hidden states (the gated / rnn head's h)
+    mb.hidden = drafted;  // the drafted rows' final normed hidden states (the gated / rnn head's h)
     if (vp_markov) {
       const MarkovShard shard{w2.data(), ws->base.data()};
       vp_markov->run(mb, std::span<const MarkovShard>(&shard, 1), s);
