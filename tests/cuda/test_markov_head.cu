@@ -187,7 +187,8 @@ TEST(MarkovEager, HeadLoopMatchesCpuLoop) {
         positions[r] = gen.integer(0, int64_t{1} << 30);
         seeds[r] = gen.integer(INT64_MIN / 2, INT64_MAX / 2);
         temps[r] = tcycle[r % 4];
-        slots_of[r] = r == R - 1 && R > 2 ? -1 : (r * 3 + 1) % slots;
+        // Distinct slots (5 is prime to every `slots` here), the last row padding.
+        slots_of[r] = r == R - 1 && R > 2 ? -1 : (r * 5 + 1) % slots;
       }
       // CPU.
       DraftWeights w;
