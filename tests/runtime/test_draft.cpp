@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/bits.h"
+#include "common/draft_run.h"
 #include "common/errors.h"
 #include "common/files.h"
 #include "sparkdraft/checkpoint.h"
@@ -29,39 +30,9 @@ std::shared_ptr<const Checkpoint> tiny(const std::string& style, const TempDir& 
   return std::make_shared<const Checkpoint>(Checkpoint::load(dir.path()));
 }
 
-struct DraftRun {
-  std::vector<ScenarioRound> rounds;
-  std::vector<std::vector<bf16>> kv;
-};
-
-DraftRun run(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, int tp = 1,
-             int threads = 2, const DraftOptions* base = nullptr) {
-  DraftOptions o = base ? *base : scenario_draft_options(ckpt->config(), s);
-  o.tp = tp;
-  o.threads = threads;
-  auto backend = make_cpu_backend(ckpt, o);
-  DraftRun r;
-  r.rounds = run_scenario(*backend, s);
-  for (int l = 0; l < ckpt->config().num_layers; ++l) r.kv.push_back(backend->kv_cache(l));
-  return r;
-}
-
-// Every draft of request `id` in a equals the one in b (tokens and cache rows).
-void expect_same_request(const DraftRun& a, const DraftRun& b, int id, const std::string& what) {
-  ASSERT_EQ(a.rounds.size(), b.rounds.size());
-  for (size_t round = 0; round < a.rounds.size(); ++round) {
-    const RequestDraft* da = nullptr;
-    const RequestDraft* db = nullptr;
-    for (const auto& d : a.rounds[round].drafts)
-      if (d.request_id == id) da = &d;
-    for (const auto& d : b.rounds[round].drafts)
-      if (d.request_id == id) db = &d;
-    ASSERT_TRUE(da && db) << what << ": request " << id << " missing in round " << round;
-    EXPECT_EQ(da->tokens, db->tokens) << what << ": request " << id << " round " << round;
-    EXPECT_TRUE(test::same_bits(da->logits, db->logits))
-        << what << ": cache of request " << id << " round " << round;
-  }
-}
+using test::DraftRun;
+using test::expect_same_request;
+using test::run;
 
 class DraftStyles : public ::testing::TestWithParam<std::string> {};
 

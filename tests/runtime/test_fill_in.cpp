@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "common/bits.h"
+#include "common/draft_run.h"
 #include "common/files.h"
 #include "common/random.h"
 #include "runtime/cpu_draft.h"
@@ -172,38 +173,12 @@ TEST_P(FillIn, EqualsTheAnchorBackboneOfNPlusOneSlotsAndANaiveLoop) {
     ASSERT_EQ(f.cache[static_cast<size_t>(1) * N * V + i].bits, to_bf16(-3.0f).bits);
 }
 
-struct DraftRun {
-  std::vector<ScenarioRound> rounds;
-  std::vector<std::vector<bf16>> kv;
-};
+using test::DraftRun;
+using test::expect_same_request;
 
 DraftRun run(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, int tp,
              const DraftOptions& base) {
-  DraftOptions o = base;
-  o.tp = tp;
-  o.threads = 2;
-  auto backend = make_cpu_backend(ckpt, o);
-  DraftRun r;
-  r.rounds = run_scenario(*backend, s);
-  for (int l = 0; l < ckpt->config().num_layers; ++l) r.kv.push_back(backend->kv_cache(l));
-  return r;
-}
-
-void expect_same_request(const DraftRun& a, const DraftRun& b, int id, const std::string& what) {
-  ASSERT_EQ(a.rounds.size(), b.rounds.size());
-  for (size_t round = 0; round < a.rounds.size(); ++round) {
-    const RequestDraft* da = nullptr;
-    const RequestDraft* db = nullptr;
-    for (const auto& d : a.rounds[round].drafts)
-      if (d.request_id == id) da = &d;
-    for (const auto& d : b.rounds[round].drafts)
-      if (d.request_id == id) db = &d;
-    ASSERT_TRUE(da && db) << what << ": request " << id << " missing in round " << round;
-    EXPECT_EQ(da->tokens, db->tokens) << what << ": request " << id << " round " << round;
-    EXPECT_TRUE(test::same_bits(da->logits, db->logits))
-        << what << ": cache of request " << id << " round " << round;
-    EXPECT_EQ(da->confidences, db->confidences) << what << ": request " << id;
-  }
+  return test::run(ckpt, s, tp, 2, &base);
 }
 
 TEST_P(FillIn, TpRanksAndABatchWithPaddingGiveTheBitsOfOneRankAlone) {
