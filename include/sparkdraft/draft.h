@@ -75,6 +75,11 @@ struct ProposeBatch {
   const float* temperatures = nullptr;        // [rows] >= 0, finite
   const int64_t* cache_slots = nullptr;       // [rows] draft-logits cache row, -1 = padding
   const int32_t* block_tables = nullptr;      // [rows, max_pages_per_req]
+  // [rows] n_r in [0, N] or null (N): row r drafts steps j < n_r only; past its length its
+  // tokens are -1, its cache rows are not written and its confidences are +0. The backbone
+  // runs the whole block, so the first n_r steps are bit for bit a propose without lengths
+  // (contract.md 9.5).
+  const int32_t* lengths = nullptr;
 };
 
 struct ProposeOutputs {

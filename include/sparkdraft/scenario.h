@@ -16,6 +16,9 @@
 // value of mean 0 and variance 1 per (request, round, position, vocabulary id).
 // The draft then agrees with its stand-in target about as well as target_noise
 // lets it, so the acceptance is that of a real draft rather than a chosen rate.
+// With `lengths`, every odd round gives propose and the verifier a seeded per-request length
+// n in [0, N] (contract.md 9.5; the mock then accepts k <= n): the even rounds run the full
+// block, so one run covers both forms.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,7 @@ struct ScenarioOptions {
   int page_size = 16;
   bool real_verifier = false;  // the real verifier against the stand-in target (above)
   float target_noise = 1.0f;   // its noise scale (>= 0, finite)
+  bool lengths = false;        // per-request lengths in the odd rounds (above)
 };
 
 struct RequestDraft {
@@ -45,6 +49,7 @@ struct RequestDraft {
   std::vector<bf16> logits;     // [N, V] the request's draft-logits cache rows
   std::vector<float>
       confidences;      // [N] with the confidence head (contract.md section 9), else empty
+  int length = 0;       // n: the steps drafted (N without lengths)
   int accepted = 0;     // k: drafts the verifier accepted
   int64_t emitted = 0;  // the token it emitted at a + k + 1 (the next anchor)
 };

@@ -267,6 +267,7 @@ class Draft:
         out_draft_logits,
         stream=None,
         out_confidences=None,
+        lengths=None,
     ) -> None:
         """Drafts N tokens per row into ``out_tokens`` [rows, N] (int64) and the
         draft-logits cache ``out_draft_logits`` [cache_slots, N, V] (bf16, the rows of the
@@ -274,7 +275,11 @@ class Draft:
         temperature (float32 >= 0), cache slot (int64, -1 = padding row), block table
         [rows, max_pages_per_req] (int32). A draft with the confidence head
         (``enable_confidence_head``) also writes ``out_confidences`` [rows, N] (float32)
-        when given: the predicted survival of each drafted position (padding rows 0)."""
+        when given: the predicted survival of each drafted position (padding rows 0).
+        ``lengths`` [rows] int32 in [0, N] (optional: N) drafts only the first lengths[r]
+        steps of row r (contract.md 9.5): they are bit for bit the steps a call without
+        lengths gives; past it the tokens are -1, the cache rows are not written and the
+        confidences are 0. The same lengths then go to ``verify``."""
         self._d.propose(
             anchor_tokens,
             anchor_positions,
@@ -286,6 +291,7 @@ class Draft:
             out_draft_logits,
             self._stream(stream),
             out_confidences,
+            lengths,
         )
 
     def verify(

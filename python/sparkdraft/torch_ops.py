@@ -28,6 +28,7 @@ def propose(
     block_tables: torch.Tensor,
     out_tokens: torch.Tensor,
     out_draft_logits: torch.Tensor,
+    lengths: Optional[torch.Tensor] = None,
 ) -> None:
     _draft_of(draft).propose(
         anchor_tokens,
@@ -39,12 +40,13 @@ def propose(
         out_tokens,
         out_draft_logits,
         stream=None,
+        lengths=lengths,
     )
 
 
 @propose.register_fake
 def _propose_fake(draft, anchor_tokens, anchor_positions, seeds, temperatures, cache_slots,
-                  block_tables, out_tokens, out_draft_logits) -> None:
+                  block_tables, out_tokens, out_draft_logits, lengths=None) -> None:
     return None
 
 

@@ -390,7 +390,8 @@ ProposeArgs check_propose(const PyDraft& d, const std::string& fn, const Array& 
                           const Array& temperatures, const Array& cache_slots,
                           const Array& block_tables, const OutArray& out_tokens,
                           const OutArray& out_draft_logits,
-                          const OutArray* out_confidences = nullptr) {
+                          const OutArray* out_confidences = nullptr,
+                          const Array* lengths = nullptr) {
   const ModelConfig& c = d.config();
   const DraftOptions& o = d.options();
   if (anchor_tokens.ndim() != 1)
@@ -423,6 +424,9 @@ ProposeArgs check_propose(const PyDraft& d, const std::string& fn, const Array& 
     a.out.confidences = static_cast<float*>(
         check_array(*out_confidences, fn, "out_confidences", DT::f32, {R, N}, d.dev));
   }
+  if (lengths)  // contract.md 9.5
+    b.lengths =
+        static_cast<const int32_t*>(check_array(*lengths, fn, "lengths", DT::i32, {R}, d.dev));
   if (R < 1 || R > o.max_reqs)
     throw InvalidArgument(fn + ": rows " + std::to_string(R) +
                           " is outside [1, max_reqs = " + std::to_string(o.max_reqs) + "]");
@@ -496,8 +500,10 @@ void run_propose(PyDraft& d, const ProposeArgs& a, uintptr_t stream, bool valida
     const auto slots = to_host<int64_t>(b.cache_slots, R, s);
     const auto tables =
         to_host<int32_t>(b.block_tables, R * static_cast<size_t>(d.options().max_pages_per_req), s);
-    const ProposeBatch h{b.num_rows,   tok.data(),   pos.data(),   seeds.data(),
-                         temps.data(), slots.data(), tables.data()};
+    const auto lengths = b.lengths ? to_host<int32_t>(b.lengths, R, s) : std::vector<int32_t>();
+    const ProposeBatch h{
+        b.num_rows,   tok.data(),   pos.data(),    seeds.data(),
+        temps.data(), slots.data(), tables.data(), b.lengths ? lengths.data() : nullptr};
     validate_propose(d.config(), d.options(), h);
   }
   if (graphed)
@@ -958,19 +964,23 @@ NB_MODULE(_core, m) {
           [](PyDraft& d, const Array& anchor_tokens, const Array& anchor_positions,
              const Array& seeds, const Array& temperatures, const Array& cache_slots,
              const Array& block_tables, const OutArray& out_tokens,
-             const OutArray& out_draft_logits, uintptr_t stream, nb::object out_confidences) {
+             const OutArray& out_draft_logits, uintptr_t stream, nb::object out_confidences,
+             nb::object lengths) {
             // The confidence head's output (contract.md section 9): [rows, N] float32.
             OutArray conf;
             if (!out_confidences.is_none()) conf = nb::cast<OutArray>(out_confidences);
-            const ProposeArgs a =
-                check_propose(d, "propose", anchor_tokens, anchor_positions, seeds, temperatures,
-                              cache_slots, block_tables, out_tokens, out_draft_logits,
-                              out_confidences.is_none() ? nullptr : &conf);
+            // Per-request lengths (contract.md 9.5): [rows] int32.
+            Array len;
+            if (!lengths.is_none()) len = nb::cast<Array>(lengths);
+            const ProposeArgs a = check_propose(
+                d, "propose", anchor_tokens, anchor_positions, seeds, temperatures, cache_slots,
+                block_tables, out_tokens, out_draft_logits,
+                out_confidences.is_none() ? nullptr : &conf, lengths.is_none() ? nullptr : &len);
             run_propose(d, a, stream, d.validate, /*graphed=*/false);
           },
           "anchor_tokens"_a, "anchor_positions"_a, "seeds"_a, "temperatures"_a, "cache_slots"_a,
           "block_tables"_a, "out_tokens"_a, "out_draft_logits"_a, "stream"_a,
-          "out_confidences"_a = nb::none())
+          "out_confidences"_a = nb::none(), "lengths"_a = nb::none())
       // A zero-copy view of one layer's KV cache [slots, kv_heads, 2 * head_dim] bf16
       // (uint16 bits with as_bits, for numpy), kept alive by (and keeping alive) the draft.
       .def(

@@ -117,7 +117,8 @@ Command add_check(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "check",
       "Bit-for-bit check of the exactness contract over a multi-round scenario, on draft "
-      "tokens, the draft-logits cache and every KV cache. --backend cuda (the default, needs a "
+      "tokens, the draft-logits cache and every KV cache (the odd rounds draft seeded "
+      "per-request lengths, contract.md 9.5). --backend cuda (the default, needs a "
       "GPU): the CPU backend (every matrix product, GEMMs, attention and the Markov bias, on its "
       "own tensor-core twin; nothing borrowed from the GPU) vs the GPU eager path vs the GPU "
       "fused path. --tp N (N >= 2) with --backend cuda: the GPU backend at N TP ranks (--devices: "
@@ -145,7 +146,8 @@ Command add_check(CLI::App& app) {
               "tp-1 (NCCL, one GPU a rank)");
   add_tp_reduce(sub, opts->tp_reduce);
   return {sub, [opts]() -> int {
-            const ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
+            ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
+            s.lengths = true;  // the odd rounds with per-request lengths (contract.md 9.5)
             if (opts->backend == "cpu") {
               if (opts->tp < 2)
                 throw InvalidArgument(

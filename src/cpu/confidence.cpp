@@ -13,7 +13,7 @@ void confidence(const ops::ConfidenceParams& p, int threads) {
   parallel_for(static_cast<int64_t>(p.rows) * N, threads, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r = t / N, j = t % N;
-      if (p.cache_slots[r] < 0) {
+      if (!p.runs(r, j)) {
         p.out[t] = 0.0f;
         continue;
       }

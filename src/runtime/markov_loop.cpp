@@ -109,6 +109,8 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
                                    static_cast<int32_t>(offset), bias_topk)
                       : std::vector<TopkEntry>();
     for (int r = 0; r < R; ++r) {
+      // A row past its length (contract.md 9.5) runs no more steps: its packet is never read.
+      if (!ops::step_runs(rows.lengths, r, j)) continue;
       bf16* l = &local[(static_cast<size_t>(r) * N + j) * slice];
       const bf16* b = base + (static_cast<size_t>(r) * N + j) * slice;
       if (topk == 0) {
@@ -143,6 +145,10 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
       std::memcpy(all.data(), mine.data(), sizeof(MarkovPacket) * R);
     }
     for (int r = 0; r < R; ++r) {
+      if (!ops::step_runs(rows.lengths, r, j)) {
+        if (me == 0) out.draft_tokens[static_cast<size_t>(r) * N + j] = -1;
+        continue;
+      }
       // Fold in rank order with the rule (associative and commutative); a reduced
       // vocabulary adds the ids outside it as one candidate (-inf, fill) (section 11.2).
       MarkovPacket win = all[r];
@@ -173,6 +179,7 @@ void loop_slice(const MarkovInputs& in, Communicator* comm, const bf16* base,
     const int64_t slot = rows.cache_slots[r];
     if (slot < 0) continue;
     for (int j = 0; j < N; ++j) {
+      if (ops::step_slot(rows.cache_slots, rows.lengths, r, j) < 0) break;  // past the length
       bf16* row = out.draft_logits + (static_cast<size_t>(slot) * N + j) * V;
       if (c.reduced_vocab()) std::fill(row, row + V, neg_inf);  // ids outside the draft's
       for (int k = 0; k < tp; ++k) {
@@ -217,7 +224,8 @@ SafeMarkovRows::SafeMarkovRows(const ProposeBatch& b) {
     anchor_positions_.push_back(pad ? 0 : b.anchor_positions[r]);
   }
   view_ = ops::MarkovRows{b.num_rows, anchor_tokens_.data(), anchor_positions_.data(),
-                          b.seeds,    b.temperatures,        b.cache_slots};
+                          b.seeds,    b.temperatures,        b.cache_slots,
+                          b.lengths};
 }
 
 void run_markov_tp_rank(const MarkovInputs& in, Communicator* comm, const bf16* hidden,

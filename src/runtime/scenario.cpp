@@ -23,7 +23,17 @@ RequestRng rng_of(uint64_t seed, int request_id) {
   return RequestRng{static_cast<int64_t>(seed * 0x9E3779B97F4A7C15ull + request_id * 7919ull + 1)};
 }
 
-enum Stream : int64_t { kPrompt = 1, kHidden, kAccept, kBonus, kSeed, kTemp, kAnchor, kTarget };
+enum Stream : int64_t {
+  kPrompt = 1,
+  kHidden,
+  kAccept,
+  kBonus,
+  kSeed,
+  kTemp,
+  kAnchor,
+  kTarget,
+  kLength
+};
 
 // Synthetic target hidden state value: roughly N(0, 1) from a sum of uniforms.
 bf16 hidden_value(const RequestRng& rng, int64_t pos, int64_t i) {
@@ -136,6 +146,8 @@ std::vector<ScenarioRound> run_scenario(
     std::vector<int64_t> anchors(rows, 0), apos(rows, 0), seeds(rows, 0), cslots(rows, -1);
     std::vector<float> temps(rows, 0.0f);
     std::vector<int32_t> tables(static_cast<size_t>(rows) * o.max_pages_per_req, 0);
+    const bool with_lengths = s.lengths && round % 2 == 1;
+    std::vector<int32_t> lengths(rows, N);
     for (int r = 0; r < rows; ++r) {
       if (row_request[r] < 0) {
         // Padding row: garbage-looking values that must not matter.
@@ -143,8 +155,11 @@ std::vector<ScenarioRound> run_scenario(
         apos[r] = -3;
         seeds[r] = 77;
         temps[r] = 1.0f;
+        lengths[r] = -7;
         continue;
       }
+      if (with_lengths)
+        lengths[r] = static_cast<int32_t>(reqs[row_request[r]].rng.at(kLength, round) % (N + 1));
       const RequestState& st = reqs[row_request[r]];
       anchors[r] = st.anchor_token;
       apos[r] = st.anchor_pos;
@@ -153,8 +168,9 @@ std::vector<ScenarioRound> run_scenario(
       cslots[r] = st.id;
       block_table_of(st.id, &tables[static_cast<size_t>(r) * o.max_pages_per_req]);
     }
-    ProposeBatch pb{rows,         anchors.data(), apos.data(),  seeds.data(),
-                    temps.data(), cslots.data(),  tables.data()};
+    ProposeBatch pb{
+        rows,         anchors.data(), apos.data(),   seeds.data(),
+        temps.data(), cslots.data(),  tables.data(), with_lengths ? lengths.data() : nullptr};
     ProposeOutputs out{tokens.data(), cache.data()};
     std::vector<float> conf;
     if (backend.config().confidence_head) {
@@ -192,12 +208,14 @@ std::vector<ScenarioRound> run_scenario(
       vb.draft_logits = cache.data();
       vb.target_logits = target.data();
       vb.target_dtype = LogitsDType::f32;
+      vb.lengths = pb.lengths;
       backend.verify(vb, VerifyOutputs{accepted.data(), verified.data()});
     }
     for (int r = 0; r < rows; ++r) {
       if (row_request[r] < 0) continue;
       RequestState& st = reqs[row_request[r]];
       RequestDraft d{st.id, st.anchor_token, st.anchor_pos, st.temperature, {}, {}, {}};
+      d.length = lengths[r];
       d.tokens.assign(tokens.begin() + static_cast<size_t>(r) * N,
                       tokens.begin() + static_cast<size_t>(r + 1) * N);
       const bf16* rowc = cache.data() + static_cast<size_t>(st.id) * N * V;
@@ -208,6 +226,9 @@ std::vector<ScenarioRound> run_scenario(
       if (s.real_verifier) {
         d.accepted = accepted[r];
         d.emitted = verified[static_cast<size_t>(r) * (N + 1) + d.accepted];
+      } else if (with_lengths) {  // the mock: a seeded k <= n and a seeded token
+        d.accepted = static_cast<int>(st.rng.at(kAccept, round) % (d.length + 1));
+        d.emitted = st.rng.at(kBonus, round) % V;
       } else {  // the mock: a seeded k and a seeded token
         d.accepted = static_cast<int>(st.rng.at(kAccept, round) % N);
         d.emitted = st.rng.at(kBonus, round) % V;

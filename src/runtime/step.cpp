@@ -189,6 +189,7 @@ void DraftStep::confidence(StepOps& ops, const ProposeBatch& b, const bf16* hidd
   p.anchor_tokens = anchors;
   p.draft_tokens = tokens;
   p.cache_slots = b.cache_slots;
+  p.lengths = b.lengths;
   p.w1 = w1;
   p.weight = weight;
   p.bias = bias;

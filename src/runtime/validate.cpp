@@ -144,6 +144,10 @@ void validate_propose(const ModelConfig& c, const DraftOptions& o, const Propose
                                                     " is outside [-1, " +
                                                     std::to_string(o.cache_slots) + ")");
     if (slot < 0) continue;  // padding row: nothing is read or written for it
+    if (b.lengths)           // contract.md 9.5
+      require(b.lengths[r] >= 0 && b.lengths[r] <= c.block_size,
+              row + "length " + std::to_string(b.lengths[r]) +
+                  " is outside [0, block_size = " + std::to_string(c.block_size) + "]");
     require(used_slots.insert(slot).second,
             row + "cache slot " + std::to_string(slot) + " is used by two rows");
     const int64_t tok = b.anchor_tokens[r];

@@ -487,5 +487,99 @@ TEST(CudaDraft, RefusesTheTopkMarkovLoopAboveTp1) {
       {"top-k Markov loop", "markov_topk 8", "TP 1 only", "tp 2"});
 }
 
+// Per-request lengths (contract.md 9.5) through `check` on every tiny preset: the scenario's
+// odd rounds draft seeded lengths in [0, N] (ScenarioOptions::lengths), and the CPU, the GPU
+// eager path and the GPU fused path give the same tokens (-1 past the length), cache rows (not
+// written past it), confidences and KV caches.
+TEST(CudaDraft, LengthsCpuEqualsEagerEqualsFused) {
+  SD_REQUIRE_GPU();
+  const std::pair<const char*, const char*> presets[] = {
+      {"tiny", "qwen3"},       {"tiny", "muse"},       {"tiny-conf", "qwen3"},
+      {"tiny-d2t", "qwen3"},   {"tiny-topk", "qwen3"}, {"tiny-topk-union", "qwen3"},
+      {"tiny-gated", "qwen3"}, {"tiny-rnn", "qwen3"},  {"tiny-fillin", "qwen3"}};
+  for (const auto& [preset, style] : presets) {
+    SCOPED_TRACE(std::string(preset) + "/" + style);
+    auto ckpt = make_preset(preset, style);
+    ScenarioOptions s;
+    s.request_ids = {0, 1, 2, 3, 4};
+    s.padding_before = {2};
+    s.rounds = 4;
+    s.lengths = true;
+    const CheckReport report = cuda::check_draft(ckpt, s);
+    std::printf("%s/%s with lengths:\n%s", preset, style, report.text().c_str());
+    EXPECT_TRUE(report.ok()) << report.text();
+  }
+}
+
+// The device API's lengths live in device memory: one captured graph replays for any lengths
+// (nothing recaptured), a device length past N counts as N and a negative one as 0, and each
+// replay equals the host API with the same lengths (tokens, and the cache rows past a length
+// keep the caller's junk in both).
+TEST(CudaDraft, DeviceLengthsReplayInOneGraphAndEqualTheHostApi) {
+  SD_REQUIRE_GPU();
+  auto ckpt = make_preset("tiny", "qwen3");
+  const ModelConfig& c = ckpt->config();
+  const int N = c.block_size;
+  DraftOptions o;
+  o.max_reqs = 3;
+  o.cache_slots = 4;
+  o.threads = 2;
+  cuda::CudaDraftOptions co;
+  co.max_context_tokens = 33;
+  cuda::CudaDraft host(ckpt, o, co), dev(ckpt, o, co);
+  test::Gen gen(0x5D2100);
+  std::printf("seed 0x5D2100\n");
+  const test::ThreeRequests in(c, o, gen);  // row 1 is padding
+  const size_t n_tokens = static_cast<size_t>(in.R) * N;
+  const size_t n_cache = static_cast<size_t>(o.cache_slots) * N * c.vocab_size;
+  const bf16 junk{0xABAB};
+  host.store_context(in.context());
+
+  cuda::DeviceStream stream;
+  const cudaStream_t s = stream.get();
+  const test::ThreeRequests::OnDevice d = in.upload(s);
+  cuda::DeviceBuffer<bf16> d_cache(std::vector<bf16>(n_cache, junk), s);
+  cuda::DeviceBuffer<int64_t> d_tokens(std::vector<int64_t>(n_tokens, -5), s);
+  cuda::DeviceBuffer<int32_t> d_len(std::vector<int32_t>(in.R, N), s);
+  const ContextBatch db_ctx = d.context();
+  ProposeBatch db = d.batch();
+  db.lengths = d_len.data();
+  const ProposeOutputs dout{d_tokens.data(), d_cache.data()};
+  auto step = [&](cudaStream_t st) {
+    dev.store_context_device(db_ctx, st);
+    dev.propose_device(db, dout, st);
+  };
+  step(s);  // warm-up: loads the kernels before the capture
+  const cuda::GraphExec graph(s, step);
+  // (device lengths, the host's): rows 0 and 2 are requests, row 1 padding (never read).
+  const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> cases = {
+      {{N, 5, N}, {N, 5, N}},
+      {{3, 5, 0}, {3, 5, 0}},
+      {{99, -8, -3}, {N, 0, 0}},
+      {{1, 0, N - 1}, {1, 0, N - 1}}};
+  for (const auto& [dl, hl] : cases) {
+    SCOPED_TRACE("lengths " + std::to_string(dl[0]) + " " + std::to_string(dl[2]));
+    d_len.upload(dl, s);
+    d_cache.upload(std::vector<bf16>(n_cache, junk), s);
+    d_tokens.upload(std::vector<int64_t>(n_tokens, -5), s);
+    graph.launch(s);
+    SD_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<int64_t> want_tokens(n_tokens, -5);
+    std::vector<bf16> want_cache(n_cache, junk);
+    ProposeBatch hb = in.batch();
+    hb.lengths = hl.data();
+    host.propose(hb, {want_tokens.data(), want_cache.data()});
+    const std::vector<int64_t> got = d_tokens.download(s);
+    for (int r : {0, 2})
+      for (int j = 0; j < N; ++j) {
+        const size_t i = static_cast<size_t>(r) * N + j;
+        EXPECT_EQ(got[i], want_tokens[i]) << "row " << r << " step " << j;
+        if (j >= hl[r]) EXPECT_EQ(got[i], -1) << "row " << r << " step " << j << " past the length";
+      }
+    EXPECT_TRUE(test::same_bits(d_cache.download(s), want_cache, {c.vocab_size}))
+        << "draft-logits cache";
+  }
+}
+
 }  // namespace
 }  // namespace sparkdraft

@@ -326,8 +326,8 @@ TEST(MarkovEager, StepLogitsMatchCpu) {
         ops::MarkovRows mrows;
         mrows.num_rows = rows;
         mrows.cache_slots = d_slots.data();
-        cuda::markov_step_logits(d_base.data(), vocab, d_bias.data(), mrows, vocab, t, d_l.data(),
-                                 d_cache.data(), vocab, stream.get());
+        cuda::markov_step_logits(d_base.data(), vocab, d_bias.data(), mrows, 0, vocab, t,
+                                 d_l.data(), d_cache.data(), vocab, stream.get());
         test::BitsOptions logits_opts{vocab, true};
         logits_opts.note = [&](size_t i) {
           return "base " + test::hex_bits(base[i].bits, 2) + ", bias " +

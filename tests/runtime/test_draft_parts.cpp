@@ -92,8 +92,8 @@ TEST(StepKernels, PutPartReplacesTheRowCountsPart) {
 TEST(GraphCache, HostGraphsAreKeptPerRowCount) {
   Cache g;
   EXPECT_EQ(g.find(3), nullptr);
-  g.put(3, FakeExec(30));
-  g.put(5, FakeExec(50));
+  g.put(3, false, FakeExec(30));
+  g.put(5, false, FakeExec(50));
   ASSERT_NE(g.find(3), nullptr);
   EXPECT_EQ(g.find(3)->id, 30);
   ASSERT_NE(g.find(5), nullptr);
@@ -101,9 +101,16 @@ TEST(GraphCache, HostGraphsAreKeptPerRowCount) {
   EXPECT_EQ(g.find(4), nullptr);
   EXPECT_EQ(g.size(), 2u);
   EXPECT_EQ(g.bound_size(), 0u);
-  EXPECT_EQ(g.put(3, FakeExec(31)).id, 31);  // a recapture replaces the row count's graph
+  EXPECT_EQ(g.put(3, false, FakeExec(31)).id, 31);  // a recapture replaces the row count's graph
   EXPECT_EQ(g.find(3)->id, 31);
   EXPECT_EQ(g.size(), 2u);
+  // A batch with per-request lengths (one more kernel) has its own graph per row count.
+  EXPECT_EQ(g.find(3, true), nullptr);
+  g.put(3, true, FakeExec(32));
+  ASSERT_NE(g.find(3, true), nullptr);
+  EXPECT_EQ(g.find(3, true)->id, 32);
+  EXPECT_EQ(g.find(3)->id, 31) << "the graph without lengths is kept";
+  EXPECT_EQ(g.size(), 3u);
 }
 
 TEST(GraphCache, BoundGraphsReplayOnlyOnTheirPointers) {
@@ -124,7 +131,7 @@ TEST(GraphCache, BoundGraphsReplayOnlyOnTheirPointers) {
   EXPECT_EQ(g.find_bound(2, b)->id, 2);
   EXPECT_EQ(g.bound_size(), 1u);
   EXPECT_EQ(g.find(2), nullptr) << "the host API's graphs are apart from the bound ones";
-  g.put(2, FakeExec(7));
+  g.put(2, false, FakeExec(7));
   g.clear();
   EXPECT_EQ(g.size(), 0u);
   EXPECT_EQ(g.bound_size(), 0u);

@@ -1,5 +1,6 @@
 // The contract of the confidence head (contract.md section 9). Per request row r
-// (cache slot -1: a padding row, every value +0 and nothing read) and step j = 0..N-1:
+// (cache slot -1: a padding row, every value +0 and nothing read) and step j = 0..N-1
+// (with lengths, j < n_r, contract.md 9.5; the steps past it +0, nothing read):
 //   prev = x_0 (the anchor token) for j = 0, else draft_tokens[r][j-1]
 //   h    = hidden[r * N + j] (the final-normed hidden row lm_head reads; bf16, H)
 //   e    = w1[prev] (bf16, rank values; none for a head without the Markov part)
@@ -17,6 +18,7 @@
 
 #include "sparkdraft/core/bf16.h"
 #include "sparkdraft/core/hd.h"
+#include "sparkdraft/ops/markov.h"
 #include "sparkdraft/ops/require.h"
 
 namespace sparkdraft::ops {
@@ -34,6 +36,7 @@ struct ConfidenceParams {
   const bf16* weight = nullptr;            // [hidden + rank]
   const bf16* bias = nullptr;              // [1]
   float* out = nullptr;                    // [rows, N]
+  const int32_t* lengths = nullptr;        // [rows] n_r or null (N): ops::step_runs
   // Per-position temperature calibration (STS, contract.md 9.1): with `calibrated`, step j's
   // value is sigmoid(z / temperatures[j]); each finite and > 0. N <= kMaxSteps (the config's
   // block_size bound), passed by value so that a kernel needs no extra buffer.
@@ -65,6 +68,10 @@ struct ConfidenceParams {
                 "temperatures[" + std::to_string(j) + "] must be finite and > 0, got " +
                     std::to_string(temperatures[j]));
     }
+  }
+  // Whether (r, j) has a value: not a padding row, and j below the row's length.
+  SD_HD bool runs(int64_t r, int64_t j) const {
+    return cache_slots[r] >= 0 && step_runs(lengths, static_cast<int>(r), static_cast<int>(j));
   }
   // Step j's calibration temperature, or 0 for none (confidence_finish's convention).
   SD_HD float temperature(int j) const { return calibrated ? temperatures[j] : 0.0f; }

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "sparkdraft/core/hd.h"
+
 namespace sparkdraft {
 struct ModelConfig;
 }  // namespace sparkdraft
@@ -35,7 +37,20 @@ struct MarkovRows {
   const int64_t* seeds = nullptr;
   const float* temperatures = nullptr;   // T >= 0, finite (0: greedy)
   const int64_t* cache_slots = nullptr;  // the row's draft-logits cache row; -1: padding
+  // n_r (contract.md 9.5) or null (N): steps j >= n_r are not run for the row (step_slot -1:
+  // no cache store; the loop sets their tokens to -1 at the end). Not clamped: j < n_r is
+  // false for every j when n_r <= 0 and true for every step when n_r >= N.
+  const int32_t* lengths = nullptr;
 };
+
+// Whether row r runs step j (contract.md 9.5), and the cache slot step j stores to: the
+// row's slot while it runs, -1 (a padding row's: nothing stored) after its length.
+SD_HD bool step_runs(const int32_t* lengths, int r, int j) {
+  return lengths == nullptr || j < lengths[r];
+}
+SD_HD int64_t step_slot(const int64_t* cache_slots, const int32_t* lengths, int r, int j) {
+  return step_runs(lengths, r, j) ? cache_slots[r] : -1;
+}
 
 // The output-logit transform, fixed at load: multiplier rounded to fp32,
 // inv_cap = fp32(1) / fp32(cap).

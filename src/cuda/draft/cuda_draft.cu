@@ -479,8 +479,9 @@ struct CudaDraft::Impl {
     // The request rows, the padding rows' anchors made safe by the step (safe_anchor,
     // safe_position).
     MarkovBatch mb;
-    mb.rows = ops::MarkovRows{R,       ws->safe_anchor.data(), ws->safe_position.data(),
-                              b.seeds, b.temperatures,         b.cache_slots};
+    mb.rows = ops::MarkovRows{R,        ws->safe_anchor.data(), ws->safe_position.data(),
+                              b.seeds,  b.temperatures,         b.cache_slots,
+                              b.lengths};
     mb.steps = N;
     mb.base_logits = ws->base.data();
     mb.draft_tokens = out.draft_tokens;
@@ -526,8 +527,8 @@ struct CudaDraft::Impl {
       return;
     }
     const GraphCache<GraphExec>::Pointers pointers{
-        b.anchor_tokens, b.anchor_positions, b.seeds,          b.temperatures, b.cache_slots,
-        b.block_tables,  out.draft_tokens,   out.draft_logits, out.confidences};
+        b.anchor_tokens, b.anchor_positions, b.seeds,          b.temperatures,   b.cache_slots,
+        b.block_tables,  b.lengths,          out.draft_tokens, out.draft_logits, out.confidences};
     if (GraphExec* g = graphs.find_bound(b.num_rows, pointers)) {
       g->launch(s);
       last_rows = b.num_rows;
@@ -637,6 +638,7 @@ struct CudaDraft::Impl {
     ws->in_temp.upload(b.temperatures, R, 0, stream);
     ws->in_slot.upload(b.cache_slots, R, 0, stream);
     ws->in_tables.upload(b.block_tables, static_cast<size_t>(R) * o.max_pages_per_req, 0, stream);
+    if (b.lengths) ws->in_len.upload(b.lengths, R, 0, stream);
     StageEvents ev;
     const double context_ms = timings.context_ms;
     const ProposeBatch d{R,
@@ -645,18 +647,21 @@ struct CudaDraft::Impl {
                          ws->in_seed.data(),
                          ws->in_temp.data(),
                          ws->in_slot.data(),
-                         ws->in_tables.data()};  // the device copies
+                         ws->in_tables.data(),
+                         b.lengths ? ws->in_len.data() : nullptr};  // the device copies
     // With the head, every step computes its confidences (one graph either way).
     const ProposeOutputs dout{ws->out_tokens.data(), ws->cache.data(),
                               c.confidence_head ? ws->conf.data() : nullptr};
     if (plan.runs("cuda graph", "on")) {
-      GraphExec* g = graphs.find(R);
+      // A batch with lengths runs one more kernel (the tokens past them): its own graph.
+      const bool lengths = b.lengths != nullptr;
+      GraphExec* g = graphs.find(R, lengths);
       if (!g) {
         // Warm-up (loads the kernels, sets their shared memory limits), then capture.
         run_device(d, dout, stream, nullptr);
         SD_CUDA_CHECK(cudaStreamSynchronize(stream));
         if (peer) peer->check();
-        g = &graphs.put(R,
+        g = &graphs.put(R, lengths,
                         capture_step(R, [&](cudaStream_t s) { run_device(d, dout, s, nullptr); }));
       }
       SD_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
@@ -684,7 +689,9 @@ struct CudaDraft::Impl {
     for (int r = 0; r < R; ++r) {
       const int64_t slot = b.cache_slots[r];
       if (slot < 0) continue;
-      ws->cache.download(out->draft_logits + static_cast<size_t>(slot) * N * V, N * V,
+      // The cache rows the row ran (contract.md 9.5): the others stay the caller's.
+      const size_t run = b.lengths ? static_cast<size_t>(b.lengths[r]) : N;
+      ws->cache.download(out->draft_logits + static_cast<size_t>(slot) * N * V, run * V,
                          static_cast<size_t>(slot) * N * V, stream);
     }
   }

@@ -14,17 +14,17 @@ namespace sparkdraft::cuda {
 template <class Exec>
 class GraphCache {
  public:
-  // The pointers a bound graph was captured on: the batch's arrays and the outputs
-  // (draft tokens, draft logits, confidences).
-  using Pointers = std::array<const void*, 9>;
+  // The pointers a bound graph was captured on: the batch's arrays (lengths included, null
+  // or not) and the outputs (draft tokens, draft logits, confidences).
+  using Pointers = std::array<const void*, 10>;
 
-  // The host API's graph for `rows`, or null.
-  Exec* find(int rows) {
-    auto it = by_rows_.find(rows);
+  // The host API's graph for `rows` (with or without per-request lengths), or null.
+  Exec* find(int rows, bool lengths = false) {
+    auto it = by_rows_.find({rows, lengths});
     return it == by_rows_.end() ? nullptr : &it->second;
   }
-  Exec& put(int rows, Exec exec) {
-    return by_rows_.insert_or_assign(rows, std::move(exec)).first->second;
+  Exec& put(int rows, bool lengths, Exec exec) {
+    return by_rows_.insert_or_assign({rows, lengths}, std::move(exec)).first->second;
   }
 
   // The bound graph for `rows` when it was captured on `pointers`, else null.
@@ -47,7 +47,7 @@ class GraphCache {
   }
 
  private:
-  std::map<int, Exec> by_rows_;
+  std::map<std::pair<int, bool>, Exec> by_rows_;
   std::map<int, std::pair<Pointers, Exec>> bound_;
 };
 

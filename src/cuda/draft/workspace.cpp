@@ -62,6 +62,7 @@ DraftWorkspace::DraftWorkspace(const ModelConfig& c, const DraftOptions& o, cons
   in_seed = DeviceBuffer<int64_t>(R);
   in_slot = DeviceBuffer<int64_t>(R);
   in_temp = DeviceBuffer<float>(R);
+  in_len = DeviceBuffer<int32_t>(R);
   out_tokens = DeviceBuffer<int64_t>(D);
   cache = DeviceBuffer<bf16>(static_cast<size_t>(o.cache_slots) * N * c.vocab_size);
   if (c.confidence_head) conf = DeviceBuffer<float>(D);

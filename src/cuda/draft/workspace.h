@@ -56,8 +56,9 @@ class DraftWorkspace {
   DeviceBuffer<int64_t> in_anchor, in_pos, in_seed, in_slot, out_tokens;
   DeviceBuffer<float> in_temp;
   DeviceBuffer<int32_t> in_tables;
-  DeviceBuffer<bf16> cache;  // the draft-logits cache [cache_slots, N, V], zeroed
-  DeviceBuffer<float> conf;  // [max_reqs * N] confidences, with the confidence head
+  DeviceBuffer<int32_t> in_len;  // the batch's lengths (contract.md 9.5), when it has them
+  DeviceBuffer<bf16> cache;      // the draft-logits cache [cache_slots, N, V], zeroed
+  DeviceBuffer<float> conf;      // [max_reqs * N] confidences, with the confidence head
 
   // The device context chain's scratch (max_context_tokens tokens).
   DeviceBuffer<bf16> dev_ctx_h, dev_ctx_normed, dev_ctx_in, dev_ctx_kv;

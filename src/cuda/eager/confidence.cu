@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(detail::kRowThreads)
       static_cast<int64_t>(blockIdx.x) * detail::kRowWarps + threadIdx.x / detail::kWarpSize;
   if (t >= values) return;  // whole warps leave together
   const int64_t r = t / p.steps, j = t % p.steps;
-  if (p.cache_slots[r] < 0) {
+  if (!p.runs(r, j)) {
     if (lane == 0) p.out[t] = 0.0f;
     return;
   }

@@ -111,8 +111,8 @@ __global__ void bias_kernel(const bf16* e, int rows, const bf16* w2, int vocab, 
 
 __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const bf16* bias,
                                    int vocab, ops::LogitTransform transform, bf16* logits,
-                                   bf16* cache, const int64_t* cache_slots,
-                                   int64_t cache_slot_stride, const int32_t* ids) {
+                                   bf16* cache, const int64_t* cache_slots, const int32_t* lengths,
+                                   int step, int64_t cache_slot_stride, const int32_t* ids) {
   pdl_enter();
   const int v = blockIdx.x * blockDim.x + threadIdx.x;
   const int r = blockIdx.y;
@@ -121,7 +121,7 @@ __global__ void step_logits_kernel(const bf16* base, int64_t base_stride, const 
                                            bias[static_cast<int64_t>(r) * vocab + v], transform);
   logits[static_cast<int64_t>(r) * vocab + v] = l;
   if (cache != nullptr) {
-    const int64_t slot = cache_slots[r];
+    const int64_t slot = ops::step_slot(cache_slots, lengths, r, step);
     if (slot >= 0) cache[slot * cache_slot_stride + (ids ? ids[v] : v)] = l;
   }
 }
@@ -146,15 +146,30 @@ __global__ void head_units_kernel(ops::MarkovHeadParams p, const bf16* x, const 
   ops::markov_head_unit(p, x, acc, static_cast<int>(t / p.rank), static_cast<int>(t % p.rank));
 }
 
-// Row r's `steps` cache rows of width `vocab`, every column bf16 -inf.
-__global__ void fill_cache_kernel(const int64_t* cache_slots, int64_t span, bf16* cache) {
+// Row r's `steps` cache rows of width `vocab` (those below its length), every column bf16 -inf.
+__global__ void fill_cache_kernel(const int64_t* cache_slots, const int32_t* lengths, int steps,
+                                  int vocab, bf16* cache) {
   pdl_enter();
-  const int64_t slot = cache_slots[blockIdx.y];
+  const int r = blockIdx.y;
+  const int64_t slot = cache_slots[r];
   if (slot < 0) return;
-  bf16* row = cache + slot * span;
+  // The steps the row runs (contract.md 9.5).
+  const int run = lengths == nullptr ? steps : max(0, min(lengths[r], steps));
+  const int64_t span = static_cast<int64_t>(run) * vocab;
+  bf16* row = cache + slot * static_cast<int64_t>(steps) * vocab;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < span;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     row[i] = bf16{0xff80u};
+}
+
+// Row r's tokens past its length (contract.md 9.5): -1. One thread per (row, step).
+__global__ void truncate_tokens_kernel(const int32_t* lengths, int rows, int steps,
+                                       int64_t* tokens) {
+  pdl_enter();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= static_cast<int64_t>(rows) * steps) return;
+  const int r = static_cast<int>(t / steps), j = static_cast<int>(t % steps);
+  if (!ops::step_runs(lengths, r, j)) tokens[t] = -1;
 }
 
 // Block b of row r: entries [b * kSampleBlockVocab, ...) -> partials[r][b].
@@ -470,8 +485,8 @@ __global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const 
                                  const int32_t* more_ids, int64_t more_stride, int m, int vocab,
                                  ops::LogitTransform transform, const float* temperatures,
                                  const int64_t* seeds, const int64_t* anchor_positions, int step,
-                                 bf16* cache, const int64_t* cache_slots, int64_t cache_slot_stride,
-                                 int64_t* tokens, int64_t token_stride) {
+                                 bf16* cache, const int64_t* cache_slots, const int32_t* lengths,
+                                 int64_t cache_slot_stride, int64_t* tokens, int64_t token_stride) {
   pdl_enter();
   __shared__ MarkovCandidate warp_best_smem[kWarps];
   __shared__ int warp_fill[kWarps];
@@ -483,7 +498,7 @@ __global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const 
   auto cand = [&](int i) { return i < k ? cand_k[i] : cand_m[i - k]; };
   const bf16* b = base + r * base_stride;
   const bf16* er = e + static_cast<int64_t>(r) * rank;
-  const int64_t slot = cache_slots[r];
+  const int64_t slot = ops::step_slot(cache_slots, lengths, r, step);
   bf16* crow = slot >= 0 ? cache + slot * cache_slot_stride : nullptr;
   if (crow != nullptr) {  // 16-byte stores where the row is aligned
     const int nvec = (reinterpret_cast<uintptr_t>(crow) & 15u) == 0 ? vocab / 8 : 0;
@@ -578,7 +593,7 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int rank, b
 }
 
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
-                        const ops::MarkovRows& mrows, int vocab,
+                        const ops::MarkovRows& mrows, int step, int vocab,
                         const ops::LogitTransform& transform, bf16* logits, bf16* cache,
                         int64_t cache_slot_stride, cudaStream_t stream, const DraftIdMap& map) {
   const int rows = mrows.num_rows;
@@ -596,7 +611,8 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
   const dim3 grid((vocab + kThreads - 1) / kThreads, rows);
   launch_kernel("markov_step_logits_kernel", step_logits_kernel,
                 LaunchShape{dim3(grid), dim3(kThreads), 0, stream}, base, base_stride, bias, vocab,
-                transform, logits, cache, cache_slots, cache_slot_stride, map.ids);
+                transform, logits, cache, cache_slots, mrows.lengths, step, cache_slot_stride,
+                map.ids);
 }
 
 void markov_fill_cache(const ops::MarkovRows& mrows, int steps, int vocab, bf16* cache,
@@ -612,7 +628,20 @@ void markov_fill_cache(const ops::MarkovRows& mrows, int steps, int vocab, bf16*
   const int64_t blocks = (span + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(blocks < 1024 ? blocks : 1024), rows);
   launch_kernel("markov_fill_cache_kernel", fill_cache_kernel,
-                LaunchShape{grid, dim3(kThreads), 0, stream}, mrows.cache_slots, span, cache);
+                LaunchShape{grid, dim3(kThreads), 0, stream}, mrows.cache_slots, mrows.lengths,
+                steps, vocab, cache);
+}
+
+void markov_truncate_tokens(const ops::MarkovRows& mrows, int steps, int64_t* tokens,
+                            cudaStream_t stream) {
+  if (mrows.lengths == nullptr || mrows.num_rows == 0) return;
+  require(tokens != nullptr && steps >= 1, "markov_truncate_tokens",
+          "tokens must not be null and steps >= 1");
+  const int64_t n = static_cast<int64_t>(mrows.num_rows) * steps;
+  launch_kernel("markov_truncate_tokens_kernel", truncate_tokens_kernel,
+                LaunchShape{dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)),
+                            dim3(kThreads), 0, stream},
+                mrows.lengths, mrows.num_rows, steps, tokens);
 }
 
 void markov_head(const ops::MarkovHeadParams& p, bf16* x, float* acc, cudaStream_t stream,
@@ -731,7 +760,7 @@ void markov_topk_step(const bf16* e, const bf16* w2, int rank, const bf16* base,
                 LaunchShape{dim3(rows), dim3(kThreads), 0, stream}, e, w2, rank, base, base_stride,
                 ids, ids_stride, k, more.count > 0 ? more.ids : nullptr, more.stride, more.count,
                 vocab, transform, mrows.temperatures, mrows.seeds, mrows.anchor_positions, step,
-                cache, mrows.cache_slots, cache_slot_stride, tokens, token_stride);
+                cache, mrows.cache_slots, mrows.lengths, cache_slot_stride, tokens, token_stride);
 }
 
 void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovWorkspace& ws,
@@ -799,6 +828,7 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
                        head.transform, j, batch.cache + j * v, n * v, batch.draft_tokens + j, n,
                        stream, more);
     }
+    markov_truncate_tokens(batch.rows, batch.steps, batch.draft_tokens, stream);
     return;
   }
   const DraftIdMap map{head.draft_ids, head.reduced() ? head.fill : -1};
@@ -835,11 +865,13 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
     }
     markov_bias(ws.e.data(), batch.rows.num_rows, head.w2, head.width(), head.markov_rank,
                 ws.bias.data(), stream);
-    markov_step_logits(batch.base_logits + j * w, n * w, ws.bias.data(), batch.rows, head.width(),
-                       head.transform, ws.logits.data(), batch.cache + j * v, n * v, stream, map);
+    markov_step_logits(batch.base_logits + j * w, n * w, ws.bias.data(), batch.rows, j,
+                       head.width(), head.transform, ws.logits.data(), batch.cache + j * v, n * v,
+                       stream, map);
     markov_sample(ws.logits.data(), batch.rows, head.width(), 0, j, ws.sample_partials.data(),
                   ws.sample_best.data(), batch.draft_tokens + j, n, stream, map);
   }
+  markov_truncate_tokens(batch.rows, batch.steps, batch.draft_tokens, stream);
 }
 
 }  // namespace sparkdraft::cuda

@@ -78,16 +78,15 @@ void markov_bias(const bf16* e, int rows, const bf16* w2, int vocab, int markov_
 
 // cpu::step_logits over the rows.num_rows rows: l = transform(bf16(base + bias)) into
 // logits [rows, vocab]; also into cache + slot * cache_slot_stride for rows whose
-// rows.cache_slots[r] >= 0 (cache may be null: no store). base row r starts at
-// base + r * base_stride.
-// With a draft map (contract.md 11.2) entry v is stored at cache column ids[v] (the
-// other columns are the caller's: markov_fill_cache).
+// ops::step_slot(rows.cache_slots, rows.lengths, r, step) >= 0 (cache may be null: no store). base
+// row r starts at base + r * base_stride. With a draft map (contract.md 11.2) entry v is stored at
+// cache column ids[v] (the other columns are the caller's: markov_fill_cache).
 struct DraftIdMap {
   const int32_t* ids = nullptr;  // device [vocab]: the target id of each entry; null: v itself
   int32_t fill = -1;             // the candidate (-inf, fill) joins each row's fold; -1: none
 };
 void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
-                        const ops::MarkovRows& rows, int vocab,
+                        const ops::MarkovRows& rows, int step, int vocab,
                         const ops::LogitTransform& transform, bf16* logits, bf16* cache,
                         int64_t cache_slot_stride, cudaStream_t stream, const DraftIdMap& map = {});
 
@@ -133,6 +132,12 @@ void markov_topk_step(const bf16* e, const bf16* w2, int markov_rank, const bf16
 
 void markov_fill_cache(const ops::MarkovRows& rows, int steps, int vocab, bf16* cache,
                        cudaStream_t stream);
+
+// Per-request lengths (contract.md 9.5): every loop skips the cache stores of a row's steps
+// past its length (ops::step_slot) and ends with this: tokens [rows, steps] past each row's
+// length -1 (nothing without rows.lengths).
+void markov_truncate_tokens(const ops::MarkovRows& rows, int steps, int64_t* tokens,
+                            cudaStream_t stream);
 
 // The gated / rnn Markov head (ops/markov_head.h, contract.md section 13), eager: cpu::markov_head
 // on the device. One kernel assembles each row's input x [rows, K] (one block per row; with

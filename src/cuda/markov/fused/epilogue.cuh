@@ -60,7 +60,7 @@ __device__ __forceinline__ void load_rows(const FusedStepParams& p, const FusedS
   for (int r = tid; r < p.rows; r += kFusedThreads) {
     s.temp[r] = p.temperatures[r];
     s.seed[r] = draft_step_seed(p.seeds[r], p.anchor_positions[r], p.step);
-    const int64_t slot = p.cache_slots[r];
+    const int64_t slot = ops::step_slot(p.cache_slots, p.lengths, r, p.step);
     s.cache_row[r] = slot < 0 ? -1 : (p.cache_by_row ? r : slot);
     s.known_s[r] = order_key(__int_as_float(static_cast<int>(0xff800000u)));  // -inf
   }

@@ -270,14 +270,15 @@ __global__ void pick_kernel(const MarkovPacket* packets, int shards, int rows, c
 
 // Vocab-parallel: gathered [shards][rows][steps][width] -> cache[slot][step][shard * width + v].
 template <int kVec>
-__global__ void cache_fill_kernel(const bf16* gathered, const int64_t* cache_slots, int rows,
-                                  int steps, int width, int vocab, bf16* cache) {
+__global__ void cache_fill_kernel(const bf16* gathered, const int64_t* cache_slots,
+                                  const int32_t* lengths, int rows, int steps, int width, int vocab,
+                                  bf16* cache) {
   pdl_enter();
   const int rj = blockIdx.x;  // r * steps + j
   const int s = blockIdx.y;
-  const int64_t slot = cache_slots[rj / steps];
+  const int j = rj % steps;
+  const int64_t slot = ops::step_slot(cache_slots, lengths, rj / steps, j);
   if (slot < 0) return;
-  const int64_t j = rj % steps;
   const bf16* src = gathered + (static_cast<int64_t>(s) * rows * steps + rj) * width;
   bf16* dst = cache + (slot * steps + j) * vocab + static_cast<int64_t>(s) * width;
   if constexpr (kVec == 8) {
@@ -340,6 +341,7 @@ FusedStepParams common_params(const MarkovHead& head, const MarkovBatch& batch, 
   p.seeds = batch.rows.seeds;
   p.anchor_positions = batch.rows.anchor_positions;
   p.cache_slots = batch.rows.cache_slots;
+  p.lengths = batch.rows.lengths;
   p.noise_bound = ws.noise_bound.data();
   p.transform = head.transform;
   p.rows = batch.rows.num_rows;
@@ -441,6 +443,7 @@ void fused_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
     p.vec_io = vec_io(p);
     launch_step(l, p, stream);
   }
+  markov_truncate_tokens(batch.rows, batch.steps, batch.draft_tokens, stream);
 }
 
 void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovShard> local,
@@ -506,11 +509,14 @@ void VocabParallelMarkov::run(const MarkovBatch& batch, std::span<const MarkovSh
   if (width % 8 == 0 && head_.vocab % 8 == 0 && reinterpret_cast<uintptr_t>(batch.cache) % 16 == 0)
     launch_kernel("markov_cache_fill_kernel", cache_fill_kernel<8>,
                   LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
-                  batch.rows.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
+                  batch.rows.cache_slots, batch.rows.lengths, rows, batch.steps, width, head_.vocab,
+                  batch.cache);
   else
     launch_kernel("markov_cache_fill_kernel", cache_fill_kernel<1>,
                   LaunchShape{dim3(grid), dim3(256), 0, stream}, ws_.gathered_cache.data(),
-                  batch.rows.cache_slots, rows, batch.steps, width, head_.vocab, batch.cache);
+                  batch.rows.cache_slots, batch.rows.lengths, rows, batch.steps, width, head_.vocab,
+                  batch.cache);
+  markov_truncate_tokens(batch.rows, batch.steps, batch.draft_tokens, stream);
 }
 
 }  // namespace sparkdraft::cuda

@@ -27,7 +27,8 @@ struct FusedStepParams {
   const int64_t* seeds;
   const int64_t* anchor_positions;
   const int64_t* cache_slots;
-  bf16* cache;  // step j's plane: row index i at cache + i * cache_row_stride
+  const int32_t* lengths;  // n_r or null (contract.md 9.5): past it the row stores no cache
+  bf16* cache;             // step j's plane: row index i at cache + i * cache_row_stride
   int64_t cache_row_stride;
   int cache_by_row;              // shard caches are indexed by row, the full cache by slot
   int64_t* tokens;               // TP 1: draft_tokens + j, row stride `steps`
