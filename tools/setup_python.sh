@@ -7,7 +7,8 @@
 #   SPARKDRAFT_PYTHON_CUDA=1   build the CUDA backend too (needs nvcc; default: the CPU
 #                              backend only, SPARKDRAFT_CUDA=OFF: a few minutes, not >10)
 #   SPARKDRAFT_TORCH_INDEX     where torch comes from when it is missing (default: the CPU
-#                              wheels, https://download.pytorch.org/whl/cpu)
+#                              wheels, https://download.pytorch.org/whl/cpu; where that
+#                              index cannot be reached, PyPI's torch, a few GB)
 #   PYTHON                     the interpreter (default python3; needs venv: on Debian
 #                              apt-get install python3-venv)
 # Prints the venv's python on its last line.
@@ -26,8 +27,13 @@ fi
 VPY=$VENV/bin/python
 pip_install() { "$VPY" -m pip install --disable-pip-version-check -q "$@"; }
 "$VPY" -c 'import numpy, pytest' 2>/dev/null || pip_install numpy pytest
-"$VPY" -c 'import torch' 2>/dev/null ||
-  pip_install torch --index-url "${SPARKDRAFT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+if ! "$VPY" -c 'import torch' 2>/dev/null &&
+  ! pip_install torch --index-url "${SPARKDRAFT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"; then
+  # A machine that reaches PyPI but not the torch index: PyPI's torch (it pulls the CUDA
+  # libraries, a few GB).
+  echo "setup_python.sh: no torch from ${SPARKDRAFT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}; installing PyPI's torch" >&2
+  pip_install torch
+fi
 "$VPY" -c 'import transformers' 2>/dev/null || pip_install transformers
 CUDA=OFF
 [[ ${SPARKDRAFT_PYTHON_CUDA:-0} == 1 ]] && CUDA=ON

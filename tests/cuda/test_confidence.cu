@@ -131,11 +131,9 @@ TEST(CudaConfidence, DeviceApiAndGraphsEqualTheHostApi) {
   test::TempDir dir;
   auto ckpt = test::conf_checkpoint(dir, "qwen3", true);
   const ModelConfig& c = ckpt->config();
-  DraftOptions o;
-  o.max_reqs = 3;
-  o.cache_slots = 4;
+  const DraftOptions o = test::ThreeRequests::options();
   cuda::CudaDraftOptions co;
-  co.max_context_tokens = 33;
+  co.max_context_tokens = test::ThreeRequests::max_context_tokens();
   cuda::CudaDraft host(ckpt, o, co), dev(ckpt, o, co);
   test::Gen gen(2702);
   const int N = c.block_size;

@@ -152,12 +152,9 @@ TEST(CudaDraft, DeviceApiInOneGraphEqualsHostApi) {
     SCOPED_TRACE(style + " seed " + std::to_string(seed));
     auto ckpt = make_preset("tiny", style);
     const ModelConfig& c = ckpt->config();
-    DraftOptions o;
-    o.max_reqs = 3;
-    o.cache_slots = 4;
-    o.threads = 2;
+    const DraftOptions o = test::ThreeRequests::options();
     cuda::CudaDraftOptions co;
-    co.max_context_tokens = 33;
+    co.max_context_tokens = test::ThreeRequests::max_context_tokens();
     cuda::CudaDraft host(ckpt, o, co), dev(ckpt, o, co);
     test::Gen gen(seed);
 
@@ -520,12 +517,9 @@ TEST(CudaDraft, DeviceLengthsReplayInOneGraphAndEqualTheHostApi) {
   auto ckpt = make_preset("tiny", "qwen3");
   const ModelConfig& c = ckpt->config();
   const int N = c.block_size;
-  DraftOptions o;
-  o.max_reqs = 3;
-  o.cache_slots = 4;
-  o.threads = 2;
+  const DraftOptions o = test::ThreeRequests::options();
   cuda::CudaDraftOptions co;
-  co.max_context_tokens = 33;
+  co.max_context_tokens = test::ThreeRequests::max_context_tokens();
   cuda::CudaDraft host(ckpt, o, co), dev(ckpt, o, co);
   test::Gen gen(0x5D2100);
   std::printf("seed 0x5D2100\n");

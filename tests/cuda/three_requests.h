@@ -20,6 +20,15 @@ namespace sparkdraft::test {
 
 struct ThreeRequests {
   static constexpr int R = 3;
+  // The drafts these tests build: 3 rows, 4 cache slots, 2 CPU threads; room for the context.
+  static DraftOptions options() {
+    DraftOptions o;
+    o.max_reqs = R;
+    o.cache_slots = 4;
+    o.threads = 2;
+    return o;
+  }
+  static int max_context_tokens() { return 33; }
   int per, T;
   std::vector<bf16> hidden;  // [T, taps * target_hidden]
   std::vector<int32_t> tables;

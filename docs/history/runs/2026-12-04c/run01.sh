@@ -9,7 +9,7 @@ mkdir -p build
 tar xJf .carry/bin.tar.xz -C /tmp
 cp /tmp/sd_cli build/sparkdraft && cp /tmp/sd_tests build/sparkdraft_cuda_tests
 T=./build/sparkdraft_cuda_tests
-S=$OUT/run01_summary.txt; : > $S
+S=$OUT/${RUN:-run01}_summary.txt; : > $S
 note() { echo "$*" | tee -a $S; }
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee -a $S
