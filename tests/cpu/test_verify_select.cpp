@@ -144,8 +144,8 @@ TEST(VerifySelect, OrderKeySortsAsTheSamplingRule) {
   }
 }
 
-// The skipped exp is exact: every term at s - M < -45 is 0, and at -45 and above
-// sum_term is law_term.
+// sum_term's road is exact: the clamp at -87 (every term below -45 is 0), exp_law_bits
+// and the one shift give law_term's bits.
 TEST(VerifySelect, SumTermEqualsLawTerm) {
   test::Gen g(45);
   for (int it = 0; it < 200000; ++it) {
@@ -154,18 +154,40 @@ TEST(VerifySelect, SumTermEqualsLawTerm) {
     const U128 a = verify_select::sum_term(s, M), b = law_term(s, M);
     ASSERT_TRUE(a.lo == b.lo && a.hi == b.hi) << "s " << s << ", M " << M;
   }
-  // Every 29th float of [-45, 0] (and both ends) as s - M with M = 0: the shift form
-  // of the term is fixed64_of_unit's, E = 1 included.
-  const uint32_t lo = f32_bits(-0.0f), hi = f32_bits(-45.0f);
+  // Every 29th float of [-inf, 0] (and both ends) as s - M: E = 1 included, every d
+  // below -87 (clamped) and -inf. (The whole range, 2^31 floats, was checked once.)
+  const uint32_t lo = f32_bits(-0.0f), hi = 0xff800000u;  // -inf
   for (uint32_t step = 0;; ++step) {
     const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(lo + uint64_t{29} * step, hi));
     const float d = bits_f32(b);
-    const U128 x = verify_select::sum_term(d, 0.0f), y = law_term(d, 0.0f);
-    ASSERT_TRUE(x.lo == y.lo && x.hi == y.hi) << "s - M = " << d;
+    const verify_select::LawTerm t = verify_select::law_term_of_diff(d);
+    const U128 y = fixed64_of_unit(exp_law(d));
+    ASSERT_TRUE(t.lo == y.lo && t.one == y.hi) << "s - M = " << d;
+    if (d >= -87.0f) {
+      ASSERT_EQ(exp_law_bits(d), f32_bits(exp_law(d))) << "d = " << d;
+    }
     if (b == hi) break;
   }
   const U128 one = verify_select::sum_term(3.0f, 3.0f);
   EXPECT_TRUE(one.lo == 0 && one.hi == 1) << "E = 1 is 2^64";
+}
+
+// TermSum (a thread's 96-bit partial) is the 128-bit sum of its terms: carries out of
+// the low 64 bits and the E = 1 terms.
+TEST(VerifySelect, TermSumIsTheExactSum) {
+  test::Gen g(46);
+  for (int it = 0; it < 200; ++it) {
+    verify_select::TermSum acc;
+    U128 ref;
+    const int n = static_cast<int>(g.integer(1, 3000));
+    for (int i = 0; i < n; ++i) {
+      const float d = g.integer(0, 9) == 0 ? 0.0f : -g.uniform(0.0f, 2.0f);
+      acc.add(verify_select::law_term_of_diff(d));
+      ref = u128_add(ref, law_term(d, 0.0f));
+    }
+    const U128 w = acc.wide();
+    ASSERT_TRUE(w.lo == ref.lo && w.hi == ref.hi) << "trial " << it;
+  }
 }
 
 // exp_law (contract.md section 8.2): its fixed points, 0 <= E <= 1, within 1 ulp of

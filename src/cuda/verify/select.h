@@ -29,20 +29,66 @@ SD_HD uint64_t order_key(float s, int32_t id) {
   return (static_cast<uint64_t>(o) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
 }
 
-// law_term(s, M) of core/verify_math.h, the same bits by a shorter road: no exp where
-// it cannot reach the sum (s - M < -45 gives E = exp_law(d) < 2^-64: exp(-45) is
-// 2^-64.9, and the test checks every float below -45), and floor(E * 2^64) as one
-// 64-bit shift of E's significand (E is normal and below 1 there, so the term is
-// below 2^64; E = 1 is 2^64 itself).
-SD_HD U128 sum_term(float s, float max_value) {
-  const float d = fsub_rn(s, max_value);
-  if (!(d >= -45.0f)) return U128{};
-  const uint32_t b = f32_bits(exp_law(d));  // in [2^-66, 1]
-  if (b == 0x3f800000u) return U128{0, 1};
-  const uint64_t m = (b & 0x7fffffu) | 0x800000u;
-  const int sh = static_cast<int>(b >> 23) - 86;  // E = m * 2^(sh - 64), sh in [-25, 40]
-  return U128{sh >= 0 ? m << sh : m >> -sh, 0};
+// x >> s for a shift of any size (0 from 64 on): PTX's shr.b64 clamps the shift.
+SD_HD uint64_t shr64_clamped(uint64_t x, uint32_t s) {
+#if SD_ON_DEVICE
+  uint64_t r;
+  asm("shr.b64 %0, %1, %2;" : "=l"(r) : "l"(x), "r"(s));
+  return r;
+#else
+  return s >= 64 ? 0 : x >> s;
+#endif
 }
+
+// One term floor(E * 2^64) of section 8.2, E = exp_law(d), as one * 2^64 + lo.
+struct LawTerm {
+  uint64_t lo;
+  uint32_t one;  // 1 for E = 1 (then lo is 0)
+};
+
+// law_term of core/verify_math.h for d = s - M (<= 0 or -inf; never NaN: a law with a
+// NaN is degenerate and has no sums), the same bits by a shorter road without a
+// branch:
+// - d below -87 (or -inf) is clamped to -87: every d below -45 gives a zero term
+//   (exp(-45) is 2^-64.9; the test checks every float of [-87, -45)), so the clamp
+//   changes nothing, and exp_law_bits (no conversion, no multiply) applies;
+// - E = m * 2^(ex - 150) (normal, m the 24-bit significand), so the term is
+//   (m << 40) >> (126 - ex): one 64-bit shift, 0 from a shift of 64 on (E below
+//   2^-64), and E = 1 (ex 127, the only E at or above 1) is the shift -1 as an
+//   unsigned (clamped: lo 0) whose top bit is `one`.
+SD_HD LawTerm law_term_of_diff(float d) {
+  const uint32_t b = exp_law_bits(d >= -87.0f ? d : -87.0f);
+  const uint32_t shift = 126u - (b >> 23);
+  const uint64_t m = static_cast<uint64_t>((b | 0x800000u) << 8) << 32;
+  return LawTerm{shr64_clamped(m, shift), shift >> 31};
+}
+
+// law_term(s, M) of core/verify_math.h (law_term_of_diff of fsub(s, M)).
+SD_HD U128 sum_term(float s, float max_value) {
+  const LawTerm t = law_term_of_diff(fsub_rn(s, max_value));
+  return U128{t.lo, t.one};
+}
+
+// A thread's exact sum of terms, 96 bits: fewer than 2^31 terms (ids of one row), each
+// at most 2^64, sum below 2^95. On the device one carry chain (three 32-bit adds) a
+// term; widened to the 128-bit U128 only for the folds across threads.
+struct TermSum {
+  uint32_t w0 = 0, w1 = 0, w2 = 0;  // the sum is w2 * 2^64 + w1 * 2^32 + w0
+  SD_HD void add(LawTerm t) {
+#if SD_ON_DEVICE
+    const uint32_t t0 = static_cast<uint32_t>(t.lo), t1 = static_cast<uint32_t>(t.lo >> 32);
+    asm("add.cc.u32 %0, %0, %3;\n\taddc.cc.u32 %1, %1, %4;\n\taddc.u32 %2, %2, %5;"
+        : "+r"(w0), "+r"(w1), "+r"(w2)
+        : "r"(t0), "r"(t1), "r"(t.one));
+#else
+    const uint64_t lo = (static_cast<uint64_t>(w1) << 32 | w0) + t.lo;
+    w2 += t.one + (lo < t.lo ? 1u : 0u);
+    w0 = static_cast<uint32_t>(lo);
+    w1 = static_cast<uint32_t>(lo >> 32);
+#endif
+  }
+  SD_HD U128 wide() const { return U128{static_cast<uint64_t>(w1) << 32 | w0, w2}; }
+};
 
 // The digit of `key` at the level of `shift` (56, 48, ..., 0).
 SD_HD int digit(uint64_t key, int shift) { return static_cast<int>((key >> shift) & 0xff); }

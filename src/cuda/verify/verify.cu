@@ -2,6 +2,10 @@
 // stages, every element operation from core/verify_math.h (the CPU reference's
 // own functions), every combine exact (packets by the order, 128-bit integer sums)
 // and, across slices, by one warp per law (warp_fold: exact, so any tree gives the bits).
+// The sums pass (sums_part) computes each id's term without a branch (select.h
+// law_term_of_diff: exp_law's bits without a conversion, the term one 64-bit shift) and
+// adds it to the thread's 96-bit partial by one carry chain (TermSum), widened to 128
+// bits only for the folds; at T = 1 the passes skip the division (x / 1 is x).
 #include "cuda/verify/verify.h"
 
 #include <cuda_runtime.h>
@@ -18,8 +22,10 @@ namespace sparkdraft::cuda {
 namespace {
 
 using verify_select::digit;
+using verify_select::law_term_of_diff;
 using verify_select::order_key;
 using verify_select::sum_term;
+using verify_select::TermSum;
 
 constexpr int kMaxThreads = 512;
 constexpr int kRowThreads = 256;  // block verification's decide: one CTA per row
@@ -139,6 +145,17 @@ __device__ float target_kept(const Args& a, int r, int j, int v, float T) {
 __device__ float kept(const Args& a, int item, float s, int v) {
   const uint64_t keep = a.keep[item];
   return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
+}
+
+// Calls f(scaled) with scaled(x) = verify_scaled(x, T) for T > 0: at T = 1 the value
+// itself (x / 1 is x, bit for bit, for every x but a NaN, which never reaches a
+// non-degenerate law's pass), so the hot loops are compiled once without the division.
+template <class F>
+__device__ void with_scaling(float T, F&& f) {
+  if (T == 1.0f)
+    f([](float x) { return x; });
+  else
+    f([T](float x) { return verify_scaled(x, T); });
 }
 
 __device__ LawStats stats_of(const VerifyLaw& l) {
@@ -502,26 +519,29 @@ __device__ void sums_part(const Args& a, int item, int s) {
   const float mt = tst.first.value;
   const uint64_t keep = a.keep[item];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  U128 t, d;
-  if (with_target) {
-    if (keep == 0) {
-      for_each_target(p, r, j, v0, v1,
-                      [&](int, float x) { t = u128_add(t, sum_term(verify_scaled(x, T), mt)); });
-    } else {
-      for_each_target(p, r, j, v0, v1, [&](int v, float x) {
-        const float sv = verify_scaled(x, T);
-        if (order_key(sv, v) >= keep) t = u128_add(t, sum_term(sv, mt));
-      });
+  TermSum t, d;
+  with_scaling(T, [&](auto scaled) {
+    if (with_target) {
+      if (keep == 0) {
+        for_each_target(p, r, j, v0, v1,
+                        [&](int, float x) { t.add(law_term_of_diff(fsub_rn(scaled(x), mt))); });
+      } else {
+        for_each_target(p, r, j, v0, v1, [&](int v, float x) {
+          const float sv = scaled(x);
+          if (order_key(sv, v) >= keep) t.add(law_term_of_diff(fsub_rn(sv, mt)));
+        });
+      }
     }
-  }
-  if (with_draft)
-    for_each_draft(p, slot, j, v0, v1,
-                   [&](int, float x) { d = u128_add(d, sum_term(verify_scaled(x, T), md)); });
-  if (with_target) t = block_fold(t, U128{}, sum_op);
-  if (with_draft) d = block_fold(d, U128{}, sum_op);
+    if (with_draft)
+      for_each_draft(p, slot, j, v0, v1,
+                     [&](int, float x) { d.add(law_term_of_diff(fsub_rn(scaled(x), md))); });
+  });
+  U128 tw = t.wide(), dw = d.wide();
+  if (with_target) tw = block_fold(tw, U128{}, sum_op);
+  if (with_draft) dw = block_fold(dw, U128{}, sum_op);
   if (threadIdx.x == 0) {
-    if (with_target) a.sums[(item * 2 + 0) * a.S + s] = t;
-    if (with_draft) a.sums[(item * 2 + 1) * a.S + s] = d;
+    if (with_target) a.sums[(item * 2 + 0) * a.S + s] = tw;
+    if (with_draft) a.sums[(item * 2 + 1) * a.S + s] = dw;
   }
 }
 
