@@ -190,6 +190,53 @@ TEST(VerifySelect, TermSumIsTheExactSum) {
   }
 }
 
+// The draw kernel's race_fold skips an id by two lower bounds of its noise
+// e = -log_law(u): e >= 2^-25 and e >= fsub(1, u), over every float u the uniform can
+// return ([0x1.fffffep-32, 1 - 2^-24]; all 2^28 floats of the range, about 2 s).
+TEST(VerifyMath, RaceNoiseLowerBounds) {
+  const uint32_t lo = f32_bits(kUniformScale), hi = f32_bits(1.0f - 0x1p-24f);
+  for (uint32_t b = lo; b <= hi; ++b) {
+    const float u = bits_f32(b);
+    const float e = -log_law(u);
+    ASSERT_TRUE(e >= 0x1p-25f && e >= fsub_rn(1.0f, u)) << "u " << u << ", e " << e;
+  }
+  EXPECT_EQ(uniform_of_word(0u), kUniformScale);
+  EXPECT_EQ(uniform_of_word(0x7fffffffu), 1.0f - 0x1p-24f);
+}
+
+// race_fold (the draw kernel's fold with the noise skipped where an id cannot win)
+// gives the packet of the plain race, per strided "thread" and after the fold across
+// them: weights over many orders of magnitude, zeros skipped, ties of weight.
+TEST(VerifySelect, RaceFoldEqualsThePlainRace) {
+  const uint64_t seed = 47;
+  test::Gen g(seed);
+  for (int it = 0; it < 400; ++it) {
+    const int V = static_cast<int>(g.integer(1, 3000)),
+              threads = static_cast<int>(g.integer(1, 64));
+    const uint32_t gd = static_cast<uint32_t>(g.bits());
+    const float spread = it % 4 == 0 ? 0.5f : (it % 4 == 1 ? 8.0f : 40.0f);
+    std::vector<float> w(V);
+    for (int v = 0; v < V; ++v) {
+      const int kind = static_cast<int>(g.integer(0, 19));
+      w[v] = kind == 0 ? 0.0f : (kind == 1 ? 1.0f : exp_law(-g.uniform(0.0f, spread)));
+    }
+    MarkovPacket plain{bits_f32(0xff800000u), 0x7fffffff, 0}, fast = plain;
+    for (int t = 0; t < threads; ++t) {
+      MarkovPacket a{bits_f32(0xff800000u), 0x7fffffff, 0}, b = a;
+      for (int v = t; v < V; v += threads) {
+        if (!(w[v] > 0.0f)) continue;
+        fold_first(a, race_score(w[v], race_noise(gd, v)), v);
+        verify_select::race_fold(b, w[v], gd, v);
+      }
+      ASSERT_TRUE(f32_bits(a.value) == f32_bits(b.value) && a.id == b.id)
+          << "seed " << seed << ", trial " << it << ", thread " << t;
+      plain = first_of(plain, a);
+      fast = first_of(fast, b);
+    }
+    ASSERT_EQ(plain.id, fast.id) << "seed " << seed << ", trial " << it;
+  }
+}
+
 // exp_law (contract.md section 8.2): its fixed points, 0 <= E <= 1, within 1 ulp of
 // exp over every 61st float of [-87, 0] (the sequence measures 0.89 ulp at worst),
 // and 0 below -87; every float in [-87, -45) gives a zero term (sum_term's shortcut).

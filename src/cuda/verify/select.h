@@ -90,6 +90,24 @@ struct TermSum {
   SD_HD U128 wide() const { return U128{static_cast<uint64_t>(w1) << 32 | w0, w2}; }
 };
 
+// The draw kernel's fold of id v of weight w > 0 into a thread's draw packet `win` (the
+// race of section 8.5): the packet of fold_first(win, race_score(w, race_noise(gd, v)),
+// v), the noise skipped where the id cannot win. v must be above every id folded into
+// win before (a thread's ids come in increasing order), so an id
+// whose score is at most win's value loses to it (a tie goes to the lower id). Every
+// noise e = -log_law(u) is at least 2^-25 and at least fsub(1, u) (tests/cpu/
+// test_verify_select.cpp checks every float u the uniform can return), so the score
+// w / e is at most w * 2^25 (exact: no Philox when that is below win's value) and below
+// win's value when fmul(win's value, fsub(1, u)) > w (no log, no division: that
+// product rounded above w means the real product is above w). The uniform by
+// philox_uniform_u32 (the same bits for an id below 2^32).
+SD_HD void race_fold(MarkovPacket& win, float w, uint32_t gd, int v) {
+  if (fmul_rn(w, 0x1p25f) < win.value) return;
+  const float u = philox_uniform_u32(gd, static_cast<uint32_t>(v));
+  if (fmul_rn(win.value, fsub_rn(1.0f, u)) > w) return;
+  fold_first(win, race_score(w, -log_law(u)), v);
+}
+
 // The digit of `key` at the level of `shift` (56, 48, ..., 0).
 SD_HD int digit(uint64_t key, int shift) { return static_cast<int>((key >> shift) & 0xff); }
 

@@ -24,6 +24,7 @@ namespace {
 using verify_select::digit;
 using verify_select::law_term_of_diff;
 using verify_select::order_key;
+using verify_select::race_fold;
 using verify_select::sum_term;
 using verify_select::TermSum;
 
@@ -138,12 +139,6 @@ __device__ void for_each_draft(const ops::VerifyParams& p, int64_t slot, int j, 
 __device__ float target_kept(const Args& a, int r, int j, int v, float T) {
   const float s = verify_scaled(target_logit(a.p, r, j, v), T);
   const uint64_t keep = a.keep[r * (a.p.n + 1) + j];
-  return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
-}
-
-// A scaled target logit s of id v at item `item` with the kept set applied.
-__device__ float kept(const Args& a, int item, float s, int v) {
-  const uint64_t keep = a.keep[item];
   return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
 }
 
@@ -611,10 +606,14 @@ __device__ MarkovPacket target_race(const Args& a, int r, int j, int v0, int v1,
                                     float T) {
   const int item = r * (a.p.n + 1) + j;
   const float M = a.laws[item * 2].first.value;
+  const uint64_t keep = a.keep[item];
   MarkovPacket win = no_packet();
-  for_each_target<false>(a.p, r, j, v0, v1, [&](int v, float x) {
-    const float E = law_exp(kept(a, item, verify_scaled(x, T), v), M);
-    if (E > 0.0f) fold_first(win, race_score(E, race_noise(gd, v)), v);
+  with_scaling(T, [&](auto scaled) {
+    for_each_target<false>(a.p, r, j, v0, v1, [&](int v, float x) {
+      const float s = scaled(x);
+      const float E = law_exp(keep != 0 && order_key(s, v) < keep ? neg_inf() : s, M);
+      if (E > 0.0f) race_fold(win, E, gd, v);
+    });
   });
   return win;
 }
@@ -686,11 +685,21 @@ __device__ void draw_part(const Args& a, int r, int s) {
     const float w = a.chosen_weight[r];
     const bool standard = p.method == VerifyMethod::standard;
     const bf16* q_row = p.draft_logits + (slot * N + k) * p.vocab;
-    for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
-      const float pv = law_prob(stats_of(lt), lt.z, kept(a, item, verify_scaled(x, T), v), v);
-      const float qv = law_prob(stats_of(ld), ld.z, verify_scaled(to_f32(q_row[v]), T), v);
-      const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
-      if (m > 0.0f) fold_first(win, race_score(m, race_noise(gd, v)), v);
+    const uint64_t keep = a.keep[item];
+    const LawStats tst = stats_of(lt), dst = stats_of(ld);
+    // The weight m is at most p (p - q, or w * p - q with w <= 1, each rounding
+    // monotone): an id whose p * 2^25 is below win's value cannot win (race_fold's
+    // bound), and its q is not read.
+    with_scaling(T, [&](auto scaled) {
+      for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
+        const float sv = scaled(x);
+        const float pv =
+            law_prob(tst, lt.z, keep != 0 && order_key(sv, v) < keep ? neg_inf() : sv, v);
+        if (!(pv > 0.0f) || fmul_rn(pv, 0x1p25f) < win.value) return;
+        const float qv = law_prob(dst, ld.z, scaled(to_f32(q_row[v])), v);
+        const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
+        if (m > 0.0f) race_fold(win, m, gd, v);
+      });
     });
   } else if (!stats_of(lt).degenerate()) {
     win = target_race(a, r, k, v0, v1, gd, T);
