@@ -144,6 +144,39 @@ TEST(VerifySelect, OrderKeySortsAsTheSamplingRule) {
   }
 }
 
+// FirstKey (the first pass's per-thread fold) is the largest order key over the ids
+// in increasing order: NaNs of either sign and any payload, +-0, +-inf, subnormals,
+// ties; and 0 for no id.
+TEST(VerifySelect, FirstKeyIsTheLargestOrderKey) {
+  const uint64_t seed = 48;
+  test::Gen g(seed);
+  EXPECT_EQ(verify_select::FirstKey{}.key(), 0u);
+  const float specials[] = {bits_f32(0x7fc00000u),
+                            bits_f32(0xffc00001u),
+                            bits_f32(0x7f800001u),
+                            0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            bits_f32(1u),
+                            bits_f32(0x80000003u),
+                            3.0f};
+  for (int it = 0; it < 3000; ++it) {
+    const int n = static_cast<int>(g.integer(1, 60));
+    const int stride = static_cast<int>(g.integer(1, 5));
+    verify_select::FirstKey f;
+    uint64_t want = 0;
+    for (int i = 0; i < n; ++i) {
+      const int v = static_cast<int>(g.integer(0, 3)) + i * stride * 4;  // increasing
+      const int kind = static_cast<int>(g.integer(0, 9));
+      const float x = kind < 3 ? specials[g.integer(0, 9)] : (kind < 6 ? 3.0f : g.uniform(-4, 4));
+      f.add(x, v);
+      want = std::max(want, verify_select::order_key(x, v));
+    }
+    ASSERT_EQ(f.key(), want) << "seed " << seed << ", trial " << it;
+  }
+}
+
 // sum_term's road is exact: the clamp at -87 (every term below -45 is 0), exp_law_bits
 // and the one shift give law_term's bits.
 TEST(VerifySelect, SumTermEqualsLawTerm) {

@@ -29,6 +29,29 @@ SD_HD uint64_t order_key(float s, int32_t id) {
   return (static_cast<uint64_t>(o) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
 }
 
+// The first pass's fold of one thread: the largest order key over the ids it visits,
+// in increasing order (the vocabulary loops of the kernels), one 32-bit comparison an
+// id: the key's high word o (NaN as 0xffffffff, -0 as +0: fadd(x, 0) is x for every
+// other x) and, for the first id of the largest o, its id (a later id of the same o
+// has the smaller key). key() is the 64-bit order key of that id, 0 when none came.
+struct FirstKey {
+  uint32_t o = 0;  // every id's o is above 0 (-inf's is 0x007fffff)
+  int32_t id = 0;
+  SD_HD void add(float x, int32_t v) {
+    const uint32_t b = f32_bits(fadd_rn(x, 0.0f));
+    uint32_t k = b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) | 0x80000000u);
+    if (x != x) k = 0xffffffffu;
+    if (k > o) {
+      o = k;
+      id = v;
+    }
+  }
+  SD_HD uint64_t key() const {
+    return o == 0 ? 0
+                  : (static_cast<uint64_t>(o) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
+  }
+};
+
 // x >> s for a shift of any size (0 from 64 on): PTX's shr.b64 clamps the shift.
 SD_HD uint64_t shr64_clamped(uint64_t x, uint32_t s) {
 #if SD_ON_DEVICE

@@ -22,6 +22,7 @@ namespace sparkdraft::cuda {
 namespace {
 
 using verify_select::digit;
+using verify_select::FirstKey;
 using verify_select::law_term_of_diff;
 using verify_select::order_key;
 using verify_select::race_fold;
@@ -75,11 +76,12 @@ __device__ float draft_logit(const ops::VerifyParams& p, int64_t slot, int j, in
 
 // Calls f(v, f32(row[v])) for every id v of [v0, v1) this thread owns: the ids
 // before the first 16-byte boundary and after the last one one by one, the rest
-// 16 bytes a load (8 bf16 or 4 fp32), the CTA's threads interleaved. Every fold
-// that consumes it is exact (packets by the order, integer sums), so the order in
-// which the ids come never changes a bit. kVector false: every id one by one (for
-// the draw's long per-id code, which the unrolled vector path would copy 8 to 16
-// times).
+// 16 bytes a load (8 bf16 or 4 fp32), the CTA's threads interleaved. A thread's ids
+// come in increasing order (select.h's FirstKey and race_fold rely on it: a later id
+// loses a tie). Every fold that consumes it is exact (packets by the order, integer
+// sums), so the split among threads never changes a bit. kVector false: every id one
+// by one (for the draw's long per-id code, which the unrolled vector path would copy
+// 8 to 16 times).
 __device__ float widen_logit(bf16 x) { return to_f32(x); }
 __device__ float widen_logit(float x) { return x; }
 
@@ -420,13 +422,13 @@ __global__ void first_kernel(const Args a) {
   const bool with_draft = j < p.n && T > 0.0f;
   const int64_t slot = p.cache_slots[r];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  // The first id is the largest order key (select.h): one 64-bit max per id.
-  uint64_t t = 0, d = 0;  // 0 is below every key of an id
-  for_each_target(p, r, j, v0, v1, [&](int v, float x) { t = max(t, order_key(x, v)); });
-  if (with_draft)
-    for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { d = max(d, order_key(x, v)); });
-  t = block_fold(t, uint64_t{0}, key_op);
-  if (with_draft) d = block_fold(d, uint64_t{0}, key_op);
+  // The first id is the largest order key (select.h): per thread one 32-bit comparison
+  // an id (FirstKey: a thread's ids come in increasing order), then the 64-bit keys.
+  FirstKey ft, fd;
+  for_each_target(p, r, j, v0, v1, [&](int v, float x) { ft.add(x, v); });
+  if (with_draft) for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { fd.add(x, v); });
+  const uint64_t t = block_fold(ft.key(), uint64_t{0}, key_op);
+  const uint64_t d = with_draft ? block_fold(fd.key(), uint64_t{0}, key_op) : 0;
   if (threadIdx.x == 0) {
     a.packets[(item * 2 + 0) * a.S + s] = packet_of_key(t);
     if (with_draft) a.packets[(item * 2 + 1) * a.S + s] = packet_of_key(d);
