@@ -513,6 +513,11 @@ TEST(CudaVerify, EqualsCpuAtUnitTemperatureOverWideLogits) {
               for (int v = 0; v < V; ++v) {
                 const float x = c.target_at(r, j, v);
                 if (x == x && x != inf && x != -inf) c.set_target(r, j, v, x * spread);
+                if (c.slots[r] >= 0 && j < c.n) {  // the cache row spread alike
+                  bf16& q = c.cache[(static_cast<size_t>(c.slots[r]) * c.n + j) * V + v];
+                  const float y = to_f32(q);
+                  if (y == y && y != inf && y != -inf) q = to_bf16(y * spread);
+                }
               }
             // Ties at the maximum and a few -inf ids on the target and the cache.
             const int j = r % (c.n + 1);
@@ -553,7 +558,8 @@ __global__ void law_term_kernel(const float* d, uint64_t* lo, uint32_t* one, U12
 TEST(CudaVerify, LawTermOnTheDeviceEqualsTheHost) {
   SD_REQUIRE_GPU();
   std::vector<float> d;
-  for (uint64_t b = f32_bits(-0.0f); b <= 0xff800000u; b += 97) d.push_back(bits_f32(b));
+  for (uint64_t b = f32_bits(-0.0f); b <= 0xff800000u; b += 97)
+    d.push_back(bits_f32(static_cast<uint32_t>(b)));
   d.push_back(-std::numeric_limits<float>::infinity());
   d.push_back(0.0f);
   for (float edge : {-87.0f, -45.0f})
