@@ -144,8 +144,41 @@ TEST(VerifySelect, OrderKeySortsAsTheSamplingRule) {
   }
 }
 
-// The skipped exp is exact: every term at s - M < -45 is 0, and at -45 and above
-// sum_term is law_term.
+// FirstKey (the first pass's per-thread fold) is the largest order key over the ids
+// in increasing order: NaNs of either sign and any payload, +-0, +-inf, subnormals,
+// ties; and 0 for no id.
+TEST(VerifySelect, FirstKeyIsTheLargestOrderKey) {
+  const uint64_t seed = 48;
+  test::Gen g(seed);
+  EXPECT_EQ(verify_select::FirstKey{}.key(), 0u);
+  const float specials[] = {bits_f32(0x7fc00000u),
+                            bits_f32(0xffc00001u),
+                            bits_f32(0x7f800001u),
+                            0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            bits_f32(1u),
+                            bits_f32(0x80000003u),
+                            3.0f};
+  for (int it = 0; it < 3000; ++it) {
+    const int n = static_cast<int>(g.integer(1, 60));
+    const int stride = static_cast<int>(g.integer(1, 5));
+    verify_select::FirstKey f;
+    uint64_t want = 0;
+    for (int i = 0; i < n; ++i) {
+      const int v = static_cast<int>(g.integer(0, 3)) + i * stride * 4;  // increasing
+      const int kind = static_cast<int>(g.integer(0, 9));
+      const float x = kind < 3 ? specials[g.integer(0, 9)] : (kind < 6 ? 3.0f : g.uniform(-4, 4));
+      f.add(x, v);
+      want = std::max(want, verify_select::order_key(x, v));
+    }
+    ASSERT_EQ(f.key(), want) << "seed " << seed << ", trial " << it;
+  }
+}
+
+// sum_term's road is exact: the clamp at -87 (every term below -45 is 0), exp_law_bits
+// and the one shift give law_term's bits.
 TEST(VerifySelect, SumTermEqualsLawTerm) {
   test::Gen g(45);
   for (int it = 0; it < 200000; ++it) {
@@ -154,18 +187,87 @@ TEST(VerifySelect, SumTermEqualsLawTerm) {
     const U128 a = verify_select::sum_term(s, M), b = law_term(s, M);
     ASSERT_TRUE(a.lo == b.lo && a.hi == b.hi) << "s " << s << ", M " << M;
   }
-  // Every 29th float of [-45, 0] (and both ends) as s - M with M = 0: the shift form
-  // of the term is fixed64_of_unit's, E = 1 included.
-  const uint32_t lo = f32_bits(-0.0f), hi = f32_bits(-45.0f);
+  // Every 29th float of [-inf, 0] (and both ends) as s - M: E = 1 included, every d
+  // below -87 (clamped) and -inf. (The whole range, 2^31 floats, was checked once.)
+  const uint32_t lo = f32_bits(-0.0f), hi = 0xff800000u;  // -inf
   for (uint32_t step = 0;; ++step) {
     const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(lo + uint64_t{29} * step, hi));
     const float d = bits_f32(b);
-    const U128 x = verify_select::sum_term(d, 0.0f), y = law_term(d, 0.0f);
-    ASSERT_TRUE(x.lo == y.lo && x.hi == y.hi) << "s - M = " << d;
+    const verify_select::LawTerm t = verify_select::law_term_of_diff(d);
+    const U128 y = fixed64_of_unit(exp_law(d));
+    ASSERT_TRUE(t.lo == y.lo && t.one == y.hi) << "s - M = " << d;
+    if (d >= -87.0f) {
+      ASSERT_EQ(exp_law_bits(d), f32_bits(exp_law(d))) << "d = " << d;
+    }
     if (b == hi) break;
   }
   const U128 one = verify_select::sum_term(3.0f, 3.0f);
   EXPECT_TRUE(one.lo == 0 && one.hi == 1) << "E = 1 is 2^64";
+}
+
+// TermSum (a thread's 96-bit partial) is the 128-bit sum of its terms: carries out of
+// the low 64 bits and the E = 1 terms.
+TEST(VerifySelect, TermSumIsTheExactSum) {
+  test::Gen g(46);
+  for (int it = 0; it < 200; ++it) {
+    verify_select::TermSum acc;
+    U128 ref;
+    const int n = static_cast<int>(g.integer(1, 3000));
+    for (int i = 0; i < n; ++i) {
+      const float d = g.integer(0, 9) == 0 ? 0.0f : -g.uniform(0.0f, 2.0f);
+      acc.add(verify_select::law_term_of_diff(d));
+      ref = u128_add(ref, law_term(d, 0.0f));
+    }
+    const U128 w = acc.wide();
+    ASSERT_TRUE(w.lo == ref.lo && w.hi == ref.hi) << "trial " << it;
+  }
+}
+
+// The draw kernel's race_fold skips an id by two lower bounds of its noise
+// e = -log_law(u): e >= 2^-25 and e >= fsub(1, u), over every float u the uniform can
+// return ([0x1.fffffep-32, 1 - 2^-24]; all 2^28 floats of the range, about 2 s).
+TEST(VerifyMath, RaceNoiseLowerBounds) {
+  const uint32_t lo = f32_bits(kUniformScale), hi = f32_bits(1.0f - 0x1p-24f);
+  for (uint32_t b = lo; b <= hi; ++b) {
+    const float u = bits_f32(b);
+    const float e = -log_law(u);
+    ASSERT_TRUE(e >= 0x1p-25f && e >= fsub_rn(1.0f, u)) << "u " << u << ", e " << e;
+  }
+  EXPECT_EQ(uniform_of_word(0u), kUniformScale);
+  EXPECT_EQ(uniform_of_word(0x7fffffffu), 1.0f - 0x1p-24f);
+}
+
+// race_fold (the draw kernel's fold with the noise skipped where an id cannot win)
+// gives the packet of the plain race, per strided "thread" and after the fold across
+// them: weights over many orders of magnitude, zeros skipped, ties of weight.
+TEST(VerifySelect, RaceFoldEqualsThePlainRace) {
+  const uint64_t seed = 47;
+  test::Gen g(seed);
+  for (int it = 0; it < 400; ++it) {
+    const int V = static_cast<int>(g.integer(1, 3000)),
+              threads = static_cast<int>(g.integer(1, 64));
+    const uint32_t gd = static_cast<uint32_t>(g.bits());
+    const float spread = it % 4 == 0 ? 0.5f : (it % 4 == 1 ? 8.0f : 40.0f);
+    std::vector<float> w(V);
+    for (int v = 0; v < V; ++v) {
+      const int kind = static_cast<int>(g.integer(0, 19));
+      w[v] = kind == 0 ? 0.0f : (kind == 1 ? 1.0f : exp_law(-g.uniform(0.0f, spread)));
+    }
+    MarkovPacket plain{bits_f32(0xff800000u), 0x7fffffff, 0}, fast = plain;
+    for (int t = 0; t < threads; ++t) {
+      MarkovPacket a{bits_f32(0xff800000u), 0x7fffffff, 0}, b = a;
+      for (int v = t; v < V; v += threads) {
+        if (!(w[v] > 0.0f)) continue;
+        fold_first(a, race_score(w[v], race_noise(gd, v)), v);
+        verify_select::race_fold(b, w[v], gd, v);
+      }
+      ASSERT_TRUE(f32_bits(a.value) == f32_bits(b.value) && a.id == b.id)
+          << "seed " << seed << ", trial " << it << ", thread " << t;
+      plain = first_of(plain, a);
+      fast = first_of(fast, b);
+    }
+    ASSERT_EQ(plain.id, fast.id) << "seed " << seed << ", trial " << it;
+  }
 }
 
 // exp_law (contract.md section 8.2): its fixed points, 0 <= E <= 1, within 1 ulp of

@@ -20,6 +20,7 @@
 #include "common/random.h"
 #include "cuda/common/graph.h"
 #include "cuda/gpu_test_util.h"
+#include "cuda/verify/select.h"
 #include "cuda/verify/verify.h"
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cpu/verify.h"
@@ -485,6 +486,104 @@ TEST(CudaVerify, EqualsCpuWithOtherStreamSalts) {
   DeviceCase d(c);
   cuda::VerifyWorkspace ws(16, c.n, c.vocab);
   EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
+}
+
+// T = 1 everywhere (the passes' path without the division) over logits spread so wide
+// that the sums' terms take every road: E = 1 at tied maxima, d between -45 and -87
+// (zero terms by exp_law), d below -87 and -inf (the clamp); bf16 and fp32 targets,
+// both methods, with and without top-k / top-p, at 1, 8 and 32 rows, odd vocabularies.
+TEST(CudaVerify, EqualsCpuAtUnitTemperatureOverWideLogits) {
+  SD_REQUIRE_GPU();
+  for (LogitsDType dtype : {LogitsDType::bf16, LogitsDType::f32})
+    for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block})
+      for (int rows : {1, 8, 32})
+        for (bool truncation : {false, true}) {
+          const uint64_t seed = 5000 + rows * 10 + (truncation ? 1 : 0) +
+                                (dtype == LogitsDType::f32 ? 100 : 0) +
+                                (method == VerifyMethod::block ? 200 : 0);
+          std::printf("  seed %llu\n", static_cast<unsigned long long>(seed));
+          test::Gen g(seed);
+          const int V = rows == 32 ? 1237 : 4099;
+          Case c = make_case(g, rows, 7, V, dtype, method, truncation);
+          const float inf = std::numeric_limits<float>::infinity();
+          for (int r = 0; r < rows; ++r) {
+            c.temps[r] = 1.0f;
+            const float spread = r % 3 == 0 ? 30.0f : (r % 3 == 1 ? 4.0f : 1.0f);
+            for (int j = 0; j <= c.n; ++j)
+              for (int v = 0; v < V; ++v) {
+                const float x = c.target_at(r, j, v);
+                if (x == x && x != inf && x != -inf) c.set_target(r, j, v, x * spread);
+                if (c.slots[r] >= 0 && j < c.n) {  // the cache row spread alike
+                  bf16& q = c.cache[(static_cast<size_t>(c.slots[r]) * c.n + j) * V + v];
+                  const float y = to_f32(q);
+                  if (y == y && y != inf && y != -inf) q = to_bf16(y * spread);
+                }
+              }
+            // Ties at the maximum and a few -inf ids on the target and the cache.
+            const int j = r % (c.n + 1);
+            float top = -inf;
+            for (int v = 0; v < V; ++v) top = std::max(top, c.target_at(r, j, v));
+            if (top == top && top != inf && top != -inf) {
+              c.set_target(r, j, 11 % V, top);
+              c.set_target(r, j, 29 % V, top);
+            }
+            c.set_target(r, j, 5 % V, -inf);
+            if (c.slots[r] >= 0 && j < c.n)
+              c.cache[(static_cast<size_t>(c.slots[r]) * c.n + j) * V + 7 % V] = to_bf16(-inf);
+          }
+          SCOPED_TRACE(std::string(to_string(dtype)) + " " + to_string(method) + " rows " +
+                       std::to_string(rows) + (truncation ? " top-k/top-p" : ""));
+          check_every_shape(c, 32);
+          if (HasFatalFailure()) return;
+        }
+}
+
+__global__ void law_term_kernel(const float* d, uint64_t* lo, uint32_t* one, U128* sum, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const verify_select::LawTerm t = verify_select::law_term_of_diff(d[i]);
+    lo[i] = t.lo;
+    one[i] = t.one;
+  }
+  if (i == 0) {  // one thread's 96-bit partial over every 16th input (carries, E = 1)
+    verify_select::TermSum acc;
+    for (int k = 0; k < n; k += 16) acc.add(verify_select::law_term_of_diff(d[k]));
+    *sum = acc.wide();
+  }
+}
+
+// The sums pass's term and partial on the device equal the host's (the device's
+// clamped 64-bit shift and carry chain): every 97th float of [-inf, 0], -inf, both
+// zeros, and every float near the clamp (-87) and the zero terms' edge (-45).
+TEST(CudaVerify, LawTermOnTheDeviceEqualsTheHost) {
+  SD_REQUIRE_GPU();
+  std::vector<float> d;
+  for (uint64_t b = f32_bits(-0.0f); b <= 0xff800000u; b += 97)
+    d.push_back(bits_f32(static_cast<uint32_t>(b)));
+  d.push_back(-std::numeric_limits<float>::infinity());
+  d.push_back(0.0f);
+  for (float edge : {-87.0f, -45.0f})
+    for (int k = -3000; k <= 3000; ++k)
+      d.push_back(bits_f32(static_cast<uint32_t>(static_cast<int64_t>(f32_bits(edge)) + k)));
+  const int n = static_cast<int>(d.size());
+  cuda::DeviceBuffer<float> dd(d, nullptr);
+  cuda::DeviceBuffer<uint64_t> lo(d.size());
+  cuda::DeviceBuffer<uint32_t> one(d.size());
+  cuda::DeviceBuffer<U128> sum(1);
+  law_term_kernel<<<(n + 255) / 256, 256>>>(dd.data(), lo.data(), one.data(), sum.data(), n);
+  SD_CUDA_CHECK(cudaGetLastError());
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint64_t> glo = lo.download(nullptr);
+  const std::vector<uint32_t> gone = one.download(nullptr);
+  U128 want;
+  for (int i = 0; i < n; ++i) {
+    const U128 t = law_term(d[i], 0.0f);
+    ASSERT_TRUE(glo[i] == t.lo && gone[i] == t.hi) << "s - M = " << d[i];
+    if (i % 16 == 0) want = u128_add(want, t);
+  }
+  const U128 got = sum.download(nullptr)[0];
+  EXPECT_TRUE(got.lo == want.lo && got.hi == want.hi) << "the device's 96-bit partial";
+  std::printf("  %d terms, device == host\n", n);
 }
 
 // The bench's vocabulary: the launcher's shapes over 152k ids.

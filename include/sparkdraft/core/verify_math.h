@@ -161,6 +161,26 @@ SD_HD MarkovPacket first_of(const MarkovPacket& a, const MarkovPacket& b) {
   return packet_wins(a, b) ? a : b;
 }
 
+// The steps of exp_law before the scaling by 2^kf, for d in [-87, 0]: p, kf, and tt =
+// t + 0x1.8p23 (whose bits are 0x4b400000 + kf: kf is an integer of [-126, 0] and
+// tt's ulp is 1).
+SD_HD float exp_law_poly(float d, float& tt, float& kf) {
+  const float t = fmul_rn(d, 0x1.715476p+0f);
+  tt = fadd_rn(t, 0x1.8p23f);
+  kf = fsub_rn(tt, 0x1.8p23f);
+  float r = ffma_rn(kf, -0x1.62e43p-1f, d);
+  r = ffma_rn(kf, 0x1.05c61p-29f, r);
+  float p = 0x1.a01a02p-13f;
+  p = ffma_rn(p, r, 0x1.6c16c2p-10f);
+  p = ffma_rn(p, r, 0x1.111112p-7f);
+  p = ffma_rn(p, r, 0x1.555556p-5f);
+  p = ffma_rn(p, r, 0x1.555556p-3f);
+  p = ffma_rn(p, r, 0.5f);
+  p = ffma_rn(p, r, 1.0f);
+  p = ffma_rn(p, r, 1.0f);
+  return p;
+}
+
 // exp(d) for the law (contract.md section 8.2), d = s - M <= 0 (or -inf), in fp32,
 // every step one IEEE rounding (the fmas fused):
 //   d < -87 (or -inf): 0
@@ -176,20 +196,20 @@ SD_HD MarkovPacket first_of(const MarkovPacket& a, const MarkovPacket& b) {
 // most of their time.
 SD_HD float exp_law(float d) {
   if (!(d >= -87.0f)) return 0.0f;
-  const float t = fmul_rn(d, 0x1.715476p+0f);
-  const float kf = fsub_rn(fadd_rn(t, 0x1.8p23f), 0x1.8p23f);
-  float r = ffma_rn(kf, -0x1.62e43p-1f, d);
-  r = ffma_rn(kf, 0x1.05c61p-29f, r);
-  float p = 0x1.a01a02p-13f;
-  p = ffma_rn(p, r, 0x1.6c16c2p-10f);
-  p = ffma_rn(p, r, 0x1.111112p-7f);
-  p = ffma_rn(p, r, 0x1.555556p-5f);
-  p = ffma_rn(p, r, 0x1.555556p-3f);
-  p = ffma_rn(p, r, 0.5f);
-  p = ffma_rn(p, r, 1.0f);
-  p = ffma_rn(p, r, 1.0f);
+  float tt, kf;
+  const float p = exp_law_poly(d, tt, kf);
   const int k = static_cast<int>(kf);
   return fmul_rn(p, bits_f32(static_cast<uint32_t>(k + 127) << 23));
+}
+
+// The bits of exp_law(d) for d in [-87, 0], by a shorter road: p * 2^kf is exact (E
+// is normal), so its bits are p's with kf added to the exponent field, and kf << 23
+// is tt's bits << 23 (mod 2^32: 0x4b400000 << 23 is 0). No conversion, no multiply.
+// tests/cpu/test_verify_select.cpp checks it against exp_law over [-87, 0].
+SD_HD uint32_t exp_law_bits(float d) {
+  float tt, kf;
+  const float p = exp_law_poly(d, tt, kf);
+  return f32_bits(p) + (f32_bits(tt) << 23);
 }
 
 // E = exp_law(s - M): s = -inf gives 0.

@@ -2,6 +2,10 @@
 // stages, every element operation from core/verify_math.h (the CPU reference's
 // own functions), every combine exact (packets by the order, 128-bit integer sums)
 // and, across slices, by one warp per law (warp_fold: exact, so any tree gives the bits).
+// The sums pass (sums_part) computes each id's term without a branch (select.h
+// law_term_of_diff: exp_law's bits without a conversion, the term one 64-bit shift) and
+// adds it to the thread's 96-bit partial by one carry chain (TermSum), widened to 128
+// bits only for the folds; at T = 1 the passes skip the division (x / 1 is x).
 #include "cuda/verify/verify.h"
 
 #include <cuda_runtime.h>
@@ -18,8 +22,12 @@ namespace sparkdraft::cuda {
 namespace {
 
 using verify_select::digit;
+using verify_select::FirstKey;
+using verify_select::law_term_of_diff;
 using verify_select::order_key;
+using verify_select::race_fold;
 using verify_select::sum_term;
+using verify_select::TermSum;
 
 constexpr int kMaxThreads = 512;
 constexpr int kRowThreads = 256;  // block verification's decide: one CTA per row
@@ -68,11 +76,12 @@ __device__ float draft_logit(const ops::VerifyParams& p, int64_t slot, int j, in
 
 // Calls f(v, f32(row[v])) for every id v of [v0, v1) this thread owns: the ids
 // before the first 16-byte boundary and after the last one one by one, the rest
-// 16 bytes a load (8 bf16 or 4 fp32), the CTA's threads interleaved. Every fold
-// that consumes it is exact (packets by the order, integer sums), so the order in
-// which the ids come never changes a bit. kVector false: every id one by one (for
-// the draw's long per-id code, which the unrolled vector path would copy 8 to 16
-// times).
+// 16 bytes a load (8 bf16 or 4 fp32), the CTA's threads interleaved. A thread's ids
+// come in increasing order (select.h's FirstKey and race_fold rely on it: a later id
+// loses a tie). Every fold that consumes it is exact (packets by the order, integer
+// sums), so the split among threads never changes a bit. kVector false: every id one
+// by one (for the draw's long per-id code, which the unrolled vector path would copy
+// 8 to 16 times).
 __device__ float widen_logit(bf16 x) { return to_f32(x); }
 __device__ float widen_logit(float x) { return x; }
 
@@ -135,10 +144,15 @@ __device__ float target_kept(const Args& a, int r, int j, int v, float T) {
   return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
 }
 
-// A scaled target logit s of id v at item `item` with the kept set applied.
-__device__ float kept(const Args& a, int item, float s, int v) {
-  const uint64_t keep = a.keep[item];
-  return keep != 0 && order_key(s, v) < keep ? neg_inf() : s;
+// Calls f(scaled) with scaled(x) = verify_scaled(x, T) for T > 0: at T = 1 the value
+// itself (x / 1 is x, bit for bit, for every x but a NaN, which never reaches a
+// non-degenerate law's pass), so the hot loops are compiled once without the division.
+template <class F>
+__device__ void with_scaling(float T, F&& f) {
+  if (T == 1.0f)
+    f([](float x) { return x; });
+  else
+    f([T](float x) { return verify_scaled(x, T); });
 }
 
 __device__ LawStats stats_of(const VerifyLaw& l) {
@@ -408,13 +422,13 @@ __global__ void first_kernel(const Args a) {
   const bool with_draft = j < p.n && T > 0.0f;
   const int64_t slot = p.cache_slots[r];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  // The first id is the largest order key (select.h): one 64-bit max per id.
-  uint64_t t = 0, d = 0;  // 0 is below every key of an id
-  for_each_target(p, r, j, v0, v1, [&](int v, float x) { t = max(t, order_key(x, v)); });
-  if (with_draft)
-    for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { d = max(d, order_key(x, v)); });
-  t = block_fold(t, uint64_t{0}, key_op);
-  if (with_draft) d = block_fold(d, uint64_t{0}, key_op);
+  // The first id is the largest order key (select.h): per thread one 32-bit comparison
+  // an id (FirstKey: a thread's ids come in increasing order), then the 64-bit keys.
+  FirstKey ft, fd;
+  for_each_target(p, r, j, v0, v1, [&](int v, float x) { ft.add(x, v); });
+  if (with_draft) for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { fd.add(x, v); });
+  const uint64_t t = block_fold(ft.key(), uint64_t{0}, key_op);
+  const uint64_t d = with_draft ? block_fold(fd.key(), uint64_t{0}, key_op) : 0;
   if (threadIdx.x == 0) {
     a.packets[(item * 2 + 0) * a.S + s] = packet_of_key(t);
     if (with_draft) a.packets[(item * 2 + 1) * a.S + s] = packet_of_key(d);
@@ -502,26 +516,29 @@ __device__ void sums_part(const Args& a, int item, int s) {
   const float mt = tst.first.value;
   const uint64_t keep = a.keep[item];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
-  U128 t, d;
-  if (with_target) {
-    if (keep == 0) {
-      for_each_target(p, r, j, v0, v1,
-                      [&](int, float x) { t = u128_add(t, sum_term(verify_scaled(x, T), mt)); });
-    } else {
-      for_each_target(p, r, j, v0, v1, [&](int v, float x) {
-        const float sv = verify_scaled(x, T);
-        if (order_key(sv, v) >= keep) t = u128_add(t, sum_term(sv, mt));
-      });
+  TermSum t, d;
+  with_scaling(T, [&](auto scaled) {
+    if (with_target) {
+      if (keep == 0) {
+        for_each_target(p, r, j, v0, v1,
+                        [&](int, float x) { t.add(law_term_of_diff(fsub_rn(scaled(x), mt))); });
+      } else {
+        for_each_target(p, r, j, v0, v1, [&](int v, float x) {
+          const float sv = scaled(x);
+          if (order_key(sv, v) >= keep) t.add(law_term_of_diff(fsub_rn(sv, mt)));
+        });
+      }
     }
-  }
-  if (with_draft)
-    for_each_draft(p, slot, j, v0, v1,
-                   [&](int, float x) { d = u128_add(d, sum_term(verify_scaled(x, T), md)); });
-  if (with_target) t = block_fold(t, U128{}, sum_op);
-  if (with_draft) d = block_fold(d, U128{}, sum_op);
+    if (with_draft)
+      for_each_draft(p, slot, j, v0, v1,
+                     [&](int, float x) { d.add(law_term_of_diff(fsub_rn(scaled(x), md))); });
+  });
+  U128 tw = t.wide(), dw = d.wide();
+  if (with_target) tw = block_fold(tw, U128{}, sum_op);
+  if (with_draft) dw = block_fold(dw, U128{}, sum_op);
   if (threadIdx.x == 0) {
-    if (with_target) a.sums[(item * 2 + 0) * a.S + s] = t;
-    if (with_draft) a.sums[(item * 2 + 1) * a.S + s] = d;
+    if (with_target) a.sums[(item * 2 + 0) * a.S + s] = tw;
+    if (with_draft) a.sums[(item * 2 + 1) * a.S + s] = dw;
   }
 }
 
@@ -591,10 +608,14 @@ __device__ MarkovPacket target_race(const Args& a, int r, int j, int v0, int v1,
                                     float T) {
   const int item = r * (a.p.n + 1) + j;
   const float M = a.laws[item * 2].first.value;
+  const uint64_t keep = a.keep[item];
   MarkovPacket win = no_packet();
-  for_each_target<false>(a.p, r, j, v0, v1, [&](int v, float x) {
-    const float E = law_exp(kept(a, item, verify_scaled(x, T), v), M);
-    if (E > 0.0f) fold_first(win, race_score(E, race_noise(gd, v)), v);
+  with_scaling(T, [&](auto scaled) {
+    for_each_target<false>(a.p, r, j, v0, v1, [&](int v, float x) {
+      const float s = scaled(x);
+      const float E = law_exp(keep != 0 && order_key(s, v) < keep ? neg_inf() : s, M);
+      if (E > 0.0f) race_fold(win, E, gd, v);
+    });
   });
   return win;
 }
@@ -666,11 +687,21 @@ __device__ void draw_part(const Args& a, int r, int s) {
     const float w = a.chosen_weight[r];
     const bool standard = p.method == VerifyMethod::standard;
     const bf16* q_row = p.draft_logits + (slot * N + k) * p.vocab;
-    for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
-      const float pv = law_prob(stats_of(lt), lt.z, kept(a, item, verify_scaled(x, T), v), v);
-      const float qv = law_prob(stats_of(ld), ld.z, verify_scaled(to_f32(q_row[v]), T), v);
-      const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
-      if (m > 0.0f) fold_first(win, race_score(m, race_noise(gd, v)), v);
+    const uint64_t keep = a.keep[item];
+    const LawStats tst = stats_of(lt), dst = stats_of(ld);
+    // The weight m is at most p (p - q, or w * p - q with w <= 1, each rounding
+    // monotone): an id whose p * 2^25 is below win's value cannot win (race_fold's
+    // bound), and its q is not read.
+    with_scaling(T, [&](auto scaled) {
+      for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
+        const float sv = scaled(x);
+        const float pv =
+            law_prob(tst, lt.z, keep != 0 && order_key(sv, v) < keep ? neg_inf() : sv, v);
+        if (!(pv > 0.0f) || fmul_rn(pv, 0x1p25f) < win.value) return;
+        const float qv = law_prob(dst, ld.z, scaled(to_f32(q_row[v])), v);
+        const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
+        if (m > 0.0f) race_fold(win, m, gd, v);
+      });
     });
   } else if (!stats_of(lt).degenerate()) {
     win = target_race(a, r, k, v0, v1, gd, T);

@@ -26,8 +26,11 @@
 //            row's last CTA (finish) folds them (and, where the residual has no
 //            mass, runs the target's race at k) and writes num_accepted and tokens
 //            (padding rows untouched).
-// The vocabulary passes read the logits 16 bytes a load; the draw skips the noise
-// of ids of weight 0.
+// The vocabulary passes read the logits 16 bytes a load; at T = 1 every pass skips
+// the division (x / 1 is x); the sums add branch-free terms into a thread's 96-bit
+// carry chain (select.h TermSum); the draw skips the noise of ids of weight 0 and, by
+// two lower bounds of the noise, the Philox of ids whose weight cannot beat the
+// thread's best score and the log of ids whose uniform cannot (select.h race_fold).
 // Every combine is exact (packets by the order, sums in integers), so the slice
 // width and the block size never change a bit; the tests run every block size the
 // launcher can pick and several slice widths against the CPU reference.
