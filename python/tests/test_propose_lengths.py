@@ -23,7 +23,8 @@ def run(ckpt, device, lengths=None, seed=31, rows=5, padding=(1,)):
     prop = propose_inputs(d, ctx_len, seed, device, padding=padding)
     # A recognisable cache: every entry 0x3f80 (1.0) before the call.
     prop["out_draft_logits"].fill_(1.0)
-    prop["out_confidences"] = torch.full((rows, ckpt.config["block_size"]), -1.0, device=device)
+    if ckpt.config.get("enable_confidence_head"):
+        prop["out_confidences"] = torch.full((rows, ckpt.config["block_size"]), -1.0, device=device)
     if lengths is not None:
         prop["lengths"] = torch.tensor(lengths, dtype=torch.int32, device=device)
     d.store_context(**ctx)
