@@ -331,9 +331,13 @@ SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK
   __m256i acc[2] = {zero, zero};
   for (int k = 0; k < kMmaK; ++k) {
     const __m256 x = _mm256_set1_ps(xv[k]);
-    for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < 2; ++h) {
       acc[h] = _mm256_add_epi32(
           acc[h], _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(wv[h][k], x), s[h])));
+      // One chain per half, in registers (GCC would otherwise regroup the integer
+      // adds into a tree and spill the terms).
+      __asm__("" : "+x"(acc[h]));
+    }
   }
   const __m256i c[2] = {c0, c1};
   __m256i sum[2], wrap = zero;
