@@ -405,10 +405,10 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
     __m256i fmax = zero;
     for (int k = 0; k < kMmaK; ++k) {
       const __m256i h = v[k];
-      const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), kff);
-      const __m256i is_zero = _mm256_cmpeq_epi16(_mm256_slli_epi16(h, 1), zero);
-      code[k] = _mm256_sub_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
-                                 _mm256_and_si256(is_zero, _mm256_set1_epi16(1 - kZeroExp)));
+      const __m256i h2 = _mm256_slli_epi16(h, 1);  // the sign dropped
+      const __m256i f = _mm256_srli_epi16(h2, 8);
+      code[k] = _mm256_blendv_epi8(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
+                                   _mm256_set1_epi16(kZeroExp), _mm256_cmpeq_epi16(h2, zero));
       wv[0][k] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h));
       wv[1][k] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h));
       fmax = _mm256_max_epu16(fmax, f);
