@@ -147,7 +147,7 @@ constexpr int kZeroExp = -1000;
 // The x rows decoded once per call: per row m and k (padded to whole steps with
 // +0): the 8-bit significand, max(field, 1) (kZeroExp for +-0), the sign as a 0 /
 // -1 mask; for the fp32 form (avx2_fast_step) the value as fp32 and max(field, 1)
-// in both 16-bit halves of a dword.
+// - 127 (kZeroExp - 127 for +-0) in both 16-bit halves of a dword.
 struct XInt : XSteps {
   std::vector<int32_t> sig, exp, neg;  // [m][steps * 16]
   std::vector<float> val;              // [m][steps * 16]
@@ -168,7 +168,7 @@ struct XInt : XSteps {
         exp[i] = (h & 0x7fffu) == 0 ? kZeroExp : mma_detail::bf16_exp(h) + 127;
         neg[i] = (h & 0x8000u) != 0 ? -1 : 0;
         val[i] = to_f32(a.x[m * a.x_stride + k]);
-        exp2[i] = static_cast<uint16_t>(exp[i]) * 0x10001u;
+        exp2[i] = static_cast<uint16_t>(exp[i] - 127) * 0x10001u;
       }
   }
 };
@@ -282,10 +282,13 @@ SD_AVX2 inline void transpose8x8x2(const __m256i* in, __m256i* out) {
 // for +-0) in 16-bit lanes, row j in word j; wv[h][k]: w as fp32 in lane order
 // kAvx2LaneRow (half h); xv, xe2: x's values and exponent pairs from k0; cm: the
 // lanes' fp32 bits (c), which get the result.
-//   * Rule 3 as in step8, in 16-bit lanes (E' = E + 254, 16 lanes a vector).
-//   * Taken only where every lane's E is in [-100, 100] (where c is inf or NaN,
-//     E' >= 382: not taken), so that s = 2^(25 - E) and 2^(E - 25) are normal
-//     fp32 numbers.
+//   * Rule 3 in 16-bit lanes, 16 lanes a vector, as E'' = E + 127: a product's
+//     code[k] + xe2 is pe + 127 (below 0 for a zero factor), c's exponent field
+//     is ec + 127 (zero and subnormal c: -127). The form is taken only where every
+//     lane's E'' is in [27, 227], i.e. E in [-100, 100] (c inf or NaN gives 255:
+//     not taken); there the floor -133 and a zero or subnormal c (at most -126)
+//     cannot be the max, so they are left out. s = 2^(25 - E) and 2^(E - 25) are
+//     then normal fp32 numbers.
 //   * Rules 4-5: the term of a product is trunc(w * x * s) (vcvttps2dq: truncation
 //     toward zero of either sign), in units of 2^(E - 25). w * x is exact (16
 //     significant bits) unless it is below 2^-126 (its term is then 0 either
@@ -304,27 +307,21 @@ SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK
   const __m256i zero = _mm256_setzero_si256();
   const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm));
   const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm + 8));
-  // c's EC' in word j (row j): the packs undo kAvx2LaneRow's order.
+  // c's exponent field in word j (row j): the pack undoes kAvx2LaneRow's order.
   const __m256i cf =
       _mm256_packus_epi32(_mm256_and_si256(_mm256_srli_epi32(c0, 23), _mm256_set1_epi32(0xff)),
                           _mm256_and_si256(_mm256_srli_epi32(c1, 23), _mm256_set1_epi32(0xff)));
-  const __m256i c_zero = _mm256_packs_epi32(_mm256_cmpeq_epi32(_mm256_slli_epi32(c0, 1), zero),
-                                            _mm256_cmpeq_epi32(_mm256_slli_epi32(c1, 1), zero));
-  const __m256i ec =
-      _mm256_add_epi16(_mm256_max_epi16(cf, _mm256_set1_epi16(1)), _mm256_set1_epi16(127));
   __m256i pe[kMmaK];
   for (int k = 0; k < kMmaK; ++k)
     pe[k] = _mm256_add_epi16(code[k], _mm256_set1_epi32(static_cast<int>(xe2[k])));
   for (int n = kMmaK / 2; n >= 1; n /= 2)
     for (int i = 0; i < n; ++i) pe[i] = _mm256_max_epi16(pe[i], pe[i + n]);
-  const __m256i E = _mm256_max_epi16(
-      _mm256_max_epi16(_mm256_set1_epi16(kMmaMinExp + 254), _mm256_andnot_si256(c_zero, ec)),
-      pe[0]);
-  const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(E, _mm256_set1_epi16(100 + 254)),
-                                      _mm256_cmpgt_epi16(_mm256_set1_epi16(-100 + 254), E));
+  const __m256i E = _mm256_max_epi16(cf, pe[0]);  // E''
+  const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(E, _mm256_set1_epi16(100 + 127)),
+                                      _mm256_cmpgt_epi16(_mm256_set1_epi16(-100 + 127), E));
   if (!_mm256_testz_si256(out, out)) return false;
-  // s = 2^(25 - E): fp32 exponent field 152 - E = 406 - E'; in kAvx2LaneRow's order.
-  const __m256i sw = _mm256_sub_epi16(_mm256_set1_epi16(406), E);
+  // s = 2^(25 - E): fp32 exponent field 152 - E = 279 - E''; in kAvx2LaneRow's order.
+  const __m256i sw = _mm256_sub_epi16(_mm256_set1_epi16(279), E);
   const __m256i s_bits[2] = {_mm256_slli_epi32(_mm256_unpacklo_epi16(sw, zero), 23),
                              _mm256_slli_epi32(_mm256_unpackhi_epi16(sw, zero), 23)};
   const __m256 s[2] = {_mm256_castsi256_ps(s_bits[0]), _mm256_castsi256_ps(s_bits[1])};

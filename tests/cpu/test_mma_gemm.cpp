@@ -374,6 +374,18 @@ TEST(CpuMmaGemm, Avx2Fp32FormAndItsRangeEdges) {
         w.v[n * K + k] = near(static_cast<int>(rng.integer(120, 250)), true);
     EXPECT_EQ(check(w, x, K, "large first step, subnormal w"), 0) << "K " << K;
   }
+  // A first step of products near 2^-140 (c subnormal or +0 afterwards), then
+  // ordinary products: c counts at -126 there, below the form's range.
+  for (int K : {32, 47}) {
+    const int n_rows = 18, m_rows = 2;
+    Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+    Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+    for (int n = 0; n < n_rows; ++n)
+      for (int k = 0; k < K; ++k) w.v[n * K + k] = near(k < 16 ? 57 : 124, k < 16);
+    for (int m = 0; m < m_rows; ++m)
+      for (int k = 0; k < K; ++k) x.v[m * K + k] = near(k < 16 ? 57 : 127, false);
+    EXPECT_EQ(check(w, x, K, "subnormal c, then ordinary products"), 0) << "K " << K;
+  }
 }
 
 // Sums whose int32 form wraps in the AVX2 kernel's fp32 form: 16 products of
