@@ -370,6 +370,51 @@ struct Mxcsr {
 // holds rows 0-3 and 8-11, half 1 rows 4-7 and 12-15.
 constexpr int kAvx2LaneRow[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
 
+// A step's 16 x 16 values: v[k] = value k of rows 0-7 (low half), 8-15 (high).
+SD_AVX2 inline void load_step16(const StepSources& src, __m256i* v) {
+  // in[0][j] = values 0-7 of rows j, j + 8; in[1][j] = values 8-15.
+  __m256i in[2][8];
+  for (int j = 0; j < 8; ++j)
+    for (int q = 0; q < 2; ++q)
+      in[q][j] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j] + 8 * q))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j + 8] + 8 * q)), 1);
+  transpose8x8x2(in[0], v);
+  transpose8x8x2(in[1], v + 8);
+}
+
+// PEw of 16 values in 16-bit lanes: max(field, 1), kZeroExp for +-0.
+SD_AVX2 inline __m256i w_code(__m256i h) {
+  const __m256i h2 = _mm256_slli_epi16(h, 1);  // the sign dropped
+  return _mm256_blendv_epi8(_mm256_max_epi16(_mm256_srli_epi16(h2, 8), _mm256_set1_epi16(1)),
+                            _mm256_set1_epi16(kZeroExp),
+                            _mm256_cmpeq_epi16(h2, _mm256_setzero_si256()));
+}
+
+// step8's form of a step's 16 rows (the rare path, so decoded from the rows
+// again): W1 = sig | PEw << 16 (pmaddwd with (sx, 0) gives sig * sx), W2 = the
+// sign as a 0 / -1 mask; half h in kAvx2LaneRow's order.
+SD_AVX2 __attribute__((noinline)) void int_form_step16(const StepSources& src, __m256i (*W1)[kMmaK],
+                                                       __m256i (*W2)[kMmaK]) {
+  __m256i v[kMmaK];
+  load_step16(src, v);
+  const __m256i zero = _mm256_setzero_si256();
+  for (int k = 0; k < kMmaK; ++k) {
+    const __m256i h = v[k];
+    const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), _mm256_set1_epi16(0xff));
+    const __m256i sig =
+        _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)),
+                        _mm256_andnot_si256(_mm256_cmpeq_epi16(f, zero), _mm256_set1_epi16(0x80)));
+    const __m256i sg = _mm256_srai_epi16(h, 15);
+    const __m256i pe = w_code(h);
+    W1[0][k] = _mm256_unpacklo_epi16(sig, pe);
+    W1[1][k] = _mm256_unpackhi_epi16(sig, pe);
+    W2[0][k] = _mm256_unpacklo_epi16(sg, sg);
+    W2[1][k] = _mm256_unpackhi_epi16(sg, sg);
+  }
+}
+
 // Rows rows[0..15] against every x row: bits[m][i] holds the chain's fp32 bits
 // of row kAvx2LaneRow[i]. Runs under Mxcsr (avx2_rows); not inlined, so that no
 // floating-point operation moves across the MXCSR change.
@@ -379,22 +424,13 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
   const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
   for (int m = 0; m < 2 * a.m_rows; ++m)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + 8 * m), _mm256_setzero_si256());
-  const __m256i k7f = _mm256_set1_epi16(0x7f), k80 = _mm256_set1_epi16(0x80),
-                kff = _mm256_set1_epi16(0xff);
+  const __m256i kff = _mm256_set1_epi16(0xff);
   const __m256i zero = _mm256_setzero_si256();
   for (int s = 0; s < xd.steps; ++s) {
     const int k0 = s * kMmaK;
     const StepSources src(rows, k0, K);
-    // in[0][j] = values 0-7 of rows j, j + 8; in[1][j] = values 8-15.
-    __m256i in[2][8], v[kMmaK];
-    for (int j = 0; j < 8; ++j)
-      for (int q = 0; q < 2; ++q)
-        in[q][j] = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j] + 8 * q))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j + 8] + 8 * q)), 1);
-    transpose8x8x2(in[0], v);
-    transpose8x8x2(in[1], v + 8);
+    __m256i v[kMmaK];
+    load_step16(src, v);
     // Per k in 16-bit lanes: PEw = max(field, 1), kZeroExp for +-0; w as fp32 (the
     // bf16 bits on top, widened in kAvx2LaneRow's order).
     __m256i code[kMmaK];
@@ -402,10 +438,8 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
     __m256i fmax = zero;
     for (int k = 0; k < kMmaK; ++k) {
       const __m256i h = v[k];
-      const __m256i h2 = _mm256_slli_epi16(h, 1);  // the sign dropped
-      const __m256i f = _mm256_srli_epi16(h2, 8);
-      code[k] = _mm256_blendv_epi8(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
-                                   _mm256_set1_epi16(kZeroExp), _mm256_cmpeq_epi16(h2, zero));
+      const __m256i f = _mm256_srli_epi16(_mm256_slli_epi16(h, 1), 8);  // the field
+      code[k] = w_code(h);
       wv[0][k] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h));
       wv[1][k] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h));
       fmax = _mm256_max_epu16(fmax, f);
@@ -417,8 +451,7 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
         static_cast<uint32_t>(
             _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(spec, spec))))
             << 8;
-    // step8's form, decoded when some x row needs it: W1 = sig | PEw << 16
-    // (pmaddwd with (sx, 0) gives sig * sx), W2 = the sign as a 0 / -1 mask.
+    // step8's form, decoded (again from the rows) when some x row needs it.
     __m256i W1[2][kMmaK], W2[2][kMmaK];
     bool int_form = false;
 
@@ -433,17 +466,7 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
       if (wspec == 0 && avx2_fast_step(code, wv, xd.val.data() + i, xd.exp2.data() + i, cm))
         continue;
       if (!int_form) {
-        for (int k = 0; k < kMmaK; ++k) {
-          const __m256i h = v[k];
-          const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), kff);
-          const __m256i sig = _mm256_or_si256(
-              _mm256_and_si256(h, k7f), _mm256_andnot_si256(_mm256_cmpeq_epi16(f, zero), k80));
-          const __m256i sg = _mm256_srai_epi16(h, 15);
-          W1[0][k] = _mm256_unpacklo_epi16(sig, code[k]);
-          W1[1][k] = _mm256_unpackhi_epi16(sig, code[k]);
-          W2[0][k] = _mm256_unpacklo_epi16(sg, sg);
-          W2[1][k] = _mm256_unpackhi_epi16(sg, sg);
-        }
+        int_form_step16(src, W1, W2);
         int_form = true;
       }
       alignas(32) uint32_t c_old[16];
