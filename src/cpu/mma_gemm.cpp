@@ -1,7 +1,8 @@
 // The fast chain of cpu/mma_gemm.h. Every step follows core/mma.h's rules
 // literally; the argument that each vector operation is exact is written next
-// to it. Two kernels: AVX2 (integer terms, below) and AVX-512 (fp64 terms
-// truncated by fused multiply-adds rounding toward zero, further below). They
+// to it. Two kernels: AVX2 (fp32 terms truncated by vcvttps2dq where the step's
+// exponents allow, else integer terms; below) and AVX-512 (fp64 terms truncated
+// by fused multiply-adds rounding toward zero, further below). They
 // share the set-up and the tail: the rows in blocks of 16 (block_rows), a step's
 // values zero-padded past K (StepSources), a lane with inf / NaN on the twin's
 // step (twin_lanes), the per-step x flags (XSteps).
