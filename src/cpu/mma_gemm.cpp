@@ -1,7 +1,8 @@
 // The fast chain of cpu/mma_gemm.h. Every step follows core/mma.h's rules
 // literally; the argument that each vector operation is exact is written next
-// to it. Two kernels: AVX2 (integer terms, below) and AVX-512 (fp64 terms
-// truncated by fused multiply-adds rounding toward zero, further below). They
+// to it. Two kernels: AVX2 (fp32 terms truncated by vcvttps2dq where the step's
+// exponents allow, else integer terms; below) and AVX-512 (fp64 terms truncated
+// by fused multiply-adds rounding toward zero, further below). They
 // share the set-up and the tail: the rows in blocks of 16 (block_rows), a step's
 // values zero-padded past K (StepSources), a lane with inf / NaN on the twin's
 // step (twin_lanes), the per-step x flags (XSteps).
@@ -145,15 +146,21 @@ void block_rows(const Args& a, int64_t block_begin, int64_t block_end, const int
 constexpr int kZeroExp = -1000;
 
 // The x rows decoded once per call: per row m and k (padded to whole steps with
-// +0): the 8-bit significand, max(field, 1), the sign as a 0 / -1 mask.
+// +0): the 8-bit significand, max(field, 1) (kZeroExp for +-0), the sign as a 0 /
+// -1 mask; for the fp32 form (avx2_fast_step) the value as fp32 and max(field, 1)
+// - 127 (kZeroExp - 127 for +-0) in both 16-bit halves of a dword.
 struct XInt : XSteps {
   std::vector<int32_t> sig, exp, neg;  // [m][steps * 16]
+  std::vector<float> val;              // [m][steps * 16]
+  std::vector<uint32_t> exp2;          // [m][steps * 16]
 
   explicit XInt(const Args& a) : XSteps(a) {
     const size_t kp = static_cast<size_t>(steps) * kMmaK;
     sig.assign(kp * a.m_rows, 0);
     exp.assign(kp * a.m_rows, kZeroExp);
     neg.assign(kp * a.m_rows, 0);
+    val.assign(kp * a.m_rows, 0.0f);
+    exp2.assign(kp * a.m_rows, static_cast<uint16_t>(kZeroExp) * 0x10001u);
     for (int m = 0; m < a.m_rows; ++m)
       for (int k = 0; k < a.K; ++k) {
         const uint16_t h = a.x[m * a.x_stride + k].bits;
@@ -161,6 +168,8 @@ struct XInt : XSteps {
         sig[i] = static_cast<int32_t>(mma_detail::bf16_sig(h));
         exp[i] = (h & 0x7fffu) == 0 ? kZeroExp : mma_detail::bf16_exp(h) + 127;
         neg[i] = (h & 0x8000u) != 0 ? -1 : 0;
+        val[i] = to_f32(a.x[m * a.x_stride + k]);
+        exp2[i] = static_cast<uint16_t>(exp[i] - 127) * 0x10001u;
       }
   }
 };
@@ -267,60 +276,185 @@ SD_AVX2 inline void transpose8x8x2(const __m256i* in, __m256i* out) {
   out[6] = _mm256_unpacklo_epi64(u3, u7), out[7] = _mm256_unpackhi_epi64(u3, u7);
 }
 
+// The fp32 form of one step of one x row for all 16 lanes, where it is exact
+// (returns false otherwise and changes nothing: the caller runs step8). Needs
+// MXCSR rounding toward zero with neither flush-to-zero nor denormals-are-zero
+// (Mxcsr below). code[k]: w's exponents as in step8 (max(field, 1), kZeroExp
+// for +-0) in 16-bit lanes, row j in word j; wv[h][k]: w as fp32 in lane order
+// kAvx2LaneRow (half h); xv, xe2: x's values and exponent pairs from k0; cm: the
+// lanes' fp32 bits (c), which get the result.
+//   * Rule 3 in 16-bit lanes, 16 lanes a vector, as E'' = E + 127: a product's
+//     code[k] + xe2 is pe + 127 (below 0 for a zero factor), c's exponent field
+//     is ec + 127 (zero and subnormal c: -127). The form is taken only where every
+//     lane's E'' is in [27, 227], i.e. E in [-100, 100] (c inf or NaN gives 255:
+//     not taken); there the floor -133 and a zero or subnormal c (at most -126)
+//     cannot be the max, so they are left out. s = 2^(25 - E) and 2^(E - 25) are
+//     then normal fp32 numbers.
+//   * Rules 4-5: the term of a product is trunc(w * x * s) (vcvttps2dq: truncation
+//     toward zero of either sign), in units of 2^(E - 25). w * x is exact (16
+//     significant bits) unless it is below 2^-126 (its term is then 0 either
+//     way: |w x s| < 2^(-126 + 125)) or past 2^127 (impossible: a nonzero
+//     product has pe <= E <= 100); times s it is below 2^27 (pe <= E), exact, or
+//     below 2^-126 and so below 1 (term 0). A zero product gives 0. c's term is
+//     trunc(c * s) the same way (|c| < 2^(E + 1): below 2^26). The product terms
+//     add exactly in int32 (|sum| <= 16 * 65025 * 2^11 < 2^31); adding c's term
+//     may wrap, which is checked (then not taken).
+//   * Rule 6: the exact int32 sum converted to fp32 rounding toward zero (MXCSR),
+//     times 2^(E - 25): exact, because |sum| >= 1 gives at least 2^(E - 25) >=
+//     2^-125 (no subnormal result) and at most 2^(31 + 75) (no overflow); a zero
+//     sum gives +0.
+SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK], const float* xv,
+                                   const uint32_t* xe2, uint32_t* cm) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm));
+  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm + 8));
+  // c's exponent field in word j (row j): the pack undoes kAvx2LaneRow's order.
+  const __m256i cf =
+      _mm256_packus_epi32(_mm256_and_si256(_mm256_srli_epi32(c0, 23), _mm256_set1_epi32(0xff)),
+                          _mm256_and_si256(_mm256_srli_epi32(c1, 23), _mm256_set1_epi32(0xff)));
+  __m256i pe[kMmaK];
+  for (int k = 0; k < kMmaK; ++k)
+    pe[k] = _mm256_add_epi16(code[k], _mm256_set1_epi32(static_cast<int>(xe2[k])));
+  for (int n = kMmaK / 2; n >= 1; n /= 2)
+    for (int i = 0; i < n; ++i) pe[i] = _mm256_max_epi16(pe[i], pe[i + n]);
+  const __m256i E = _mm256_max_epi16(cf, pe[0]);  // E''
+  const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(E, _mm256_set1_epi16(100 + 127)),
+                                      _mm256_cmpgt_epi16(_mm256_set1_epi16(-100 + 127), E));
+  if (!_mm256_testz_si256(out, out)) return false;
+  // s = 2^(25 - E): fp32 exponent field 152 - E = 279 - E''; in kAvx2LaneRow's order.
+  const __m256i sw = _mm256_sub_epi16(_mm256_set1_epi16(279), E);
+  const __m256i s_bits[2] = {_mm256_slli_epi32(_mm256_unpacklo_epi16(sw, zero), 23),
+                             _mm256_slli_epi32(_mm256_unpackhi_epi16(sw, zero), 23)};
+  const __m256 s[2] = {_mm256_castsi256_ps(s_bits[0]), _mm256_castsi256_ps(s_bits[1])};
+  __m256i acc[2] = {zero, zero};
+  for (int k = 0; k < kMmaK; ++k) {
+    const __m256 x = _mm256_set1_ps(xv[k]);
+    for (int h = 0; h < 2; ++h) {
+      acc[h] = _mm256_add_epi32(
+          acc[h], _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(wv[h][k], x), s[h])));
+      // One chain per half, in registers (GCC would otherwise regroup the integer
+      // adds into a tree and spill the terms).
+      __asm__("" : "+x"(acc[h]));
+    }
+  }
+  const __m256i c[2] = {c0, c1};
+  __m256i sum[2], wrap = zero;
+  for (int h = 0; h < 2; ++h) {
+    const __m256i tc = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(c[h]), s[h]));
+    sum[h] = _mm256_add_epi32(acc[h], tc);
+    wrap = _mm256_or_si256(
+        wrap, _mm256_and_si256(_mm256_xor_si256(acc[h], sum[h]), _mm256_xor_si256(tc, sum[h])));
+  }
+  if (_mm256_movemask_ps(_mm256_castsi256_ps(wrap)) != 0) return false;
+  for (int h = 0; h < 2; ++h) {
+    // 2^(E - 25): exponent field E - 25 + 127 = 254 - (152 - E).
+    const __m256 inv_s =
+        _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_set1_epi32(254 << 23), s_bits[h]));
+    _mm256_storeu_ps(reinterpret_cast<float*>(cm + 8 * h),
+                     _mm256_mul_ps(_mm256_cvtepi32_ps(sum[h]), inv_s));
+  }
+  return true;
+}
+
+// MXCSR for avx2_fast_step while in scope: rounding toward zero, no flush to
+// zero, no denormals-are-zero, exceptions masked; the caller's value restored.
+struct Mxcsr {
+  unsigned saved;
+  Mxcsr() : saved(_mm_getcsr()) { _mm_setcsr(0x7f80u); }
+  ~Mxcsr() { _mm_setcsr(saved); }
+  Mxcsr(const Mxcsr&) = delete;
+  Mxcsr& operator=(const Mxcsr&) = delete;
+};
+
 // The row of a block of 16 that lane i of the AVX2 kernel holds (half h = i / 8,
 // lane i % 8): the 16-bit decode widens with unpacklo / unpackhi, so half 0
 // holds rows 0-3 and 8-11, half 1 rows 4-7 and 12-15.
 constexpr int kAvx2LaneRow[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
 
+// A step's 16 x 16 values: v[k] = value k of rows 0-7 (low half), 8-15 (high).
+SD_AVX2 inline void load_step16(const StepSources& src, __m256i* v) {
+  // in[0][j] = values 0-7 of rows j, j + 8; in[1][j] = values 8-15.
+  __m256i in[2][8];
+  for (int j = 0; j < 8; ++j)
+    for (int q = 0; q < 2; ++q)
+      in[q][j] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j] + 8 * q))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j + 8] + 8 * q)), 1);
+  transpose8x8x2(in[0], v);
+  transpose8x8x2(in[1], v + 8);
+}
+
+// PEw of 16 values in 16-bit lanes: max(field, 1), kZeroExp for +-0.
+SD_AVX2 inline __m256i w_code(__m256i h) {
+  const __m256i h2 = _mm256_slli_epi16(h, 1);  // the sign dropped
+  return _mm256_blendv_epi8(_mm256_max_epi16(_mm256_srli_epi16(h2, 8), _mm256_set1_epi16(1)),
+                            _mm256_set1_epi16(kZeroExp),
+                            _mm256_cmpeq_epi16(h2, _mm256_setzero_si256()));
+}
+
+// step8's form of a step's 16 rows (the rare path, so decoded from the rows
+// again): W1 = sig | PEw << 16 (pmaddwd with (sx, 0) gives sig * sx), W2 = the
+// sign as a 0 / -1 mask; half h in kAvx2LaneRow's order.
+SD_AVX2 __attribute__((noinline)) void int_form_step16(const StepSources& src, __m256i (*W1)[kMmaK],
+                                                       __m256i (*W2)[kMmaK]) {
+  __m256i v[kMmaK];
+  load_step16(src, v);
+  const __m256i zero = _mm256_setzero_si256();
+  for (int k = 0; k < kMmaK; ++k) {
+    const __m256i h = v[k];
+    const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), _mm256_set1_epi16(0xff));
+    const __m256i sig =
+        _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)),
+                        _mm256_andnot_si256(_mm256_cmpeq_epi16(f, zero), _mm256_set1_epi16(0x80)));
+    const __m256i sg = _mm256_srai_epi16(h, 15);
+    const __m256i pe = w_code(h);
+    W1[0][k] = _mm256_unpacklo_epi16(sig, pe);
+    W1[1][k] = _mm256_unpackhi_epi16(sig, pe);
+    W2[0][k] = _mm256_unpacklo_epi16(sg, sg);
+    W2[1][k] = _mm256_unpackhi_epi16(sg, sg);
+  }
+}
+
 // Rows rows[0..15] against every x row: bits[m][i] holds the chain's fp32 bits
-// of row kAvx2LaneRow[i].
-SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XInt& xd, uint32_t* bits) {
+// of row kAvx2LaneRow[i]. Runs under Mxcsr (avx2_rows); not inlined, so that no
+// floating-point operation moves across the MXCSR change.
+SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], const Args& a,
+                                                  const XInt& xd, uint32_t* bits) {
   const int K = a.K;
   const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
   for (int m = 0; m < 2 * a.m_rows; ++m)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + 8 * m), _mm256_setzero_si256());
-  const __m256i k7f = _mm256_set1_epi16(0x7f), k80 = _mm256_set1_epi16(0x80),
-                kff = _mm256_set1_epi16(0xff);
+  const __m256i kff = _mm256_set1_epi16(0xff);
   const __m256i zero = _mm256_setzero_si256();
   for (int s = 0; s < xd.steps; ++s) {
     const int k0 = s * kMmaK;
     const StepSources src(rows, k0, K);
-    // in[0][j] = values 0-7 of rows j, j + 8; in[1][j] = values 8-15.
-    __m256i in[2][8], v[kMmaK];
-    for (int j = 0; j < 8; ++j)
-      for (int q = 0; q < 2; ++q)
-        in[q][j] = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j] + 8 * q))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src.src[j + 8] + 8 * q)), 1);
-    transpose8x8x2(in[0], v);
-    transpose8x8x2(in[1], v + 8);
-    // Decode per k in 16-bit lanes, then widen: W1 = sig | PEw << 16 (pmaddwd
-    // with (sx, 0) gives sig * sx), W2 = the sign as a 0 / -1 mask.
-    __m256i W1[2][kMmaK], W2[2][kMmaK];
-    __m256i spec = zero;
+    __m256i v[kMmaK];
+    load_step16(src, v);
+    // Per k in 16-bit lanes: PEw = max(field, 1), kZeroExp for +-0; w as fp32 (the
+    // bf16 bits on top, widened in kAvx2LaneRow's order).
+    __m256i code[kMmaK];
+    __m256 wv[2][kMmaK];
+    __m256i fmax = zero;
     for (int k = 0; k < kMmaK; ++k) {
       const __m256i h = v[k];
-      const __m256i f = _mm256_and_si256(_mm256_srli_epi16(h, 7), kff);
-      const __m256i is_zero = _mm256_cmpeq_epi16(_mm256_slli_epi16(h, 1), zero);
-      const __m256i pe =
-          _mm256_sub_epi16(_mm256_max_epi16(f, _mm256_set1_epi16(1)),
-                           _mm256_and_si256(is_zero, _mm256_set1_epi16(1 - kZeroExp)));
-      const __m256i sig = _mm256_or_si256(_mm256_and_si256(h, k7f),
-                                          _mm256_andnot_si256(_mm256_cmpeq_epi16(f, zero), k80));
-      const __m256i sg = _mm256_srai_epi16(h, 15);
-      W1[0][k] = _mm256_unpacklo_epi16(sig, pe);
-      W1[1][k] = _mm256_unpackhi_epi16(sig, pe);
-      W2[0][k] = _mm256_unpacklo_epi16(sg, sg);
-      W2[1][k] = _mm256_unpackhi_epi16(sg, sg);
-      spec = _mm256_or_si256(spec, _mm256_cmpeq_epi16(f, kff));
+      const __m256i f = _mm256_srli_epi16(_mm256_slli_epi16(h, 1), 8);  // the field
+      code[k] = w_code(h);
+      wv[0][k] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h));
+      wv[1][k] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h));
+      fmax = _mm256_max_epu16(fmax, f);
     }
+    const __m256i spec = _mm256_cmpeq_epi16(fmax, kff);
     const uint32_t wspec =
         static_cast<uint32_t>(
             _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(spec, spec)))) |
         static_cast<uint32_t>(
             _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(spec, spec))))
             << 8;
+    // step8's form, decoded (again from the rows) when some x row needs it.
+    __m256i W1[2][kMmaK], W2[2][kMmaK];
+    bool int_form = false;
 
     for (int m = 0; m < a.m_rows; ++m) {
       const bf16* xrow = a.x + m * a.x_stride;
@@ -329,13 +463,20 @@ SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XInt& x
         twin_lanes(0xffffu, cm, rows, kAvx2LaneRow, xrow, k0, K);
         continue;
       }
+      const size_t i = m * kp + k0;
+      if (wspec == 0 && avx2_fast_step(code, wv, xd.val.data() + i, xd.exp2.data() + i, cm))
+        continue;
+      if (!int_form) {
+        int_form_step16(src, W1, W2);
+        int_form = true;
+      }
       alignas(32) uint32_t c_old[16];
       uint32_t special = wspec;
       for (int h = 0; h < 2; ++h) {
         const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm + 8 * h));
         _mm256_store_si256(reinterpret_cast<__m256i*>(c_old + 8 * h), c);
-        const __m256i d = step8(W1[h], W2[h], xd.sig.data() + m * kp + k0,
-                                xd.exp.data() + m * kp + k0, xd.neg.data() + m * kp + k0, c);
+        const __m256i d =
+            step8(W1[h], W2[h], xd.sig.data() + i, xd.exp.data() + i, xd.neg.data() + i, c);
         // Rule 7: a lane with inf or NaN in c runs the twin's step (as one in w).
         const __m256i cf = _mm256_and_si256(_mm256_srli_epi32(c, 23), _mm256_set1_epi32(0xff));
         special |= static_cast<uint32_t>(_mm256_movemask_ps(
@@ -353,6 +494,7 @@ SD_AVX2 void avx2_block(const bf16* const rows[16], const Args& a, const XInt& x
 }
 
 void avx2_rows(const Args& a, const XInt& xd, int64_t block_begin, int64_t block_end) {
+  const Mxcsr mxcsr;
   block_rows(a, block_begin, block_end, kAvx2LaneRow,
              [&](const bf16* const rows[16], uint32_t* bits) { avx2_block(rows, a, xd, bits); });
 }

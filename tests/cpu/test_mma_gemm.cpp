@@ -322,6 +322,131 @@ TEST(CpuMmaGemm, OverflowSubnormalCAndSignedZeroChains) {
     }
 }
 
+// The AVX2 kernel's fp32 form (taken where every lane's alignment exponent E is in
+// [-100, 100]) and its edges: rows scaled so that E sweeps across both edges
+// (products and c deciding E; subnormal factors with E in range), zeros, cancelling
+// rows (w row = -x row), one x row and many, odd N and K, and the automatic kernel.
+TEST(CpuMmaGemm, Avx2Fp32FormAndItsRangeEdges) {
+  const uint64_t seed = 20261204;
+  SCOPED_TRACE(test::seed_note(seed));
+  test::Gen rng(seed);
+  // A bf16 with exponent field near `field` (+-2), random sign and mantissa; some
+  // zeros and subnormals when asked.
+  auto near = [&rng](int field, bool extras) {
+    const auto sign = static_cast<uint16_t>(rng.integer(0, 1) << 15);
+    const auto mant = static_cast<uint16_t>(rng.integer(0, 127));
+    if (extras && rng.integer(0, 9) == 0) return bf16{sign};
+    if (extras && rng.integer(0, 9) == 0) return bf16{static_cast<uint16_t>(sign | mant)};
+    const int f = std::clamp(field + static_cast<int>(rng.integer(-2, 2)), 1, 254);
+    return bf16{static_cast<uint16_t>(sign | (f << 7) | mant)};
+  };
+  // E = field_w + field_x - 254 (+1 or so); the edges -100 and 100 are at field
+  // sums 154 and 354.
+  for (int sum : {140, 150, 153, 154, 155, 156, 200, 254, 300, 352, 354, 355, 356, 360})
+    for (int K : {1, 15, 16, 17, 48, 131})
+      for (int m_rows : {1, 7}) {
+        const int n_rows = 19;
+        const int fw = std::clamp(sum / 2 + static_cast<int>(rng.integer(-20, 20)), 3, 252);
+        const int fx = std::clamp(sum - fw, 3, 252);
+        const bool extras = rng.integer(0, 1) == 1;
+        Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+        Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+        for (auto& v : w.v) v = near(fw, extras);
+        for (auto& v : x.v) v = near(fx, extras);
+        for (int k = 0; k < K; ++k) w.v[k] = bf16{static_cast<uint16_t>(x.v[k].bits ^ 0x8000u)};
+        EXPECT_EQ(check(w, x, K,
+                        "field sum " + std::to_string(sum) + " w " + std::to_string(fw) + " x " +
+                            std::to_string(fx) + " m " + std::to_string(m_rows)),
+                  0);
+      }
+  // Subnormal w against large x (E in range through a subnormal factor), and a
+  // chain whose first step sets a large c that the later, smaller products meet.
+  for (int K : {32, 80}) {
+    const int n_rows = 17, m_rows = 3;
+    Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+    Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+    for (auto& v : w.v)
+      v = bf16{static_cast<uint16_t>((rng.integer(0, 1) << 15) | rng.integer(0, 127))};
+    for (auto& v : x.v) v = near(static_cast<int>(rng.integer(200, 250)), false);
+    EXPECT_EQ(check(w, x, K, "subnormal w"), 0) << "K " << K;
+    for (int n = 0; n < n_rows; ++n)
+      for (int k = 0; k < 16; ++k)
+        w.v[n * K + k] = near(static_cast<int>(rng.integer(120, 250)), true);
+    EXPECT_EQ(check(w, x, K, "large first step, subnormal w"), 0) << "K " << K;
+  }
+  // A first step of products near 2^-140 (c subnormal or +0 afterwards), then
+  // ordinary products: c counts at -126 there, below the form's range.
+  for (int K : {32, 47}) {
+    const int n_rows = 18, m_rows = 2;
+    Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K)};
+    Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K)};
+    for (int n = 0; n < n_rows; ++n)
+      for (int k = 0; k < K; ++k) w.v[n * K + k] = near(k < 16 ? 57 : 124, k < 16);
+    for (int m = 0; m < m_rows; ++m)
+      for (int k = 0; k < K; ++k) x.v[m * K + k] = near(k < 16 ? 57 : 127, false);
+    EXPECT_EQ(check(w, x, K, "subnormal c, then ordinary products"), 0) << "K " << K;
+  }
+}
+
+// Sums whose int32 form wraps in the AVX2 kernel's fp32 form: 16 products of
+// 1.9921875^2 (significand product 65025, each at E) plus a c of 1.9556 at the
+// same exponent, both signs; and the same next to ordinary rows of the block.
+TEST(CpuMmaGemm, Avx2Fp32FormSumNearTwoToThe31) {
+  for (const bool negative : {false, true})
+    for (const int field : {127, 60, 200}) {
+      const int K = 32, n_rows = 9, m_rows = 2;
+      const auto f = static_cast<uint16_t>(field << 7);
+      const uint16_t sign = negative ? 0x8000u : 0u;
+      Mat w{n_rows, K, std::vector<bf16>(static_cast<size_t>(n_rows) * K, bf16{0})};
+      Mat x{m_rows, K, std::vector<bf16>(static_cast<size_t>(m_rows) * K, bf16{0})};
+      for (int n = 0; n < n_rows; ++n) {
+        w.v[n * K] = bf16{static_cast<uint16_t>(sign | f | 0x33u)};  // 1.3984375 * 2^(field - 127)
+        for (int k = 16; k < K; ++k) w.v[n * K + k] = bf16{static_cast<uint16_t>(sign | f | 0x7fu)};
+      }
+      for (int k = 16; k < K; k += 3) w.v[3 * K + k] = bf16{0x3c00};  // row 3: other values
+      for (int m = 0; m < m_rows; ++m) {
+        x.v[m * K] = bf16{static_cast<uint16_t>(0x3f80u | 0x33u)};
+        for (int k = 16; k < K; ++k) x.v[m * K + k] = bf16{0x3fffu};
+      }
+      x.v[K + 20] = bf16{0x3f00};  // row 1: one smaller product
+      EXPECT_EQ(check(w, x, K, "sum near 2^31, field " + std::to_string(field)), 0)
+          << (negative ? "negative" : "positive");
+    }
+}
+
+#if defined(__x86_64__)
+// The AVX2 kernel sets MXCSR for its fp32 form and puts the caller's back: under
+// each rounding mode, with and without flush-to-zero / denormals-are-zero, the
+// bits are the twin's and MXCSR (flags included) is unchanged afterwards.
+TEST(CpuMmaGemm, Avx2KernelKeepsTheCallersMxcsr) {
+  if (!mma_gemm_has_avx2()) GTEST_SKIP() << "no AVX2";
+  const uint64_t seed = 20261206;
+  SCOPED_TRACE(test::seed_note(seed));
+  test::Gen rng(seed);
+  const int K = 100, n_rows = 21, m_rows = 3;
+  Mat w{n_rows, K, rng.normal_bf16s(static_cast<size_t>(n_rows) * K, 0.05f)};
+  Mat x{m_rows, K, rng.normal_bf16s(static_cast<size_t>(m_rows) * K, 1.0f)};
+  for (int k = 0; k < K; k += 7) w.v[k] = bf16{static_cast<uint16_t>(rng.integer(1, 127))};
+  std::vector<uint32_t> want(static_cast<size_t>(m_rows) * n_rows);
+  for (int m = 0; m < m_rows; ++m)
+    for (int n = 0; n < n_rows; ++n)
+      want[m * n_rows + n] = f32_bits(mma_chain(w.row(n), x.row(m), K));
+  const unsigned int saved = _mm_getcsr();
+  for (const unsigned int mode : {0x1f80u, 0x3f80u, 0x5f80u, 0x7f80u, 0x9fc0u, 0x1f81u}) {
+    _mm_setcsr(mode);
+    std::vector<float> out(want.size());
+    mma_gemm_rows_with(MmaGemmKernel::avx2, w.v.data(), K, n_rows, x.v.data(), K, m_rows, K,
+                       out.data(), n_rows);
+    const unsigned int after = _mm_getcsr();
+    _mm_setcsr(saved);
+    EXPECT_EQ(hex32(after), hex32(mode));
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(hex32(f32_bits(out[i])), hex32(want[i]))
+          << "MXCSR " << hex32(mode) << " index " << i;
+  }
+}
+#endif
+
 TEST(CpuMmaGemm, RejectsBadShapes) {
   const bf16 one{0x3f80};
   float out = 0.0f;

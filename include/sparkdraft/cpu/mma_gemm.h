@@ -5,13 +5,19 @@
 // How (src/cpu/mma_gemm.cpp): 16 w rows at a time in vector lanes, one 16-wide k
 // step after another (the chain's order), each x row's values broadcast; a
 // step's 16 x 16 block of w is transposed and decoded once for all x rows.
-//   * AVX2 (two vectors of 8 int32 lanes): per step and lane, E from the
-//     exponents of the nonzero products, c and the floor -133 (core/mma.h rule
-//     3); each product an exact 16-bit integer significand product shifted to
-//     units of 2^(E - 25) by one variable right shift (rule 4: truncation of the
-//     magnitude, the sign applied after); the terms add exactly in int32, c's
-//     term and that sum in fp64, and the fp64 -> fp32 truncation is done on the
-//     bits (rule 6).
+//   * AVX2, fp32 form (two vectors of 8 fp32 lanes), where every lane's E is in
+//     [-100, 100] and no input is inf or NaN: E in 16-bit lanes (core/mma.h
+//     rule 3); each term trunc(w * x * 2^(25 - E)) by vcvttps2dq (rule 4: w * x
+//     is exact, the scaling by a power of two too, the conversion truncates
+//     toward zero), the terms and c's added exactly in int32 (a wrap is checked),
+//     the sum converted to fp32 under MXCSR rounding toward zero (set for the
+//     kernel, the caller's restored) and scaled back (rule 6).
+//   * AVX2, integer form (the other steps): per step and lane, E from the
+//     exponents of the nonzero products, c and the floor -133; each product an
+//     exact 16-bit integer significand product shifted to units of 2^(E - 25)
+//     by one variable right shift (truncation of the magnitude, the sign applied
+//     after); the terms add exactly in int32, c's term and that sum in fp64,
+//     and the fp64 -> fp32 truncation is done on the bits.
 //   * AVX-512 (two vectors of 8 fp64 lanes): E from 16-bit exponent codes, two k
 //     a vector; each term truncated by a fused multiply-add rounding toward zero
 //     onto a bias of 2^(E + 27) (where the fp64 spacing is 2^(E - 25)), the
