@@ -27,7 +27,7 @@
 //     subnormals: then AVX2.
 // A step where any input of a lane is inf or NaN runs mma_step_bits for that lane.
 // Without AVX2 (or off x86) every element runs mma_chain. The kernel is chosen at
-// run time (automatic: AVX-512, else AVX2, else the reference); all give the same
+// run time (automatic: AVX2, else AVX-512, else the reference); all give the same
 // bits (tests/cpu/test_mma_gemm.cpp).
 #pragma once
 
@@ -44,8 +44,9 @@ void mma_gemm_rows(const bf16* w, int64_t w_stride, int n_rows, const bf16* x, i
                    int m_rows, int K, float* out, int64_t out_stride, int threads = 1);
 
 // Which kernel mma_gemm_rows runs (tests and benchmarks pin one).
-// automatic: AVX-512 where the CPU has it (and MXCSR neither flushes to zero nor
-// reads denormals as zero), else AVX2, else the reference.
+// automatic: AVX2 where the CPU has it (its fp32 form is the fastest, AVX-512 machines
+// included), else AVX-512 (with MXCSR neither flushing to zero nor reading denormals as
+// zero), else the reference.
 enum class MmaGemmKernel { automatic, reference, avx2, avx512 };
 bool mma_gemm_has_avx2();    // this CPU runs the AVX2 kernel
 bool mma_gemm_has_avx512();  // this CPU runs the AVX-512 kernel (F, BW, DQ, VL)
