@@ -215,7 +215,7 @@ Command add_plan(CLI::App& app) {
               return 0;
             }
 #if defined(SPARKDRAFT_HAVE_CUDA)
-            validate_options(ckpt->config(), o);  // what the CUDA backend refuses first
+            cuda::validate_cuda_backend(ckpt->config(), o);  // what the CUDA backend refuses first
             cuda::PlanTp tp;
             tp.tp_size = opts->tp;
             std::printf(

@@ -825,7 +825,7 @@ void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, i
   if (kernel == MmaGemmKernel::automatic)
     // AVX2 first: its fp32 form is faster than the AVX-512 kernel where both run (one qwen3-8b
     // propose's GEMMs on the H200 host's Xeon: 1774 ms against 2062 ms, docs/mma-twin.md).
-    kernel = mma_gemm_has_avx2()                       ? MmaGemmKernel::avx2
+    kernel = mma_gemm_has_avx2()                         ? MmaGemmKernel::avx2
              : mma_gemm_has_avx512() && !mxcsr_flushes() ? MmaGemmKernel::avx512
                                                          : MmaGemmKernel::reference;
   require(kernel != MmaGemmKernel::avx2 || mma_gemm_has_avx2(),

@@ -250,6 +250,26 @@ TEST(Cli, PlanTpNSaysHowTheRanksShard) {
   EXPECT_NE(r.out.find("auto,eager,fused"), std::string::npos) << r.out;
 }
 
+// `plan --backend cuda` runs the backend's own refusals first: the variants the GPU runs at TP 1
+// only (here the top-k Markov loop) are refused at --tp 2 with the backend's message and the
+// config's exit status, and nothing is printed as a plan.
+TEST(Cli, PlanCudaRefusesWhatTheBackendRefuses) {
+  testing::TempDir dir;
+  const Result made = run("make-checkpoint --preset tiny-topk --out " + dir.path());
+  ASSERT_EQ(made.rc, 0) << made.out;
+  Result r = run("plan --checkpoint " + dir.path() + " --tp 2");
+  if (r.rc == 4) GTEST_SKIP() << "this build has no CUDA backend: " << r.out;
+  EXPECT_EQ(r.rc, 3) << r.out;
+  EXPECT_NE(r.out.find("top-k Markov loop (markov_topk 16, contract.md 12.4) at TP 1 only"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("markov loop:"), std::string::npos) << "a plan was printed:\n" << r.out;
+  r = run("plan --checkpoint " + dir.path());
+  EXPECT_EQ(r.rc, 0) << r.out;
+  r = run("plan --backend cpu --checkpoint " + dir.path() + " --tp 2");
+  EXPECT_EQ(r.rc, 0) << "the CPU backend runs top-k at any TP:\n" << r.out;
+}
+
 // A draft shaped for a given target: vocabulary, target hidden size, taps, block size.
 TEST(Cli, MakeCheckpointTakesTheTargetsShape) {
   testing::TempDir dir;

@@ -38,7 +38,7 @@ ScenarioOptions scenario(bool lengths) {
   s.request_ids = {0, 1, 2, 3, 4, 5};
   s.padding_before = {2};
   s.rounds = 2;  // round 0 the full block, round 1 the lengths
-  s.seed = 1;  // round 1's lengths: 4 0 1 7 3 0 (0, N = 7 and between)
+  s.seed = 1;    // round 1's lengths: 4 0 1 7 3 0 (0, N = 7 and between)
   s.lengths = lengths;
   return s;
 }
@@ -47,9 +47,10 @@ struct Preset {
   const char* name;
   const char* style;
 };
-const Preset kPresets[] = {{"tiny", "qwen3"},      {"tiny", "muse"},      {"tiny-conf", "qwen3"},
-                           {"tiny-d2t", "qwen3"},  {"tiny-topk", "qwen3"}, {"tiny-topk-union", "qwen3"},
-                           {"tiny-gated", "qwen3"}, {"tiny-rnn", "qwen3"},  {"tiny-fillin", "qwen3"}};
+const Preset kPresets[] = {
+    {"tiny", "qwen3"},       {"tiny", "muse"},       {"tiny-conf", "qwen3"},
+    {"tiny-d2t", "qwen3"},   {"tiny-topk", "qwen3"}, {"tiny-topk-union", "qwen3"},
+    {"tiny-gated", "qwen3"}, {"tiny-rnn", "qwen3"},  {"tiny-fillin", "qwen3"}};
 
 TEST(ProposeLengths, EveryTinyPresetDraftsThePrefixOfTheFullBlock) {
   int zero = 0, full = 0, between = 0;
@@ -105,8 +106,8 @@ TEST(ProposeLengths, EveryTinyPresetDraftsThePrefixOfTheFullBlock) {
           EXPECT_TRUE(test::same_bits(row, row_before)) << at << ": a cache row past the length "
                                                         << "was written";
           if (!d.confidences.empty())
-            EXPECT_TRUE(test::same_bits(std::vector<float>{d.confidences[j]},
-                                        std::vector<float>{0.0f}))
+            EXPECT_TRUE(
+                test::same_bits(std::vector<float>{d.confidences[j]}, std::vector<float>{0.0f}))
                 << at << ": confidence past the length";
         }
       }

@@ -175,6 +175,10 @@ struct PlanTp {
 };
 StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options,
                    const std::string& markov_refusal, const PlanTp& tp = {});
+// The CUDA backend's refusals that need no GPU (validate_options, then the variants it runs at
+// TP 1 only: a reduced draft vocabulary, the top-k Markov loop, the gated / rnn Markov heads):
+// ConfigError / InvalidArgument. Every CudaDraft runs it first; `plan --backend cuda` too.
+void validate_cuda_backend(const ModelConfig& c, const DraftOptions& o);
 StepPlan make_plan(const ModelConfig& config, const CudaDraftOptions& options, int max_rows,
                    const PlanTp& tp = {});
 

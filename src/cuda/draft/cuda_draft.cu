@@ -45,6 +45,26 @@ bool cuda_available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+void validate_cuda_backend(const ModelConfig& c, const DraftOptions& o) {
+  validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
+  if (c.reduced_vocab() && o.tp != 1)
+    throw ConfigError("the GPU backend runs a reduced draft vocabulary (draft_vocab_size " +
+                      std::to_string(c.draft_vocab_size) + " of " + std::to_string(c.vocab_size) +
+                      " ids, a d2t map; contract.md 11.4) at TP 1 only (the eager Markov loop), "
+                      "got tp " +
+                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
+  if (c.topk_markov() && o.tp != 1)
+    throw ConfigError("the GPU backend runs the top-k Markov loop (markov_topk " +
+                      std::to_string(c.markov_topk) +
+                      ", contract.md 12.4) at TP 1 only (the eager Markov loop), got tp " +
+                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
+  if (c.markov_head_proj() && o.tp != 1)
+    throw ConfigError(std::string("the GPU backend runs the ") + to_string(c.markov_head_type) +
+                      " Markov head (markov_head_type, contract.md 13.3) at TP 1 only (the eager "
+                      "Markov loop), got tp " +
+                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
+}
+
 namespace {
 
 struct DeviceLayer {
@@ -64,23 +84,7 @@ struct RankShape {
 RankShape rank_shape(const ModelConfig& config, const DraftOptions& o, Communicator* comm) {
   ModelConfig c = config;
   c.validate();
-  validate_options(c, o);  // the same refusals as the CPU backend, before any allocation
-  if (c.reduced_vocab() && o.tp != 1)
-    throw ConfigError("the GPU backend runs a reduced draft vocabulary (draft_vocab_size " +
-                      std::to_string(c.draft_vocab_size) + " of " + std::to_string(c.vocab_size) +
-                      " ids, a d2t map; contract.md 11.4) at TP 1 only (the eager Markov loop), "
-                      "got tp " +
-                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
-  if (c.topk_markov() && o.tp != 1)
-    throw ConfigError("the GPU backend runs the top-k Markov loop (markov_topk " +
-                      std::to_string(c.markov_topk) +
-                      ", contract.md 12.4) at TP 1 only (the eager Markov loop), got tp " +
-                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
-  if (c.markov_head_proj() && o.tp != 1)
-    throw ConfigError(std::string("the GPU backend runs the ") + to_string(c.markov_head_type) +
-                      " Markov head (markov_head_type, contract.md 13.3) at TP 1 only (the eager "
-                      "Markov loop), got tp " +
-                      std::to_string(o.tp) + "; the CPU backend runs it at any TP");
+  validate_cuda_backend(c, o);
   RankShape r;
   if (!comm) {
     if (o.tp != 1)

@@ -269,8 +269,10 @@ struct TopkSlot {
   int32_t* select;
   int32_t* counts;
 };
+// The ints of one position's slot: the two histograms, select, then two counts per slice.
+__host__ __device__ constexpr int64_t topk_slot_ints(int slices) { return 514 + 2 * slices; }
 __device__ __forceinline__ TopkSlot topk_slot(int32_t* scratch, int slices, int p) {
-  int32_t* b = scratch + static_cast<int64_t>(p) * (514 + 2 * slices);
+  int32_t* b = scratch + static_cast<int64_t>(p) * topk_slot_ints(slices);
   return TopkSlot{b, b + 256, b + 512, b + 514};
 }
 
@@ -707,8 +709,9 @@ int topk_slices(int vocab) { return (vocab + kTopkSliceIds - 1) / kTopkSliceIds;
 TopkScratch::TopkScratch(int positions, int vocab)
     : positions_(positions),
       slices_(topk_slices(vocab)),
-      ints_(std::vector<int32_t>(static_cast<size_t>(positions) * (514 + 2 * topk_slices(vocab)),
-                                 0)) {}
+      ints_(std::vector<int32_t>(
+          static_cast<size_t>(positions) * static_cast<size_t>(topk_slot_ints(topk_slices(vocab))),
+          0)) {}
 
 void markov_topk_candidates(const bf16* base, int positions, int vocab, int k, int32_t* ids,
                             TopkScratch& scratch, cudaStream_t stream) {
