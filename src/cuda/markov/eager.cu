@@ -157,9 +157,13 @@ __global__ void fill_cache_kernel(const int64_t* cache_slots, const int32_t* len
   const int run = lengths == nullptr ? steps : max(0, min(lengths[r], steps));
   const int64_t span = static_cast<int64_t>(run) * vocab;
   bf16* row = cache + slot * static_cast<int64_t>(steps) * vocab;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < span;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    row[i] = bf16{0xff80u};
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // 16-byte stores where the row starts on 16 bytes, the tail one by one.
+  const int64_t nvec = (reinterpret_cast<uintptr_t>(row) & 15u) == 0 ? span / 8 : 0;
+  const uint4 fill8 = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+  for (int64_t c = first; c < nvec; c += stride) reinterpret_cast<uint4*>(row)[c] = fill8;
+  for (int64_t i = nvec * 8 + first; i < span; i += stride) row[i] = bf16{0xff80u};
 }
 
 // Row r's tokens past its length (contract.md 9.5): -1. One thread per (row, step).
@@ -500,16 +504,10 @@ __global__ void topk_step_kernel(const bf16* e, const bf16* w2, int rank, const 
   auto cand = [&](int i) { return i < k ? cand_k[i] : cand_m[i - k]; };
   const bf16* b = base + r * base_stride;
   const bf16* er = e + static_cast<int64_t>(r) * rank;
+  // The cache row is -inf already (markov_fill_cache before the loop): only the candidates'
+  // entries are stored here.
   const int64_t slot = ops::step_slot(cache_slots, lengths, r, step);
   bf16* crow = slot >= 0 ? cache + slot * cache_slot_stride : nullptr;
-  if (crow != nullptr) {  // 16-byte stores where the row is aligned
-    const int nvec = (reinterpret_cast<uintptr_t>(crow) & 15u) == 0 ? vocab / 8 : 0;
-    const uint4 fill8 = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-    for (int c = threadIdx.x; c < nvec; c += blockDim.x) reinterpret_cast<uint4*>(crow)[c] = fill8;
-    for (int v = nvec * 8 + static_cast<int>(threadIdx.x); v < vocab; v += blockDim.x)
-      crow[v] = bf16{0xff80u};
-  }
-  __syncthreads();  // the -inf fill lands before the candidates' entries
   const float temp = temperatures[r];
   const uint32_t gs = draft_step_seed(seeds[r], anchor_positions[r], step);
   MarkovCandidate best = markov_detail::no_candidate();
@@ -627,7 +625,7 @@ void markov_fill_cache(const ops::MarkovRows& mrows, int steps, int vocab, bf16*
   require(cache != nullptr && mrows.cache_slots != nullptr, "markov_fill_cache",
           "cache and cache_slots must not be null");
   const int64_t span = static_cast<int64_t>(steps) * vocab;
-  const int64_t blocks = (span + kThreads - 1) / kThreads;
+  const int64_t blocks = (span / 8 + kThreads) / kThreads;  // 8 entries a thread (16 bytes)
   const dim3 grid(static_cast<unsigned>(blocks < 1024 ? blocks : 1024), rows);
   launch_kernel("markov_fill_cache_kernel", fill_cache_kernel,
                 LaunchShape{grid, dim3(kThreads), 0, stream}, mrows.cache_slots, mrows.lengths,
@@ -811,6 +809,9 @@ void eager_markov_loop(const MarkovHead& head, const MarkovBatch& batch, MarkovW
                 std::to_string(head.bias_topk) + ")");
     markov_topk_candidates(batch.base_logits, batch.rows.num_rows * batch.steps, head.vocab,
                            head.topk, ws.topk_ids.data(), ws.topk_scratch, stream);
+    // Every cache row -inf at once (all rows and steps, a wide grid); each step then stores
+    // only its candidates' entries.
+    markov_fill_cache(batch.rows, batch.steps, head.vocab, batch.cache, stream);
     for (int j = 0; j < batch.steps; ++j) {
       if (j == 0)
         markov_embed(batch.rows.anchor_tokens, 1, batch.rows.num_rows, head.w1, head.markov_rank,

@@ -90,9 +90,6 @@ void markov_step_logits(const bf16* base, int64_t base_stride, const bf16* bias,
                         const ops::LogitTransform& transform, bf16* logits, bf16* cache,
                         int64_t cache_slot_stride, cudaStream_t stream, const DraftIdMap& map = {});
 
-// A reduced vocabulary's cache rows (contract.md 11.2): every column of the `steps` rows
-// [slot][0..steps) of width `vocab` of each row with a slot gets bf16 -inf (0xff80); the
-// draft entries are then stored over it step by step.
 // The top-k Markov loop (contract.md section 12), eager kernels:
 // markov_topk_candidates: base [positions, vocab] -> ids [positions, k], each position's k
 // candidates (12.1) in increasing id order (a radix select on the rule's 16-bit order key
@@ -113,12 +110,12 @@ class TopkScratch {
 };
 void markov_topk_candidates(const bf16* base, int positions, int vocab, int k, int32_t* ids,
                             TopkScratch& scratch, cudaStream_t stream);
-// markov_topk_step: step `step` of every row: the cache row (slot stride cache_slot_stride)
-// -inf, then on the candidates, the k ids[r * ids_stride ..] and (the union form, 12.5) the
-// m = `more.count` ids more.ids[r * more.stride ..] (each list in increasing id order; an id in
-// both is one candidate), the bias chain of their w2 rows with e[r], the dense step's logit,
-// the cache entry; the token by the rule folded with (-inf, the lowest id off the candidates)
-// to tokens[r * token_stride].
+// markov_topk_step: step `step` of every row, on a cache row (slot stride cache_slot_stride)
+// that is -inf already (markov_fill_cache before the loop): on the candidates, the k ids[r *
+// ids_stride ..] and (the union form, 12.5) the m = `more.count` ids more.ids[r * more.stride ..]
+// (each list in increasing id order; an id in both is one candidate), the bias chain of their w2
+// rows with e[r], the dense step's logit, the cache entry; the token by the rule folded with (-inf,
+// the lowest id off the candidates) to tokens[r * token_stride].
 struct TopkMoreIds {
   const int32_t* ids = nullptr;
   int64_t stride = 0;
@@ -130,6 +127,10 @@ void markov_topk_step(const bf16* e, const bf16* w2, int markov_rank, const bf16
                       int step, bf16* cache, int64_t cache_slot_stride, int64_t* tokens,
                       int64_t token_stride, cudaStream_t stream, const TopkMoreIds& more = {});
 
+// The cache rows of a reduced vocabulary (contract.md 11.2) and of the top-k loop (12.2): every
+// column of the rows [slot][0..steps) of width `vocab` of each row with a slot (those below its
+// length) gets bf16 -inf (0xff80), 16 bytes a store; the entries are then stored over it step by
+// step.
 void markov_fill_cache(const ops::MarkovRows& rows, int steps, int vocab, bf16* cache,
                        cudaStream_t stream);
 
