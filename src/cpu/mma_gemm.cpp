@@ -145,12 +145,6 @@ void block_rows(const Args& a, int64_t block_begin, int64_t block_end, const int
 // E' - PE >= 121 - 2 * kZeroExp >= 32 (its term is 0).
 constexpr int kZeroExp = -1000;
 
-// x's exponent range for avx2_fast_step's integer scaling (XInt::xadd), and the
-// lower end of E that the form then takes: x * 2^(25 - E) has the exponent field
-// (127 + ex) + 25 - E in [127 - 40 + 25 - 100, 127 + 40 + 25 + 60] = [12, 252].
-constexpr int kXAddExp = 40;
-constexpr int kXAddMinE = -60;
-
 // The x rows decoded once per call: per row m and k (padded to whole steps with
 // +0): the 8-bit significand, max(field, 1) (kZeroExp for +-0), the sign as a 0 /
 // -1 mask; for the fp32 form (avx2_fast_step) the value as fp32 and max(field, 1)
@@ -159,10 +153,6 @@ struct XInt : XSteps {
   std::vector<int32_t> sig, exp, neg;  // [m][steps * 16]
   std::vector<float> val;              // [m][steps * 16]
   std::vector<uint32_t> exp2;          // [m][steps * 16]
-  // Per row and step: 1 where all 16 x values (the padding's +0 included) are
-  // normal with an exponent in [-kXAddExp, kXAddExp] (avx2_fast_step's scaling of
-  // x by an integer add on its bits).
-  std::vector<uint8_t> xadd;  // [m][steps]
 
   explicit XInt(const Args& a) : XSteps(a) {
     const size_t kp = static_cast<size_t>(steps) * kMmaK;
@@ -181,18 +171,7 @@ struct XInt : XSteps {
         val[i] = to_f32(a.x[m * a.x_stride + k]);
         exp2[i] = static_cast<uint16_t>(exp[i] - 127) * 0x10001u;
       }
-    xadd.assign(static_cast<size_t>(steps) * a.m_rows, 0);
-    for (int m = 0; m < a.m_rows; ++m)
-      for (int s = 0; s < steps; ++s) {
-        bool ok = true;
-        for (int k = s * kMmaK; k < (s + 1) * kMmaK; ++k) {
-          const int f = k < a.K ? (a.x[m * a.x_stride + k].bits >> 7) & 0xff : 0;
-          ok = ok && f >= 127 - kXAddExp && f <= 127 + kXAddExp;
-        }
-        xadd[static_cast<size_t>(m) * steps + s] = ok ? 1 : 0;
-      }
   }
-  bool add_at(int m, int s) const { return xadd[static_cast<size_t>(m) * steps + s] != 0; }
 };
 
 // Bits of fp32(v * 2^(E' - 254 - 25)) truncated toward zero (mma_detail::to_f32_trunc)
@@ -324,13 +303,6 @@ SD_AVX2 inline void transpose8x8x2(const __m256i* in, __m256i* out) {
 //     times 2^(E - 25): exact, because |sum| >= 1 gives at least 2^(E - 25) >=
 //     2^-125 (no subnormal result) and at most 2^(31 + 75) (no overflow); a zero
 //     sum gives +0.
-//   * With kXAdd (every x of the step normal with |ex| <= kXAddExp, XInt::xadd):
-//     the form is taken only for E in [kXAddMinE, 100], and x * s is made by an
-//     integer add of (25 - E) << 23 on x's bits: a normal result (field in
-//     [12, 252]), the same value as the multiply. w * (x * s) is then w x s,
-//     exact where it is at least 2^-126 (16 significant bits, below 2^27) and
-//     below 1 otherwise (truncated to 0 as before).
-template <bool kXAdd>
 SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK], const float* xv,
                                    const uint32_t* xe2, uint32_t* cm) {
   const __m256i zero = _mm256_setzero_si256();
@@ -346,26 +318,20 @@ SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK
   for (int n = kMmaK / 2; n >= 1; n /= 2)
     for (int i = 0; i < n; ++i) pe[i] = _mm256_max_epi16(pe[i], pe[i + n]);
   const __m256i E = _mm256_max_epi16(cf, pe[0]);  // E''
-  const __m256i out =
-      _mm256_or_si256(_mm256_cmpgt_epi16(E, _mm256_set1_epi16(100 + 127)),
-                      _mm256_cmpgt_epi16(_mm256_set1_epi16((kXAdd ? kXAddMinE : -100) + 127), E));
+  const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(E, _mm256_set1_epi16(100 + 127)),
+                                      _mm256_cmpgt_epi16(_mm256_set1_epi16(-100 + 127), E));
   if (!_mm256_testz_si256(out, out)) return false;
   // s = 2^(25 - E): fp32 exponent field 152 - E = 279 - E''; in kAvx2LaneRow's order.
   const __m256i sw = _mm256_sub_epi16(_mm256_set1_epi16(279), E);
   const __m256i s_bits[2] = {_mm256_slli_epi32(_mm256_unpacklo_epi16(sw, zero), 23),
                              _mm256_slli_epi32(_mm256_unpackhi_epi16(sw, zero), 23)};
   const __m256 s[2] = {_mm256_castsi256_ps(s_bits[0]), _mm256_castsi256_ps(s_bits[1])};
-  // (25 - E) << 23: added to x's bits, x * s (kXAdd).
-  const __m256i sh[2] = {_mm256_sub_epi32(s_bits[0], _mm256_set1_epi32(127 << 23)),
-                         _mm256_sub_epi32(s_bits[1], _mm256_set1_epi32(127 << 23))};
   __m256i acc[2] = {zero, zero};
   for (int k = 0; k < kMmaK; ++k) {
     const __m256 x = _mm256_set1_ps(xv[k]);
     for (int h = 0; h < 2; ++h) {
-      const __m256 p = kXAdd ? _mm256_mul_ps(wv[h][k], _mm256_castsi256_ps(_mm256_add_epi32(
-                                                           _mm256_castps_si256(x), sh[h])))
-                             : _mm256_mul_ps(_mm256_mul_ps(wv[h][k], x), s[h]);
-      acc[h] = _mm256_add_epi32(acc[h], _mm256_cvttps_epi32(p));
+      acc[h] = _mm256_add_epi32(
+          acc[h], _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(wv[h][k], x), s[h])));
       // One chain per half, in registers (GCC would otherwise regroup the integer
       // adds into a tree and spill the terms).
       __asm__("" : "+x"(acc[h]));
@@ -498,10 +464,7 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
         continue;
       }
       const size_t i = m * kp + k0;
-      if (wspec == 0 &&
-          (xd.add_at(m, s)
-               ? avx2_fast_step<true>(code, wv, xd.val.data() + i, xd.exp2.data() + i, cm)
-               : avx2_fast_step<false>(code, wv, xd.val.data() + i, xd.exp2.data() + i, cm)))
+      if (wspec == 0 && avx2_fast_step(code, wv, xd.val.data() + i, xd.exp2.data() + i, cm))
         continue;
       if (!int_form) {
         int_form_step16(src, W1, W2);
@@ -862,7 +825,7 @@ void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, i
   if (kernel == MmaGemmKernel::automatic)
     // AVX2 first: its fp32 form is faster than the AVX-512 kernel where both run (one qwen3-8b
     // propose's GEMMs on the H200 host's Xeon: 1774 ms against 2062 ms, docs/mma-twin.md).
-    kernel = mma_gemm_has_avx2()                         ? MmaGemmKernel::avx2
+    kernel = mma_gemm_has_avx2()                       ? MmaGemmKernel::avx2
              : mma_gemm_has_avx512() && !mxcsr_flushes() ? MmaGemmKernel::avx512
                                                          : MmaGemmKernel::reference;
   require(kernel != MmaGemmKernel::avx2 || mma_gemm_has_avx2(),
