@@ -58,6 +58,19 @@ void check_preset(const std::string& preset, const std::string& style, int reque
   EXPECT_EQ(report.mode, "Markov loop fused") << "the fused Markov loop should run on " << preset;
 }
 
+// The device API's step (store_context_device, then propose_device) on device arrays, run once
+// (which loads the kernels) and captured in one graph on `s`.
+cuda::GraphExec device_step_graph(cuda::CudaDraft& dev, const ContextBatch& ctx,
+                                  const ProposeBatch& b, const ProposeOutputs& out,
+                                  cudaStream_t s) {
+  auto step = [&](cudaStream_t st) {
+    dev.store_context_device(ctx, st);
+    dev.propose_device(b, out, st);
+  };
+  step(s);
+  return cuda::GraphExec(s, step);
+}
+
 bool big_presets() {
   const char* v = std::getenv("SPARKDRAFT_BIG_PRESETS");
   return v && std::string(v) == "1";
@@ -173,15 +186,8 @@ TEST(CudaDraft, DeviceApiInOneGraphEqualsHostApi) {
     const test::ThreeRequests::OnDevice d = in.upload(s);
     cuda::DeviceBuffer<bf16> d_cache(std::vector<bf16>(n_cache, junk), s);
     cuda::DeviceBuffer<int64_t> d_tokens(std::vector<int64_t>(n_tokens, -5), s);
-    const ContextBatch db_ctx = d.context();
-    const ProposeBatch db = d.batch();
-    const ProposeOutputs dout{d_tokens.data(), d_cache.data()};
-    auto step = [&](cudaStream_t st) {
-      dev.store_context_device(db_ctx, st);
-      dev.propose_device(db, dout, st);
-    };
-    step(s);  // warm-up: loads the kernels before the capture
-    const cuda::GraphExec graph(s, step);
+    const cuda::GraphExec graph =
+        device_step_graph(dev, d.context(), d.batch(), {d_tokens.data(), d_cache.data()}, s);
     graph.launch(s);
     SD_CUDA_CHECK(cudaStreamSynchronize(s));
 
@@ -535,16 +541,10 @@ TEST(CudaDraft, DeviceLengthsReplayInOneGraphAndEqualTheHostApi) {
   cuda::DeviceBuffer<bf16> d_cache(std::vector<bf16>(n_cache, junk), s);
   cuda::DeviceBuffer<int64_t> d_tokens(std::vector<int64_t>(n_tokens, -5), s);
   cuda::DeviceBuffer<int32_t> d_len(std::vector<int32_t>(in.R, N), s);
-  const ContextBatch db_ctx = d.context();
   ProposeBatch db = d.batch();
   db.lengths = d_len.data();
-  const ProposeOutputs dout{d_tokens.data(), d_cache.data()};
-  auto step = [&](cudaStream_t st) {
-    dev.store_context_device(db_ctx, st);
-    dev.propose_device(db, dout, st);
-  };
-  step(s);  // warm-up: loads the kernels before the capture
-  const cuda::GraphExec graph(s, step);
+  const cuda::GraphExec graph =
+      device_step_graph(dev, d.context(), db, {d_tokens.data(), d_cache.data()}, s);
   // (device lengths, the host's): rows 0 and 2 are requests, row 1 padding (never read).
   const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> cases = {
       {{N, 5, N}, {N, 5, N}},
