@@ -32,6 +32,7 @@
 #include "common/bits.h"
 #include "cuda/comm/loopback.h"
 #include "cuda/common/graph.h"
+#include "cuda/device_markov_rows.h"
 #include "cuda/gpu_test_util.h"
 #include "cuda/markov/detail.h"
 #include "cuda/markov/markov.h"
@@ -1248,9 +1249,7 @@ TEST(MarkovEager, ReducedVocabularyMatchesCpuLoop) {
     // GPU.
     DeviceBuffer<bf16> d_w1(w1, s), d_w2(w2, s), d_base(base, s);
     DeviceBuffer<int32_t> d_ids(ids, s);
-    DeviceBuffer<int64_t> d_anchors(anchors, s), d_pos(positions, s), d_seeds(seeds, s),
-        d_slots(slots_of, s);
-    DeviceBuffer<float> d_temps(temps, s);
+    const test::DeviceMarkovRows d_rows(host_rows, s);
     cuda::MarkovHead head;
     head.w1 = d_w1.data();
     head.w2 = d_w2.data();
@@ -1267,8 +1266,7 @@ TEST(MarkovEager, ReducedVocabularyMatchesCpuLoop) {
     DeviceBuffer<bf16> d_cache(std::vector<bf16>(want_cache.size(), bf16{kUntouched}), s);
     d_tokens.zero(s);
     cuda::MarkovBatch b;
-    b.rows = ops::MarkovRows{
-        R, d_anchors.data(), d_pos.data(), d_seeds.data(), d_temps.data(), d_slots.data()};
+    b.rows = d_rows.view();
     b.steps = N;
     b.base_logits = d_base.data();
     b.draft_tokens = d_tokens.data();
@@ -1402,9 +1400,7 @@ TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
                           ProposeOutputs{want_tokens.data(), want_cache.data()});
 
     // GPU.
-    DeviceBuffer<int64_t> d_anchors(anchors, s), d_pos(positions, s), d_seeds(seeds, s),
-        d_slots(slots_of, s);
-    DeviceBuffer<float> d_temps(temps, s);
+    const test::DeviceMarkovRows d_rows(host_rows, s);
     cuda::MarkovHead head;
     head.w1 = d_w1.data();
     head.w2 = d_w2.data();
@@ -1420,8 +1416,7 @@ TEST(MarkovEager, TopkLoopMatchesCpuLoop) {
     DeviceBuffer<bf16> d_cache(std::vector<bf16>(want_cache.size(), bf16{kUntouched}), s);
     d_tokens.zero(s);
     cuda::MarkovBatch b;
-    b.rows = ops::MarkovRows{
-        R, d_anchors.data(), d_pos.data(), d_seeds.data(), d_temps.data(), d_slots.data()};
+    b.rows = d_rows.view();
     b.steps = N;
     b.base_logits = d_base.data();
     b.draft_tokens = d_tokens.data();

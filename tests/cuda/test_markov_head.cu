@@ -18,6 +18,7 @@
 #include "common/errors.h"
 #include "common/files.h"
 #include "common/random.h"
+#include "cuda/device_markov_rows.h"
 #include "cuda/gpu_test_util.h"
 #include "cuda/markov/markov.h"
 #include "runtime/markov_loop.h"
@@ -206,9 +207,7 @@ TEST(MarkovEager, HeadLoopMatchesCpuLoop) {
       // GPU.
       DeviceBuffer<bf16> d_w1(w1, s), d_w2(w2, s), d_base(base, s), d_hidden(hidden, s),
           d_pw(hw.w, s), d_pb(hw.b, s);
-      DeviceBuffer<int64_t> d_anchors(anchors, s), d_pos(positions, s), d_seeds(seeds, s),
-          d_slots(slots_of, s);
-      DeviceBuffer<float> d_temps(temps, s);
+      const test::DeviceMarkovRows d_rows(host_rows, s);
       cuda::MarkovHead head;
       head.w1 = d_w1.data();
       head.w2 = d_w2.data();
@@ -227,8 +226,7 @@ TEST(MarkovEager, HeadLoopMatchesCpuLoop) {
       DeviceBuffer<bf16> d_cache(std::vector<bf16>(want_cache.size(), bf16{kUntouched}), s);
       d_tokens.zero(s);
       cuda::MarkovBatch b;
-      b.rows = ops::MarkovRows{
-          R, d_anchors.data(), d_pos.data(), d_seeds.data(), d_temps.data(), d_slots.data()};
+      b.rows = d_rows.view();
       b.steps = N;
       b.base_logits = d_base.data();
       b.draft_tokens = d_tokens.data();

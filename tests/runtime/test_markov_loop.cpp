@@ -11,6 +11,7 @@
 
 #include "common/bits.h"
 #include "common/markov_rows.h"
+#include "common/markov_tp_sweep.h"
 #include "common/random.h"
 #include "runtime/markov_loop.h"
 #include "sparkdraft/core/philox.h"
@@ -135,19 +136,7 @@ TEST(MarkovLoopCpu, MatchesNaiveLoopAndIsInvariantToTp) {
     }
     const ops::MarkovRows rows = s.rows.view();
     MarkovInputs in{&s.c, &s.w, &s.transform, &rows, k.R, 2};
-    for (int tp : {1, 2, 4, 8}) {
-      if (k.V % tp) continue;
-      std::vector<int64_t> tokens(naive_tokens.size(), -1);
-      std::vector<bf16> cache(cache_size, to_bf16(-7.0f));
-      markov_loop_from_base(in, tp, s.base.data(), ProposeOutputs{tokens.data(), cache.data()});
-      for (int r = 0; r < k.R; ++r) {
-        if (s.rows.cache_slots[r] < 0) continue;  // padding row tokens are don't-care
-        for (int j = 0; j < k.N; ++j)
-          EXPECT_EQ(tokens[r * k.N + j], naive_tokens[r * k.N + j])
-              << "tp " << tp << " row " << r << " step " << j;
-      }
-      EXPECT_TRUE(test::same_bits(cache, naive_cache)) << "cache at tp " << tp;
-    }
+    test::expect_loop_equals_naive_at_every_tp(in, s.base.data(), k.V, naive_tokens, naive_cache);
   }
 }
 
