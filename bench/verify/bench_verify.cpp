@@ -143,11 +143,12 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   p.num_accepted = d_k.data();
   p.tokens = d_out.data();
   VerifyWorkspace ws(o.rows, o.n, o.vocab);
-  const VerifyShape shape = ws.pick(o.rows);
+  const VerifyShape shape = ws.pick(o.rows, o.form);
   r.threads = shape.threads;
   r.slice = shape.slice;
   r.slices = (o.vocab + shape.slice - 1) / shape.slice;
-  verify(p, ws, s);
+  r.list_capacity = shape.list_capacity;
+  verify(p, ws, s, &shape);
   stream.synchronize();
   r.difference = first_difference(k_cpu, t_cpu, d_k.download(s), d_out.download(s), o.n, o.seed);
   if (!r.ok()) return r;
@@ -155,7 +156,7 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   for (int32_t k : k_cpu) accepted += k;
   r.mean_accepted = accepted / static_cast<double>(R);
 
-  const GraphExec graph(s, [&](cudaStream_t st) { verify(p, ws, st); });
+  const GraphExec graph(s, [&](cudaStream_t st) { verify(p, ws, st, &shape); });
   GraphTimer timer(s, r.gpu);
   r.gpu.sm_clock_seen_mhz = measure_sm_clock_mhz(2000000);
   r.verify_us = timer.median_us(graph, o.warmup, o.repeats);
@@ -173,7 +174,8 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   out << std::setprecision(1) << "  copy bandwidth " << r.copy_bandwidth_gbs << " GB/s, floor "
       << r.bytes / 1e6 << " MB -> " << r.floor_us << " us\n";
   out << std::setprecision(2) << "  verify " << r.verify_us << " us (" << r.ratio << "x floor; "
-      << r.threads << " threads, " << r.slices << " slices of " << r.slice << " ids)\n";
+      << r.threads << " threads, " << r.slices << " slices of " << r.slice << " ids, "
+      << (r.list_capacity > 0 ? "lists form" : "rows form") << ")\n";
   out << std::defaultfloat;
   return r;
 }
@@ -189,7 +191,12 @@ nlohmann::json verify_bench_json(const VerifyBenchResult& r) {
                    {"method", to_string(o.method)},
                    {"repeats", o.repeats},
                    {"seed", o.seed},
-                   {"launch", {{"threads", r.threads}, {"slice", r.slice}, {"slices", r.slices}}},
+                   {"launch",
+                    {{"threads", r.threads},
+                     {"slice", r.slice},
+                     {"slices", r.slices},
+                     {"form", r.list_capacity > 0 ? "lists" : "rows"},
+                     {"list_capacity", r.list_capacity}}},
                    {"mean_accepted", r.mean_accepted},
                    {"bytes", r.bytes},
                    {"copy_bandwidth_gbs", r.copy_bandwidth_gbs},

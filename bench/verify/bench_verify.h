@@ -16,6 +16,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/harness.h"
+#include "cuda/verify/verify.h"
 #include "sparkdraft/verify.h"
 
 namespace sparkdraft::cuda {
@@ -29,6 +30,7 @@ struct VerifyBenchOptions {
   float temperature = 1.0f;
   LogitsDType dtype = LogitsDType::bf16;
   VerifyMethod method = VerifyMethod::standard;
+  VerifyForm form = VerifyForm::automatic;  // the vocabulary passes' form (verify.h)
   uint64_t seed = 20240601;
 };
 
@@ -36,7 +38,7 @@ struct VerifyBenchResult {
   VerifyBenchOptions options;
   GpuInfo gpu;
   std::string difference;  // empty: the GPU equals the CPU reference bit for bit
-  int threads = 0, slice = 0, slices = 0;
+  int threads = 0, slice = 0, slices = 0, list_capacity = 0;  // the launch (0: the rows form)
   double mean_accepted = 0;  // drafts accepted per row on the bench's inputs
   double bytes = 0, copy_bandwidth_gbs = 0, floor_us = 0, verify_us = 0, ratio = 0;
   bool ok() const { return difference.empty(); }

@@ -603,7 +603,7 @@ Command add_bench_allreduce(CLI::App* bench) {
 
 Command add_bench_verify(CLI::App* bench) {
   struct Opts {
-    std::string json, dtype = "bf16", method = "standard";
+    std::string json, dtype = "bf16", method = "standard", form = "auto";
     std::vector<int> vocab{151936, 202048}, rows{1, 8, 32};
     int steps = 7, repeats = 50;
     float temperature = 1.0f;
@@ -631,6 +631,12 @@ Command add_bench_verify(CLI::App* bench) {
   sub->add_option("--method", opts->method, "standard (token-wise) or block verification")
       ->check(CLI::IsMember({"standard", "block"}))
       ->capture_default_str();
+  sub->add_option("--form", opts->form,
+                  "The vocabulary passes' form: auto (the launcher's choice by row count), rows "
+                  "(every pass reads the logits) or lists (the first pass counts bf16 patterns, "
+                  "the sums read the counts); the same bits in every form")
+      ->check(CLI::IsMember({"auto", "rows", "lists"}))
+      ->capture_default_str();
   add_seed(sub, opts->seed, "Seed of the inputs");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   return {sub, [opts]() -> int {
@@ -648,6 +654,9 @@ Command add_bench_verify(CLI::App* bench) {
                 b.temperature = opts->temperature;
                 b.dtype = opts->dtype == "f32" ? LogitsDType::f32 : LogitsDType::bf16;
                 b.method = opts->method == "block" ? VerifyMethod::block : VerifyMethod::standard;
+                b.form = opts->form == "rows"    ? cuda::VerifyForm::rows
+                         : opts->form == "lists" ? cuda::VerifyForm::lists
+                                                 : cuda::VerifyForm::automatic;
                 b.seed = opts->seed;
                 const cuda::VerifyBenchResult r = cuda::bench_verify(b, std::cout);
                 if (!r.ok()) {

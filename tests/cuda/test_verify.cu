@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -279,7 +280,10 @@ Result gpu_verify(const Case& c, DeviceCase& d, cuda::VerifyWorkspace& ws,
 }
 
 // Every block size with several slice widths (the launcher's pick, one slice,
-// narrow, odd and the most slices the workspace holds) against the CPU.
+// narrow, odd and the most slices the workspace holds) against the CPU, in both forms
+// of the vocabulary passes: rows (list_capacity 0), lists with room for every list,
+// and lists of one pair (every longer list left unwritten: those slices' sums read the
+// logits).
 void check_every_shape(const Case& c, int max_rows) {
   const Result want = cpu_verify(c);
   int accepted = 0, padding = 0;
@@ -302,10 +306,16 @@ void check_every_shape(const Case& c, int max_rows) {
   for (int threads : cuda::kVerifyThreadChoices)
     for (int slice : slices)
       for (int draw_slice : draw_slices) {
-        const cuda::VerifyShape shape{threads, slice, draw_slice};
-        const std::string diff = difference(c, want, gpu_verify(c, d, ws, &shape));
-        ASSERT_EQ(diff, "") << "threads " << threads << ", slice " << slice << ", draw slice "
-                            << draw_slice;
+        const int S = (c.vocab + slice - 1) / slice;
+        std::vector<int> capacities = {0};
+        if (slice <= cuda::kVerifyMaxListSlice)
+          capacities.insert(capacities.end(), {static_cast<int>(ws.list_region() / S), 1});
+        for (int capacity : capacities) {
+          const cuda::VerifyShape shape{threads, slice, draw_slice, capacity};
+          const std::string diff = difference(c, want, gpu_verify(c, d, ws, &shape));
+          ASSERT_EQ(diff, "") << "threads " << threads << ", slice " << slice << ", draw slice "
+                              << draw_slice << ", list capacity " << capacity;
+        }
       }
 }
 
@@ -595,13 +605,73 @@ TEST(CudaVerify, EqualsCpuAtAFullVocabulary) {
     const Result want = cpu_verify(c);
     DeviceCase d(c);
     cuda::VerifyWorkspace ws(8, c.n, c.vocab);
-    for (int threads : cuda::kVerifyThreadChoices) {
-      const cuda::VerifyShape pick = ws.pick(c.rows);
-      const cuda::VerifyShape shape{threads, pick.slice, pick.draw_slice};
-      ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "") << "threads " << threads;
-    }
+    for (cuda::VerifyForm form : {cuda::VerifyForm::rows, cuda::VerifyForm::lists})
+      for (int threads : cuda::kVerifyThreadChoices) {
+        cuda::VerifyShape shape = ws.pick(c.rows, form);
+        shape.threads = threads;
+        ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "")
+            << "threads " << threads << ", list capacity " << shape.list_capacity;
+      }
     ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
   }
+}
+
+// The lists form's histogram, seen from outside: after a call, each (row, position,
+// side, slice) of a bf16 law with T > 0 holds as many pairs as its slice has distinct
+// finite bf16 patterns (the CPU counts them), and the pairs' counts add up to the
+// slice's finite ids. Rows with ties (a few patterns), wide spreads, NaN / inf ids.
+TEST(CudaVerify, ListsFormCountsEveryPatternOfItsSlice) {
+  SD_REQUIRE_GPU();
+  const uint64_t seed = 8080;
+  std::printf("  seed %llu\n", static_cast<unsigned long long>(seed));
+  test::Gen g(seed);
+  const int V = 20011, N = 3, rows = 5;
+  Case c = make_case(g, rows, N, V, LogitsDType::bf16, VerifyMethod::standard, false);
+  for (int r = 0; r < rows; ++r) c.temps[r] = r == 1 ? 0.7f : 1.0f;
+  // Row 0, position 0: four patterns only (ties everywhere).
+  for (int v = 0; v < V; ++v) c.set_target(0, 0, v, static_cast<float>(v % 4));
+  DeviceCase d(c);
+  cuda::VerifyWorkspace ws(rows, N, V);
+  const cuda::VerifyShape shape = ws.pick(rows, cuda::VerifyForm::lists);
+  ASSERT_GT(shape.list_capacity, 0);
+  ASSERT_EQ(difference(c, cpu_verify(c), gpu_verify(c, d, ws, &shape)), "");
+  const int S = (V + shape.slice - 1) / shape.slice;
+  const std::vector<uint32_t> lengths = ws.list_lengths.download();
+  const std::vector<uint32_t> lists = ws.lists.download();
+  int checked = 0;
+  for (int r = 0; r < rows; ++r) {
+    if (c.slots[r] < 0 || !(c.temps[r] > 0.0f)) continue;
+    for (int j = 0; j <= N; ++j)
+      for (int side = 0; side < (j < N ? 2 : 1); ++side)
+        for (int s = 0; s < S; ++s) {
+          std::set<uint16_t> patterns;
+          size_t finite = 0;
+          for (int v = s * shape.slice; v < std::min(V, (s + 1) * shape.slice); ++v) {
+            const uint16_t b =
+                side == 0 ? to_bf16(c.target_at(r, j, v)).bits
+                          : c.cache[(static_cast<size_t>(c.slots[r]) * N + j) * V + v].bits;
+            if ((b & 0x7f80u) == 0x7f80u) continue;
+            patterns.insert(b);
+            ++finite;
+          }
+          const size_t list = (static_cast<size_t>(r * (N + 1) + j) * 2 + side) * S + s;
+          ASSERT_EQ(lengths[list], patterns.size())
+              << "row " << r << " position " << j << " side " << side << " slice " << s;
+          if (lengths[list] > static_cast<uint32_t>(shape.list_capacity)) continue;
+          size_t counted = 0;
+          std::set<uint16_t> listed;
+          for (uint32_t i = 0; i < lengths[list]; ++i) {
+            const uint32_t pair = lists[list * shape.list_capacity + i];
+            listed.insert(static_cast<uint16_t>(pair >> 16));
+            counted += pair & 0xffffu;
+          }
+          ASSERT_EQ(listed, patterns) << "row " << r << " position " << j << " slice " << s;
+          ASSERT_EQ(counted, finite) << "row " << r << " position " << j << " slice " << s;
+          ++checked;
+        }
+  }
+  std::printf("  %d slice lists checked against the CPU's patterns\n", checked);
+  EXPECT_GT(checked, 0);
 }
 
 TEST(CudaVerify, GraphReplayEqualsEager) {
@@ -660,6 +730,15 @@ TEST(CudaVerify, RefusesShapesTheLauncherCannotRun) {
   EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &odd), InvalidArgument);
   EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow), InvalidArgument);       // 100 slices
   EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow_draw), InvalidArgument);  // 334 > 256
+  const cuda::VerifyShape negative_lists{256, 256, 256, -1};
+  const cuda::VerifyShape too_many_pairs{256, 256, 256,
+                                         static_cast<int>(ws3.list_region() / 4 + 1)};  // 4 slices
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &negative_lists), InvalidArgument);
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &too_many_pairs), InvalidArgument);
+  const cuda::VerifyShape odd_draw{256, 256, 256, 0, 100};
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &odd_draw), InvalidArgument);
+  const cuda::VerifyShape wide_slice{256, 70000, 1024, 64};  // more than 65535 ids a slice
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &wide_slice), InvalidArgument);
   cuda::VerifyWorkspace other_n(3, 5, c.vocab);
   EXPECT_THROW(cuda::verify(d.p, other_n, nullptr), InvalidArgument);
 }

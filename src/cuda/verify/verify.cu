@@ -6,11 +6,15 @@
 // law_term_of_diff: exp_law's bits without a conversion, the term one 64-bit shift) and
 // adds it to the thread's 96-bit partial by one carry chain (TermSum), widened to 128
 // bits only for the folds; at T = 1 the passes skip the division (x / 1 is x).
+// The lists form (verify.h) replaces the sums pass's reading of the logits by a
+// shared-memory histogram of the slice's bf16 patterns in the first pass: Zi is the
+// same integer sum, grouped by pattern (count x term).
 #include "cuda/verify/verify.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "cuda/common/launch.h"
@@ -24,6 +28,7 @@ namespace {
 using verify_select::digit;
 using verify_select::FirstKey;
 using verify_select::law_term_of_diff;
+using verify_select::LawTerm;
 using verify_select::order_key;
 using verify_select::race_fold;
 using verify_select::sum_term;
@@ -60,6 +65,10 @@ struct Args {
   uint32_t* first_arrivals;
   uint32_t* sums_arrivals;
   uint32_t* draw_arrivals;
+  // The lists form: list_capacity pairs per (item, side, slice); 0: the rows form.
+  uint32_t* lists;
+  uint32_t* list_lengths;
+  int list_capacity;
 };
 
 __device__ float target_logit(const ops::VerifyParams& p, int r, int j, int v) {
@@ -407,6 +416,188 @@ __device__ void head(const Args& a, int item) {
   if (threadIdx.x == 0) a.keep[item] = keep;
 }
 
+// ---- the lists form: a slice's bf16 patterns counted in shared memory ----------
+
+constexpr int kHistWords = 32768;  // 65536 16-bit counts, two a word
+constexpr size_t kHistSmemBytes = kHistWords * sizeof(uint32_t);
+
+// The histogram: the kernel's dynamic shared memory, named at this scope so that every
+// access is a shared-memory one (red.shared / atom.shared, not generic).
+extern __shared__ uint4 verify_hist_smem[];
+__device__ uint32_t* hist_words() { return reinterpret_cast<uint32_t*>(verify_hist_smem); }
+
+__device__ void hist_clear() {
+  for (int i = threadIdx.x; i < kHistWords / 4; i += blockDim.x)
+    verify_hist_smem[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Counts one id of bf16 pattern `pattern` (a reduction: nothing waits for it).
+__device__ __forceinline__ void hist_add(uint32_t pattern) {
+  atomicAdd(hist_words() + (pattern >> 1), 1u << ((pattern & 1u) << 4));
+}
+
+// Counts every id of [v0, v1) of `row` (at most kVerifyMaxListSlice ids, so no count
+// overflows its 16 bits): 16-byte loads, four a thread in flight while the four before
+// them are counted. The order of the counts is free (integer counts).
+__device__ void hist_count(const bf16* row, int v0, int v1) {
+  const uint16_t* r16 = reinterpret_cast<const uint16_t*>(row);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + v0);
+  const int head = min(v1 - v0, static_cast<int>(((16 - (addr & 15)) & 15) / 2));
+  const int a0 = v0 + head;
+  const int vecs = (v1 - a0) / 8;
+  const int a1 = a0 + vecs * 8;
+  for (int v = v0 + threadIdx.x; v < a0; v += blockDim.x) hist_add(r16[v]);
+  for (int v = a1 + threadIdx.x; v < v1; v += blockDim.x) hist_add(r16[v]);
+  const uint4* vrow = reinterpret_cast<const uint4*>(row + a0);
+  constexpr int kInFlight = 4;
+  const int step = static_cast<int>(blockDim.x);
+  auto load = [&](uint4(&w)[kInFlight], int i0) {
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int i = i0 + u * step;
+      w[u] = i < vecs ? __ldg(vrow + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  uint4 cur[kInFlight], next[kInFlight];
+  load(cur, threadIdx.x);
+  for (int i0 = threadIdx.x; i0 < vecs; i0 += kInFlight * step) {
+    load(next, i0 + kInFlight * step);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      if (i0 + u * step < vecs) {
+        const uint32_t x[4] = {cur[u].x, cur[u].y, cur[u].z, cur[u].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          hist_add(x[e] & 0xffffu);
+          hist_add(x[e] >> 16);
+        }
+      }
+      cur[u] = next[u];
+    }
+  }
+}
+
+// A bf16 pattern's place in the order of section 8.2 as 16 bits (larger first; -0
+// as +0; not for a NaN), and back.
+__device__ uint32_t order16(uint32_t pattern) {
+  const uint32_t p = pattern == 0x8000u ? 0u : pattern;
+  return (p & 0x8000u) ? (~p & 0xffffu) : (p | 0x8000u);
+}
+__device__ uint32_t pattern_of_order16(uint32_t o) {
+  return (o & 0x8000u) ? (o & 0x7fffu) : (~o & 0xffffu);
+}
+
+// What a slice's histogram says, in every thread.
+struct HistSummary {
+  uint32_t length;  // the pairs of the list (more than the capacity: not all written)
+  uint32_t top;     // order16 of the largest pattern that is not a NaN (0: none)
+  bool nan;         // a NaN among them
+};
+
+// Writes the slice's list (every counted finite pattern as pattern << 16 | count, at
+// most `capacity` of them, in any order) and leaves the histogram zeroed for the next
+// count: the threads scan it 16 bytes (8 counts) a load, every thread the same number
+// of rounds (the block sizes divide kHistWords / 4), and each warp claims its pairs'
+// places with one atomic a round. Infinite patterns join no list (-inf's term is 0;
+// +inf or a NaN make the law degenerate: it has no sums).
+__device__ HistSummary hist_drain(uint32_t* list, uint32_t capacity) {
+  __shared__ uint32_t length;
+  __shared__ uint32_t folded;
+  if (threadIdx.x == 0) length = 0;
+  __syncthreads();
+  const unsigned lane = threadIdx.x % 32;
+  uint32_t top = 0;
+  bool nan = false;
+  for (int i = threadIdx.x; i < kHistWords / 4; i += blockDim.x) {
+    const uint4 q = verify_hist_smem[i];
+    const bool any = (q.x | q.y | q.z | q.w) != 0;
+    if (!__any_sync(0xffffffffu, any)) continue;  // the whole warp's words are zero
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    auto count = [&](int k) { return (words[k / 2] >> ((k & 1) * 16)) & 0xffffu; };
+    const uint32_t first = static_cast<uint32_t>(i) * 8;  // the 8 patterns share sign and exponent
+    uint32_t listed = 0;  // bit k: pattern first + k goes to the list
+    if (any) {
+      verify_hist_smem[i] = make_uint4(0u, 0u, 0u, 0u);
+      const bool special = (first & 0x7f80u) == 0x7f80u;  // inf or NaN
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (count(k) == 0) continue;
+        const uint32_t pattern = first + k;
+        if (special && (pattern & 0x7fu)) {
+          nan = true;
+          continue;
+        }
+        if (!special) listed |= 1u << k;
+        top = max(top, order16(pattern));
+      }
+    }
+    const uint32_t n = __popc(listed);
+    uint32_t inclusive = n;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const uint32_t t = __shfl_up_sync(0xffffffffu, inclusive, off);
+      if (lane >= static_cast<unsigned>(off)) inclusive += t;
+    }
+    uint32_t base = 0;
+    if (lane == 31) base = atomicAdd(&length, inclusive);
+    base = __shfl_sync(0xffffffffu, base, 31);
+    uint32_t at = base + inclusive - n;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if (!((listed >> k) & 1u)) continue;
+      if (at < capacity) list[at] = (first + k) << 16 | count(k);
+      ++at;
+    }
+  }
+  const uint64_t f = block_fold(uint64_t{nan ? 0x10000u : top}, uint64_t{0}, key_op);
+  if (threadIdx.x == 0) folded = static_cast<uint32_t>(f);
+  __syncthreads();
+  return HistSummary{length, folded & 0xffffu, folded == 0x10000u};
+}
+
+// The lists form's first pass of one CTA (rows with T > 0): per side the histogram of
+// the slice, its list and its raw first packet. The packet's value is the largest
+// pattern's (what FirstKey gives); its id is read only for a NaN (law_first: a law
+// with no NaN reads the id only when M is +-inf, and finds it itself then), so it
+// is the first NaN's, by FirstKey over the slice, and otherwise the slice's first id.
+// An fp32 target is folded by FirstKey as in the rows form.
+__device__ void first_lists(const Args& a, int item, int s, bool with_draft) {
+  const ops::VerifyParams& p = a.p;
+  const int r = item / (p.n + 1), j = item % (p.n + 1);
+  const int64_t slot = p.cache_slots[r];
+  const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
+  hist_clear();
+  __syncthreads();
+  for (int side = 0; side < (with_draft ? 2 : 1); ++side) {
+    const int law = item * 2 + side;
+    MarkovPacket packet;
+    if (side == 0 && p.target_dtype == LogitsDType::f32) {
+      FirstKey f;
+      for_each_target(p, r, j, v0, v1, [&](int v, float x) { f.add(x, v); });
+      packet = packet_of_key(block_fold(f.key(), uint64_t{0}, key_op));
+    } else {
+      const bf16* row = side == 0 ? static_cast<const bf16*>(p.target_logits) +
+                                        (static_cast<int64_t>(r) * (p.n + 1) + j) * p.vocab
+                                  : p.draft_logits + (slot * p.n + j) * p.vocab;
+      hist_count(row, v0, v1);
+      __syncthreads();
+      const size_t list = static_cast<size_t>(law) * a.S + s;
+      const HistSummary sum =
+          hist_drain(a.lists + list * a.list_capacity, static_cast<uint32_t>(a.list_capacity));
+      if (threadIdx.x == 0) a.list_lengths[list] = sum.length;
+      if (sum.nan) {
+        FirstKey f;
+        for_each_logit<true>(row, v0, v1, [&](int v, float x) { f.add(x, v); });
+        packet = packet_of_key(block_fold(f.key(), uint64_t{0}, key_op));
+      } else {
+        packet = MarkovPacket{bits_f32(pattern_of_order16(sum.top) << 16), v0, 0};
+      }
+    }
+    if (threadIdx.x == 0) a.packets[law * a.S + s] = packet;
+    __syncthreads();  // the drain's zeroing before the next side's counts
+  }
+}
+
 // ---- stage (a), pass 1: first-id packets --------------------------------------
 
 // The first packet of the raw (unscaled) logits: the division by T > 0 is monotone,
@@ -420,6 +611,11 @@ __global__ void first_kernel(const Args a) {
   if (padding(p, r)) return;
   const float T = p.temperatures[r];
   const bool with_draft = j < p.n && T > 0.0f;
+  if (a.list_capacity > 0 && T > 0.0f) {
+    first_lists(a, item, s, with_draft);
+    if (last_to_arrive(a.first_arrivals + item, static_cast<uint32_t>(a.S))) head(a, item);
+    return;
+  }
   const int64_t slot = p.cache_slots[r];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
   // The first id is the largest order key (select.h): per thread one 32-bit comparison
@@ -498,6 +694,21 @@ __device__ void decide(const Args& a, int r) {
 
 // ---- stage (a), pass 2: the exact sums Zi ---------------------------------------
 
+// A slice's sum from its list (the lists form): count x term per pattern, the same
+// integer as the sum of the terms of its ids. A term is at most 2^64 and a count below
+// 2^16, so each product fits the 128-bit partial.
+template <class Scaled>
+__device__ U128 list_sum(const uint32_t* list, uint32_t length, float max_value, Scaled scaled) {
+  U128 acc;
+  for (uint32_t i = threadIdx.x; i < length; i += blockDim.x) {
+    const uint32_t pair = list[i];
+    const uint64_t c = pair & 0xffffu;
+    const LawTerm t = law_term_of_diff(fsub_rn(scaled(bits_f32(pair & 0xffff0000u)), max_value));
+    acc = u128_add(acc, U128{t.lo * c, __umul64hi(t.lo, c) + t.one * c});
+  }
+  return acc;
+}
+
 // One CTA's part of the sums: slice s of item `item`.
 __device__ void sums_part(const Args& a, int item, int s) {
   const ops::VerifyParams& p = a.p;
@@ -516,9 +727,25 @@ __device__ void sums_part(const Args& a, int item, int s) {
   const float mt = tst.first.value;
   const uint64_t keep = a.keep[item];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
+  // The lists form's list of a side, or null where that slice reads the logits.
+  auto list_of = [&](int side, uint32_t& length) -> const uint32_t* {
+    if (a.list_capacity == 0) return nullptr;
+    const size_t list = static_cast<size_t>(item * 2 + side) * a.S + s;
+    length = a.list_lengths[list];
+    return length <= static_cast<uint32_t>(a.list_capacity) ? a.lists + list * a.list_capacity
+                                                            : nullptr;
+  };
+  uint32_t t_length = 0, d_length = 0;
+  const uint32_t* t_list = with_target && keep == 0 && p.target_dtype == LogitsDType::bf16
+                               ? list_of(0, t_length)
+                               : nullptr;
+  const uint32_t* d_list = with_draft ? list_of(1, d_length) : nullptr;
   TermSum t, d;
+  U128 t_listed, d_listed;
   with_scaling(T, [&](auto scaled) {
-    if (with_target) {
+    if (t_list) {
+      t_listed = list_sum(t_list, t_length, mt, scaled);
+    } else if (with_target) {
       if (keep == 0) {
         for_each_target(p, r, j, v0, v1,
                         [&](int, float x) { t.add(law_term_of_diff(fsub_rn(scaled(x), mt))); });
@@ -529,11 +756,13 @@ __device__ void sums_part(const Args& a, int item, int s) {
         });
       }
     }
-    if (with_draft)
+    if (d_list)
+      d_listed = list_sum(d_list, d_length, md, scaled);
+    else if (with_draft)
       for_each_draft(p, slot, j, v0, v1,
                      [&](int, float x) { d.add(law_term_of_diff(fsub_rn(scaled(x), md))); });
   });
-  U128 tw = t.wide(), dw = d.wide();
+  U128 tw = u128_add(t.wide(), t_listed), dw = u128_add(d.wide(), d_listed);
   if (with_target) tw = block_fold(tw, U128{}, sum_op);
   if (with_draft) dw = block_fold(dw, U128{}, sum_op);
   if (threadIdx.x == 0) {
@@ -743,9 +972,17 @@ VerifyWorkspace::VerifyWorkspace(int max_rows, int n, int vocab, int max_slices)
   emitted = DeviceBuffer<int64_t>(R);
   arrivals = DeviceBuffer<uint32_t>(R * (N + 1) + 2 * R);
   SD_CUDA_CHECK(cudaMemset(arrivals.data(), 0, arrivals.bytes()));
+  // Room for the pick's lists: S x max(64, slice / 8) <= V / 8 + 64 S + 1 for the
+  // slices it cuts (each at most ceil(V / S) + 255 ids).
+  list_region_ = vocab / 8 + 1 + static_cast<int64_t>(kVerifyMaxSlices) * 64;
+  lists = DeviceBuffer<uint32_t>(R * (N + 1) * 2 * static_cast<size_t>(list_region_));
+  list_lengths = DeviceBuffer<uint32_t>(R * (N + 1) * 2 * S);
   int device = 0;
   SD_CUDA_CHECK(cudaGetDevice(&device));
   SD_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  // The lists form's histogram is dynamic shared memory above the default 48 KB.
+  SD_CUDA_CHECK(cudaFuncSetAttribute(first_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kHistSmemBytes)));
 }
 
 namespace {
@@ -758,18 +995,42 @@ int slice_width(int64_t vocab, int64_t S) {
 
 }  // namespace
 
-VerifyShape VerifyWorkspace::pick(int rows) const {
+VerifyShape VerifyWorkspace::pick(int rows, VerifyForm form) const {
   // About 4 CTAs per SM: over rows x (N + 1) items for the vocabulary kernels, over
   // the rows for the draw; slices of at least 1024 ids, a multiple of 256.
   const int64_t R = std::max(rows, 1), ctas = 4 * static_cast<int64_t>(sm_count_);
   const int64_t items = R * (n_ + 1);
   const int64_t by_width = std::max<int64_t>(1, vocab_ / 1024);
-  const int64_t S = std::min<int64_t>({(ctas + items - 1) / items, by_width, max_slices_});
   const int64_t D = std::min<int64_t>({(ctas + R - 1) / R, by_width, kVerifyMaxDrawSlices});
   VerifyShape shape;
+  shape.draw_slice = slice_width(vocab_, std::max<int64_t>(D, 1));
+  const bool lists = form == VerifyForm::lists ||
+                     (form == VerifyForm::automatic && items >= kVerifyListsFromItems);
+  // The lists form: one CTA an SM; the fewest slices (each at most 255 x 256 ids, so
+  // the rounding keeps it within kVerifyMaxListSlice) whose waves of CTAs x (ids a
+  // slice + a CTA's fixed work, about 8192 ids' worth: the histogram's clearing and
+  // draining) are the fewest.
+  const int64_t s_min = (vocab_ + 255 * 256 - 1) / (255 * 256);
+  if (lists && s_min <= max_slices_) {
+    int64_t best = s_min, best_cost = INT64_MAX;
+    for (int64_t S = s_min; S <= max_slices_; ++S) {
+      const int64_t waves = (items * S + sm_count_ - 1) / sm_count_;
+      const int64_t cost = waves * ((vocab_ + S - 1) / S + 8192);
+      if (cost < best_cost) {
+        best = S;
+        best_cost = cost;
+      }
+    }
+    shape.threads = 512;
+    shape.draw_threads =
+        256;  // the draw's long per-id code runs better at 256 (gpu-log 2026-12-04d)
+    shape.slice = slice_width(vocab_, best);
+    shape.list_capacity = std::max(64, shape.slice / 8);
+    return shape;
+  }
+  const int64_t S = std::min<int64_t>({(ctas + items - 1) / items, by_width, max_slices_});
   shape.threads = 256;
   shape.slice = slice_width(vocab_, std::max<int64_t>(S, 1));
-  shape.draw_slice = slice_width(vocab_, std::max<int64_t>(D, 1));
   return shape;
 }
 
@@ -783,14 +1044,28 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
               std::to_string(ws.vocab()) + ")");
   if (p.rows == 0) return;
   const VerifyShape shape = shape_in ? *shape_in : ws.pick(p.rows);
-  require(std::find(std::begin(kVerifyThreadChoices), std::end(kVerifyThreadChoices),
-                    shape.threads) != std::end(kVerifyThreadChoices),
-          "verify", "threads " + std::to_string(shape.threads) + " is not 64, 128, 256 or 512");
+  auto is_choice = [](int t) {
+    return std::find(std::begin(kVerifyThreadChoices), std::end(kVerifyThreadChoices), t) !=
+           std::end(kVerifyThreadChoices);
+  };
+  require(is_choice(shape.threads), "verify",
+          "threads " + std::to_string(shape.threads) + " is not 64, 128, 256 or 512");
+  require(shape.draw_threads == 0 || is_choice(shape.draw_threads), "verify",
+          "draw_threads " + std::to_string(shape.draw_threads) + " is not 0, 64, 128, 256 or 512");
   require(shape.slice >= 1 && shape.draw_slice >= 1, "verify", "slice and draw_slice must be >= 1");
   const int64_t S = (static_cast<int64_t>(p.vocab) + shape.slice - 1) / shape.slice;
   require(S <= ws.max_slices(), "verify",
           "slice " + std::to_string(shape.slice) + " makes " + std::to_string(S) +
               " slices, more than the workspace's " + std::to_string(ws.max_slices()));
+  require(shape.list_capacity >= 0, "verify", "list_capacity must be >= 0");
+  if (shape.list_capacity > 0) {
+    require(shape.slice <= kVerifyMaxListSlice, "verify",
+            "the lists form counts at most " + std::to_string(kVerifyMaxListSlice) +
+                " ids a slice; slice " + std::to_string(shape.slice));
+    require(S * shape.list_capacity <= ws.list_region(), "verify",
+            std::to_string(S) + " slices of list_capacity " + std::to_string(shape.list_capacity) +
+                " exceed the workspace's " + std::to_string(ws.list_region()) + " pairs a law");
+  }
   const int64_t D = (static_cast<int64_t>(p.vocab) + shape.draw_slice - 1) / shape.draw_slice;
   require(D <= kVerifyMaxDrawSlices, "verify",
           "draw_slice " + std::to_string(shape.draw_slice) + " makes " + std::to_string(D) +
@@ -812,12 +1087,17 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
          shape.draw_slice,
          ws.arrivals.data(),
          ws.arrivals.data() + static_cast<size_t>(ws.max_rows()) * (ws.n() + 1),
-         ws.arrivals.data() + static_cast<size_t>(ws.max_rows()) * (ws.n() + 2)};
+         ws.arrivals.data() + static_cast<size_t>(ws.max_rows()) * (ws.n() + 2),
+         ws.lists.data(),
+         ws.list_lengths.data(),
+         shape.list_capacity};
   const unsigned items = static_cast<unsigned>(p.rows) * (p.n + 1);
   const unsigned rows = static_cast<unsigned>(p.rows);
   const dim3 block(static_cast<unsigned>(shape.threads));
   const unsigned s = static_cast<unsigned>(S);
-  launch_kernel("verify_first", first_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
+  const size_t first_smem = shape.list_capacity > 0 ? kHistSmemBytes : 0;
+  launch_kernel("verify_first", first_kernel,
+                LaunchShape{dim3(items, s), block, first_smem, stream}, a);
   launch_kernel("verify_sums", sums_kernel, LaunchShape{dim3(items, s), block, 0, stream}, a);
   if (p.method == VerifyMethod::block) {
     if (p.n >= 2)
@@ -826,8 +1106,10 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
     launch_kernel("verify_block_decide", block_decide_kernel,
                   LaunchShape{dim3(rows), dim3(kRowThreads), 0, stream}, a);
   }
+  const dim3 draw_block(
+      static_cast<unsigned>(shape.draw_threads > 0 ? shape.draw_threads : shape.threads));
   launch_kernel("verify_draw", draw_kernel,
-                LaunchShape{dim3(rows, static_cast<unsigned>(D)), block, 0, stream}, a);
+                LaunchShape{dim3(rows, static_cast<unsigned>(D)), draw_block, 0, stream}, a);
 }
 
 }  // namespace sparkdraft::cuda

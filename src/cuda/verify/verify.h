@@ -9,7 +9,17 @@
 //   first    grid (items, S): each CTA reduces its vocabulary slice of one (row,
 //            position) to the first-id packets of the target's and the draft's
 //            raw logits (items = rows x (N + 1), S slices of `slice` ids; the
-//            division by T is monotone: M = fdiv(raw M, T)); the item's last CTA
+//            division by T is monotone: M = fdiv(raw M, T)). In the lists form
+//            (VerifyShape::list_capacity > 0; rows with T > 0, bf16 logits) the
+//            CTA instead counts its slice's ids by their 16-bit bf16 pattern in a
+//            shared-memory histogram (65536 16-bit counts; a slice holds at most
+//            65535 ids), takes the packet's value from the largest pattern seen
+//            (its id matters only for a NaN, found by a scan of the slice then),
+//            and writes the nonzero (pattern, count) pairs as the slice's list:
+//            the sums pass then reads the list, not the logits (Zi is a sum of
+//            count x term over the patterns, the same integers). A list longer
+//            than list_capacity is not written and that slice's sums read the
+//            logits, as do top-k / top-p targets and fp32 targets; the item's last CTA
 //            (head) folds the S packets (the law's M, whether it is degenerate,
 //            its first id where it reads it) and, where the row has top-k / top-p,
 //            finds the kept set's threshold in the order (an exact radix selection
@@ -56,16 +66,29 @@ namespace sparkdraft::cuda {
 inline constexpr int kVerifyThreadChoices[] = {64, 128, 256, 512};
 inline constexpr int kVerifyMaxSlices = 64;       // default bound on the vocabulary slices
 inline constexpr int kVerifyMaxDrawSlices = 256;  // bound on the draw kernel's slices
+inline constexpr int kVerifyListsFromItems = 16;  // the automatic form: lists from this many items
 
 // How one call is cut: `threads` per CTA of the vocabulary kernels, `slice` ids per
 // vocabulary slice of first / sums / mass (S = ceil(V / slice) slices, at most the
 // workspace's max_slices), `draw_slice` ids per slice of the draw kernel (one
 // position per row: its own, narrower cut, at most kVerifyMaxDrawSlices slices).
+// list_capacity: 0, every pass reads the logits (the rows form); > 0, the lists form
+// above with lists of at most list_capacity (pattern, count) pairs per slice (needs
+// slice <= kVerifyMaxListSlice and S x list_capacity <= the workspace's
+// list_region()).
+// draw_threads: threads per CTA of the draw kernel (0: `threads`).
 struct VerifyShape {
   int threads = 256;
   int slice = 0;
   int draw_slice = 0;
+  int list_capacity = 0;
+  int draw_threads = 0;
 };
+
+// The two forms of the vocabulary passes; automatic: the launcher's choice by rows.
+enum class VerifyForm { automatic, rows, lists };
+
+inline constexpr int kVerifyMaxListSlice = 65535;  // a 16-bit count holds a slice's ids
 
 // A (row, position, side) law between the kernels: its first-id packet and Z.
 struct VerifyLaw {
@@ -82,10 +105,16 @@ class VerifyWorkspace {
   int n() const { return n_; }
   int vocab() const { return vocab_; }
   int max_slices() const { return max_slices_; }
-  // The launcher's shape for `rows` rows: 256 threads, and slices (and draw slices)
-  // narrow enough that about four CTAs per SM run even at one row (a row alone fills
-  // the GPU).
-  VerifyShape pick(int rows) const;
+  // The launcher's shape for `rows` rows. Rows form: 256 threads, and slices (and
+  // draw slices) narrow enough that about four CTAs per SM run even at one row (a row
+  // alone fills the GPU). Lists form: 512 threads (one CTA an SM: the histogram is
+  // 128 KB of shared memory), the fewest slices of at most kVerifyMaxListSlice ids
+  // that fill the SMs in the fewest waves, lists of up to slice / 8 pairs; the draw at
+  // 256 threads.
+  // automatic: the lists form when rows x (N + 1) items reach kVerifyListsFromItems.
+  VerifyShape pick(int rows, VerifyForm form = VerifyForm::automatic) const;
+  // Pairs of the lists form per (row, position, side): S x list_capacity must fit.
+  int64_t list_region() const { return list_region_; }
 
   DeviceBuffer<MarkovPacket> packets;  // [rows][N + 1][2][S] first-id packets (target, draft)
   DeviceBuffer<U128> sums;             // [rows][N + 1][2][S] Zi partials
@@ -98,9 +127,14 @@ class VerifyWorkspace {
   DeviceBuffer<int32_t> accepted;      // [rows] k
   DeviceBuffer<int64_t> emitted;       // [rows] T = 0: the greedy pick
   DeviceBuffer<uint32_t> arrivals;     // [rows][N + 1] + [rows] + [rows]: 0 between calls
+  // The lists form's pairs (about V / 2 bytes per (row, position, side): 1.2 MB a row at
+  // V 151936 and N 7).
+  DeviceBuffer<uint32_t> lists;         // [rows][N + 1][2][list_region]: pattern << 16 | count
+  DeviceBuffer<uint32_t> list_lengths;  // [rows][N + 1][2][S]: pairs (> capacity: not written)
 
  private:
   int max_rows_, n_, vocab_, max_slices_, sm_count_ = 1;
+  int64_t list_region_ = 0;
 };
 
 // Queues the verification of p (every pointer a device pointer) on `stream`:
