@@ -266,6 +266,13 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
   out << "  fused " << t.fused_us << " us (" << t.fused_ratio << "x floor)\n";
   out << "  eager " << t.eager_us << " us (" << t.eager_ratio << "x floor)\n";
   out << std::defaultfloat;
+  if (o.timeline) {
+    r.timeline = record_timeline([&] {
+      fused_graph.launch(s);
+      stream.synchronize();
+    });
+    print_timeline_summary(out, r.timeline);
+  }
   return r;
 }
 
@@ -433,6 +440,7 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
   for (const bench::FloorPart& p : f.parts) j["bytes_parts"][p.name] = p.bytes;
   add_gpu_json(j, r.gpu);
   add_timing_json(j, r.timing);
+  if (o.timeline) j["fused_timeline"] = timeline_json(r.timeline);
   return j;
 }
 

@@ -30,6 +30,7 @@
 #include "sparkdraft/checkpoint.h"
 #include "sparkdraft/cuda/draft.h"
 #include "step/step_floor.h"
+#include "step/timeline.h"
 
 namespace sparkdraft::cuda {
 
@@ -46,6 +47,7 @@ struct StepBenchOptions {
   std::vector<int> devices;                  // bench_step_tp: the ranks' GPUs (empty: 0 .. tp-1)
   TpReduce tp_reduce = TpReduce::automatic;  // bench_step_tp: CudaDraftOptions::tp_reduce
   bool step_pdl = false;                     // CudaDraftOptions::step_pdl of every backend
+  bool timeline = false;  // bench_step: also one replay of the fused graph on a CUPTI timeline
 };
 
 struct StepBenchResult {
@@ -56,7 +58,8 @@ struct StepBenchResult {
   std::string difference;  // where eager and fused differ; empty when bit for bit equal
   bool ok() const { return difference.empty(); }
   bench::StepFloorBytes floor;
-  FloorTiming timing;  // bytes = floor.total()
+  FloorTiming timing;      // bytes = floor.total()
+  GraphTimeline timeline;  // options.timeline: the fused graph's kernels, one replay
   // bench_step_tp: timing.fused_us is the TP step (per repeat the slowest rank),
   // timing.eager_us is 0 (the vocab-parallel Markov loop is fused only), the floor
   // is one GPU's; tp1_us is the same step at TP 1 on the first device.

@@ -373,7 +373,7 @@ Command add_bench_step(CLI::App* bench) {
     std::vector<int> rows{1, 8, 32}, devices;
     int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
-    bool spec_suite = false, allow_nonfinite = false, allow_unused = false;
+    bool spec_suite = false, allow_nonfinite = false, allow_unused = false, timeline = false;
     std::string step_pdl = "off";
   };
   auto opts = std::make_shared<Opts>();
@@ -432,6 +432,11 @@ Command add_bench_step(CLI::App* bench) {
                   "fused Markov loop (off, the default: CudaDraftOptions::step_pdl)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  sub->add_flag("--timeline", opts->timeline,
+                "Also replay the fused graph once under CUPTI (libcupti from the CUDA toolkit, "
+                "loaded at run time) and print its kernel count, span, idle time between "
+                "kernels and the largest gaps; the JSON gets every kernel's start and duration "
+                "(TP 1)");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   add_allow_nonfinite(sub, opts->allow_nonfinite);
   add_allow_unused(sub, opts->allow_unused);
@@ -439,6 +444,8 @@ Command add_bench_step(CLI::App* bench) {
       sub, [opts]() -> int {
         if (!opts->devices.empty() && opts->tp == 1)
           throw InvalidArgument("bench step --devices names the GPUs of --tp N ranks (N >= 2)");
+        if (opts->timeline && opts->tp > 1)
+          throw InvalidArgument("bench step --timeline records the TP 1 step (leave out --tp)");
 #if defined(SPARKDRAFT_HAVE_CUDA)
         require_gpu("bench step");
         struct Target {
@@ -475,6 +482,7 @@ Command add_bench_step(CLI::App* bench) {
             b.devices = opts->devices;
             b.tp_reduce = cuda::parse_tp_reduce(opts->tp_reduce);
             b.step_pdl = opts->step_pdl == "on";
+            b.timeline = opts->timeline;
             const cuda::StepBenchResult res = b.tp == 1 ? cuda::bench_step(ckpt, b, std::cout)
                                                         : cuda::bench_step_tp(ckpt, b, std::cout);
             if (!res.ok()) {
