@@ -14,6 +14,7 @@
 
 #include "cuda/common/graph.h"
 #include "cuda/verify/verify.h"
+#include "markov/bench_markov.h"
 #include "sparkdraft/core/sampling.h"
 #include "sparkdraft/cpu/verify.h"
 #include "sparkdraft/cuda/buffer.h"
@@ -65,7 +66,13 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   // Inputs: seeded fills on the GPU, brought to the host for the cache, the draft
   // tokens and the CPU reference.
   DeviceBuffer<bf16> d_target16(R * (N + 1) * V), d_noise(R * N * V);
-  fill_uniform_bf16(d_target16.data(), d_target16.size(), o.seed + 1, -8.0f, 8.0f, s);
+  std::vector<bf16> trained;
+  if (o.logits == "trained") {
+    trained = trained_logits(d_target16.size(), o.vocab, o.seed + 1);
+    d_target16.upload(trained, s);
+  } else {
+    fill_uniform_bf16(d_target16.data(), d_target16.size(), o.seed + 1, -8.0f, 8.0f, s);
+  }
   fill_uniform_bf16(d_noise.data(), d_noise.size(), o.seed + 2, -1.0f, 1.0f, s);
   const std::vector<bf16> target16 = d_target16.download(s);
   const std::vector<bf16> noise = d_noise.download(s);
@@ -168,9 +175,9 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   out << std::fixed << std::setprecision(1);
   out << "verify bench on " << gpu_line(r.gpu) << "\n";
   out << "  V " << o.vocab << ", N " << o.n << ", rows " << o.rows << ", T " << o.temperature
-      << ", target " << to_string(o.dtype) << ", " << to_string(o.method) << ", median of "
-      << o.repeats << "; GPU == CPU bit for bit; " << std::setprecision(2) << r.mean_accepted
-      << " drafts accepted per row\n";
+      << ", target " << to_string(o.dtype) << " (" << o.logits << " logits), "
+      << to_string(o.method) << ", median of " << o.repeats << "; GPU == CPU bit for bit; "
+      << std::setprecision(2) << r.mean_accepted << " drafts accepted per row\n";
   out << std::setprecision(1) << "  copy bandwidth " << r.copy_bandwidth_gbs << " GB/s, floor "
       << r.bytes / 1e6 << " MB -> " << r.floor_us << " us\n";
   out << std::setprecision(2) << "  verify " << r.verify_us << " us (" << r.ratio << "x floor; "
@@ -189,6 +196,7 @@ nlohmann::json verify_bench_json(const VerifyBenchResult& r) {
                    {"temperature", o.temperature},
                    {"target_dtype", to_string(o.dtype)},
                    {"method", to_string(o.method)},
+                   {"logits", o.logits},
                    {"repeats", o.repeats},
                    {"seed", o.seed},
                    {"launch",

@@ -31,6 +31,9 @@ struct VerifyBenchOptions {
   LogitsDType dtype = LogitsDType::bf16;
   VerifyMethod method = VerifyMethod::standard;
   VerifyForm form = VerifyForm::automatic;  // the vocabulary passes' form (verify.h)
+  // Target logits: "uniform" (uniform in [-8, 8]) or "trained" (bench_markov.h's
+  // trained_logits: the spread of a trained LM's logits, a few ids far above the bulk).
+  std::string logits = "uniform";
   uint64_t seed = 20240601;
 };
 

@@ -611,7 +611,7 @@ Command add_bench_allreduce(CLI::App* bench) {
 
 Command add_bench_verify(CLI::App* bench) {
   struct Opts {
-    std::string json, dtype = "bf16", method = "standard", form = "auto";
+    std::string json, dtype = "bf16", method = "standard", form = "auto", logits = "uniform";
     std::vector<int> vocab{151936, 202048}, rows{1, 8, 32};
     int steps = 7, repeats = 50;
     float temperature = 1.0f;
@@ -623,7 +623,8 @@ Command add_bench_verify(CLI::App* bench) {
       "The lossless verifier (contract.md section 8) on the GPU, in a CUDA graph, against the "
       "floor: the bytes of target logits and draft-logits cache it must read over the device "
       "copy bandwidth measured in the same run. Seeded inputs (target logits uniform in [-8, 8], "
-      "the cache the target plus noise, the drafts the cache's greedy picks). Checks the GPU "
+      "or with --logits trained a trained LM's spread; the cache the target plus noise, the "
+      "drafts the cache's greedy picks). Checks the GPU "
       "against the CPU reference bit for bit before timing (exit 1 on a difference, nothing "
       "timed); median of repeats with cudaEvents, L2 flushed before each. Prints bytes, floor "
       "and ratio per shape; writes JSON. Default: V 151936 and 202048, N 7, 1, 8 and 32 rows.");
@@ -645,6 +646,11 @@ Command add_bench_verify(CLI::App* bench) {
                   "the sums read the counts); the same bits in every form")
       ->check(CLI::IsMember({"auto", "rows", "lists"}))
       ->capture_default_str();
+  sub->add_option("--logits", opts->logits,
+                  "Target logits: uniform (in [-8, 8]) or trained (the spread of a trained LM's "
+                  "logits: normal bulk around -2, eight ids far above it; bench markov's profile)")
+      ->check(CLI::IsMember({"uniform", "trained"}))
+      ->capture_default_str();
   add_seed(sub, opts->seed, "Seed of the inputs");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   return {sub, [opts]() -> int {
@@ -665,6 +671,7 @@ Command add_bench_verify(CLI::App* bench) {
                 b.form = opts->form == "rows"    ? cuda::VerifyForm::rows
                          : opts->form == "lists" ? cuda::VerifyForm::lists
                                                  : cuda::VerifyForm::automatic;
+                b.logits = opts->logits;
                 b.seed = opts->seed;
                 const cuda::VerifyBenchResult r = cuda::bench_verify(b, std::cout);
                 if (!r.ok()) {
