@@ -782,7 +782,40 @@ __global__ void sums_kernel(const Args a) {
   if (last_to_arrive(a.sums_arrivals + r, static_cast<uint32_t>((p.n + 1) * a.S))) decide(a, r);
 }
 
-// Block verification: the residual mass R_i of positions i = 1 .. N-1, per slice.
+// Calls f(v, f32(t[v]), f32(c[v])) for every id v of [v0, v1) this thread owns, for a
+// bf16 target row t and a cache row c: 16 bytes of each a load where the two rows share
+// their alignment (every id once, in any order: the callers' folds are exact), else one
+// id at a time.
+template <class F>
+__device__ void for_each_pair(const bf16* t, const bf16* c, int v0, int v1, F&& f) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(t + v0),
+                  ac = reinterpret_cast<uintptr_t>(c + v0);
+  if ((at & 15) != (ac & 15)) {
+    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) f(v, to_f32(t[v]), to_f32(c[v]));
+    return;
+  }
+  const int head = min(v1 - v0, static_cast<int>(((16 - (at & 15)) & 15) / 2));
+  const int a0 = v0 + head, vecs = (v1 - a0) / 8, a1 = a0 + vecs * 8;
+  for (int v = v0 + threadIdx.x; v < a0; v += blockDim.x) f(v, to_f32(t[v]), to_f32(c[v]));
+  for (int v = a1 + threadIdx.x; v < v1; v += blockDim.x) f(v, to_f32(t[v]), to_f32(c[v]));
+  const uint4* tv = reinterpret_cast<const uint4*>(t + a0);
+  const uint4* cv = reinterpret_cast<const uint4*>(c + a0);
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const uint4 x = __ldg(tv + i), y = __ldg(cv + i);
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+    const int v = a0 + i * 8;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      f(v + 2 * e, bits_f32(xs[e] << 16), bits_f32(ys[e] << 16));
+      f(v + 2 * e + 1, bits_f32(xs[e] & 0xffff0000u), bits_f32(ys[e] & 0xffff0000u));
+    }
+  }
+}
+
+// Block verification: the residual mass R_i of positions i = 1 .. N-1, per slice. Where
+// both laws are non-degenerate (then law_prob is fdiv(law_exp(s, M), Z) on the kept set)
+// and the target is bf16, the pairs come 16 bytes a load and the division by T is
+// skipped at T 1 (x / 1 is x); otherwise id by id through law_prob.
 __global__ void mass_kernel(const Args a) {
   pdl_enter();
   const ops::VerifyParams& p = a.p;
@@ -792,13 +825,31 @@ __global__ void mass_kernel(const Args a) {
   const int64_t slot = p.cache_slots[r];
   const int item = r * (N + 1) + i;
   const VerifyLaw lt = a.laws[item * 2], ld = a.laws[item * 2 + 1];
+  const LawStats tst = stats_of(lt), dst = stats_of(ld);
   const float w = a.weights[item];
+  const uint64_t keep = a.keep[item];
   const int v0 = s * a.slice, v1 = min(p.vocab, v0 + a.slice);
   U128 m;
-  for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-    const float pv = law_prob(stats_of(lt), lt.z, target_kept(a, r, i, v, T), v);
-    const float qv = law_prob(stats_of(ld), ld.z, verify_scaled(draft_logit(p, slot, i, v), T), v);
-    m = u128_add(m, fixed64_of_unit(block_mass(w, pv, qv)));
+  if (!tst.degenerate() && !dst.degenerate() && p.target_dtype == LogitsDType::bf16) {
+    const bf16* t_row = static_cast<const bf16*>(p.target_logits) +
+                        (static_cast<int64_t>(r) * (N + 1) + i) * p.vocab;
+    const bf16* c_row = p.draft_logits + (slot * N + i) * p.vocab;
+    const float mt = tst.first.value, md = dst.first.value;
+    with_scaling(T, [&](auto scaled) {
+      for_each_pair(t_row, c_row, v0, v1, [&](int v, float x, float y) {
+        const float sv = scaled(x);
+        const float pv =
+            keep != 0 && order_key(sv, v) < keep ? 0.0f : fdiv_rn(law_exp(sv, mt), lt.z);
+        const float qv = fdiv_rn(law_exp(scaled(y), md), ld.z);
+        m = u128_add(m, fixed64_of_unit(block_mass(w, pv, qv)));
+      });
+    });
+  } else {
+    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+      const float pv = law_prob(tst, lt.z, target_kept(a, r, i, v, T), v);
+      const float qv = law_prob(dst, ld.z, verify_scaled(draft_logit(p, slot, i, v), T), v);
+      m = u128_add(m, fixed64_of_unit(block_mass(w, pv, qv)));
+    }
   }
   m = block_fold(m, U128{}, sum_op);
   if (threadIdx.x == 0) a.mass[(r * N + i) * a.S + s] = m;
