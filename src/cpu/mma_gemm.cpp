@@ -282,7 +282,9 @@ SD_AVX2 inline void transpose8x8x2(const __m256i* in, __m256i* out) {
 // form's range) and avx2_fast_terms (rules 4-6); either returns false where the
 // form does not apply, and then nothing has changed (the caller runs step8).
 // The block runs the first part for all its x rows of a step before the second
-// (their work is independent, and E is on the critical path of each row). Needs
+// (their work is independent, and E is on the critical path of each row; with
+// the row copies below this order measured faster, without them no different:
+// docs/mma-twin.md, 2026-12-04 later). Needs
 // MXCSR rounding toward zero with neither flush-to-zero nor denormals-are-zero
 // (Mxcsr below). code[k]: w's exponents as in step8 (max(field, 1), kZeroExp
 // for +-0) in 16-bit lanes, row j in word j; wv[h][k]: w as fp32 in lane order
