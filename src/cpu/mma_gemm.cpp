@@ -77,6 +77,7 @@ void reference_rows(const Args& a, int64_t n_begin, int64_t n_end) {
 struct StepSources {
   const bf16* src[16];
   alignas(32) uint16_t pad[16][kMmaK];
+  StepSources() = default;
   StepSources(const bf16* const rows[16], int k0, int K) {
     for (int j = 0; j < 16; ++j) {
       src[j] = rows[j] + k0;
@@ -147,7 +148,7 @@ constexpr int kZeroExp = -1000;
 
 // The x rows decoded once per call: per row m and k (padded to whole steps with
 // +0): the 8-bit significand, max(field, 1) (kZeroExp for +-0), the sign as a 0 /
-// -1 mask; for the fp32 form (avx2_fast_step) the value as fp32 and max(field, 1)
+// -1 mask; for the fp32 form (avx2_fast_exp / avx2_fast_terms) the value as fp32 and max(field, 1)
 // - 127 (kZeroExp - 127 for +-0) in both 16-bit halves of a dword.
 struct XInt : XSteps {
   std::vector<int32_t> sig, exp, neg;  // [m][steps * 16]
@@ -276,8 +277,14 @@ SD_AVX2 inline void transpose8x8x2(const __m256i* in, __m256i* out) {
   out[6] = _mm256_unpacklo_epi64(u3, u7), out[7] = _mm256_unpackhi_epi64(u3, u7);
 }
 
-// The fp32 form of one step of one x row for all 16 lanes, where it is exact
-// (returns false otherwise and changes nothing: the caller runs step8). Needs
+// The fp32 form of one step of one x row for all 16 lanes, where it is exact,
+// in two parts: avx2_fast_exp (rule 3: E, and whether every lane's E is in the
+// form's range) and avx2_fast_terms (rules 4-6); either returns false where the
+// form does not apply, and then nothing has changed (the caller runs step8).
+// The block runs the first part for all its x rows of a step before the second
+// (their work is independent, and E is on the critical path of each row; with
+// the row copies below this order measured faster, without them no different:
+// docs/mma-twin.md, 2026-12-04 later). Needs
 // MXCSR rounding toward zero with neither flush-to-zero nor denormals-are-zero
 // (Mxcsr below). code[k]: w's exponents as in step8 (max(field, 1), kZeroExp
 // for +-0) in 16-bit lanes, row j in word j; wv[h][k]: w as fp32 in lane order
@@ -303,9 +310,8 @@ SD_AVX2 inline void transpose8x8x2(const __m256i* in, __m256i* out) {
 //     times 2^(E - 25): exact, because |sum| >= 1 gives at least 2^(E - 25) >=
 //     2^-125 (no subnormal result) and at most 2^(31 + 75) (no overflow); a zero
 //     sum gives +0.
-SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK], const float* xv,
-                                   const uint32_t* xe2, uint32_t* cm) {
-  const __m256i zero = _mm256_setzero_si256();
+SD_AVX2 inline bool avx2_fast_exp(const __m256i* code, const uint32_t* xe2, const uint32_t* cm,
+                                  int16_t* E_out) {
   const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm));
   const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm + 8));
   // c's exponent field in word j (row j): the pack undoes kAvx2LaneRow's order.
@@ -320,7 +326,17 @@ SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK
   const __m256i E = _mm256_max_epi16(cf, pe[0]);  // E''
   const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(E, _mm256_set1_epi16(100 + 127)),
                                       _mm256_cmpgt_epi16(_mm256_set1_epi16(-100 + 127), E));
-  if (!_mm256_testz_si256(out, out)) return false;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(E_out), E);
+  return _mm256_testz_si256(out, out) != 0;
+}
+
+// The rest of the fp32 form's step (rules 4-6) from E'' (avx2_fast_exp, all
+// lanes in range); false (nothing changed) where c's term makes the sum wrap.
+SD_AVX2 inline bool avx2_fast_terms(const __m256 (*wv)[kMmaK], const float* xv, __m256i E,
+                                    uint32_t* cm) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm));
+  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cm + 8));
   // s = 2^(25 - E): fp32 exponent field 152 - E = 279 - E''; in kAvx2LaneRow's order.
   const __m256i sw = _mm256_sub_epi16(_mm256_set1_epi16(279), E);
   const __m256i s_bits[2] = {_mm256_slli_epi32(_mm256_unpacklo_epi16(sw, zero), 23),
@@ -356,7 +372,7 @@ SD_AVX2 inline bool avx2_fast_step(const __m256i* code, const __m256 (*wv)[kMmaK
   return true;
 }
 
-// MXCSR for avx2_fast_step while in scope: rounding toward zero, no flush to
+// MXCSR for avx2_fast_terms while in scope: rounding toward zero, no flush to
 // zero, no denormals-are-zero, exceptions masked; the caller's value restored.
 struct Mxcsr {
   unsigned saved;
@@ -416,20 +432,63 @@ SD_AVX2 __attribute__((noinline)) void int_form_step16(const StepSources& src, _
   }
 }
 
+// The AVX2 kernel reads a block's 16 rows through copies of kChunk values of
+// each (8 steps). With a row stride that is a multiple of 4 KiB (K = 4096 or
+// 12288), the 16 rows' lines fall into one set of the L1 cache (8 ways): read
+// 32 bytes a step, every line was evicted before its second half was read, and
+// prefetches were evicted before use. Each step copies two rows of the next
+// chunk (each line read once, whole) and prefetches the same two rows of the
+// chunk after it; the steps read the current chunk's copy (contiguous, and
+// apart from the other copy in the low 12 address bits). Past K a copy holds
+// zeros (the chain's padding), so every step reads whole steps from it.
+constexpr int kChunk = 128;
+struct RowChunks {
+  alignas(64) uint16_t buf[2][16][kChunk + 48];
+  // Copies values k0 .. k0 + kChunk - 1 of row j into buf[b][j] (zeros past K).
+  SD_AVX2 void fill(int b, int j, const bf16* row, int k0, int K) {
+    const int n = std::min(kChunk, K - k0);
+    if (n == kChunk) {
+      for (int c = 0; c < kChunk; c += 16)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(buf[b][j] + c),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k0 + c)));
+      return;
+    }
+    std::memset(buf[b][j], 0, kChunk * sizeof(bf16));
+    std::memcpy(buf[b][j], row + k0, static_cast<size_t>(n) * sizeof(bf16));
+  }
+};
+static_assert(kChunk == 8 * kMmaK, "two rows of the next chunk a step");
+
 // Rows rows[0..15] against every x row: bits[m][i] holds the chain's fp32 bits
 // of row kAvx2LaneRow[i]. Runs under Mxcsr (avx2_rows); not inlined, so that no
 // floating-point operation moves across the MXCSR change.
 SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], const Args& a,
-                                                  const XInt& xd, uint32_t* bits) {
+                                                  const XInt& xd, int16_t* E, uint8_t* fast,
+                                                  uint32_t* bits) {
   const int K = a.K;
   const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
   for (int m = 0; m < 2 * a.m_rows; ++m)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + 8 * m), _mm256_setzero_si256());
   const __m256i kff = _mm256_set1_epi16(0xff);
   const __m256i zero = _mm256_setzero_si256();
+  RowChunks chunks;
+  for (int j = 0; j < 16; ++j) chunks.fill(0, j, rows[j], 0, K);
   for (int s = 0; s < xd.steps; ++s) {
     const int k0 = s * kMmaK;
-    const StepSources src(rows, k0, K);
+    {
+      // Two rows of the next chunk copied, the same two of the chunk after it
+      // prefetched (one prefetch a line: 32 values).
+      const int t = s % 8, next = (k0 / kChunk + 1) * kChunk;
+      for (int j = 2 * t; j < 2 * t + 2; ++j) {
+        if (next < K) chunks.fill((k0 / kChunk + 1) & 1, j, rows[j], next, K);
+        if (next + kChunk < K)
+          for (int q = 0; q < kChunk; q += 32)
+            _mm_prefetch(reinterpret_cast<const char*>(rows[j] + next + kChunk + q), _MM_HINT_T1);
+      }
+    }
+    StepSources src;
+    for (int j = 0; j < 16; ++j)
+      src.src[j] = reinterpret_cast<const bf16*>(chunks.buf[(k0 / kChunk) & 1][j] + k0 % kChunk);
     __m256i v[kMmaK];
     load_step16(src, v);
     // Per k in 16-bit lanes: PEw = max(field, 1), kZeroExp for +-0; w as fp32 (the
@@ -456,6 +515,10 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
     __m256i W1[2][kMmaK], W2[2][kMmaK];
     bool int_form = false;
 
+    // Rule 3 of the fp32 form for every x row first.
+    for (int m = 0; m < a.m_rows; ++m)
+      fast[m] = wspec == 0 && !xd.at(m, s) &&
+                avx2_fast_exp(code, xd.exp2.data() + m * kp + k0, bits + 16 * m, E + 16 * m);
     for (int m = 0; m < a.m_rows; ++m) {
       const bf16* xrow = a.x + m * a.x_stride;
       uint32_t* cm = bits + 16 * m;
@@ -464,7 +527,9 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
         continue;
       }
       const size_t i = m * kp + k0;
-      if (wspec == 0 && avx2_fast_step(code, wv, xd.val.data() + i, xd.exp2.data() + i, cm))
+      if (fast[m] &&
+          avx2_fast_terms(wv, xd.val.data() + i,
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(E + 16 * m)), cm))
         continue;
       if (!int_form) {
         int_form_step16(src, W1, W2);
@@ -495,8 +560,12 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
 
 void avx2_rows(const Args& a, const XInt& xd, int64_t block_begin, int64_t block_end) {
   const Mxcsr mxcsr;
+  std::vector<int16_t> E(16 * static_cast<size_t>(a.m_rows));  // per x row: avx2_fast_exp's E
+  std::vector<uint8_t> fast(static_cast<size_t>(a.m_rows));
   block_rows(a, block_begin, block_end, kAvx2LaneRow,
-             [&](const bf16* const rows[16], uint32_t* bits) { avx2_block(rows, a, xd, bits); });
+             [&](const bf16* const rows[16], uint32_t* bits) {
+               avx2_block(rows, a, xd, E.data(), fast.data(), bits);
+             });
 }
 
 // ---- AVX-512: the terms truncated by fp64 fused multiply-adds -------------------

@@ -388,6 +388,34 @@ TEST(CpuMmaGemm, Avx2Fp32FormAndItsRangeEdges) {
   }
 }
 
+// The AVX2 kernel reads the rows through copies of 128 values (8 steps), the
+// next chunk copied and the one after it prefetched while the current one runs:
+// K at and around the chunk edges (a last chunk of one value, of a whole step,
+// of a part of one), rows whose stride is past K with NaN there (a copy that
+// reads past K, or keeps a stale tail instead of zeros, shows), and the stride
+// of 4096 values that puts every row in one L1 set.
+TEST(CpuMmaGemm, Avx2RowChunksAtTheirEdges) {
+  const uint64_t seed = 20261205;
+  SCOPED_TRACE(test::seed_note(seed));
+  test::Gen rng(seed);
+  for (int K : {1, 16, 112, 127, 128, 129, 143, 144, 255, 256, 257, 383, 385, 641, 2148})
+    for (int m_rows : {1, 2, 7}) {
+      const int n_rows = 21;
+      const int64_t stride = K + 37;
+      Mat w{n_rows, stride, std::vector<bf16>(static_cast<size_t>(n_rows) * stride, bf16{0x7fc0})};
+      Mat x{m_rows, K, rng.normal_bf16s(static_cast<size_t>(m_rows) * K, 1.0f)};
+      for (int n = 0; n < n_rows; ++n) {
+        const std::vector<bf16> r = rng.normal_bf16s(static_cast<size_t>(K), 0.05f);
+        std::copy(r.begin(), r.end(), w.v.begin() + n * stride);
+      }
+      EXPECT_EQ(check(w, x, K, "chunk edges m " + std::to_string(m_rows)), 0);
+    }
+  const int K = 4096, n_rows = 17, m_rows = 3;
+  Mat w{n_rows, K, rng.normal_bf16s(static_cast<size_t>(n_rows) * K, 0.05f)};
+  Mat x{m_rows, K, rng.normal_bf16s(static_cast<size_t>(m_rows) * K, 1.0f)};
+  EXPECT_EQ(check(w, x, K, "stride 4096"), 0);
+}
+
 // Sums whose int32 form wraps in the AVX2 kernel's fp32 form: 16 products of
 // 1.9921875^2 (significand product 65025, each at E) plus a c of 1.9556 at the
 // same exponent, both signs; and the same next to ordinary rows of the block.
