@@ -68,12 +68,16 @@ struct DeviceCase {
 
 std::vector<AttentionCase> cases() {
   std::vector<AttentionCase> out = test::attention_cases();
-  // GQA 16 with 7 tokens: 112 rows, two pieces per request; head_dim 256 (2 stages);
+  // GQA 16 with 7 tokens: 112 rows, two pieces per request; head_dim 256 (the wide form);
   // head_dim 20 (not a multiple of 8: the scalar loader); 80 (padded to 96).
   out.push_back({32, 2, 64, 0, false, {333, 90}, 7, 16, 1, false});
   out.push_back({2, 1, 256, 0, true, {200, 77}, 4, 16, 0, false});
   out.push_back({6, 3, 20, 0, false, {150, 65}, 3, 7, 1, true});
   out.push_back({8, 4, 80, 100, false, {500, 40}, 7, 16, 0, false});
+  // The whole-tile form at head dim 128 with 3 and 4 row tiles (128 threads): GQA 4
+  // with 12 and 16 tokens a request, a NaN query, padding.
+  out.push_back({16, 4, 128, 0, true, {300, 90}, 12, 16, 2, true});
+  out.push_back({8, 2, 128, 0, false, {333, 200}, 16, 8, 1, false});
   // Many requests (the launcher's no-split pick) of different lengths.
   out.push_back(
       {8, 2, 64, 0, false, {5, 17, 64, 100, 129, 200, 300, 31, 12, 77, 90, 150}, 7, 16, 3, false});
