@@ -113,9 +113,10 @@ enum class GemmVariant {
   ring_wide,  // 64 weight rows x 128 tokens per CTA, 4 warps of 64 x 32; 2 K slices in
               // parallel groups, 4 or 8 in sequence
   bulk_n8,
-  // wgmma.m64n64k16 fed by the TMA (src/cuda/gemm/wg_tile.cuh; only where
+  // wgmma fed by the TMA (src/cuda/gemm/wg_tile.cuh; only where
   // cuda::wgmma_self_test passes: sm_90a; K % (64 k_slices) == 0): 64 tokens and 64
-  // weight rows a CTA (one warpgroup), 128 x 128 (two), 256 tokens x 128 rows (two);
+  // weight rows a CTA (one warpgroup, m64n64k16), 128 x 128 (two, m64n64k16), 256 tokens x
+  // 128 rows (two, m64n256k16);
   // with K slices each of them runs as wg_k
   wg_n64,
   wg_n128,

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/common/launch.h"
@@ -54,37 +55,44 @@ __global__ void mma_probe_kernel(const MmaCase* cases, int64_t count, uint32_t* 
 
 __global__ void wgmma_compiled_kernel(int* out) { *out = wgmma_compiled() ? 1 : 0; }
 
-// Tile `tile` (one CTA of 128 threads) of the wgmma self-test: A rows 16 i ..
-// 16 i + 15 = case 8 tile + i's a (i < 4), B tokens 8 j .. 8 j + 7 = case 8 tile + j's
-// b (j < 8), C block (i, j) = case 8 tile + j's c; D [64][64] = one
-// wgmma.m64n64k16 from C, both operands in shared memory in the GEMM's layout.
+// Tile `tile` (one CTA of 128 threads) of the wgmma self-test for wgmma.m64nNk16 (N 64 or
+// 256, the two forms the GEMM's wg tiles issue), with C = N / 8 cases a tile: A rows
+// 16 i .. 16 i + 15 = case C tile + i's a (i < 4), B tokens 8 j .. 8 j + 7 = case C tile
+// + j's b (j < N / 8), C block (i, j) = case C tile + j's c; D [64][N] = one wgmma from
+// C, both operands in shared memory in the no-swizzle layout of wgmma_core_offset.
+template <int N>
 __global__ void __launch_bounds__(128) wgmma_probe_kernel(const MmaCase* cases, uint32_t* d_out) {
-  __shared__ __align__(1024) unsigned char sm[128 * 128];
+  constexpr int kCases = N / 8;
+  __shared__ __align__(1024) unsigned char sm[(64 + N) * 128];
   const int tile = blockIdx.x, tid = threadIdx.x, w = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const MmaCase* cs = cases + 8 * tile;
+  const MmaCase* cs = cases + kCases * tile;
   bf16* const e = reinterpret_cast<bf16*>(sm);
-  for (int i = tid; i < 128 * 16; i += 128) {  // row r, k 0..15: chunks 0 and 1
+  for (int i = tid; i < (64 + N) * 16; i += 128) {  // row r, k 0..15: chunks 0 and 1
     const int r = i / 16, k = i % 16;
     const bf16 v = r < 64 ? cs[r / 16].a[r % 16][k] : cs[(r - 64) / 8].b[(r - 64) % 8][k];
     e[(wgmma_core_offset(r, k / 8) + 2 * (k % 8)) / 2] = v;
   }
   fence_proxy_async();
   __syncthreads();
-  float d[32];
-  for (int x = 0; x < 32; ++x) {
+  float d[N / 2];
+  for (int x = 0; x < N / 2; ++x) {
     const int i = x % 4, j = x / 4, row = 16 * w + g + 8 * (i >> 1), col = 8 * j + 2 * t + (i & 1);
     d[x] = __uint_as_float(cs[j].c[row % 16][col % 8]);
   }
   const uint32_t base = smem_u32(sm);
+  const uint64_t da = wgmma_desc(base, kWgmmaLbo, kWgmmaSbo);
+  const uint64_t db = wgmma_desc(base + wgmma_core_offset(64, 0), kWgmmaLbo, kWgmmaSbo);
   wgmma_fence();
-  wgmma_m64n64k16_ss(d, wgmma_desc(base, kWgmmaLbo, kWgmmaSbo),
-                     wgmma_desc(base + wgmma_core_offset(64, 0), kWgmmaLbo, kWgmmaSbo));
+  if constexpr (N == 256)
+    wgmma_m64n256k16_ss(d, da, db);
+  else
+    wgmma_m64n64k16_ss(d, da, db);
   wgmma_commit();
   wgmma_wait<0>();
-  for (int x = 0; x < 32; ++x) {
+  for (int x = 0; x < N / 2; ++x) {
     const int i = x % 4, j = x / 4, row = 16 * w + g + 8 * (i >> 1), col = 8 * j + 2 * t + (i & 1);
-    d_out[static_cast<size_t>(tile) * 4096 + row * 64 + col] = __float_as_uint(d[x]);
+    d_out[static_cast<size_t>(tile) * 64 * N + row * N + col] = __float_as_uint(d[x]);
   }
 }
 
@@ -178,42 +186,49 @@ const WgmmaStatus& wgmma_self_test() {
   } else if (flag.download()[0] != 1) {
     st.why = "this build has no sm_90a code (SPARKDRAFT_CUDA_ARCH=90a gives it)";
   } else {
-    constexpr int kTiles = 2;  // 16 cases of each family
+    // Both forms the wg tiles issue, two tiles of each case family.
+    constexpr int kTiles = 2;
     int64_t outputs = 0, mismatches = 0;
     std::string first;
-    for (int dd = 0; dd < kMmaDistCount && mismatches == 0; ++dd) {
-      const MmaDist dist = static_cast<MmaDist>(dd);
-      std::vector<MmaCase> cases(8 * kTiles);
-      for (size_t i = 0; i < cases.size(); ++i) make_mma_case(dist, 0x5eedu, i, cases[i]);
-      DeviceBuffer<MmaCase> d_cases(cases);
-      DeviceBuffer<uint32_t> d_out(static_cast<size_t>(kTiles) * 4096);
-      launch_kernel("wgmma_probe_kernel", wgmma_probe_kernel,
-                    LaunchShape{dim3(kTiles), dim3(128), 0, nullptr}, d_cases.data(), d_out.data());
-      SD_CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<uint32_t> dev = d_out.download();
-      for (int tile = 0; tile < kTiles; ++tile)
-        for (int row = 0; row < 64; ++row)
-          for (int col = 0; col < 64; ++col) {
-            const MmaCase& ca = cases[static_cast<size_t>(8 * tile + row / 16)];
-            const MmaCase& cb = cases[static_cast<size_t>(8 * tile + col / 8)];
-            const uint32_t twin =
-                mma_step_bits(cb.c[row % 16][col % 8], ca.a[row % 16], cb.b[col % 8]);
-            const uint32_t got = dev[static_cast<size_t>(tile) * 4096 + row * 64 + col];
-            ++outputs;
-            if (got != twin && mismatches++ == 0) {
-              std::ostringstream os;
-              os << mma_dist_name(dist) << " tile " << tile << " d[" << row << "][" << col
-                 << "]: wgmma 0x" << std::hex << got << ", twin 0x" << twin;
-              first = os.str();
+    auto probe = [&](auto n_tag) {
+      constexpr int N = decltype(n_tag)::value, kCases = N / 8;
+      for (int dd = 0; dd < kMmaDistCount && mismatches == 0; ++dd) {
+        const MmaDist dist = static_cast<MmaDist>(dd);
+        std::vector<MmaCase> cases(static_cast<size_t>(kCases) * kTiles);
+        for (size_t i = 0; i < cases.size(); ++i) make_mma_case(dist, 0x5eedu, i, cases[i]);
+        DeviceBuffer<MmaCase> d_cases(cases);
+        DeviceBuffer<uint32_t> d_out(static_cast<size_t>(kTiles) * 64 * N);
+        launch_kernel("wgmma_probe_kernel", wgmma_probe_kernel<N>,
+                      LaunchShape{dim3(kTiles), dim3(128), 0, nullptr}, d_cases.data(),
+                      d_out.data());
+        SD_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<uint32_t> dev = d_out.download();
+        for (int tile = 0; tile < kTiles; ++tile)
+          for (int row = 0; row < 64; ++row)
+            for (int col = 0; col < N; ++col) {
+              const MmaCase& ca = cases[static_cast<size_t>(kCases * tile + row / 16)];
+              const MmaCase& cb = cases[static_cast<size_t>(kCases * tile + col / 8)];
+              const uint32_t twin =
+                  mma_step_bits(cb.c[row % 16][col % 8], ca.a[row % 16], cb.b[col % 8]);
+              const uint32_t got = dev[static_cast<size_t>(tile) * 64 * N + row * N + col];
+              ++outputs;
+              if (got != twin && mismatches++ == 0) {
+                std::ostringstream os;
+                os << "m64n" << N << "k16, " << mma_dist_name(dist) << " tile " << tile << " d["
+                   << row << "][" << col << "]: wgmma 0x" << std::hex << got << ", twin 0x" << twin;
+                first = os.str();
+              }
             }
-          }
-    }
+      }
+    };
+    probe(std::integral_constant<int, 64>{});
+    probe(std::integral_constant<int, 256>{});
     if (mismatches == 0) {
       st.usable = true;
-      st.why = "wgmma.m64n64k16 equals the twin on " + std::to_string(outputs) +
+      st.why = "wgmma.m64n64k16 and m64n256k16 equal the twin on " + std::to_string(outputs) +
                " outputs of the start-up self-test";
     } else {
-      st.why = "wgmma.m64n64k16 differs from the twin in " + std::to_string(mismatches) +
+      st.why = "wgmma differs from the twin in " + std::to_string(mismatches) +
                " outputs of the start-up self-test (first: " + first +
                "); the GEMM runs the mma.sync variants";
     }

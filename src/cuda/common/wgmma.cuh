@@ -2,8 +2,8 @@
 // (tests/cuda/test_wgmma.cu, docs/mma-twin.md). contract.md section 3: a kernel of the
 // contract may use wgmma only where that probe shows it gives the bits of the
 // m16n8k16 chain on the device (docs/mma-twin.md: the probe's shapes are m64n8k16,
-// m64n64k16 and m64n256k16); the GEMM's wg variant (gemm/wg_tile.cuh) runs
-// m64n64k16, and cuda::wgmma_self_test checks it on every device before use.
+// m64n64k16 and m64n256k16); the GEMM's wg variants (gemm/wg_tile.cuh) run m64n64k16
+// and m64n256k16, and cuda::wgmma_self_test checks both on every device before use.
 //
 // Layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 // - The warpgroup is 4 consecutive warps (128 threads, the first warp's index a

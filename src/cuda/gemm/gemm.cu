@@ -220,17 +220,12 @@ void launch_wg(Args a, cudaStream_t stream) {
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
                     static_cast<unsigned>(row_blocks));
-  shape.block = dim3(static_cast<unsigned>(128 * WGS));
+  shape.block = dim3(static_cast<unsigned>(gemm_detail::wg_threads(WGS, kGroups)));
   shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes;
   shape.stream = stream;
-  auto run = [&](auto kernel) {
-    allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
-    launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
-  };
-  if constexpr (kGroups)
-    run(gemm_detail::gemm_wg_kernel<WGS, NB, false, true>);
-  else
-    run(gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU>);
+  const auto kernel = gemm_detail::gemm_wg_kernel < WGS, NB, kSwiGLU && !kGroups, kGroups > ;
+  allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
+  launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
 }
 
 // The wg tiles: 64, 128 or 256 tokens a CTA; K slices (any wg variant) in
@@ -294,31 +289,26 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
 // included, their 8 slices then run in sequence in one group (82 vs 117 us and 223
 // vs 268 us at M 224; in sequence they lose at 56 tokens: 81 vs 37 us). The general kernel
 // takes what the ring cannot (K % 8 != 0, odd strides, misaligned pointers).
-// Where wgmma runs (sm_90a, K % (64 k_slices) == 0; 2026-12-01g runs 4 and 5, same
-// test) the wg tiles win: up to 64 tokens wg_n128 for N >= 16384 (M 7: lm_head 315
-// vs 383 us bulk_n8, gate_up 71 vs 75; M 56: 325 vs 477 ring_big, 71 vs 99), else
-// bulk_n8 up to 8 tokens (qkv 28 vs 37, fc 71 vs 162) and wg_n64 from 9 (qkv 39 vs
-// 57, fc 163 vs 227); past 64 tokens wg_n256 for the vocabulary (lm_head 570 vs
-// 1340), wg_n128 where its 128 x 128 CTAs still number half the SMs (qkv 49 vs 92,
-// gate_up 114 vs 234), else wg_n64 (fc 180 vs 333). With K slices (o_proj, down)
-// ring_n8 up to 8 tokens (M 7: 17 vs 23 and 40 vs 54 us for wg_k), then wg_k (run
-// 7: M 56 24 vs 37 ring_n64 and 55 vs 81; M 224 43 vs 51 wg_n64 and 106 vs 133).
+// Where wgmma runs (sm_90a, K % (64 k_slices) == 0) the wg tiles win; with their
+// producer warp and one wgmma group in flight (2026-12-04e run 3, same test): up to 64
+// tokens wg_n64 for N >= 16384 (M 7: lm_head 309 vs 336 wg_n128 and 388 bulk_n8,
+// gate_up 70 vs 73 and 77; M 56: 322 vs 336, 69 vs 75), else bulk_n8 up to 8 tokens
+// (qkv 28 vs 28, fc 70 vs 89) and wg_n64 from 9 (qkv 28 vs 50 wg_n128, fc 89 vs 189);
+// past 64 tokens wg_n256 from N 8192 (M 224: lm_head 486 vs 624 wg_n128, gate_up 108
+// vs 114, context_kv 52 vs 70), else wg_n64 (qkv 48 vs 53, fc 120 vs 194). With K
+// slices (o_proj, down) ring_n8 up to 8 tokens (2026-12-01g run 7, M 7: 17 vs 23 and
+// 40 vs 54 us for wg_k), then wg_k (M 56 24 vs 37 ring_n64 and 55 vs 81; M 224 43 vs
+// 51 wg_n64 and 106 vs 133).
 GemmVariant gemm_pick(const ops::GemmParams& p) {
   const int M = p.M, N = p.N, K = p.K, k_slices = p.k_slices;
   if (!gemm_ring_ok(p.x, p.x_stride, p.w, K)) return GemmVariant::general;
   const bool wg = K % (k_slices * gemm_detail::kStageK) == 0 && wgmma_self_test().usable;
-  if (wg && k_slices == 1 && M <= 64 && N >= 16384) return GemmVariant::wg_n128;
+  if (wg && k_slices == 1 && M <= 64 && N >= 16384) return GemmVariant::wg_n64;
   if (M <= 8) return k_slices == 1 ? GemmVariant::bulk_n8 : GemmVariant::ring_n8;
   if (wg) {
-    if (k_slices > 1) {
-      return GemmVariant::wg_k;
-    } else if (M <= 64) {
-      return GemmVariant::wg_n64;
-    } else {
-      const int64_t ctas_n128 = (static_cast<int64_t>(N) + 127) / 128 * ((M + 127) / 128);
-      if (N >= 65536) return GemmVariant::wg_n256;
-      return ctas_n128 >= 66 ? GemmVariant::wg_n128 : GemmVariant::wg_n64;
-    }
+    if (k_slices > 1) return GemmVariant::wg_k;
+    if (M <= 64) return GemmVariant::wg_n64;
+    return N >= 8192 ? GemmVariant::wg_n256 : GemmVariant::wg_n64;
   }
   if (M <= 16) return GemmVariant::ring_n16;
   if (M <= 32) return GemmVariant::ring_n32;

@@ -1,19 +1,21 @@
 // The wg variant of cuda::gemm (gemm.cu): the chains of ops/gemm.h on Hopper's
-// warpgroup instruction wgmma.mma_async.m64n64k16.f32.bf16.bf16, which the device
-// probe (tests/cuda/test_wgmma.cu) and cuda::wgmma_self_test show gives the bits
-// of the mma.sync.m16n8k16 chain, k16 step by k16 step (contract.md section 3).
+// warpgroup instruction wgmma.mma_async.m64nNk16.f32.bf16.bf16 (N 64, or 256 for the
+// 256-token tile), which the device probe (tests/cuda/test_wgmma.cu) and
+// cuda::wgmma_self_test show give the bits of the mma.sync.m16n8k16 chain, k16 step by
+// k16 step (contract.md section 3).
 //
 // Operands swapped (weights = A, tokens = B): a CTA is WGS warpgroups of 128
 // threads; warpgroup g owns weight rows n0 + 64 g .. n0 + 64 g + 63 against the
-// CTA's 64 * NB tokens, NB wgmmas of 64 tokens per k16 step, every chain in
-// increasing k from +0. K (and each K slice) is a whole number of 64-k stages, so
+// CTA's 64 * NB tokens, per k16 step one m64n256k16 (NB 4: B read once per A read, so
+// shared memory feeds the tensor cores with room to spare) or NB m64n64k16, every
+// chain in increasing k from +0. K (and each K slice) is a whole number of 64-k stages, so
 // no wgmma runs under a condition (ptxas would serialize them all, C7520) and no
 // step past the end runs (an extra step of zero products would turn a -0 into +0). With kSwiGLU
 // (WGS = 2) warpgroup 0 runs the gate rows n0 .. n0 + 63 and warpgroup 1 the matching up rows N +
 // n0 .. of the [2N, K] weight; warpgroup 1 hands its fp32 results to warpgroup 0 through shared
 // memory, which writes ops/mlp.h's SwiGLU of the pair.
 //
-// Ring: thread 0 fills `stages` stages of 64 k of every row with two 2-D TMA
+// Ring: a producer fills `stages` stages of 64 k of every row with two 2-D TMA
 // copies (weight rows, then tokens; with kSwiGLU the gate and the up rows are two
 // boxes), in the 128-byte swizzle that wgmma reads (common/wgmma.cuh
 // wgmma_desc_sw128); the tensor maps end at N (2N) and M, so the TMA writes
@@ -22,8 +24,14 @@
 // never written, and their stale bytes reach only outputs that are not stored.
 // Stage c's full mbarrier completes with its bytes; each
 // consumer warp arrives on its empty mbarrier once the wgmma group that read it is
-// done, and thread 0 refills the slot with stage c + stages when every warp did
-// (`stages` stages are in flight while one is computed).
+// done, and the producer refills the slot with stage c + stages when every warp did.
+// One chain over K: the producer is a warp of its own (the CTA's last; lane 0), and
+// the consumers keep one wgmma group in flight (stage c's slot is released once stage
+// c + 1's group is issued and wgmma_wait<1> says c's is done): 2026-12-04e run 3,
+// qkv at 56 tokens 38.2 -> 28.9 us, lm_head at 224 483 against 523 us. Slice groups
+// (kGroups): thread 0 of each group produces between its own wgmma groups, which it
+// waits for (a wait under the first slice's condition would serialize every wgmma,
+// ptxas C7520).
 //
 // K slices (k_slices = S > 1, each a whole number of stages) run in slice groups
 // (kGroups, below). Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte
@@ -55,8 +63,14 @@ struct WgTile {
 
 inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align the ring to 1 KB
 
+// Threads of a CTA: the consumer warpgroups, and with one chain over K (no slice
+// groups) the producer warp.
+__host__ __device__ constexpr int wg_threads(int wgs, bool groups) {
+  return 128 * wgs + (groups ? 0 : 32);
+}
+
 // grid (ceil(M / (64 NB)), ceil(N / rows)), rows = 64 (kSwiGLU, kGroups) or 64 WGS;
-// block 128 * WGS; dynamic shared memory kWgHeader + stages * kStageBytes (one chain
+// block wg_threads(WGS, kGroups); dynamic shared memory kWgHeader + stages * kStageBytes (one chain
 // over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
 // kGroups: the WGS warpgroups are slice groups over the same 64 rows and tokens:
 // group g runs slices [g S / WGS, (g + 1) S / WGS) (at most 2: folded in registers)
@@ -67,11 +81,12 @@ inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align th
 // tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB, round_up(M, 8))
 // rows.
 template <int WGS, int NB, bool kSwiGLU, bool kGroups = false>
-__global__ void __launch_bounds__(128 * WGS)
+__global__ void __launch_bounds__(wg_threads(WGS, kGroups))
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
   pdl_enter();
   using T = WgTile<kGroups ? 1 : WGS, NB>;  // the layout of one ring's stage
+  constexpr bool kPipe = !kGroups;          // a producer warp, one wgmma group in flight
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
@@ -79,8 +94,9 @@ __global__ void __launch_bounds__(128 * WGS)
   constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
+  const bool producer_warp = kPipe && tid >= 128 * WGS;
   const int grp = kGroups ? wg : 0;  // this thread's ring
-  const bool producer = kGroups ? tid % 128 == 0 : tid == 0;
+  const bool producer = kPipe ? producer_warp && lane == 0 : tid % 128 == 0;
   const int m0 = blockIdx.x * T::kTokens, n0 = blockIdx.y * kOutRows;
   const int S = kGroups ? a.seq_slices : 1;
   const int per = S / kRings;  // slices of one ring
@@ -119,6 +135,19 @@ __global__ void __launch_bounds__(128 * WGS)
   };
   if (producer)
     for (int c = 0; c < a.stages && c < chunks; ++c) issue(c);
+  if constexpr (kPipe) {
+    if (producer_warp) {
+      // Refill slot c % stages with stage c once every consumer warp released
+      // stage c - stages (phase c / stages - 1 of its empty barrier).
+      if (producer)
+        for (int c = a.stages; c < chunks; ++c) {
+          mbarrier_wait_parity(empties + 8 * (c % a.stages),
+                               static_cast<uint32_t>((c / a.stages - 1) & 1));
+          issue(c);
+        }
+      return;  // the epilogue's barriers are named ones over the consumers
+    }
+  }
 
   float acc[T::kAcc], part[kGroups ? T::kAcc : 1];  // part: a group's first slice
 #pragma unroll
@@ -130,26 +159,40 @@ __global__ void __launch_bounds__(128 * WGS)
     const int slot = chunk % a.stages;
     mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
     const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes;
-    wgmma_fence_operands(acc);
+    // (kPipe: the previous stage's group may be in flight; only wgmmas touch acc.)
+    if constexpr (!kPipe) wgmma_fence_operands(acc);
     wgmma_fence();
 #pragma unroll
     for (int h = 0; h < 4; ++h) {  // every stage is 4 whole k16 steps (K % 64 == 0)
       const uint64_t da = wgmma_desc_sw128(st + a_off + 32 * h);
+      if constexpr (NB == 4) {
+        // The 256 tokens are 32 consecutive 8-row atoms: acc[32 nb + i] is m64n64's
+        // acc[i] of token block nb (the accumulator layout repeats every 8 columns).
+        wgmma_m64n256k16_ss(acc, da, wgmma_desc_sw128(st + b_off + 32 * h));
+      } else {
 #pragma unroll
-      for (int nb = 0; nb < NB; ++nb)
-        wgmma_m64n64k16_ss(acc + 32 * nb, da,
-                           wgmma_desc_sw128(st + b_off + nb * 64 * kRowBytes + 32 * h));
+        for (int nb = 0; nb < NB; ++nb)
+          wgmma_m64n64k16_ss(acc + 32 * nb, da,
+                             wgmma_desc_sw128(st + b_off + nb * 64 * kRowBytes + 32 * h));
+      }
     }
     wgmma_commit();
-    wgmma_fence_operands(acc);
-    // The group is done before anything else runs (the producer's branch below
-    // would make ptxas serialize the wgmmas anyway, C7520): the slot may be refilled.
-    wgmma_wait<0>();
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(empties + 8 * slot);
-    if (producer && chunk + a.stages < chunks) {
-      mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
-      issue(chunk + a.stages);
+    if constexpr (!kPipe) wgmma_fence_operands(acc);
+    if constexpr (kPipe) {
+      // The previous stage's group is done: its slot may be refilled.
+      wgmma_wait<1>();
+      __syncwarp();
+      if (chunk > 0 && lane == 0) mbarrier_arrive(empties + 8 * ((chunk - 1) % a.stages));
+    } else {
+      // The group is done before anything else runs (the producer's branch below
+      // would make ptxas serialize the wgmmas anyway, C7520): the slot may be refilled.
+      wgmma_wait<0>();
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(empties + 8 * slot);
+      if (producer && chunk + a.stages < chunks) {
+        mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
+        issue(chunk + a.stages);
+      }
     }
     if constexpr (kGroups) {
       if (per == 2 && chunk + 1 == slice_chunks) {  // the group's first slice is done
@@ -162,17 +205,25 @@ __global__ void __launch_bounds__(128 * WGS)
     }
   }
   wgmma_wait<0>();
+  wgmma_fence_operands(acc);
+  // The consumer warpgroups only (with kPipe the producer warp has left).
+  auto consumers_sync = [] {
+    if constexpr (kPipe)
+      named_barrier(1, 128 * WGS);
+    else
+      __syncthreads();
+  };
   if constexpr (kGroups) {
     if (per == 2)
 #pragma unroll
       for (int e = 0; e < T::kAcc; ++e) acc[e] = __fadd_rn(part[e], acc[e]);
     // Group g > 0 leaves its subtree in the (free) rings; group 0 adds them.
-    __syncthreads();  // every group is past its last wgmma, no copy in flight
+    consumers_sync();  // every group is past its last wgmma, no copy in flight
     float* const ex = reinterpret_cast<float*>(smem + (rings - base));
     if (wg > 0)
 #pragma unroll
       for (int e = 0; e < T::kAcc; ++e) ex[((wg - 1) * T::kAcc + e) * 128 + tid % 128] = acc[e];
-    __syncthreads();
+    consumers_sync();
     if (wg > 0) return;
 #pragma unroll
     for (int e = 0; e < T::kAcc; ++e) {
@@ -188,12 +239,12 @@ __global__ void __launch_bounds__(128 * WGS)
   // row 16 w + g + 8 (i / 2) of the warpgroup and token 64 nb + 8 j + 2 t + i % 2.
   const int w = (tid / 32) % 4, g = lane / 4, t = lane % 4;
   if constexpr (kSwiGLU) {
-    __syncthreads();  // every warpgroup is past its last wgmma: the ring is free
+    consumers_sync();  // every warpgroup is past its last wgmma: the ring is free
     float* up = reinterpret_cast<float*>(smem + (rings - base));
     if (wg == 1)
 #pragma unroll
       for (int e = 0; e < T::kAcc; ++e) up[e * 128 + tid - 128] = acc[e];
-    __syncthreads();
+    consumers_sync();
     if (wg == 1) return;
 #pragma unroll
     for (int e = 0; e < T::kAcc; ++e) {
