@@ -220,7 +220,7 @@ void launch_wg(Args a, cudaStream_t stream) {
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
                     static_cast<unsigned>(row_blocks));
-  shape.block = dim3(static_cast<unsigned>(gemm_detail::wg_threads(WGS, kGroups)));
+  shape.block = dim3(static_cast<unsigned>(gemm_detail::wg_threads(WGS)));
   shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes;
   shape.stream = stream;
   const auto kernel = gemm_detail::gemm_wg_kernel < WGS, NB, kSwiGLU && !kGroups, kGroups > ;

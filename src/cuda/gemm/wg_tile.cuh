@@ -25,13 +25,10 @@
 // Stage c's full mbarrier completes with its bytes; each
 // consumer warp arrives on its empty mbarrier once the wgmma group that read it is
 // done, and the producer refills the slot with stage c + stages when every warp did.
-// One chain over K: the producer is a warp of its own (the CTA's last; lane 0), and
-// the consumers keep one wgmma group in flight (stage c's slot is released once stage
-// c + 1's group is issued and wgmma_wait<1> says c's is done): 2026-12-04e run 3,
-// qkv at 56 tokens 38.2 -> 28.9 us, lm_head at 224 483 against 523 us. Slice groups
-// (kGroups): thread 0 of each group produces between its own wgmma groups, which it
-// waits for (a wait under the first slice's condition would serialize every wgmma,
-// ptxas C7520).
+// The producer is a warp of its own (the CTA's last; lane r fills ring r), and the
+// consumers keep one wgmma group in flight: stage c's slot is released once stage
+// c + 1's group is issued and wgmma_wait<1> says c's is done (2026-12-04e runs 3-5:
+// qkv at 56 tokens 38.2 -> 28.9 us, lm_head at 224 523 -> 483 us with m64n256k16).
 //
 // K slices (k_slices = S > 1, each a whole number of stages) run in slice groups
 // (kGroups, below). Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte
@@ -63,30 +60,26 @@ struct WgTile {
 
 inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align the ring to 1 KB
 
-// Threads of a CTA: the consumer warpgroups, and with one chain over K (no slice
-// groups) the producer warp.
-__host__ __device__ constexpr int wg_threads(int wgs, bool groups) {
-  return 128 * wgs + (groups ? 0 : 32);
-}
+// Threads of a CTA: the consumer warpgroups, then the producer warp.
+__host__ __device__ constexpr int wg_threads(int wgs) { return 128 * wgs + 32; }
 
 // grid (ceil(M / (64 NB)), ceil(N / rows)), rows = 64 (kSwiGLU, kGroups) or 64 WGS;
-// block wg_threads(WGS, kGroups); dynamic shared memory kWgHeader + stages * kStageBytes (one chain
+// block wg_threads(WGS); dynamic shared memory kWgHeader + stages * kStageBytes (one chain
 // over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
 // kGroups: the WGS warpgroups are slice groups over the same 64 rows and tokens:
 // group g runs slices [g S / WGS, (g + 1) S / WGS) (at most 2: folded in registers)
-// through its own ring, barriers and producer thread (its first thread), and the
+// through its own ring and barriers (the producer warp's lane g fills it), and the
 // groups' results are added by canonical_tree_sum in group 0 through shared memory
 // (the S slices' canonical tree: the groups hold aligned subtrees of it).
 // tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x rows rows; tx: the
 // tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB, round_up(M, 8))
 // rows.
 template <int WGS, int NB, bool kSwiGLU, bool kGroups = false>
-__global__ void __launch_bounds__(wg_threads(WGS, kGroups))
+__global__ void __launch_bounds__(wg_threads(WGS))
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
   pdl_enter();
   using T = WgTile<kGroups ? 1 : WGS, NB>;  // the layout of one ring's stage
-  constexpr bool kPipe = !kGroups;          // a producer warp, one wgmma group in flight
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
@@ -94,9 +87,10 @@ __global__ void __launch_bounds__(wg_threads(WGS, kGroups))
   constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
-  const bool producer_warp = kPipe && tid >= 128 * WGS;
-  const int grp = kGroups ? wg : 0;  // this thread's ring
-  const bool producer = kPipe ? producer_warp && lane == 0 : tid % 128 == 0;
+  const bool producer_warp = tid >= 128 * WGS;
+  // This thread's ring (the producer warp: lane r fills ring r).
+  const int grp = producer_warp ? (lane < kRings ? lane : 0) : kGroups ? wg : 0;
+  const bool producer = producer_warp && lane < kRings;
   const int m0 = blockIdx.x * T::kTokens, n0 = blockIdx.y * kOutRows;
   const int S = kGroups ? a.seq_slices : 1;
   const int per = S / kRings;  // slices of one ring
@@ -133,90 +127,83 @@ __global__ void __launch_bounds__(wg_threads(WGS, kGroups))
     }
     tma_load_2d(st + T::kWRows * kRowBytes, &tx, k, m0, bar);
   };
-  if (producer)
-    for (int c = 0; c < a.stages && c < chunks; ++c) issue(c);
-  if constexpr (kPipe) {
-    if (producer_warp) {
-      // Refill slot c % stages with stage c once every consumer warp released
-      // stage c - stages (phase c / stages - 1 of its empty barrier).
-      if (producer)
-        for (int c = a.stages; c < chunks; ++c) {
+  if (producer_warp) {
+    // Stage c into slot c % stages, once every consumer warp released stage c -
+    // stages (phase c / stages - 1 of the slot's empty barrier).
+    if (producer)
+      for (int c = 0; c < chunks; ++c) {
+        if (c >= a.stages)
           mbarrier_wait_parity(empties + 8 * (c % a.stages),
                                static_cast<uint32_t>((c / a.stages - 1) & 1));
-          issue(c);
-        }
-      return;  // the epilogue's barriers are named ones over the consumers
-    }
+        issue(c);
+      }
+    return;  // the epilogue's barriers are named ones over the consumers
   }
 
-  float acc[T::kAcc], part[kGroups ? T::kAcc : 1];  // part: a group's first slice
+  // acc: the chain (a group's first slice), acc2: a group's second slice, from +0.
+  float acc[T::kAcc], acc2[kGroups ? T::kAcc : 1];
 #pragma unroll
   for (int e = 0; e < T::kAcc; ++e) acc[e] = 0.0f;
+  wgmma_fence_operands(acc);
+  if constexpr (kGroups) {
+#pragma unroll
+    for (int e = 0; e < T::kAcc; ++e) acc2[e] = 0.0f;
+    wgmma_fence_operands(acc2);  // the zeros in place before the first wgmma (C7515)
+  }
 
+  // Stages [c0, c1): one wgmma group each, one group left in flight; stage c's slot
+  // is released once c + 1's group is issued and c's is done. Only wgmmas touch acc
+  // between the waits for every group (ptxas would serialize them, C7514).
   const uint32_t a_off = kGroups ? 0u : static_cast<uint32_t>(wg) * 64 * kRowBytes;  // its rows
   const uint32_t b_off = T::kWRows * kRowBytes;                                      // the tokens
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int slot = chunk % a.stages;
-    mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
-    const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes;
-    // (kPipe: the previous stage's group may be in flight; only wgmmas touch acc.)
-    if constexpr (!kPipe) wgmma_fence_operands(acc);
-    wgmma_fence();
+  auto stages = [&](int c0, int c1, float(&d)[T::kAcc]) {
+    for (int chunk = c0; chunk < c1; ++chunk) {
+      const int slot = chunk % a.stages;
+      mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
+      const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes;
+      wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 4; ++h) {  // every stage is 4 whole k16 steps (K % 64 == 0)
-      const uint64_t da = wgmma_desc_sw128(st + a_off + 32 * h);
-      if constexpr (NB == 4) {
-        // The 256 tokens are 32 consecutive 8-row atoms: acc[32 nb + i] is m64n64's
-        // acc[i] of token block nb (the accumulator layout repeats every 8 columns).
-        wgmma_m64n256k16_ss(acc, da, wgmma_desc_sw128(st + b_off + 32 * h));
-      } else {
+      for (int h = 0; h < 4; ++h) {  // every stage is 4 whole k16 steps (K % 64 == 0)
+        const uint64_t da = wgmma_desc_sw128(st + a_off + 32 * h);
+        if constexpr (NB == 4) {
+          // The 256 tokens are 32 consecutive 8-row atoms: acc[32 nb + i] is m64n64's
+          // acc[i] of token block nb (the accumulator layout repeats every 8 columns).
+          wgmma_m64n256k16_ss(d, da, wgmma_desc_sw128(st + b_off + 32 * h));
+        } else {
 #pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-          wgmma_m64n64k16_ss(acc + 32 * nb, da,
-                             wgmma_desc_sw128(st + b_off + nb * 64 * kRowBytes + 32 * h));
+          for (int nb = 0; nb < NB; ++nb)
+            wgmma_m64n64k16_ss(d + 32 * nb, da,
+                               wgmma_desc_sw128(st + b_off + nb * 64 * kRowBytes + 32 * h));
+        }
       }
-    }
-    wgmma_commit();
-    if constexpr (!kPipe) wgmma_fence_operands(acc);
-    if constexpr (kPipe) {
-      // The previous stage's group is done: its slot may be refilled.
+      wgmma_commit();
       wgmma_wait<1>();
       __syncwarp();
       if (chunk > 0 && lane == 0) mbarrier_arrive(empties + 8 * ((chunk - 1) % a.stages));
-    } else {
-      // The group is done before anything else runs (the producer's branch below
-      // would make ptxas serialize the wgmmas anyway, C7520): the slot may be refilled.
-      wgmma_wait<0>();
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empties + 8 * slot);
-      if (producer && chunk + a.stages < chunks) {
-        mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
-        issue(chunk + a.stages);
-      }
     }
-    if constexpr (kGroups) {
-      if (per == 2 && chunk + 1 == slice_chunks) {  // the group's first slice is done
-#pragma unroll
-        for (int e = 0; e < T::kAcc; ++e) {
-          part[e] = acc[e];
-          acc[e] = 0.0f;  // the next slice's chain starts from +0
-        }
-      }
-    }
-  }
-  wgmma_wait<0>();
-  wgmma_fence_operands(acc);
-  // The consumer warpgroups only (with kPipe the producer warp has left).
-  auto consumers_sync = [] {
-    if constexpr (kPipe)
-      named_barrier(1, 128 * WGS);
-    else
-      __syncthreads();
   };
   if constexpr (kGroups) {
+    // A group's first slice (or its only one) into acc, the second (per == 2) into
+    // acc2; no register of either is written between their wgmmas (a write would
+    // make ptxas serialize every wgmma, C7520).
+    const int first = per == 2 ? slice_chunks : chunks;
+    stages(0, first, acc);
+    stages(first, chunks, acc2);
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
+    wgmma_fence_operands(acc2);
     if (per == 2)
 #pragma unroll
-      for (int e = 0; e < T::kAcc; ++e) acc[e] = __fadd_rn(part[e], acc[e]);
+      for (int e = 0; e < T::kAcc; ++e) acc[e] = __fadd_rn(acc[e], acc2[e]);
+  } else {
+    stages(0, chunks, acc);
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
+  }
+
+  // The consumer warpgroups only (the producer warp has left).
+  auto consumers_sync = [] { named_barrier(1, 128 * WGS); };
+  if constexpr (kGroups) {
     // Group g > 0 leaves its subtree in the (free) rings; group 0 adds them.
     consumers_sync();  // every group is past its last wgmma, no copy in flight
     float* const ex = reinterpret_cast<float*>(smem + (rings - base));
