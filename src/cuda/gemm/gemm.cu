@@ -186,7 +186,8 @@ CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int64_t pit
 
 // The wg kernel (wg_tile.cuh): the ring as deep as the tile's share of shared
 // memory allows (3 to 8 stages; about 200 KB a CTA for the 384-row tile and the
-// slice groups, one CTA an SM; about 110 KB for the others, two an SM).
+// slice groups, one CTA an SM; for the others about 110 KB, two an SM, or 72 KB,
+// three, on a grid of more than two CTAs an SM).
 template <int WGS, int NB, bool kSwiGLU = false, bool kGroups = false>
 void launch_wg(Args a, cudaStream_t stream) {
   // kGroups: WGS slice groups, each a one-warpgroup ring (wg_tile.cuh).
@@ -207,10 +208,15 @@ void launch_wg(Args a, cudaStream_t stream) {
   }
   a.slices = 1;
   a.slice_len = a.K;
-  const int budget =
-      (T::kRows >= 384 || kGroups ? (200 << 10) : (110 << 10)) - gemm_detail::kWgHeader;
-  a.stages = std::clamp(budget / (kRings * T::kStageBytes), 3, gemm_detail::kWgMaxStages);
   const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
+  const int64_t ctas = (static_cast<int64_t>(a.M) + T::kTokens - 1) / T::kTokens * row_blocks;
+  // The smaller tiles take about 110 KB (two CTAs an SM), or 72 KB (three) when the
+  // grid is more than two CTAs an SM: 2026-12-04e run 7, gate_up at 7 tokens on wg_n64
+  // (384 CTAs) 69.2 -> 60.9 us, lm_head 306 -> 300; with fewer CTAs the shallower ring
+  // loses (qkv at 56 tokens, 96 CTAs: 29.2 -> 34.2 us).
+  const int small = ctas > 2 * int64_t{sm_count()} ? (72 << 10) : (110 << 10);
+  const int budget = (T::kRows >= 384 || kGroups ? (200 << 10) : small) - gemm_detail::kWgHeader;
+  a.stages = std::clamp(budget / (kRings * T::kStageBytes), 3, gemm_detail::kWgMaxStages);
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
   const CUtensorMap tw = tensor_map(a.w, kSwiGLU ? 2 * int64_t{a.N} : a.N, a.K, a.K, kOutRows);
