@@ -97,18 +97,20 @@ TEST(ProposeLengths, EveryTinyPresetDraftsThePrefixOfTheFullBlock) {
         if (j < n) {
           EXPECT_EQ(d.tokens[j], full_d.tokens[j]) << at;
           EXPECT_TRUE(test::same_bits(row, row_full)) << at << ": cache row";
-          if (!d.confidences.empty())
+          if (!d.confidences.empty()) {
             EXPECT_TRUE(test::same_bits(std::vector<float>{d.confidences[j]},
                                         std::vector<float>{full_d.confidences[j]}))
                 << at << ": confidence";
+          }
         } else {
           EXPECT_EQ(d.tokens[j], -1) << at;
           EXPECT_TRUE(test::same_bits(row, row_before)) << at << ": a cache row past the length "
                                                         << "was written";
-          if (!d.confidences.empty())
+          if (!d.confidences.empty()) {
             EXPECT_TRUE(
                 test::same_bits(std::vector<float>{d.confidences[j]}, std::vector<float>{0.0f}))
                 << at << ": confidence past the length";
+          }
         }
       }
     }

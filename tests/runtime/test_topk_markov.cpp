@@ -317,10 +317,13 @@ TEST(MarkovTopkCpu, EqualsTheMaskedDenseStepWithTheTransformAtEveryTp) {
     std::vector<bf16> want_cache(cache_size, to_bf16(-7.0f));
     naive_topk_loop(s, want_tokens, want_cache);
     // The hard rows do what the rule says.
-    if (k.R > 1) EXPECT_EQ(want_tokens[1 * k.N + 0], k.V - 3) << "a NaN candidate wins";
-    if (k.R > 2)
+    if (k.R > 1) {
+      EXPECT_EQ(want_tokens[1 * k.N + 0], k.V - 3) << "a NaN candidate wins";
+    }
+    if (k.R > 2) {
       for (int j = 0; j < k.N; ++j)
         EXPECT_EQ(want_tokens[2 * k.N + j], 1) << "the tie row at T = 0: the lowest tied id";
+    }
     if (k.k == 1)
       for (int r = 0; r < k.R; ++r)
         for (int j = 0; j < k.N; ++j) {

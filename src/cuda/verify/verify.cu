@@ -94,6 +94,24 @@ __device__ float draft_logit(const ops::VerifyParams& p, int64_t slot, int j, in
 __device__ float widen_logit(bf16 x) { return to_f32(x); }
 __device__ float widen_logit(float x) { return x; }
 
+// The ids [v0, v1) of a row of T cut for 16-byte loads: [v0, a0) before the row's
+// first 16-byte boundary, `vecs` whole 16-byte vectors from a0, [a1, v1) after them.
+struct VecSplit {
+  int a0, vecs, a1;
+};
+template <class T>
+__device__ VecSplit vec_split(const T* row, int v0, int v1) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + v0);
+  const int head = min(v1 - v0, static_cast<int>(((16 - (addr & 15)) & 15) / sizeof(T)));
+  const int a0 = v0 + head, vecs = (v1 - a0) / kVec;
+  return {a0, vecs, a0 + vecs * kVec};
+}
+
+// The two bf16 of a 32-bit word as fp32 (the lower id in the low half).
+__device__ __forceinline__ float bf16_lo(uint32_t u) { return bits_f32(u << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t u) { return bits_f32(u & 0xffff0000u); }
+
 template <bool kVector, class T, class F>
 __device__ void for_each_logit(const T* row, int v0, int v1, F&& f) {
   if constexpr (!kVector) {
@@ -101,11 +119,8 @@ __device__ void for_each_logit(const T* row, int v0, int v1, F&& f) {
     return;
   }
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + v0);
-  const int head = min(v1 - v0, static_cast<int>(((16 - (addr & 15)) & 15) / sizeof(T)));
-  const int a0 = v0 + head;
-  const int vecs = (v1 - a0) / kVec;
-  const int a1 = a0 + vecs * kVec;
+  const VecSplit sp = vec_split(row, v0, v1);
+  const int a0 = sp.a0, vecs = sp.vecs, a1 = sp.a1;
   for (int v = v0 + threadIdx.x; v < a0; v += blockDim.x) f(v, widen_logit(row[v]));
   const uint4* vrow = reinterpret_cast<const uint4*>(row + a0);
 #pragma unroll 2
@@ -116,8 +131,8 @@ __device__ void for_each_logit(const T* row, int v0, int v1, F&& f) {
       const uint32_t u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        f(v + 2 * e, bits_f32(u[e] << 16));
-        f(v + 2 * e + 1, bits_f32(u[e] & 0xffff0000u));
+        f(v + 2 * e, bf16_lo(u[e]));
+        f(v + 2 * e + 1, bf16_hi(u[e]));
       }
     } else {
       f(v, bits_f32(w.x));
@@ -441,11 +456,8 @@ __device__ __forceinline__ void hist_add(uint32_t pattern) {
 // them are counted. The order of the counts is free (integer counts).
 __device__ void hist_count(const bf16* row, int v0, int v1) {
   const uint16_t* r16 = reinterpret_cast<const uint16_t*>(row);
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + v0);
-  const int head = min(v1 - v0, static_cast<int>(((16 - (addr & 15)) & 15) / 2));
-  const int a0 = v0 + head;
-  const int vecs = (v1 - a0) / 8;
-  const int a1 = a0 + vecs * 8;
+  const VecSplit sp = vec_split(row, v0, v1);
+  const int a0 = sp.a0, vecs = sp.vecs, a1 = sp.a1;
   for (int v = v0 + threadIdx.x; v < a0; v += blockDim.x) hist_add(r16[v]);
   for (int v = a1 + threadIdx.x; v < v1; v += blockDim.x) hist_add(r16[v]);
   const uint4* vrow = reinterpret_cast<const uint4*>(row + a0);
@@ -590,7 +602,7 @@ __device__ void first_lists(const Args& a, int item, int s, bool with_draft) {
         for_each_logit<true>(row, v0, v1, [&](int v, float x) { f.add(x, v); });
         packet = packet_of_key(block_fold(f.key(), uint64_t{0}, key_op));
       } else {
-        packet = MarkovPacket{bits_f32(pattern_of_order16(sum.top) << 16), v0, 0};
+        packet = MarkovPacket{bf16_lo(pattern_of_order16(sum.top)), v0, 0};
       }
     }
     if (threadIdx.x == 0) a.packets[law * a.S + s] = packet;
@@ -703,7 +715,7 @@ __device__ U128 list_sum(const uint32_t* list, uint32_t length, float max_value,
   for (uint32_t i = threadIdx.x; i < length; i += blockDim.x) {
     const uint32_t pair = list[i];
     const uint64_t c = pair & 0xffffu;
-    const LawTerm t = law_term_of_diff(fsub_rn(scaled(bits_f32(pair & 0xffff0000u)), max_value));
+    const LawTerm t = law_term_of_diff(fsub_rn(scaled(bf16_hi(pair)), max_value));
     acc = u128_add(acc, U128{t.lo * c, __umul64hi(t.lo, c) + t.one * c});
   }
   return acc;
@@ -794,8 +806,8 @@ __device__ void for_each_pair(const bf16* t, const bf16* c, int v0, int v1, F&& 
     for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) f(v, to_f32(t[v]), to_f32(c[v]));
     return;
   }
-  const int head = min(v1 - v0, static_cast<int>(((16 - (at & 15)) & 15) / 2));
-  const int a0 = v0 + head, vecs = (v1 - a0) / 8, a1 = a0 + vecs * 8;
+  const VecSplit sp = vec_split(t, v0, v1);
+  const int a0 = sp.a0, vecs = sp.vecs, a1 = sp.a1;
   for (int v = v0 + threadIdx.x; v < a0; v += blockDim.x) f(v, to_f32(t[v]), to_f32(c[v]));
   for (int v = a1 + threadIdx.x; v < v1; v += blockDim.x) f(v, to_f32(t[v]), to_f32(c[v]));
   const uint4* tv = reinterpret_cast<const uint4*>(t + a0);
@@ -806,8 +818,8 @@ __device__ void for_each_pair(const bf16* t, const bf16* c, int v0, int v1, F&& 
     const int v = a0 + i * 8;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      f(v + 2 * e, bits_f32(xs[e] << 16), bits_f32(ys[e] << 16));
-      f(v + 2 * e + 1, bits_f32(xs[e] & 0xffff0000u), bits_f32(ys[e] & 0xffff0000u));
+      f(v + 2 * e, bf16_lo(xs[e]), bf16_lo(ys[e]));
+      f(v + 2 * e + 1, bf16_hi(xs[e]), bf16_hi(ys[e]));
     }
   }
 }
