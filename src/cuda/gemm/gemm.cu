@@ -209,7 +209,8 @@ void launch_wg(Args a, cudaStream_t stream) {
   a.slices = 1;
   a.slice_len = a.K;
   const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
-  const int64_t ctas = (static_cast<int64_t>(a.M) + T::kTokens - 1) / T::kTokens * row_blocks;
+  const int64_t token_blocks = (static_cast<int64_t>(a.M) + T::kTokens - 1) / T::kTokens;
+  const int64_t ctas = token_blocks * row_blocks;
   // The smaller tiles take about 110 KB (two CTAs an SM), or 72 KB (three) when the
   // grid is more than two CTAs an SM: 2026-12-04e run 7, gate_up at 7 tokens on wg_n64
   // (384 CTAs) 69.2 -> 60.9 us, lm_head 306 -> 300; with fewer CTAs the shallower ring
@@ -224,12 +225,11 @@ void launch_wg(Args a, cudaStream_t stream) {
   a.stage_bytes = (T::kWRows + box_tokens) * gemm_detail::kRowBytes;  // what a stage receives
   const CUtensorMap tx = tensor_map(a.x, a.M, a.K, a.x_stride, box_tokens);
   LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>((a.M + T::kTokens - 1) / T::kTokens),
-                    static_cast<unsigned>(row_blocks));
+  shape.grid = dim3(static_cast<unsigned>(token_blocks), static_cast<unsigned>(row_blocks));
   shape.block = dim3(static_cast<unsigned>(gemm_detail::wg_threads(WGS)));
   shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes;
   shape.stream = stream;
-  const auto kernel = gemm_detail::gemm_wg_kernel < WGS, NB, kSwiGLU && !kGroups, kGroups > ;
+  const auto kernel = gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU, kGroups>;
   allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
   launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
 }

@@ -182,23 +182,19 @@ __global__ void __launch_bounds__(wg_threads(WGS))
       if (chunk > 0 && lane == 0) mbarrier_arrive(empties + 8 * ((chunk - 1) % a.stages));
     }
   };
+  // A group's first slice (or its only one) into acc, the second (per == 2) into acc2;
+  // no register of either is written between their wgmmas (a write would make ptxas
+  // serialize every wgmma, C7520).
+  const int first = kGroups && per == 2 ? slice_chunks : chunks;
+  stages(0, first, acc);
+  if constexpr (kGroups) stages(first, chunks, acc2);
+  wgmma_wait<0>();
+  wgmma_fence_operands(acc);
   if constexpr (kGroups) {
-    // A group's first slice (or its only one) into acc, the second (per == 2) into
-    // acc2; no register of either is written between their wgmmas (a write would
-    // make ptxas serialize every wgmma, C7520).
-    const int first = per == 2 ? slice_chunks : chunks;
-    stages(0, first, acc);
-    stages(first, chunks, acc2);
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
     wgmma_fence_operands(acc2);
     if (per == 2)
 #pragma unroll
       for (int e = 0; e < T::kAcc; ++e) acc[e] = __fadd_rn(acc[e], acc2[e]);
-  } else {
-    stages(0, chunks, acc);
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
   }
 
   // The consumer warpgroups only (the producer warp has left).
