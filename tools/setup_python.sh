@@ -11,8 +11,17 @@
 #                              index cannot be reached, PyPI's torch, a few GB)
 #   PYTHON                     the interpreter (default python3; needs venv: on Debian
 #                              apt-get install python3-venv)
+#   --deps-only                the venv and the packages the tests need, not this package
+#                              (.ci/run fetches them while it compiles)
 # Prints the venv's python on its last line.
 set -euo pipefail
+deps_only=0
+if [[ ${1:-} == --deps-only ]]; then
+  deps_only=1
+elif (($#)); then
+  echo "setup_python.sh: unknown argument '$1' (the only one: --deps-only)" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/.."
 VENV=build-python/venv
 PY=${PYTHON:-python3}
@@ -35,6 +44,10 @@ if ! "$VPY" -c 'import torch' 2>/dev/null &&
   pip_install torch
 fi
 "$VPY" -c 'import transformers' 2>/dev/null || pip_install transformers
+if ((deps_only)); then
+  echo "$VPY"
+  exit 0
+fi
 CUDA=OFF
 [[ ${SPARKDRAFT_PYTHON_CUDA:-0} == 1 ]] && CUDA=ON
 args=()
