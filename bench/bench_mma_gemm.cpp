@@ -1,5 +1,7 @@
-// Times cpu::mma_gemm_rows, each kernel this CPU runs, on one thread, and checks
-// that they agree bit for bit. Built as the target sparkdraft_bench_mma_gemm
+// Times cpu::mma_gemm_rows, each kernel this CPU runs, and cpu::mma_gemm_packed
+// (the AVX2 kernel on w packed beforehand, as the CPU backend packs its weights at
+// load; the packing is not timed), on one thread, and checks that they agree bit
+// for bit. Built as the target sparkdraft_bench_mma_gemm
 // (SPARKDRAFT_BENCH, on in a top-level build):
 //   ./build/sparkdraft_bench_mma_gemm [--rows 7] [--repeats 3] [--reference] [--json FILE]
 //       the GEMMs of one CPU propose at the qwen3-8b shape (one request: 7 rows
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -44,6 +47,7 @@ double thread_cpu_ms() {
 struct Kernel {
   cpu::MmaGemmKernel id;
   const char* name;
+  bool packed = false;  // mma_gemm_packed on cpu::MmaPacked
 };
 
 struct Timing {
@@ -94,7 +98,10 @@ int main(int argc, char** argv) {
 
   std::vector<Kernel> kernels;
   if (with_reference) kernels.push_back({cpu::MmaGemmKernel::reference, "reference"});
-  if (cpu::mma_gemm_has_avx2()) kernels.push_back({cpu::MmaGemmKernel::avx2, "avx2"});
+  if (cpu::mma_gemm_has_avx2()) {
+    kernels.push_back({cpu::MmaGemmKernel::avx2, "avx2"});
+    kernels.push_back({cpu::MmaGemmKernel::avx2, "avx2-packed", true});
+  }
   if (cpu::mma_gemm_has_avx512()) kernels.push_back({cpu::MmaGemmKernel::avx512, "avx512"});
 
   std::string cpu_name = "unknown";
@@ -133,11 +140,16 @@ int main(int argc, char** argv) {
         const double scale = static_cast<double>(s.n) / n;
         std::vector<float> out(static_cast<size_t>(rows) * s.n);
         Timing best{1e30, 1e30};
+        std::unique_ptr<cpu::MmaPacked> packed;
+        if (k.packed) packed = std::make_unique<cpu::MmaPacked>(w.data(), s.k, n, s.k, 1, 1);
         for (int rep = 0; rep < (k.id == cpu::MmaGemmKernel::reference ? 1 : repeats); ++rep) {
           const double c0 = thread_cpu_ms();
           const auto t0 = std::chrono::steady_clock::now();
-          cpu::mma_gemm_rows_with(k.id, w.data(), s.k, n, x.data(), s.k, rows, s.k, out.data(), s.n,
-                                  1);
+          if (packed)
+            cpu::mma_gemm_packed_with(k.id, *packed, 0, x.data(), s.k, rows, out.data(), s.n, 1);
+          else
+            cpu::mma_gemm_rows_with(k.id, w.data(), s.k, n, x.data(), s.k, rows, s.k, out.data(),
+                                    s.n, 1);
           const double wall =
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                   .count();

@@ -5,14 +5,21 @@
 // by fused multiply-adds rounding toward zero, further below). They
 // share the set-up and the tail: the rows in blocks of 16 (block_rows), a step's
 // values zero-padded past K (StepSources), a lane with inf / NaN on the twin's
-// step (twin_lanes), the per-step x flags (XSteps).
+// step (twin_lanes), the per-step x flags (XSteps). The AVX2 kernel also reads
+// packed weights (MmaPacked, at the end: built once, read as one stream); the
+// others run on a packed weight's rows unpacked a block at a time.
 #include "sparkdraft/cpu/mma_gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "common/parallel.h"
 #include "sparkdraft/core/mma.h"
@@ -37,17 +44,6 @@ namespace {
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw InvalidArgument("mma_gemm_rows: " + what);
-}
-
-// One step k0 .. k0 + 15 of the chain of a and b (zero-padded past K).
-uint32_t step_bits(uint32_t c, const bf16* a, const bf16* b, int k0, int K) {
-  if (k0 + kMmaK <= K) return mma_step_bits(c, a + k0, b + k0);
-  bf16 pa[kMmaK], pb[kMmaK];
-  for (int i = 0; i < kMmaK; ++i) {
-    pa[i] = k0 + i < K ? a[k0 + i] : bf16{0};
-    pb[i] = k0 + i < K ? b[k0 + i] : bf16{0};
-  }
-  return mma_step_bits(c, pa, pb);
 }
 
 struct Args {
@@ -78,6 +74,13 @@ struct StepSources {
   const bf16* src[16];
   alignas(32) uint16_t pad[16][kMmaK];
   StepSources() = default;
+  // A packed step (MmaPacked: value k of row j at ps[16 k + j]) unpacked.
+  explicit StepSources(const uint16_t* ps) {
+    for (int j = 0; j < 16; ++j) {
+      for (int k = 0; k < kMmaK; ++k) pad[j][k] = ps[16 * k + j];
+      src[j] = reinterpret_cast<const bf16*>(pad[j]);
+    }
+  }
   StepSources(const bf16* const rows[16], int k0, int K) {
     for (int j = 0; j < 16; ++j) {
       src[j] = rows[j] + k0;
@@ -90,12 +93,19 @@ struct StepSources {
   }
 };
 
-// Rule 7: lane j of `lanes` (bit j) runs the twin's step from c[j] on w row
-// rows[lane_row[j]].
-inline void twin_lanes(uint32_t lanes, uint32_t* c, const bf16* const rows[16], const int* lane_row,
+// Rule 7: lane j of `lanes` (bit j) runs the twin's step from c[j] on the w row
+// src.src[lane_row[j]] (its step's 16 values) and x row xrow's values k0 .. k0 +
+// 15 (+0 past K).
+inline void twin_lanes(uint32_t lanes, uint32_t* c, const StepSources& src, const int* lane_row,
                        const bf16* xrow, int k0, int K) {
+  bf16 pad[kMmaK];
+  const bf16* xs = xrow + k0;
+  if (k0 + kMmaK > K) {
+    for (int i = 0; i < kMmaK; ++i) pad[i] = k0 + i < K ? xrow[k0 + i] : bf16{0};
+    xs = pad;
+  }
   for (int j = 0; j < 16; ++j)
-    if ((lanes >> j) & 1) c[j] = step_bits(c[j], rows[lane_row[j]], xrow, k0, K);
+    if ((lanes >> j) & 1) c[j] = mma_step_bits(c[j], src.src[lane_row[j]], xs);
 }
 
 // Per x row m and step: whether any of its 16 values is inf or NaN (that step
@@ -113,6 +123,18 @@ struct XSteps {
   bool at(int m, int s) const { return special[static_cast<size_t>(m) * steps + s] != 0; }
 };
 
+// Block b's results: bits[m * 16 + lane] holds the chain of row b * 16 +
+// lane_row[lane] against x row m; the real rows go to out.
+inline void store_block(const Args& a, int64_t b, const int (&lane_row)[16], const uint32_t* bits) {
+  const int64_t n0 = b * 16;
+  const int valid = static_cast<int>(std::min<int64_t>(16, a.n_rows - n0));
+  for (int m = 0; m < a.m_rows; ++m)
+    for (int lane = 0; lane < 16; ++lane)
+      if (lane_row[lane] < valid)
+        a.out[m * a.out_stride + n0 + lane_row[lane]] =
+            bits_f32(bits[16 * static_cast<size_t>(m) + lane]);
+}
+
 // Blocks [block_begin, block_end) of 16 w rows, the last one's padding lanes
 // repeating its last real row: run(rows, bits) leaves in bits[m * 16 + lane] the
 // chain's fp32 bits of row rows[lane_row[lane]] against x row m; the real rows
@@ -127,11 +149,7 @@ void block_rows(const Args& a, int64_t block_begin, int64_t block_end, const int
     const bf16* rows[16];
     for (int j = 0; j < 16; ++j) rows[j] = a.w + (n0 + std::min(j, valid - 1)) * a.w_stride;
     run(rows, bits.data());
-    for (int m = 0; m < a.m_rows; ++m)
-      for (int lane = 0; lane < 16; ++lane)
-        if (lane_row[lane] < valid)
-          a.out[m * a.out_stride + n0 + lane_row[lane]] =
-              bits_f32(bits[16 * static_cast<size_t>(m) + lane]);
+    store_block(a, b, lane_row, bits.data());
   }
 }
 
@@ -459,12 +477,18 @@ struct RowChunks {
 };
 static_assert(kChunk == 8 * kMmaK, "two rows of the next chunk a step");
 
-// Rows rows[0..15] against every x row: bits[m][i] holds the chain's fp32 bits
-// of row kAvx2LaneRow[i]. Runs under Mxcsr (avx2_rows); not inlined, so that no
-// floating-point operation moves across the MXCSR change.
-SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], const Args& a,
-                                                  const XInt& xd, int16_t* E, uint8_t* fast,
-                                                  uint32_t* bits) {
+// A packed block's steps are read kPackAhead steps (4 KB) ahead of use.
+constexpr int kPackAhead = 8;
+
+// One block of 16 w rows against every x row: bits[m][i] holds the chain's fp32
+// bits of row kAvx2LaneRow[i]. The rows are rows[0..15] (kPacked false: read
+// through RowChunks) or the packed block pk (MmaPacked::block; rows unused). Runs
+// under Mxcsr (avx2_rows); not inlined, so that no floating-point operation moves
+// across the MXCSR change.
+template <bool kPacked>
+SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], const uint16_t* pk,
+                                                  const Args& a, const XInt& xd, int16_t* E,
+                                                  uint8_t* fast, uint32_t* bits) {
   const int K = a.K;
   const size_t kp = static_cast<size_t>(xd.steps) * kMmaK;
   for (int m = 0; m < 2 * a.m_rows; ++m)
@@ -472,10 +496,23 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
   const __m256i kff = _mm256_set1_epi16(0xff);
   const __m256i zero = _mm256_setzero_si256();
   RowChunks chunks;
-  for (int j = 0; j < 16; ++j) chunks.fill(0, j, rows[j], 0, K);
+  if constexpr (!kPacked)
+    for (int j = 0; j < 16; ++j) chunks.fill(0, j, rows[j], 0, K);
   for (int s = 0; s < xd.steps; ++s) {
     const int k0 = s * kMmaK;
-    {
+    // The step's rows for the rare paths (int_form_step16, twin_lanes): the row
+    // copies, or the packed step unpacked when first needed.
+    StepSources src;
+    const uint16_t* ps = nullptr;
+    __m256i v[kMmaK];
+    if constexpr (kPacked) {
+      ps = pk + static_cast<int64_t>(s) * 256;
+      if (s + kPackAhead < xd.steps)
+        for (int q = 0; q < 256; q += 32)
+          _mm_prefetch(reinterpret_cast<const char*>(ps + kPackAhead * 256 + q), _MM_HINT_T0);
+      for (int k = 0; k < kMmaK; ++k)
+        v[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ps + 16 * k));
+    } else {
       // Two rows of the next chunk copied, the same two of the chunk after it
       // prefetched (one prefetch a line: 32 values).
       const int t = s % 8, next = (k0 / kChunk + 1) * kChunk;
@@ -485,12 +522,18 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
           for (int q = 0; q < kChunk; q += 32)
             _mm_prefetch(reinterpret_cast<const char*>(rows[j] + next + kChunk + q), _MM_HINT_T1);
       }
+      for (int j = 0; j < 16; ++j)
+        src.src[j] = reinterpret_cast<const bf16*>(chunks.buf[(k0 / kChunk) & 1][j] + k0 % kChunk);
+      load_step16(src, v);
     }
-    StepSources src;
-    for (int j = 0; j < 16; ++j)
-      src.src[j] = reinterpret_cast<const bf16*>(chunks.buf[(k0 / kChunk) & 1][j] + k0 % kChunk);
-    __m256i v[kMmaK];
-    load_step16(src, v);
+    bool have_src = !kPacked;
+    auto step_src = [&]() -> const StepSources& {
+      if (!have_src) {
+        src = StepSources(ps);
+        have_src = true;
+      }
+      return src;
+    };
     // Per k in 16-bit lanes: PEw = max(field, 1), kZeroExp for +-0; w as fp32 (the
     // bf16 bits on top, widened in kAvx2LaneRow's order).
     __m256i code[kMmaK];
@@ -523,7 +566,7 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
       const bf16* xrow = a.x + m * a.x_stride;
       uint32_t* cm = bits + 16 * m;
       if (xd.at(m, s)) {
-        twin_lanes(0xffffu, cm, rows, kAvx2LaneRow, xrow, k0, K);
+        twin_lanes(0xffffu, cm, step_src(), kAvx2LaneRow, xrow, k0, K);
         continue;
       }
       const size_t i = m * kp + k0;
@@ -532,7 +575,7 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(E + 16 * m)), cm))
         continue;
       if (!int_form) {
-        int_form_step16(src, W1, W2);
+        int_form_step16(step_src(), W1, W2);
         int_form = true;
       }
       alignas(32) uint32_t c_old[16];
@@ -552,7 +595,7 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
       if (special != 0) {
         for (int j = 0; j < 16; ++j)
           if ((special >> j) & 1) cm[j] = c_old[j];
-        twin_lanes(special, cm, rows, kAvx2LaneRow, xrow, k0, K);
+        twin_lanes(special, cm, step_src(), kAvx2LaneRow, xrow, k0, K);
       }
     }
   }
@@ -564,8 +607,21 @@ void avx2_rows(const Args& a, const XInt& xd, int64_t block_begin, int64_t block
   std::vector<uint8_t> fast(static_cast<size_t>(a.m_rows));
   block_rows(a, block_begin, block_end, kAvx2LaneRow,
              [&](const bf16* const rows[16], uint32_t* bits) {
-               avx2_block(rows, a, xd, E.data(), fast.data(), bits);
+               avx2_block<false>(rows, nullptr, a, xd, E.data(), fast.data(), bits);
              });
+}
+
+// The same on slice `slice` of packed blocks (a.w unused, a.K the slice's length).
+void avx2_packed_rows(const MmaPacked& w, int slice, const Args& a, const XInt& xd,
+                      int64_t block_begin, int64_t block_end) {
+  const Mxcsr mxcsr;
+  std::vector<int16_t> E(16 * static_cast<size_t>(a.m_rows));
+  std::vector<uint8_t> fast(static_cast<size_t>(a.m_rows));
+  std::vector<uint32_t> bits(static_cast<size_t>(a.m_rows) * 16);
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    avx2_block<true>(nullptr, w.block(b, slice), a, xd, E.data(), fast.data(), bits.data());
+    store_block(a, b, kAvx2LaneRow, bits.data());
+  }
 }
 
 // ---- AVX-512: the terms truncated by fp64 fused multiply-adds -------------------
@@ -821,7 +877,7 @@ SD_AVX512 void avx512_block(const bf16* const rows[16], const Args& a, const XFm
         for (int j = 0; j < 16; ++j) c_bits[j] = f32_bits(static_cast<float>(cm[j]));
       }
       if (twin != 0) {
-        twin_lanes(twin, c_bits, rows, kLaneRow, a.x + m * a.x_stride, k0, K);
+        twin_lanes(twin, c_bits, StepSources(rows, k0, K), kLaneRow, a.x + m * a.x_stride, k0, K);
         for (int j = 0; j < 16; ++j)
           if ((twin >> j) & 1) {
             cm[j] = static_cast<double>(bits_f32(c_bits[j]));
@@ -843,6 +899,18 @@ void avx512_rows(const Args& a, const XFma& xd, int64_t block_begin, int64_t blo
   block_rows(a, block_begin, block_end, kLaneRow, [&](const bf16* const rows[16], uint32_t* bits) {
     avx512_block(rows, a, xd, state.data(), nonfinite.data(), bits);
   });
+}
+
+// A packed block's slice (steps x 256 words) from its 16 rows (slice starts).
+SD_AVX2 void pack_steps_avx2(const bf16* const rows[16], int len, int steps, uint16_t* out) {
+  for (int t = 0; t < steps; ++t) {
+    const StepSources src(rows, t * kMmaK, len);
+    __m256i v[kMmaK];
+    load_step16(src, v);
+    for (int k = 0; k < kMmaK; ++k)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + static_cast<int64_t>(t) * 256 + 16 * k),
+                         v[k]);
+  }
 }
 
 #endif  // SD_MMA_AVX2
@@ -882,15 +950,9 @@ bool mxcsr_flushes() {
 #endif
 }
 
-}  // namespace
-
-void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows,
-                        const bf16* x, int64_t x_stride, int m_rows, int K, float* out,
-                        int64_t out_stride, int threads) {
-  require(K >= 1 && n_rows >= 0 && m_rows >= 0, "needs K >= 1, n_rows >= 0, m_rows >= 0");
-  if (n_rows == 0 || m_rows == 0) return;
-  require(w != nullptr && x != nullptr && out != nullptr, "null pointer");
-  const Args a{w, w_stride, n_rows, x, x_stride, m_rows, K, out, out_stride};
+// The kernel `kernel` names (automatic: the fastest this CPU runs), refused where
+// this CPU cannot run it.
+MmaGemmKernel resolve_kernel(MmaGemmKernel kernel) {
   if (kernel == MmaGemmKernel::automatic)
     // AVX2 first: its fp32 form is faster than the AVX-512 kernel where both run (one qwen3-8b
     // propose's GEMMs on the H200 host's Xeon: 1774 ms against 2062 ms, docs/mma-twin.md).
@@ -903,6 +965,19 @@ void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, i
           "the AVX-512 kernel needs AVX-512 F, BW, DQ and VL");
   require(kernel != MmaGemmKernel::avx512 || !mxcsr_flushes(),
           "the AVX-512 kernel needs MXCSR without flush-to-zero and denormals-are-zero");
+  return kernel;
+}
+
+}  // namespace
+
+void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows,
+                        const bf16* x, int64_t x_stride, int m_rows, int K, float* out,
+                        int64_t out_stride, int threads) {
+  require(K >= 1 && n_rows >= 0 && m_rows >= 0, "needs K >= 1, n_rows >= 0, m_rows >= 0");
+  if (n_rows == 0 || m_rows == 0) return;
+  require(w != nullptr && x != nullptr && out != nullptr, "null pointer");
+  const Args a{w, w_stride, n_rows, x, x_stride, m_rows, K, out, out_stride};
+  kernel = resolve_kernel(kernel);
 #if SD_MMA_AVX2
   if (kernel == MmaGemmKernel::avx512) {
     const XFma xd(a);
@@ -930,6 +1005,151 @@ void mma_gemm_rows(const bf16* w, int64_t w_stride, int n_rows, const bf16* x, i
                    int m_rows, int K, float* out, int64_t out_stride, int threads) {
   mma_gemm_rows_with(MmaGemmKernel::automatic, w, w_stride, n_rows, x, x_stride, m_rows, K, out,
                      out_stride, threads);
+}
+
+// ---- Packed weights -----------------------------------------------------------------
+
+void MmaPacked::Free::operator()(uint16_t* p) const { std::free(p); }
+
+MmaPacked::MmaPacked(const bf16* w, int64_t w_stride, int n_rows, int K, int slices, int threads)
+    : source_(w), source_stride_(w_stride), n_rows_(n_rows), K_(K), slices_(slices), steps_(0) {
+  require(w != nullptr, "MmaPacked: null weight");
+  require(n_rows >= 1 && K >= 1 && slices >= 1 && K % slices == 0,
+          "MmaPacked: needs n_rows >= 1, K >= 1 and K a multiple of slices >= 1");
+  require(w_stride >= K, "MmaPacked: needs w_stride >= K");
+  const int len = K / slices;
+  steps_ = (len + kMmaK - 1) / kMmaK;
+  words_ = blocks() * slices_ * static_cast<int64_t>(steps_) * 256;
+  // Large copies on 2 MB pages where the kernel gives them on request (transparent
+  // huge pages in madvise mode): a 1 GB lm_head is then 512 page faults, not 262144.
+  const size_t bytes = static_cast<size_t>(words_) * 2;
+  const size_t align = bytes >= (size_t{4} << 20) ? size_t{2} << 20 : 64;
+  data_.reset(
+      static_cast<uint16_t*>(std::aligned_alloc(align, (bytes + align - 1) / align * align)));
+  if (!data_)
+    throw InvalidArgument("MmaPacked: cannot allocate " + std::to_string(bytes) +
+                          " bytes for the packed weight");
+#if defined(__linux__)
+  if (align > 64) madvise(data_.get(), (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
+  parallel_for(blocks(), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int valid = static_cast<int>(std::min<int64_t>(16, n_rows - b * 16));
+      for (int s = 0; s < slices; ++s) {
+        const bf16* rows[16];
+        for (int j = 0; j < 16; ++j)
+          rows[j] =
+              w + (b * 16 + std::min(j, valid - 1)) * w_stride + static_cast<int64_t>(s) * len;
+        uint16_t* out = data_.get() + (b * slices + s) * static_cast<int64_t>(steps_) * 256;
+#if SD_MMA_AVX2
+        if (mma_gemm_has_avx2()) {
+          pack_steps_avx2(rows, len, steps_, out);
+          continue;
+        }
+#endif
+        for (int t = 0; t < steps_; ++t)
+          for (int k = 0; k < kMmaK; ++k)
+            for (int j = 0; j < 16; ++j) {
+              const int kk = t * kMmaK + k;
+              out[static_cast<int64_t>(t) * 256 + 16 * k + j] = kk < len ? rows[j][kk].bits : 0;
+            }
+      }
+    }
+  });
+}
+
+namespace {
+
+// Block b's slice s unpacked into rows[16][len].
+void unpack_block(const MmaPacked& w, int64_t b, int s, bf16* rows) {
+  const int len = w.slice_len();
+  const uint16_t* p = w.block(b, s);
+  for (int j = 0; j < 16; ++j)
+    for (int kk = 0; kk < len; ++kk)
+      rows[static_cast<int64_t>(j) * len + kk].bits = p[(kk / kMmaK) * 256 + 16 * (kk % kMmaK) + j];
+}
+
+}  // namespace
+
+void mma_gemm_packed_with(MmaGemmKernel kernel, const MmaPacked& w, int slice, const bf16* x,
+                          int64_t x_stride, int m_rows, float* out, int64_t out_stride,
+                          int threads) {
+  require(slice >= 0 && slice < w.slices(),
+          "mma_gemm_packed: slice " + std::to_string(slice) + " of " + std::to_string(w.slices()));
+  require(m_rows >= 0, "needs m_rows >= 0");
+  if (m_rows == 0) return;
+  require(x != nullptr && out != nullptr, "null pointer");
+  const int len = w.slice_len();
+  const Args a{nullptr, 0, w.n_rows(), x, x_stride, m_rows, len, out, out_stride};
+  kernel = resolve_kernel(kernel);
+#if SD_MMA_AVX2
+  if (kernel == MmaGemmKernel::avx2) {
+    const XInt xd(a);
+    parallel_for(w.blocks(), threads, [&](int64_t begin, int64_t end) {
+      avx2_packed_rows(w, slice, a, xd, begin, end);
+    });
+    return;
+  }
+#endif
+  // The other kernels on the rows, unpacked a block at a time.
+  parallel_for(w.blocks(), threads, [&](int64_t begin, int64_t end) {
+    std::vector<bf16> rows(16 * static_cast<size_t>(len));
+    for (int64_t b = begin; b < end; ++b) {
+      unpack_block(w, b, slice, rows.data());
+      Args ab = a;
+      ab.w = rows.data();
+      ab.w_stride = len;
+      ab.n_rows = static_cast<int>(std::min<int64_t>(16, w.n_rows() - b * 16));
+      ab.out = out + b * 16;
+#if SD_MMA_AVX2
+      if (kernel == MmaGemmKernel::avx512) {
+        // Each worker thread has its own MXCSR: one that flushes runs the AVX2 kernel.
+        if (mxcsr_flushes())
+          avx2_rows(ab, XInt(ab), 0, 1);
+        else
+          avx512_rows(ab, XFma(ab), 0, 1);
+        continue;
+      }
+#endif
+      reference_rows(ab, 0, ab.n_rows);
+    }
+  });
+}
+
+void mma_gemm_packed(const MmaPacked& w, int slice, const bf16* x, int64_t x_stride, int m_rows,
+                     float* out, int64_t out_stride, int threads) {
+  mma_gemm_packed_with(MmaGemmKernel::automatic, w, slice, x, x_stride, m_rows, out, out_stride,
+                       threads);
+}
+
+void MmaPackedSet::add(const bf16* w, int64_t w_stride, int n_rows, int K, int slices,
+                       int threads) {
+  if (find(w, w_stride, n_rows, K, slices) != nullptr) return;
+  packed_.emplace(w, std::make_unique<MmaPacked>(w, w_stride, n_rows, K, slices, threads));
+}
+
+const MmaPacked* MmaPackedSet::find(const bf16* w, int64_t w_stride, int n_rows, int K,
+                                    int slices) const {
+  const auto [first, last] = packed_.equal_range(w);
+  for (auto it = first; it != last; ++it) {
+    const MmaPacked& p = *it->second;
+    if (p.source_stride() == w_stride && p.n_rows() == n_rows && p.K() == K && p.slices() == slices)
+      return &p;
+  }
+  return nullptr;
+}
+
+const MmaPacked* MmaPackedSet::lookup(const bf16* w, int64_t w_stride, int n_rows, int K,
+                                      int slices) const {
+  const MmaPacked* p = find(w, w_stride, n_rows, K, slices);
+  if (p == nullptr) ++misses_;
+  return p;
+}
+
+int64_t MmaPackedSet::bytes() const {
+  int64_t n = 0;
+  for (const auto& [w, p] : packed_) n += p->bytes();
+  return n;
 }
 
 }  // namespace sparkdraft::cpu

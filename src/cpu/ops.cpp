@@ -283,18 +283,25 @@ void o_norm_gate(const ops::ONormGateParams& p, int threads) {
 }
 
 // ---- gemm ---------------------------------------------------------------------------
-void gemm(const ops::GemmParams& p, int threads) {
+void gemm(const ops::GemmParams& p, int threads, const MmaPackedSet* packed) {
   p.check();
   const int M = p.M, N = p.N, K = p.K;
   if (M == 0 || N == 0) return;
-  // part[m][s][n]: slice s's chain of (x[m], w[n]); one mma_gemm_rows per slice.
+  // part[m][s][n]: slice s's chain of (x[m], w[n]); one mma_gemm_rows (or
+  // mma_gemm_packed) per slice.
   const int S = p.k_slices, len = K / S;
   const int64_t w_stride = p.w_row_stride(), part_stride = static_cast<int64_t>(S) * N;
+  const MmaPacked* pw = packed ? packed->lookup(p.w, w_stride, N, K, S) : nullptr;
   std::vector<float> part(static_cast<size_t>(M) * static_cast<size_t>(part_stride));
-  for (int s = 0; s < S; ++s)
-    mma_gemm_rows(p.w + static_cast<int64_t>(s) * len, w_stride, N,
-                  p.x + static_cast<int64_t>(s) * len, p.x_stride, M, len,
-                  part.data() + static_cast<int64_t>(s) * N, part_stride, threads);
+  for (int s = 0; s < S; ++s) {
+    const bf16* xs = p.x + static_cast<int64_t>(s) * len;
+    float* out = part.data() + static_cast<int64_t>(s) * N;
+    if (pw)
+      mma_gemm_packed(*pw, s, xs, p.x_stride, M, out, part_stride, threads);
+    else
+      mma_gemm_rows(p.w + static_cast<int64_t>(s) * len, w_stride, N, xs, p.x_stride, M, len, out,
+                    part_stride, threads);
+  }
   for (int m = 0; m < M; ++m) {
     const float* row = part.data() + m * part_stride;
     for (int n = 0; n < N; ++n) {

@@ -51,6 +51,8 @@ struct LayerRank {
   std::vector<bf16*> kv_data;         // [layer] the caches used: kv's, or the caller's
   size_t kv_per_layer = 0;            // elements of one layer's cache
   StepWeights sw;
+  // sw's GEMM weights packed for the CPU twin (DraftStep::weight_gemms).
+  std::unique_ptr<cpu::MmaPackedSet> mma;
   std::vector<bf16> hidden;   // the last propose's final hidden states [rows * Q, H]
   std::vector<bf16> drafted;  // the fill-in layout's drafted rows [rows * N, H]
   // The rows lm_head, the Markov loop and the confidence head read (contract.md section
@@ -82,6 +84,14 @@ class CpuDraft final : public CpuDraftBackend {
     transform_ = ops::LogitTransform::from_config(c_);
     ranks_.reserve(static_cast<size_t>(layer_tp_));  // sw points into each rank's vectors
     for (int r = 0; r < layer_tp_; ++r) ranks_.push_back(make_rank(LayerShard{r, layer_tp_}));
+    // lm_head's vocab slices, one per vocab rank (run_markov_tp_rank's GEMM).
+    const int H = c_.hidden_size;
+    if (o_.tp >= 1 && c_.draft_vocab() % o_.tp == 0) {
+      const int slice = c_.draft_vocab() / o_.tp;
+      for (int me = 0; me < o_.tp; ++me)
+        lm_head_packed_.add(w_.lm_head + static_cast<size_t>(me) * slice * H, H, slice, H, 1,
+                            o_.threads);
+    }
   }
 
   std::string name() const override { return "cpu"; }
@@ -100,6 +110,11 @@ class CpuDraft final : public CpuDraftBackend {
     std::vector<std::vector<bf16>> shards;
     for (const LayerRank& lr : ranks_) shards.push_back(layer_cache(lr, layer));
     return gather_kv_shards(c_, std::move(shards));
+  }
+  int64_t packed_weight_misses() const override {
+    int64_t n = lm_head_packed_.misses();
+    for (const LayerRank& lr : ranks_) n += lr.mma->misses();
+    return n;
   }
   std::vector<bf16> kv_cache_shard(int tp_rank, int layer) const override {
     if (layer < 0 || layer >= c_.num_layers)
@@ -142,10 +157,12 @@ class CpuDraft final : public CpuDraftBackend {
           "confidence head (enable_confidence_head is false)");
     const SafeMarkovRows rows(b);
     MarkovInputs in{&c_, &w_, &transform_, &rows.view(), o_.cache_slots, o_.threads};
+    in.packed = &lm_head_packed_;
     // The head after the loop, on the rank that holds the tokens (rank 0).
     auto confidence = [&](LayerRank& lr, int threads) {
       if (!out.confidences) return;
       std::unique_ptr<CpuOps> ops = make_ops_(threads, nullptr);
+      ops->set_packed(lr.mma.get());
       lr.step.confidence(*ops, b, lr.drafted_rows(), rows.view().anchor_tokens, out.draft_tokens,
                          w_.markov_w1, w_.confidence_w, w_.confidence_b, out.confidences);
     };
@@ -184,7 +201,7 @@ class CpuDraft final : public CpuDraftBackend {
 
   LayerRank make_rank(const LayerShard& shard) {
     LayerRank lr{
-        DraftStep(c_, o_, shard), PackedWeights::pack(c_, w_, shard), {}, {}, 0, {}, {}, {}};
+        DraftStep(c_, o_, shard), PackedWeights::pack(c_, w_, shard), {}, {}, 0, {}, {}, {}, {}};
     const size_t per_layer =
         static_cast<size_t>(o_.num_pages) * o_.page_size * shard.kv_heads(c_) * 2 * c_.head_dim;
     lr.kv_per_layer = per_layer;
@@ -238,6 +255,9 @@ class CpuDraft final : public CpuDraftBackend {
       s.kv_cache = lr.kv_data[static_cast<size_t>(l)];
       sw.layers.push_back(s);
     }
+    lr.mma = std::make_unique<cpu::MmaPackedSet>();
+    for (const ops::GemmParams& g : lr.step.weight_gemms(sw))
+      lr.mma->add(g.w, g.w_row_stride(), g.N, g.K, g.k_slices, o_.threads);
     return lr;
   }
 
@@ -245,6 +265,7 @@ class CpuDraft final : public CpuDraftBackend {
     const ContextSizes n = lr.step.context_sizes(b.num_tokens);
     std::vector<bf16> h(n.h), normed(n.normed), layer_in(n.layer_in), kv(n.kv);
     std::unique_ptr<CpuOps> ops = make_ops_(threads, comm);
+    ops->set_packed(lr.mma.get());
     lr.step.context_chain(*ops, lr.sw,
                           ContextBuffers{h.data(), normed.data(), layer_in.data(), kv.data()},
                           b.num_tokens, b.hidden, b.positions, b.slots);
@@ -269,6 +290,7 @@ class CpuDraft final : public CpuDraftBackend {
         lr.hidden.data(), qkv.data(),         attn.data(),          branch.data(),
         gu.data(),        act.data(),         residual_f32.data(),  lr.drafted.data()};
     std::unique_ptr<CpuOps> ops = make_ops_(threads, comm);
+    ops->set_packed(lr.mma.get());
     lr.step.block(*ops, lr.sw, buf, b);
     if (comm && comm->tp_rank() != 0) return;
     t_.embed_ms = ms_between(ops->marks[0], ops->marks[1]);
@@ -283,6 +305,7 @@ class CpuDraft final : public CpuDraftBackend {
   int layer_tp_ = 1;
   std::vector<float> rope_;
   std::vector<LayerRank> ranks_;
+  cpu::MmaPackedSet lm_head_packed_;  // lm_head's vocab slices (the Markov loop's GEMM)
   ops::LogitTransform transform_;
   StageTimings t_;
   StepPlan plan_;

@@ -27,6 +27,10 @@ class CpuDraftBackend : public DraftBackend {
   // Layer rank `tp_rank`'s shard of one layer's KV cache:
   // [pages * page_size, kv_heads / layer_tp_size(), 2 * head_dim] (its KV heads).
   virtual std::vector<bf16> kv_cache_shard(int tp_rank, int layer) const = 0;
+  // GEMMs run so far whose weight the backend had not packed at load (cpu/mma_gemm.h
+  // MmaPackedSet: they ran the row kernel, the same bits, slower); 0 when every GEMM
+  // of the context chain, the backbone and lm_head found its packed weight.
+  virtual int64_t packed_weight_misses() const = 0;
 };
 
 // make_cpu_backend with the op tables from `ops` (null: plain CpuOps).

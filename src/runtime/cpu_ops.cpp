@@ -17,7 +17,7 @@ void CpuOps::gemm_all_reduce(const ops::GemmParams& p) {
   sub.y = sum.data();
   sub.y_stride = N;
   sub.y_dtype = StreamDType::f32;
-  cpu::gemm(sub, th_);
+  cpu::gemm(sub, th_, packed_);
   // The tree's upper levels over the ranks (canonical_tree_sum over tp_rank).
   if (comm_ && comm_->tp_size() > 1) comm_->all_reduce_sum(sum.data(), sum.size());
   bf16* y = p.y_bf16();

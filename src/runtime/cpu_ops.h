@@ -28,7 +28,10 @@ class CpuOps : public StepOps {
   int threads() const { return th_; }
   Communicator* comm() const { return comm_; }
 
-  void gemm(const ops::GemmParams& p) override { cpu::gemm(p, th_); }
+  // The backend's packed weights (cpu/mma_gemm.h; not owned; null: none): gemm and
+  // gemm_all_reduce run a weight found there on mma_gemm_packed.
+  void set_packed(const cpu::MmaPackedSet* packed) { packed_ = packed; }
+  void gemm(const ops::GemmParams& p) override { cpu::gemm(p, th_, packed_); }
   // cpu::gemm's fp32 tree of this rank's slices, all_reduce_sum over the ranks (when
   // sharded), one bf16 rounding: at every TP size the bits of cpu::gemm over the
   // whole K with every canonical slice.
@@ -63,6 +66,7 @@ class CpuOps : public StepOps {
  private:
   int th_;
   Communicator* comm_;
+  const cpu::MmaPackedSet* packed_ = nullptr;
 };
 
 }  // namespace sparkdraft

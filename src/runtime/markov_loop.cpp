@@ -203,7 +203,7 @@ std::vector<bf16> slice_base(const MarkovInputs& in, int tp, int me, const bf16*
   const int slice = c.draft_vocab() / tp;
   std::vector<bf16> base(static_cast<size_t>(T) * slice);
   const bf16* w = in.weights->lm_head + static_cast<size_t>(me) * slice * H;
-  cpu::gemm(ops::gemm_of(hidden, H, w, T, slice, H, base.data(), slice), in.threads);
+  cpu::gemm(ops::gemm_of(hidden, H, w, T, slice, H, base.data(), slice), in.threads, in.packed);
   return base;
 }
 

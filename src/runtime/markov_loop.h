@@ -51,6 +51,8 @@ struct MarkovInputs {
   // h (contract.md section 13). run_markov_tp_rank sets it; markov_loop_from_base needs it
   // for those heads.
   const bf16* hidden = nullptr;
+  // lm_head's vocab slices packed (cpu/mma_gemm.h; null: none), found by cpu::gemm.
+  const cpu::MmaPackedSet* packed = nullptr;
 };
 
 // One rank's part: base logits of its vocab slice from the final hidden states

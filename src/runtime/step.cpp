@@ -156,6 +156,32 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
   }
 }
 
+std::vector<ops::GemmParams> DraftStep::weight_gemms(const StepWeights& w) const {
+  const int H = c_.hidden_size, kv = kv_, L = c_.num_layers, I = inter_, q = q_, W = qkv_.width;
+  const int in_width = c_.taps() * c_.target_hidden_size;
+  std::vector<ops::GemmParams> g{ops::gemm_of(nullptr, in_width, w.fc, 0, H, in_width, nullptr, H)};
+  // context_chain's K/V: one stacked GEMM, or one per layer.
+  if (!c_.context_layer_norm)
+    g.push_back(ops::gemm_of(nullptr, H, w.context_kv, 0, L * 2 * kv, H, nullptr, L * 2 * kv));
+  else
+    for (int l = 0; l < L; ++l)
+      g.push_back(ops::gemm_of(nullptr, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, 0,
+                               2 * kv, H, nullptr, 2 * kv));
+  // block's per layer: qkv, o_proj, gate_up, down_proj.
+  for (const StepLayer& lw : w.layers) {
+    g.push_back(ops::gemm_of(nullptr, H, lw.qkv, 0, W, H, nullptr, W));
+    ops::GemmParams o = ops::gemm_of(nullptr, q, lw.o_proj, 0, H, q, nullptr, H, o_slices_);
+    o.w_stride = lw.o_proj_stride;
+    g.push_back(o);
+    g.push_back(ops::gate_up_of(nullptr, H, lw.gate_up, 0, I, H, nullptr, nullptr).gate_up());
+    ops::GemmParams down =
+        ops::gemm_of(nullptr, I, lw.down_proj, 0, H, I, nullptr, H, down_slices_);
+    down.w_stride = lw.down_proj_stride;
+    g.push_back(down);
+  }
+  return g;
+}
+
 ops::BoundaryParams DraftStep::boundary_params(int tokens, const bf16* post_weight,
                                                const float* alpha, const float* beta,
                                                const bf16* pre_weight) const {

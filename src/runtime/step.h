@@ -154,6 +154,10 @@ class DraftStep {
   DraftStep(const ModelConfig& c, const DraftOptions& o, LayerShard shard = {});
   const LayerShard& shard() const { return shard_; }
   ContextSizes context_sizes(int tokens) const;
+  // The weight operand of every GEMM context_chain and block issue (x, y and M
+  // unset): what a backend may prepare at load (the CPU backend packs them,
+  // cpu/mma_gemm.h MmaPackedSet).
+  std::vector<ops::GemmParams> weight_gemms(const StepWeights& w) const;
   BlockSizes block_sizes(int tokens) const;
 
   // fc -> hidden_norm -> (each layer's input norm) -> K/V -> K-norm, V-norm -> RoPE ->

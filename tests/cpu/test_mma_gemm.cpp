@@ -1,4 +1,5 @@
-// cpu::mma_gemm_rows against the twin's chain (core/mma.h mma_chain), bit for bit:
+// cpu::mma_gemm_rows and cpu::mma_gemm_packed against the twin's chain (core/mma.h
+// mma_chain), bit for bit:
 // rows built from every probe family of core/mma_probe.h (special values and
 // subnormals included), odd K, one row and many, row padding in the last block of
 // 8, strides, thread counts, each kernel this CPU runs. A failure names (m, n),
@@ -77,6 +78,26 @@ int check(const Mat& w, const Mat& x, int K, const std::string& what) {
                           << " expected " << hex32(exp);
         }
     }
+  // The packed form (MmaPacked, one slice, packed on 1 and 3 threads) through every
+  // kernel: the same bits.
+  for (int pack_threads : {1, 3}) {
+    const MmaPacked pw(w.v.data(), w.stride, w.rows, K, 1, pack_threads);
+    for (const Kernel& kernel : kernels())
+      for (int threads : kThreadCounts) {
+        std::vector<float> out(want.size(), bits_f32(0xdeadbeefu));
+        mma_gemm_packed_with(kernel.id, pw, 0, x.v.data(), x.stride, x.rows, out.data(), out_stride,
+                             threads);
+        for (int m = 0; m < x.rows; ++m)
+          for (int64_t n = 0; n < out_stride; ++n) {
+            const uint32_t got = f32_bits(out[m * out_stride + n]), exp = want[m * out_stride + n];
+            if (got != exp && ++bad <= 5)
+              ADD_FAILURE() << what << " K " << K << " packed (on " << pack_threads
+                            << " threads), kernel " << kernel.name << " threads " << threads
+                            << ": (m " << m << ", n " << n << ") found " << hex32(got)
+                            << " expected " << hex32(exp);
+          }
+      }
+  }
   return bad;
 }
 
@@ -475,6 +496,72 @@ TEST(CpuMmaGemm, Avx2KernelKeepsTheCallersMxcsr) {
 }
 #endif
 
+// A weight packed in S canonical slices: slice s's outputs are the chains of that
+// slice alone (each slice padded to whole steps on its own), at slice lengths that
+// are and are not whole steps, with specials in some rows.
+TEST(CpuMmaGemm, PackedSlicesAreTheSliceChains) {
+  const uint64_t seed = 20261206;
+  SCOPED_TRACE(test::seed_note(seed));
+  test::Gen rng(seed);
+  const bf16 specials[] = {bf16{0x7f80}, bf16{0xff80}, bf16{0x7fc0}, bf16{0x0001}, bf16{0x8000}};
+  for (int S : {1, 2, 4, 8})
+    for (int len : {1, 7, 16, 33, 128, 300}) {
+      const int K = S * len, n_rows = 35, m_rows = 3;
+      const int64_t stride = K + 5;
+      Mat w{n_rows, stride, std::vector<bf16>(static_cast<size_t>(n_rows) * stride, bf16{0x7fc0})};
+      Mat x{m_rows, K, rng.normal_bf16s(static_cast<size_t>(m_rows) * K, 1.0f)};
+      for (int n = 0; n < n_rows; ++n) {
+        const std::vector<bf16> r = rng.normal_bf16s(static_cast<size_t>(K), 0.05f);
+        std::copy(r.begin(), r.end(), w.v.begin() + n * stride);
+      }
+      for (int i = 0; i < 4; ++i)
+        w.v[rng.integer(0, n_rows - 1) * stride + rng.integer(0, K - 1)] =
+            specials[rng.integer(0, 4)];
+      const MmaPacked pw(w.v.data(), w.stride, n_rows, K, S, 2);
+      ASSERT_EQ(pw.slice_len(), len);
+      for (int sl = 0; sl < S; ++sl)
+        for (const Kernel& kernel : kernels()) {
+          std::vector<float> out(static_cast<size_t>(m_rows) * n_rows);
+          mma_gemm_packed_with(kernel.id, pw, sl, x.v.data() + sl * len, x.stride, m_rows,
+                               out.data(), n_rows, 2);
+          int bad = 0;
+          for (int m = 0; m < m_rows; ++m)
+            for (int n = 0; n < n_rows; ++n) {
+              const uint32_t got = f32_bits(out[m * n_rows + n]);
+              const uint32_t exp =
+                  f32_bits(mma_chain(w.row(n) + sl * len, x.row(m) + sl * len, len));
+              if (got != exp && ++bad <= 3)
+                ADD_FAILURE() << "S " << S << " len " << len << " slice " << sl << " kernel "
+                              << kernel.name << ": (m " << m << ", n " << n << ") found "
+                              << hex32(got) << " expected " << hex32(exp);
+            }
+        }
+    }
+}
+
+// MmaPackedSet finds a weight by every part of its key, and counts lookups that miss.
+TEST(CpuMmaGemm, PackedSetFindsByTheWholeKey) {
+  test::Gen rng(20261207);
+  const std::vector<bf16> w = rng.normal_bf16s(64 * 40, 0.05f);
+  MmaPackedSet set;
+  set.add(w.data(), 40, 64, 32, 2);
+  set.add(w.data(), 40, 64, 32, 2);  // already there
+  set.add(w.data(), 40, 64, 40, 1);  // the same pointer, another key
+  EXPECT_EQ(set.size(), 2u);
+  EXPECT_EQ(set.bytes(), (4 * 2 * 1 + 4 * 1 * 3) * 256 * 2);  // blocks x slices x steps
+  ASSERT_NE(set.find(w.data(), 40, 64, 32, 2), nullptr);
+  EXPECT_EQ(set.find(w.data(), 40, 64, 32, 2)->slices(), 2);
+  EXPECT_EQ(set.find(w.data(), 40, 64, 40, 1)->K(), 40);
+  EXPECT_EQ(set.find(w.data(), 41, 64, 32, 2), nullptr);
+  EXPECT_EQ(set.find(w.data(), 40, 63, 32, 2), nullptr);
+  EXPECT_EQ(set.find(w.data(), 40, 64, 32, 4), nullptr);
+  EXPECT_EQ(set.find(w.data() + 1, 40, 64, 32, 2), nullptr);
+  EXPECT_EQ(set.misses(), 0);
+  EXPECT_EQ(set.lookup(w.data(), 40, 64, 32, 1), nullptr);
+  EXPECT_NE(set.lookup(w.data(), 40, 64, 32, 2), nullptr);
+  EXPECT_EQ(set.misses(), 1);
+}
+
 TEST(CpuMmaGemm, RejectsBadShapes) {
   const bf16 one{0x3f80};
   float out = 0.0f;
@@ -483,6 +570,18 @@ TEST(CpuMmaGemm, RejectsBadShapes) {
   mma_gemm_rows(&one, 1, 0, &one, 1, 1, 1, &out, 1);  // nothing to do
   mma_gemm_rows(&one, 1, 1, &one, 1, 1, 1, &out, 1);
   EXPECT_EQ(f32_bits(out), 0x3f800000u);
+  const bf16 w[6] = {one, one, one, one, one, one};
+  EXPECT_THROW(MmaPacked(w, 3, 2, 3, 2), InvalidArgument);  // K not a multiple of the slices
+  EXPECT_THROW(MmaPacked(w, 3, 0, 3), InvalidArgument);
+  EXPECT_THROW(MmaPacked(w, 2, 2, 3), InvalidArgument);  // stride below K
+  EXPECT_THROW(MmaPacked(nullptr, 3, 2, 3), InvalidArgument);
+  const MmaPacked pw(w, 3, 2, 3);
+  EXPECT_THROW(mma_gemm_packed(pw, 1, w, 3, 1, &out, 2), InvalidArgument);
+  EXPECT_THROW(mma_gemm_packed(pw, -1, w, 3, 1, &out, 2), InvalidArgument);
+  float two[2] = {0.0f, 0.0f};
+  mma_gemm_packed(pw, 0, w, 3, 1, two, 2);
+  EXPECT_EQ(f32_bits(two[0]), 0x40400000u);  // 3
+  EXPECT_EQ(f32_bits(two[1]), 0x40400000u);
 }
 
 }  // namespace

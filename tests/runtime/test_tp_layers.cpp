@@ -78,6 +78,8 @@ TpRun run_tp(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s, i
     }
     r.rounds.push_back(std::move(snap));
   });
+  // Every GEMM of the step found the weight the backend packed at load.
+  EXPECT_EQ(backend->packed_weight_misses(), 0) << "tp " << tp;
   return r;
 }
 

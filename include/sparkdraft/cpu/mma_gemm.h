@@ -29,9 +29,19 @@
 // Without AVX2 (or off x86) every element runs mma_chain. The kernel is chosen at
 // run time (automatic: AVX2, else AVX-512, else the reference); all give the same
 // bits (tests/cpu/test_mma_gemm.cpp).
+//
+// Packed weights (MmaPacked, mma_gemm_packed): the same chains on w copied once
+// into the order the AVX2 kernel reads, so that a step's 16 x 16 block is 16
+// aligned loads from one stream instead of 16 row reads and two transposes (a
+// qwen3-8b propose's GEMMs about 20% faster on one Zen 3 core:
+// docs/mma-twin.md). Backends that keep their weights (the CPU backend) pack
+// them at load.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <memory>
 
 #include "sparkdraft/core/bf16.h"
 
@@ -53,5 +63,71 @@ bool mma_gemm_has_avx512();  // this CPU runs the AVX-512 kernel (F, BW, DQ, VL)
 void mma_gemm_rows_with(MmaGemmKernel kernel, const bf16* w, int64_t w_stride, int n_rows,
                         const bf16* x, int64_t x_stride, int m_rows, int K, float* out,
                         int64_t out_stride, int threads = 1);
+
+// w [n_rows, K] (row stride w_stride) packed: K cut into `slices` equal slices
+// (ops::GemmParams::k_slices; K % slices == 0), each padded with +0 to whole
+// 16-wide steps; the rows in blocks of 16 (a last partial block repeats its last
+// row); per block, slice and step, its 16 x 16 values k-major: value k of rows
+// 0..15 in 16 consecutive words (512 bytes a step, 64-byte aligned). Holds a
+// copy: w may go after the constructor (which splits the blocks over `threads`).
+// source() and source_stride() name what it was packed from (MmaPackedSet's key;
+// never read again).
+class MmaPacked {
+ public:
+  MmaPacked(const bf16* w, int64_t w_stride, int n_rows, int K, int slices = 1, int threads = 1);
+  int n_rows() const { return n_rows_; }
+  int K() const { return K_; }
+  int slices() const { return slices_; }
+  int slice_len() const { return K_ / slices_; }
+  int steps() const { return steps_; }  // per slice
+  int64_t blocks() const { return (n_rows_ + 15) / 16; }
+  const bf16* source() const { return source_; }
+  int64_t source_stride() const { return source_stride_; }
+  int64_t bytes() const { return static_cast<int64_t>(words_) * 2; }
+  // Block b's slice s: steps() x 16 x 16 words.
+  const uint16_t* block(int64_t b, int s) const {
+    return data_.get() + (b * slices_ + s) * static_cast<int64_t>(steps_) * 256;
+  }
+
+ private:
+  struct Free {
+    void operator()(uint16_t* p) const;
+  };
+  const bf16* source_;
+  int64_t source_stride_;
+  int n_rows_, K_, slices_, steps_;
+  int64_t words_;
+  std::unique_ptr<uint16_t[], Free> data_;
+};
+
+// out[m * out_stride + n] = mma_chain(w's row n, values slice * len .. (slice + 1)
+// * len - 1, x + m * x_stride, len) for n < w.n_rows(), m < m_rows (len =
+// w.slice_len()): bit for bit mma_gemm_rows on that slice of the source.
+void mma_gemm_packed(const MmaPacked& w, int slice, const bf16* x, int64_t x_stride, int m_rows,
+                     float* out, int64_t out_stride, int threads = 1);
+// The same with the kernel pinned (the AVX-512 kernel and the reference run on the
+// rows unpacked a block at a time).
+void mma_gemm_packed_with(MmaGemmKernel kernel, const MmaPacked& w, int slice, const bf16* x,
+                          int64_t x_stride, int m_rows, float* out, int64_t out_stride,
+                          int threads = 1);
+
+// Packed weights found by the GEMM they serve: cpu::gemm (cpu/ops.h) looks its
+// (w, row stride, N, K, k_slices) up; a GEMM whose weight is not here runs
+// mma_gemm_rows (the same bits, slower), and misses() counts those.
+class MmaPackedSet {
+ public:
+  // Packs w unless an entry with these arguments is here.
+  void add(const bf16* w, int64_t w_stride, int n_rows, int K, int slices, int threads = 1);
+  const MmaPacked* find(const bf16* w, int64_t w_stride, int n_rows, int K, int slices) const;
+  // find(), counting a miss.
+  const MmaPacked* lookup(const bf16* w, int64_t w_stride, int n_rows, int K, int slices) const;
+  size_t size() const { return packed_.size(); }
+  int64_t bytes() const;
+  int64_t misses() const { return misses_.load(); }
+
+ private:
+  std::multimap<const bf16*, std::unique_ptr<MmaPacked>> packed_;
+  mutable std::atomic<int64_t> misses_{0};
+};
 
 }  // namespace sparkdraft::cpu

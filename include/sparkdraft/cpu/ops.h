@@ -11,6 +11,7 @@
 
 #include "sparkdraft/config.h"
 #include "sparkdraft/core/bf16.h"
+#include "sparkdraft/cpu/mma_gemm.h"
 #include "sparkdraft/ops/attention.h"
 #include "sparkdraft/ops/boundary.h"
 #include "sparkdraft/ops/embed.h"
@@ -61,7 +62,9 @@ void silu_mul(const ops::SiluMulParams& p, int threads = 1);
 // tree (f32: with K the columns of canonical slices [s0, s0 + k_slices) of a longer
 // K, a TP rank's K columns (contract.md section 6: an aligned power-of-two range),
 // that range's subtree of the whole tree). Threads split the N rows.
-void gemm(const ops::GemmParams& p, int threads = 1);
+// With `packed` (cpu/mma_gemm.h), a weight packed there runs mma_gemm_packed: the
+// same bits, faster (a miss is counted and runs mma_gemm_rows).
+void gemm(const ops::GemmParams& p, int threads = 1, const MmaPackedSet* packed = nullptr);
 
 // ---- ops/attention.h ------------------------------------------------------------------
 // The header's definition (src/cpu/attention.cpp). Also refuses, naming the token,
