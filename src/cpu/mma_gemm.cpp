@@ -74,8 +74,11 @@ struct StepSources {
   const bf16* src[16];
   alignas(32) uint16_t pad[16][kMmaK];
   StepSources() = default;
-  // A packed step (MmaPacked: value k of row j at ps[16 k + j]) unpacked.
-  explicit StepSources(const uint16_t* ps) {
+  // src may point into pad: a copy would point into its source's pad.
+  StepSources(const StepSources&) = delete;
+  StepSources& operator=(const StepSources&) = delete;
+  // A packed step (MmaPacked: value k of row j at ps[16 k + j]) unpacked into pad.
+  void unpack(const uint16_t* ps) {
     for (int j = 0; j < 16; ++j) {
       for (int k = 0; k < kMmaK; ++k) pad[j][k] = ps[16 * k + j];
       src[j] = reinterpret_cast<const bf16*>(pad[j]);
@@ -529,7 +532,7 @@ SD_AVX2 __attribute__((noinline)) void avx2_block(const bf16* const rows[16], co
     bool have_src = !kPacked;
     auto step_src = [&]() -> const StepSources& {
       if (!have_src) {
-        src = StepSources(ps);
+        src.unpack(ps);
         have_src = true;
       }
       return src;
