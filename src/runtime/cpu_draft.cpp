@@ -84,14 +84,12 @@ class CpuDraft final : public CpuDraftBackend {
     transform_ = ops::LogitTransform::from_config(c_);
     ranks_.reserve(static_cast<size_t>(layer_tp_));  // sw points into each rank's vectors
     for (int r = 0; r < layer_tp_; ++r) ranks_.push_back(make_rank(LayerShard{r, layer_tp_}));
-    // lm_head's vocab slices, one per vocab rank (run_markov_tp_rank's GEMM).
-    const int H = c_.hidden_size;
-    if (o_.tp >= 1 && c_.draft_vocab() % o_.tp == 0) {
-      const int slice = c_.draft_vocab() / o_.tp;
-      for (int me = 0; me < o_.tp; ++me)
-        lm_head_packed_.add(w_.lm_head + static_cast<size_t>(me) * slice * H, H, slice, H, 1,
-                            o_.threads);
-    }
+    // lm_head's vocab slices, one per vocab rank (run_markov_tp_rank's GEMM; tp divides
+    // the draft vocabulary: validate_cpu_backend above).
+    const int H = c_.hidden_size, slice = c_.draft_vocab() / o_.tp;
+    for (int me = 0; me < o_.tp; ++me)
+      lm_head_packed_.add(w_.lm_head + static_cast<size_t>(me) * slice * H, H, slice, H, 1,
+                          o_.threads);
   }
 
   std::string name() const override { return "cpu"; }

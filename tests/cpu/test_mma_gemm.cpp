@@ -64,19 +64,22 @@ int check(const Mat& w, const Mat& x, int K, const std::string& what) {
     for (int n = 0; n < w.rows; ++n)
       want[m * out_stride + n] = f32_bits(mma_chain(w.row(n), x.row(m), K));
   int bad = 0;
+  // Compares one run's output with want; `form` names the run in a failure.
+  auto compare = [&](const std::vector<float>& out, const std::string& form) {
+    for (int m = 0; m < x.rows; ++m)
+      for (int64_t n = 0; n < out_stride; ++n) {
+        const uint32_t got = f32_bits(out[m * out_stride + n]), exp = want[m * out_stride + n];
+        if (got != exp && ++bad <= 5)
+          ADD_FAILURE() << what << " K " << K << " " << form << ": (m " << m << ", n " << n
+                        << ") found " << hex32(got) << " expected " << hex32(exp);
+      }
+  };
   for (const Kernel& kernel : kernels())
     for (int threads : kThreadCounts) {
       std::vector<float> out(want.size(), bits_f32(0xdeadbeefu));
       mma_gemm_rows_with(kernel.id, w.v.data(), w.stride, w.rows, x.v.data(), x.stride, x.rows, K,
                          out.data(), out_stride, threads);
-      for (int m = 0; m < x.rows; ++m)
-        for (int64_t n = 0; n < out_stride; ++n) {
-          const uint32_t got = f32_bits(out[m * out_stride + n]), exp = want[m * out_stride + n];
-          if (got != exp && ++bad <= 5)
-            ADD_FAILURE() << what << " K " << K << " kernel " << kernel.name << " threads "
-                          << threads << ": (m " << m << ", n " << n << ") found " << hex32(got)
-                          << " expected " << hex32(exp);
-        }
+      compare(out, "kernel " + std::string(kernel.name) + " threads " + std::to_string(threads));
     }
   // The packed form (MmaPacked, one slice, packed on 1 and 3 threads) through every
   // kernel: the same bits.
@@ -87,15 +90,8 @@ int check(const Mat& w, const Mat& x, int K, const std::string& what) {
         std::vector<float> out(want.size(), bits_f32(0xdeadbeefu));
         mma_gemm_packed_with(kernel.id, pw, 0, x.v.data(), x.stride, x.rows, out.data(), out_stride,
                              threads);
-        for (int m = 0; m < x.rows; ++m)
-          for (int64_t n = 0; n < out_stride; ++n) {
-            const uint32_t got = f32_bits(out[m * out_stride + n]), exp = want[m * out_stride + n];
-            if (got != exp && ++bad <= 5)
-              ADD_FAILURE() << what << " K " << K << " packed (on " << pack_threads
-                            << " threads), kernel " << kernel.name << " threads " << threads
-                            << ": (m " << m << ", n " << n << ") found " << hex32(got)
-                            << " expected " << hex32(exp);
-          }
+        compare(out, "packed (on " + std::to_string(pack_threads) + " threads), kernel " +
+                         std::string(kernel.name) + " threads " + std::to_string(threads));
       }
   }
   return bad;
