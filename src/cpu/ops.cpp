@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/fma_dispatch.h"
 #include "common/parallel.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/core/reduce.h"
@@ -386,31 +387,49 @@ void step_logits(const bf16* base, const bf16* bias, int n, const ops::LogitTran
   }
 }
 
-RowBest sample_row(const bf16* l, int n, int64_t id_offset, float temperature, uint32_t step_seed) {
-  require(n >= 1, "sample_row", "needs n >= 1");
-  require(std::isfinite(temperature) && temperature >= 0.0f, "sample_row",
-          "temperature must be finite and >= 0 (got " + std::to_string(temperature) + ")");
-  RowBest best{noised_score(to_f32(l[0]), temperature, step_seed, id_offset), id_offset};
+namespace {
+
+// The row's winner (contract section 4): id_of(i) is the vocabulary id of entry i.
+template <class IdOf>
+RowBest sample_loop(const bf16* l, int n, float temperature, uint32_t step_seed, IdOf id_of) {
+  RowBest best{noised_score(to_f32(l[0]), temperature, step_seed, id_of(0)), id_of(0)};
   for (int i = 1; i < n; ++i) {
-    const int64_t id = id_offset + i;
+    const int64_t id = id_of(i);
     const float z = noised_score(to_f32(l[i]), temperature, step_seed, id);
     if (better(z, id, best.value, best.id)) best = RowBest{z, id};
   }
   return best;
 }
 
+// The same loop with noised_score's fma calls as instructions (common/fma_dispatch.h).
+SD_FMA_FLATTEN RowBest sample_offset_fma(const bf16* l, int n, int64_t id_offset, float temperature,
+                                         uint32_t step_seed) {
+  return sample_loop(l, n, temperature, step_seed, [=](int i) { return id_offset + i; });
+}
+SD_FMA_FLATTEN RowBest sample_ids_fma(const bf16* l, int n, const int32_t* ids, float temperature,
+                                      uint32_t step_seed) {
+  return sample_loop(l, n, temperature, step_seed, [=](int i) { return int64_t{ids[i]}; });
+}
+
+void require_sampling(int n, float temperature, const char* op) {
+  require(n >= 1, op, "needs n >= 1");
+  require(std::isfinite(temperature) && temperature >= 0.0f, op,
+          "temperature must be finite and >= 0 (got " + std::to_string(temperature) + ")");
+}
+
+}  // namespace
+
+RowBest sample_row(const bf16* l, int n, int64_t id_offset, float temperature, uint32_t step_seed) {
+  require_sampling(n, temperature, "sample_row");
+  if (detail::has_fma()) return sample_offset_fma(l, n, id_offset, temperature, step_seed);
+  return sample_loop(l, n, temperature, step_seed, [=](int i) { return id_offset + i; });
+}
+
 RowBest sample_row_ids(const bf16* l, int n, const int32_t* ids, float temperature,
                        uint32_t step_seed) {
-  require(n >= 1, "sample_row_ids", "needs n >= 1");
-  require(std::isfinite(temperature) && temperature >= 0.0f, "sample_row_ids",
-          "temperature must be finite and >= 0 (got " + std::to_string(temperature) + ")");
-  RowBest best{noised_score(to_f32(l[0]), temperature, step_seed, ids[0]), ids[0]};
-  for (int i = 1; i < n; ++i) {
-    const int64_t id = ids[i];
-    const float z = noised_score(to_f32(l[i]), temperature, step_seed, id);
-    if (better(z, id, best.value, best.id)) best = RowBest{z, id};
-  }
-  return best;
+  require_sampling(n, temperature, "sample_row_ids");
+  if (detail::has_fma()) return sample_ids_fma(l, n, ids, temperature, step_seed);
+  return sample_loop(l, n, temperature, step_seed, [=](int i) { return int64_t{ids[i]}; });
 }
 
 }  // namespace sparkdraft::cpu

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/fma_dispatch.h"
 #include "common/parallel.h"
 
 namespace sparkdraft::cpu {
@@ -245,12 +246,23 @@ void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
   for (int i = 0; i < width; ++i) out[i] = i < k ? x[i] : (i == k ? emitted : -1);
 }
 
+// verify_row with core/math.h's fma calls as instructions (common/fma_dispatch.h).
+SD_FMA_FLATTEN void verify_row_fma(const ops::VerifyParams& p, int r, int64_t slice) {
+  verify_row(p, r, slice);
+}
+
 }  // namespace
 
 void verify(const ops::VerifyParams& p, int64_t slice, int threads) {
   p.check();
+  const bool fma = detail::has_fma();
   parallel_for(p.rows, threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) verify_row(p, static_cast<int>(r), slice);
+    for (int64_t r = r0; r < r1; ++r) {
+      if (fma)
+        verify_row_fma(p, static_cast<int>(r), slice);
+      else
+        verify_row(p, static_cast<int>(r), slice);
+    }
   });
 }
 
