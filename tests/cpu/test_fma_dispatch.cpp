@@ -49,7 +49,8 @@ TEST(FmaDispatch, SampleRowGivesTheSameBitsInBothForms) {
           const std::string what = "n " + std::to_string(n) + " special " +
                                    std::to_string(special) + " T " + std::to_string(T) +
                                    " step seed " + std::to_string(seed);
-          const auto [a, b] = both_forms([&] { return cpu::sample_row(l.data(), n, 100, T, seed); });
+          const auto [a, b] =
+              both_forms([&] { return cpu::sample_row(l.data(), n, 100, T, seed); });
           ASSERT_EQ(f32_bits(a.value), f32_bits(b.value)) << what;
           ASSERT_EQ(a.id, b.id) << what;
           const auto [c, d] =
