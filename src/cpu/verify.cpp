@@ -15,6 +15,20 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// body(v) for v in [v0, v1): the elementwise passes, whose arithmetic calls std::fma
+// (law_exp, law_prob_of_exp, race_noise, law_term), in the form with FMA instructions
+// where the CPU has them (common/fma_dispatch.h; only the loop and what body calls are
+// compiled twice).
+template <class Body>
+SD_FMA_FLATTEN void each_fma(int64_t v0, int64_t v1, Body& body) {
+  for (int64_t v = v0; v < v1; ++v) body(v);
+}
+template <class Body>
+void each(int64_t v0, int64_t v1, Body&& body) {
+  if (detail::has_fma()) return each_fma(v0, v1, body);
+  for (int64_t v = v0; v < v1; ++v) body(v);
+}
+
 // The fixed tree of contract.md section 6 over the slices' partials (adjacent
 // pairs, level by level; an odd last one rises unchanged). The operations are
 // exact, so any tree gives these bits; this is the one the backends use.
@@ -61,8 +75,8 @@ struct Law {
   void finish(std::vector<float> e) {
     E = std::move(e);
     p.resize(s.size());
-    for (size_t v = 0; v < s.size(); ++v)
-      p[v] = law_prob_of_exp(st, z, E.empty() ? 0.0f : E[v], static_cast<int64_t>(v));
+    each(0, static_cast<int64_t>(s.size()),
+         [&](int64_t v) { p[v] = law_prob_of_exp(st, z, E.empty() ? 0.0f : E[v], v); });
   }
 };
 
@@ -94,17 +108,17 @@ Law make_law(std::vector<float> s, int32_t top_k, float top_p, int64_t slice) {
     for (int i = keep_k; i < V; ++i) law.s[ids[i]] = kNegInf;
     if (use_p) {
       U128 total;
-      for (int i = 0; i < keep_k; ++i) total = u128_add(total, law_term(law.s[ids[i]], M));
+      each(0, keep_k, [&](int64_t i) { total = u128_add(total, law_term(law.s[ids[i]], M)); });
       U128 before;
-      for (int i = 0; i < keep_k; ++i) {
+      each(0, keep_k, [&](int64_t i) {
         const U128 e = law_term(law.s[ids[i]], M);
         if (!top_p_keeps(before, top_p, total)) law.s[ids[i]] = kNegInf;
         before = u128_add(before, e);
-      }
+      });
     }
   }
   std::vector<float> e(law.s.size());
-  for (size_t v = 0; v < e.size(); ++v) e[v] = law_exp(law.s[v], M);
+  each(0, V, [&](int64_t v) { e[v] = law_exp(law.s[v], M); });
   law.st.sum = over_slices<U128>(
       V, slice,
       [&](int v0, int v1) {
@@ -146,8 +160,9 @@ MarkovPacket draw(int vocab, int64_t slice, uint32_t gd, Weight weight) {
       vocab, slice,
       [&](int v0, int v1) {
         MarkovPacket acc = make_packet(race_score(weight(v0), race_noise(gd, v0)), v0);
-        for (int v = v0 + 1; v < v1; ++v)
-          fold_first(acc, race_score(weight(v), race_noise(gd, v)), v);
+        each(v0 + 1, v1, [&](int64_t v) {
+          fold_first(acc, race_score(weight(static_cast<int>(v)), race_noise(gd, v)), v);
+        });
         return acc;
       },
       first_of);
@@ -216,8 +231,9 @@ void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
               V, slice,
               [&](int v0, int v1) {
                 U128 acc;
-                for (int v = v0; v < v1; ++v)
+                each(v0, v1, [&](int64_t v) {
                   acc = u128_add(acc, fixed64_of_unit(block_mass(wi[i], ti.prob(v), di.prob(v))));
+                });
                 return acc;
               },
               u128_add);
@@ -246,23 +262,12 @@ void verify_row(const ops::VerifyParams& p, int r, int64_t slice) {
   for (int i = 0; i < width; ++i) out[i] = i < k ? x[i] : (i == k ? emitted : -1);
 }
 
-// verify_row with core/math.h's fma calls as instructions (common/fma_dispatch.h).
-SD_FMA_FLATTEN void verify_row_fma(const ops::VerifyParams& p, int r, int64_t slice) {
-  verify_row(p, r, slice);
-}
-
 }  // namespace
 
 void verify(const ops::VerifyParams& p, int64_t slice, int threads) {
   p.check();
-  const bool fma = detail::has_fma();
   parallel_for(p.rows, threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      if (fma)
-        verify_row_fma(p, static_cast<int>(r), slice);
-      else
-        verify_row(p, static_cast<int>(r), slice);
-    }
+    for (int64_t r = r0; r < r1; ++r) verify_row(p, static_cast<int>(r), slice);
   });
 }
 
