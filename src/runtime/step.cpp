@@ -131,15 +131,14 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
                               const int64_t* slots) const {
   if (tokens == 0) return;
   const int T = tokens, H = c_.hidden_size, kv = kv_, L = c_.num_layers;
-  const int in_width = c_.taps() * c_.target_hidden_size;
-  ops.gemm(ops::gemm_of(hidden, in_width, w.fc, T, H, in_width, buf.h, H));
+  ops.gemm(fc_gemm(w, hidden, T, buf.h));
   ops.rms_norm(ops::rms_norm_of(buf.h, H, T, H, w.hidden_norm, c_.norm_gain, c_.rms_norm_eps,
                                 buf.normed, H));
   // K/V of every layer: one stacked GEMM and one front for all of them, or per layer
   // its input norm, its K/V GEMM and its front.
   const int width = c_.context_layer_norm ? 2 * kv : L * 2 * kv;
   if (!c_.context_layer_norm) {
-    ops.gemm(ops::gemm_of(buf.normed, H, w.context_kv, T, L * 2 * kv, H, buf.kv, width));
+    ops.gemm(context_kv_gemm(w, -1, buf.normed, T, buf.kv, width));
     for (int l = 0; l < L; l += ops::kMaxFrontLayers)
       ops.qkv_front(front_params(w, l, std::min(ops::kMaxFrontLayers, L - l),
                                  buf.kv + static_cast<size_t>(l) * 2 * kv, 2 * kv, width, T,
@@ -150,34 +149,63 @@ void DraftStep::context_chain(StepOps& ops, const StepWeights& w, const ContextB
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
     ops.rms_norm(ops::rms_norm_of(buf.normed, H, T, H, lw.input_norm, c_.norm_gain, c_.rms_norm_eps,
                                   buf.layer_in, H));
-    ops.gemm(ops::gemm_of(buf.layer_in, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, T,
-                          2 * kv, H, buf.kv, width));
+    ops.gemm(context_kv_gemm(w, l, buf.layer_in, T, buf.kv, width));
     ops.qkv_front(front_params(w, l, 1, buf.kv, 0, width, T, positions, slots));
   }
 }
 
+ops::GemmParams DraftStep::fc_gemm(const StepWeights& w, const bf16* x, int T, bf16* y) const {
+  const int H = c_.hidden_size, in_width = c_.taps() * c_.target_hidden_size;
+  return ops::gemm_of(x, in_width, w.fc, T, H, in_width, y, H);
+}
+
+ops::GemmParams DraftStep::context_kv_gemm(const StepWeights& w, int layer, const bf16* x, int T,
+                                           bf16* y, int ldy) const {
+  const int H = c_.hidden_size, kv = kv_;
+  if (layer < 0) return ops::gemm_of(x, H, w.context_kv, T, c_.num_layers * 2 * kv, H, y, ldy);
+  return ops::gemm_of(x, H, w.context_kv + static_cast<size_t>(layer) * 2 * kv * H, T, 2 * kv, H, y,
+                      ldy);
+}
+
+ops::GemmParams DraftStep::qkv_gemm(const StepLayer& lw, const bf16* x, int T, bf16* y) const {
+  const int H = c_.hidden_size, W = qkv_.width;
+  return ops::gemm_of(x, H, lw.qkv, T, W, H, y, W);
+}
+
+ops::GemmParams DraftStep::o_proj_gemm(const StepLayer& lw, const bf16* x, int T, bf16* y) const {
+  const int H = c_.hidden_size;
+  ops::GemmParams p = ops::gemm_of(x, q_, lw.o_proj, T, H, q_, y, H, o_slices_);
+  p.w_stride = lw.o_proj_stride;
+  return p;
+}
+
+ops::GateUpParams DraftStep::gate_up(const StepLayer& lw, const bf16* x, int T, bf16* gu,
+                                     bf16* y) const {
+  const int H = c_.hidden_size;
+  return ops::gate_up_of(x, H, lw.gate_up, T, inter_, H, gu, y);
+}
+
+ops::GemmParams DraftStep::down_gemm(const StepLayer& lw, const bf16* x, int T, bf16* y) const {
+  const int H = c_.hidden_size;
+  ops::GemmParams p = ops::gemm_of(x, inter_, lw.down_proj, T, H, inter_, y, H, down_slices_);
+  p.w_stride = lw.down_proj_stride;
+  return p;
+}
+
 std::vector<ops::GemmParams> DraftStep::weight_gemms(const StepWeights& w) const {
-  const int H = c_.hidden_size, kv = kv_, L = c_.num_layers, I = inter_, q = q_, W = qkv_.width;
-  const int in_width = c_.taps() * c_.target_hidden_size;
-  std::vector<ops::GemmParams> g{ops::gemm_of(nullptr, in_width, w.fc, 0, H, in_width, nullptr, H)};
-  // context_chain's K/V: one stacked GEMM, or one per layer.
+  std::vector<ops::GemmParams> g{fc_gemm(w, nullptr, 0, nullptr)};
+  // context_chain's K/V: one stacked GEMM, or one per layer (ldy: as context_chain's).
+  const int L = c_.num_layers, kv = kv_;
   if (!c_.context_layer_norm)
-    g.push_back(ops::gemm_of(nullptr, H, w.context_kv, 0, L * 2 * kv, H, nullptr, L * 2 * kv));
+    g.push_back(context_kv_gemm(w, -1, nullptr, 0, nullptr, L * 2 * kv));
   else
-    for (int l = 0; l < L; ++l)
-      g.push_back(ops::gemm_of(nullptr, H, w.context_kv + static_cast<size_t>(l) * 2 * kv * H, 0,
-                               2 * kv, H, nullptr, 2 * kv));
+    for (int l = 0; l < L; ++l) g.push_back(context_kv_gemm(w, l, nullptr, 0, nullptr, 2 * kv));
   // block's per layer: qkv, o_proj, gate_up, down_proj.
   for (const StepLayer& lw : w.layers) {
-    g.push_back(ops::gemm_of(nullptr, H, lw.qkv, 0, W, H, nullptr, W));
-    ops::GemmParams o = ops::gemm_of(nullptr, q, lw.o_proj, 0, H, q, nullptr, H, o_slices_);
-    o.w_stride = lw.o_proj_stride;
-    g.push_back(o);
-    g.push_back(ops::gate_up_of(nullptr, H, lw.gate_up, 0, I, H, nullptr, nullptr).gate_up());
-    ops::GemmParams down =
-        ops::gemm_of(nullptr, I, lw.down_proj, 0, H, I, nullptr, H, down_slices_);
-    down.w_stride = lw.down_proj_stride;
-    g.push_back(down);
+    g.push_back(qkv_gemm(lw, nullptr, 0, nullptr));
+    g.push_back(o_proj_gemm(lw, nullptr, 0, nullptr));
+    g.push_back(gate_up(lw, nullptr, 0, nullptr, nullptr).gate_up());
+    g.push_back(down_gemm(lw, nullptr, 0, nullptr));
   }
   return g;
 }
@@ -252,8 +280,7 @@ ops::AttentionParams DraftStep::attention_params(int rows, int layer, const int3
 void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& buf,
                       const ProposeBatch& b) const {
   const int R = b.num_rows, Q = c_.query_slots(), T = R * Q, H = c_.hidden_size;
-  const int I = inter_, hd = c_.head_dim, L = c_.num_layers;
-  const int W = qkv_.width, q = q_;
+  const int hd = c_.head_dim, L = c_.num_layers, W = qkv_.width;
   if (ops.layer_tp_size() != shard_.tp_size)
     throw InvalidArgument("DraftStep: a step of " + std::to_string(shard_.tp_size) +
                           " layer ranks on an op table of " + std::to_string(ops.layer_tp_size()));
@@ -298,7 +325,7 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
   for (int l = 0; l < L; ++l) {
     const StepLayer& lw = w.layers[static_cast<size_t>(l)];
     // Attention: QKV(+gate) GEMM, QK-norm, RoPE, KV insert, attention, o-norm/gate, o_proj.
-    ops.gemm(ops::gemm_of(buf.h, H, lw.qkv, T, W, H, buf.qkv, W));
+    ops.gemm(qkv_gemm(lw, buf.h, T, buf.qkv));
     bf16* qh = buf.qkv + qkv_.q;
     ops::QkvFrontParams fp =
         front_params(w, l, 1, buf.qkv + qkv_.k, 0, W, T, buf.positions, buf.slots);
@@ -313,22 +340,16 @@ void DraftStep::block(StepOps& ops, const StepWeights& w, const BlockBuffers& bu
                                           c_.output_gate ? buf.qkv + qkv_.g : nullptr, W));
     // o_proj and down_proj: this rank's canonical K slices, the tree completed over
     // the ranks (contract.md section 6), one bf16 rounding; the boundary on every rank.
-    ops::GemmParams o_proj =
-        ops::gemm_of(buf.attn, q, lw.o_proj, T, H, q, buf.branch, H, o_slices_);
-    o_proj.w_stride = lw.o_proj_stride;
-    ops.gemm_all_reduce_boundary(o_proj,
+    ops.gemm_all_reduce_boundary(o_proj_gemm(lw, buf.attn, T, buf.branch),
                                  boundary_params(T, lw.post_attn_norm, lw.attn_alpha, lw.attn_beta,
                                                  sandwich ? lw.pre_ffn_norm : lw.post_attn_norm),
                                  residual, buf.h);
     // SwiGLU MLP.
-    ops.gate_up_swiglu(ops::gate_up_of(buf.h, H, lw.gate_up, T, I, H, buf.gu, buf.act));
+    ops.gate_up_swiglu(gate_up(lw, buf.h, T, buf.gu, buf.act));
     const bf16* next = l + 1 < L ? w.layers[static_cast<size_t>(l) + 1].input_norm : w.final_norm;
-    ops::GemmParams down =
-        ops::gemm_of(buf.act, I, lw.down_proj, T, H, I, buf.branch, H, down_slices_);
-    down.w_stride = lw.down_proj_stride;
     ops.gemm_all_reduce_boundary(
-        down, boundary_params(T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta, next), residual,
-        buf.h);
+        down_gemm(lw, buf.act, T, buf.branch),
+        boundary_params(T, lw.post_ffn_norm, lw.mlp_alpha, lw.mlp_beta, next), residual, buf.h);
   }
   // The fill-in layout: slots 1 .. N of each request are the drafted rows.
   if (!c_.sample_from_anchor) {

@@ -210,6 +210,17 @@ class DraftStep {
   // config has them) and the next input norm.
   ops::BoundaryParams boundary_params(int tokens, const bf16* post_weight, const float* alpha,
                                       const float* beta, const bf16* pre_weight) const;
+  // The weight GEMMs, one builder each: context_chain and block run them on their
+  // buffers, weight_gemms lists them without operands (x, y null, T 0), so the two
+  // cannot name a weight differently. context_kv: layer -1 is the stacked GEMM of
+  // every layer, rows of y `ldy` apart.
+  ops::GemmParams fc_gemm(const StepWeights& w, const bf16* x, int T, bf16* y) const;
+  ops::GemmParams context_kv_gemm(const StepWeights& w, int layer, const bf16* x, int T, bf16* y,
+                                  int ldy) const;
+  ops::GemmParams qkv_gemm(const StepLayer& lw, const bf16* x, int T, bf16* y) const;
+  ops::GemmParams o_proj_gemm(const StepLayer& lw, const bf16* x, int T, bf16* y) const;
+  ops::GateUpParams gate_up(const StepLayer& lw, const bf16* x, int T, bf16* gu, bf16* y) const;
+  ops::GemmParams down_gemm(const StepLayer& lw, const bf16* x, int T, bf16* y) const;
 
   ModelConfig c_;
   DraftOptions o_;
