@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # One CI variant: configure a build directory with extra CMake arguments, build
-# it (everything, or only the targets after --), run its tests through CTest (all;
-# those whose names match --tests REGEX; all but those matching --exclude REGEX),
-# and say how long each step took.
-#   tools/ci_variant.sh [--tests REGEX] [--exclude REGEX] NAME BUILD_DIR [CMAKE_ARG...] [-- TARGET...]
+# it (everything, or only the targets after --), run its tests through CTest (all,
+# or all but those whose names match --exclude REGEX), and say how long each step
+# took.
+#   tools/ci_variant.sh [--exclude REGEX] NAME BUILD_DIR [CMAKE_ARG...] [-- TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 select=()
-while [ "${1:-}" = "--tests" ] || [ "${1:-}" = "--exclude" ]; do
-  if [ "$1" = "--tests" ]; then select+=(-R "$2"); else select+=(-E "$2"); fi
+if [ "${1:-}" = "--exclude" ]; then
+  select=(-E "$2")
   shift 2
-done
+fi
 name=$1 dir=$2
 shift 2
 cmake_args=() targets=()
