@@ -26,9 +26,10 @@
 #   tp-bench     on 2 GPUs or more: `bench allreduce` (eager, fused and NCCL's) and `bench step
 #                --tp N` (N the largest of 2, 4, 8 the machine has) for both presets at ctx
 #                4096 and rows 1 8 32, NCCL_NVLS_ENABLE=0 (not a default stage)
-#   verify       the verifier: its GPU tests (CudaVerify.*: GPU == CPU bit for bit), then `bench
-#                verify` (V 151936 and 202048, N 7, rows 1 8 32, bf16 and fp32 target logits,
-#                JSON), then memcheck and racecheck over two of its tests (not a default stage)
+#   verify       the verifier: its GPU tests (CudaVerify.*: GPU == CPU bit for bit, every
+#                form), then `bench verify` (V 151936 and 202048, N 7, rows 1 8 32, bf16 and fp32
+#                target logits, the automatic form and the resident one, JSON), then memcheck
+#                and racecheck over two of its tests (not a default stage)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -171,10 +172,12 @@ for stage in "${stages[@]}"; do
         "$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$out/verify_tests.log") failed"
       grep -E '^\[  FAILED  \] [A-Za-z]' "$out/verify_tests.log" | sort -u | tee -a "$summary"
       for dtype in bf16 f32; do
-        ./build/sparkdraft bench verify --dtype "$dtype" --json "$out/bench_verify_$dtype.json" \
-          >"$out/bench_verify_$dtype.log" 2>&1
-        note "bench verify $dtype: rc $?"
-        grep -A7 '^V ' "$out/bench_verify_$dtype.log" | tee -a "$summary"
+        for form in auto resident; do
+          ./build/sparkdraft bench verify --dtype "$dtype" --form "$form" \
+            --json "$out/bench_verify_${dtype}_$form.json" >"$out/bench_verify_${dtype}_$form.log" 2>&1
+          note "bench verify $dtype, form $form: rc $?"
+          grep -A7 '^V ' "$out/bench_verify_${dtype}_$form.log" | tee -a "$summary"
+        done
       done
       san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
       for tool in memcheck racecheck; do

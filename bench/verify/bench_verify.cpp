@@ -48,6 +48,11 @@ std::string first_difference(const std::vector<int32_t>& k_cpu, const std::vecto
   return "";
 }
 
+// The launch's form by name (the CLI's --form values).
+const char* form_name(const VerifyBenchResult& r) {
+  return r.resident_rows > 0 ? "resident" : (r.list_capacity > 0 ? "lists" : "rows");
+}
+
 }  // namespace
 
 VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
@@ -150,11 +155,12 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   p.num_accepted = d_k.data();
   p.tokens = d_out.data();
   VerifyWorkspace ws(o.rows, o.n, o.vocab);
-  const VerifyShape shape = ws.pick(o.rows, o.form);
+  const VerifyShape shape = ws.pick(o.rows, o.form, o.dtype);
   r.threads = shape.threads;
   r.slice = shape.slice;
   r.slices = (o.vocab + shape.slice - 1) / shape.slice;
   r.list_capacity = shape.list_capacity;
+  r.resident_rows = shape.resident_rows;
   verify(p, ws, s, &shape);
   stream.synchronize();
   r.difference = first_difference(k_cpu, t_cpu, d_k.download(s), d_out.download(s), o.n, o.seed);
@@ -182,7 +188,9 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
       << r.bytes / 1e6 << " MB -> " << r.floor_us << " us\n";
   out << std::setprecision(2) << "  verify " << r.verify_us << " us (" << r.ratio << "x floor; "
       << r.threads << " threads, " << r.slices << " slices of " << r.slice << " ids, "
-      << (r.list_capacity > 0 ? "lists form" : "rows form") << ")\n";
+      << form_name(r) << " form";
+  if (r.resident_rows > 0) out << ", " << r.resident_rows << " requests in flight";
+  out << ")\n";
   out << std::defaultfloat;
   return r;
 }
@@ -203,8 +211,9 @@ nlohmann::json verify_bench_json(const VerifyBenchResult& r) {
                     {{"threads", r.threads},
                      {"slice", r.slice},
                      {"slices", r.slices},
-                     {"form", r.list_capacity > 0 ? "lists" : "rows"},
-                     {"list_capacity", r.list_capacity}}},
+                     {"form", form_name(r)},
+                     {"list_capacity", r.list_capacity},
+                     {"resident_rows", r.resident_rows}}},
                    {"mean_accepted", r.mean_accepted},
                    {"bytes", r.bytes},
                    {"copy_bandwidth_gbs", r.copy_bandwidth_gbs},

@@ -41,7 +41,8 @@ struct VerifyBenchResult {
   VerifyBenchOptions options;
   GpuInfo gpu;
   std::string difference;  // empty: the GPU equals the CPU reference bit for bit
-  int threads = 0, slice = 0, slices = 0, list_capacity = 0;  // the launch (0: the rows form)
+  // The launch: list_capacity 0 and resident_rows 0 is the rows form.
+  int threads = 0, slice = 0, slices = 0, list_capacity = 0, resident_rows = 0;
   double mean_accepted = 0;  // drafts accepted per row on the bench's inputs
   double bytes = 0, copy_bandwidth_gbs = 0, floor_us = 0, verify_us = 0, ratio = 0;
   bool ok() const { return difference.empty(); }

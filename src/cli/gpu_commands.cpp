@@ -642,9 +642,11 @@ Command add_bench_verify(CLI::App* bench) {
       ->capture_default_str();
   sub->add_option("--form", opts->form,
                   "The vocabulary passes' form: auto (the launcher's choice by row count), rows "
-                  "(every pass reads the logits) or lists (the first pass counts bf16 patterns, "
-                  "the sums read the counts); the same bits in every form")
-      ->check(CLI::IsMember({"auto", "rows", "lists"}))
+                  "(every pass reads the logits), lists (the first pass counts bf16 patterns, "
+                  "the sums read the counts) or resident (one cooperative kernel, each "
+                  "request's logits held in shared memory from the first pass to the draw); "
+                  "the same bits in every form")
+      ->check(CLI::IsMember({"auto", "rows", "lists", "resident"}))
       ->capture_default_str();
   sub->add_option("--logits", opts->logits,
                   "Target logits: uniform (in [-8, 8]) or trained (the spread of a trained LM's "
@@ -668,9 +670,10 @@ Command add_bench_verify(CLI::App* bench) {
                 b.temperature = opts->temperature;
                 b.dtype = opts->dtype == "f32" ? LogitsDType::f32 : LogitsDType::bf16;
                 b.method = opts->method == "block" ? VerifyMethod::block : VerifyMethod::standard;
-                b.form = opts->form == "rows"    ? cuda::VerifyForm::rows
-                         : opts->form == "lists" ? cuda::VerifyForm::lists
-                                                 : cuda::VerifyForm::automatic;
+                b.form = opts->form == "rows"       ? cuda::VerifyForm::rows
+                         : opts->form == "lists"    ? cuda::VerifyForm::lists
+                         : opts->form == "resident" ? cuda::VerifyForm::resident
+                                                    : cuda::VerifyForm::automatic;
                 b.logits = opts->logits;
                 b.seed = opts->seed;
                 const cuda::VerifyBenchResult r = cuda::bench_verify(b, std::cout);

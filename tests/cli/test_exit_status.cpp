@@ -109,6 +109,7 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("bench verify --dtype f16", kExitUsage, {"--dtype", "f16"});
   expect_refused("bench verify --rows 0", kExitUsage, {"--rows", "0"});
   expect_refused("bench verify --temperature -1", kExitUsage, {"--temperature"});
+  expect_refused("bench verify --form shared", kExitUsage, {"--form", "shared"});
   expect_refused("bench", kExitUsage, {"subcommand"});
 }
 
