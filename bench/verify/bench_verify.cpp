@@ -57,10 +57,11 @@ const char* form_name(const VerifyBenchResult& r) {
 
 VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   if (o.vocab < 1 || o.n < 1 || o.n > 64 || o.rows < 1 || o.repeats < 1 || o.warmup < 0 ||
-      !(o.temperature >= 0.0f) || o.temperature > 1e30f)
+      !(o.temperature >= 0.0f) || o.temperature > 1e30f || o.threads < 0 || o.slice < 0 ||
+      o.resident_rows < 0)
     throw InvalidArgument(
-        "bench_verify: vocab, rows and repeats must be >= 1, N in [1, 64], warmup >= 0, the "
-        "temperature finite and >= 0");
+        "bench_verify: vocab, rows and repeats must be >= 1, N in [1, 64], warmup, threads, "
+        "slice and resident_rows >= 0, the temperature finite and >= 0");
   VerifyBenchResult r;
   r.options = o;
   r.gpu = query_gpu();
@@ -155,7 +156,14 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   p.num_accepted = d_k.data();
   p.tokens = d_out.data();
   VerifyWorkspace ws(o.rows, o.n, o.vocab);
-  const VerifyShape shape = ws.pick(o.rows, o.form, o.dtype);
+  VerifyShape shape = ws.pick(o.rows, o.form, o.dtype);
+  if (o.threads > 0) shape.threads = o.threads;
+  if (o.slice > 0) shape.slice = o.slice;
+  if (o.resident_rows > 0) {
+    if (o.form != VerifyForm::resident)
+      throw InvalidArgument("bench_verify: requests in flight are the resident form's");
+    shape.resident_rows = o.resident_rows;
+  }
   r.threads = shape.threads;
   r.slice = shape.slice;
   r.slices = (o.vocab + shape.slice - 1) / shape.slice;

@@ -31,6 +31,10 @@ struct VerifyBenchOptions {
   LogitsDType dtype = LogitsDType::bf16;
   VerifyMethod method = VerifyMethod::standard;
   VerifyForm form = VerifyForm::automatic;  // the vocabulary passes' form (verify.h)
+  // Overrides of the launcher's shape for sweeps (0: the pick's): threads per CTA, ids a
+  // slice, and (the resident form only) requests in flight. The launcher refuses a shape
+  // it cannot run (InvalidArgument).
+  int threads = 0, slice = 0, resident_rows = 0;
   // Target logits: "uniform" (uniform in [-8, 8]) or "trained" (bench_markov.h's
   // trained_logits: the spread of a trained LM's logits, a few ids far above the bulk).
   std::string logits = "uniform";

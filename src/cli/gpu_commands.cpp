@@ -613,7 +613,7 @@ Command add_bench_verify(CLI::App* bench) {
   struct Opts {
     std::string json, dtype = "bf16", method = "standard", form = "auto", logits = "uniform";
     std::vector<int> vocab{151936, 202048}, rows{1, 8, 32};
-    int steps = 7, repeats = 50;
+    int steps = 7, repeats = 50, threads = 0, slice = 0, resident_rows = 0;
     float temperature = 1.0f;
     uint64_t seed = 20240601;
   };
@@ -648,6 +648,17 @@ Command add_bench_verify(CLI::App* bench) {
                   "the same bits in every form")
       ->check(CLI::IsMember({"auto", "rows", "lists", "resident"}))
       ->capture_default_str();
+  sub->add_option("--threads", opts->threads,
+                  "Threads per CTA instead of the launcher's (64, 128, 256 or 512; a sweep's knob)")
+      ->check(CLI::IsMember({64, 128, 256, 512}));
+  add_bounded(sub, "--slice", opts->slice,
+              "Ids per vocabulary slice instead of the launcher's (a sweep's knob; a shape the "
+              "launcher cannot run is refused)",
+              1, 1 << 24);
+  add_bounded(sub, "--resident-rows", opts->resident_rows,
+              "With --form resident: requests in flight instead of the launcher's (all their CTAs "
+              "must fit on the GPU at once)",
+              1, kMaxReqs);
   sub->add_option("--logits", opts->logits,
                   "Target logits: uniform (in [-8, 8]) or trained (the spread of a trained LM's "
                   "logits: normal bulk around -2, eight ids far above it; bench markov's profile)")
@@ -656,6 +667,8 @@ Command add_bench_verify(CLI::App* bench) {
   add_seed(sub, opts->seed, "Seed of the inputs");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   return {sub, [opts]() -> int {
+            if (opts->resident_rows > 0 && opts->form != "resident")
+              throw InvalidArgument("bench verify: --resident-rows needs --form resident");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("bench verify");
             nlohmann::json all = nlohmann::json::array();
@@ -676,6 +689,9 @@ Command add_bench_verify(CLI::App* bench) {
                                                     : cuda::VerifyForm::automatic;
                 b.logits = opts->logits;
                 b.seed = opts->seed;
+                b.threads = opts->threads;
+                b.slice = opts->slice;
+                b.resident_rows = opts->resident_rows;
                 const cuda::VerifyBenchResult r = cuda::bench_verify(b, std::cout);
                 if (!r.ok()) {
                   std::fflush(stdout);
