@@ -105,6 +105,16 @@ struct LoadOptions {
   // is refused with CheckpointError naming the tensor and the switch: drafting
   // without it would not be the trained model. Set this to load it anyway.
   bool allow_unused_weights = false;
+  // The target (verifier) model's directory, for a speculators checkpoint: it leaves
+  // out the verifier's own weights (contract.md 14.3), embed_tokens.weight and, with
+  // the full vocabulary, lm_head.weight. Those the draft's files lack are read from the
+  // target's safetensors (model.safetensors or its index's shards, mapped, the "model."
+  // prefix optional); a target whose config.json has tie_word_embeddings true serves
+  // lm_head.weight from its embed_tokens.weight. Nothing else of the target is read, and
+  // a tensor the draft holds is always the draft's. The shapes and dtypes are checked
+  // like the draft's own; a path that is not a directory is refused even when the draft
+  // needs nothing from it. Empty: none (a missing tensor is refused, naming this option).
+  std::string target_dir;
 };
 
 // One resolved tensor of a loaded checkpoint (the data stays in the file mapping).

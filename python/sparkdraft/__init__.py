@@ -100,10 +100,17 @@ def make_checkpoint(
 
 
 class Checkpoint:
-    """A draft checkpoint: config.json + safetensors, loaded and validated."""
+    """A draft checkpoint: config.json + safetensors, loaded and validated.
 
-    def __init__(self, dir: str, *, allow_nonfinite: bool = False):
-        self._ck = _core.Checkpoint(str(dir), allow_nonfinite)
+    ``target_model``: the target (verifier) model's directory, for a speculators
+    checkpoint, which leaves out the verifier's ``embed_tokens.weight`` and, with the
+    full vocabulary, ``lm_head.weight``: those the draft lacks are read from the
+    target's safetensors (a target with ``tie_word_embeddings`` serves lm_head from its
+    embeddings). Nothing else of the target is read; the draft's own tensors win.
+    """
+
+    def __init__(self, dir: str, *, allow_nonfinite: bool = False, target_model: Optional[str] = None):
+        self._ck = _core.Checkpoint(str(dir), allow_nonfinite, "" if target_model is None else str(target_model))
         self.config: dict = json.loads(self._ck.config_json())
 
     @property

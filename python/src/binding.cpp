@@ -891,9 +891,11 @@ NB_MODULE(_core, m) {
   nb::class_<PyCheckpoint>(m, "Checkpoint")
       .def(
           "__init__",
-          [](PyCheckpoint* self, const std::string& dir, bool allow_nonfinite) {
+          [](PyCheckpoint* self, const std::string& dir, bool allow_nonfinite,
+             const std::string& target_model) {
             LoadOptions lo;
             lo.allow_nonfinite = allow_nonfinite;
+            lo.target_dir = target_model;
             std::shared_ptr<const Checkpoint> ck;
             {
               nb::gil_scoped_release release;
@@ -901,7 +903,7 @@ NB_MODULE(_core, m) {
             }
             new (self) PyCheckpoint{std::move(ck)};
           },
-          "dir"_a, "allow_nonfinite"_a = false)
+          "dir"_a, "allow_nonfinite"_a = false, "target_model"_a = "")
       .def("config_json",
            [](const PyCheckpoint& c) { return config_to_json(c.ckpt->config()).dump(); })
       .def_prop_ro("dir", [](const PyCheckpoint& c) { return c.ckpt->dir(); })

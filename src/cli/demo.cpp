@@ -23,7 +23,7 @@ Command add_demo(CLI::App& app) {
     std::string checkpoint, backend = "auto";
     int requests = 3, rounds = 3, tp = 1, threads = 0;
     uint64_t seed = 1;
-    bool allow_nonfinite = false, allow_unused = false;
+    LoadFlags load;
     float target_noise = 0.3f;
   };
   auto opts = std::make_shared<Opts>();
@@ -59,8 +59,7 @@ Command add_demo(CLI::App& app) {
                   "for the target's (0: the target is the draft, every draft is accepted)")
       ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();
-  add_allow_nonfinite(sub, opts->allow_nonfinite);
-  add_allow_unused(sub, opts->allow_unused);
+  add_load_flags(sub, opts->load);
   sub->add_option("--backend", opts->backend, backend_help())
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
@@ -70,9 +69,7 @@ Command add_demo(CLI::App& app) {
         require_backend_available(opts->backend);
         TinyCheckpoint tiny;
         const std::string dir = opts->checkpoint.empty() ? tiny.make("qwen3") : opts->checkpoint;
-        LoadOptions lo;
-        lo.allow_nonfinite = opts->allow_nonfinite;
-        lo.allow_unused_weights = opts->allow_unused;
+        LoadOptions lo = opts->load.options();
         lo.threads = opts->threads;
         lo.defer_nonfinite_scan = true;  // the backend scans (the GPU on the device, after upload)
         auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(dir, lo));

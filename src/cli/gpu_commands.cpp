@@ -43,12 +43,12 @@ namespace sparkdraft::cli {
 namespace {
 
 // The checkpoint of --checkpoint, or a tiny synthetic one in `tiny`'s directory.
-[[maybe_unused]] std::shared_ptr<const Checkpoint> load_or_make_tiny(
-    const std::string& dir, const std::string& style, bool allow_nonfinite, TinyCheckpoint& tiny,
-    bool defer_scan = false, bool allow_unused = false) {
-  LoadOptions lo;
-  lo.allow_nonfinite = allow_nonfinite;
-  lo.allow_unused_weights = allow_unused;
+[[maybe_unused]] std::shared_ptr<const Checkpoint> load_or_make_tiny(const std::string& dir,
+                                                                     const std::string& style,
+                                                                     const LoadFlags& flags,
+                                                                     TinyCheckpoint& tiny,
+                                                                     bool defer_scan = false) {
+  LoadOptions lo = flags.options();
   lo.defer_nonfinite_scan = defer_scan;  // the backends built on it scan (the GPU on the device)
   return std::make_shared<const Checkpoint>(
       Checkpoint::load(dir.empty() ? tiny.make(style) : dir, lo));
@@ -61,13 +61,12 @@ namespace {
 }
 
 void add_checkpoint_options(CLI::App* sub, std::string& checkpoint, std::string& style,
-                            bool& allow_nonfinite, bool& allow_unused) {
+                            LoadFlags& load) {
   sub->add_option("--checkpoint", checkpoint, "Checkpoint directory; default: a tiny synthetic one")
       ->check(non_empty(" (leave --checkpoint out for a tiny synthetic checkpoint)"));
   sub->add_option("--style", style, "Style of the default tiny checkpoint: qwen3 or muse")
       ->check(CLI::IsMember({"qwen3", "muse"}));
-  add_allow_nonfinite(sub, allow_nonfinite);
-  add_allow_unused(sub, allow_unused);
+  add_load_flags(sub, load);
 }
 
 // --tp-reduce: how the GPU's TP ranks complete o_proj's and down's all-reduce
@@ -111,7 +110,7 @@ Command add_check(CLI::App& app) {
     int requests = 3, rounds = 3, tp = 1;
     std::vector<int> devices;
     uint64_t seed = 1;
-    bool allow_nonfinite = false, allow_unused = false;
+    LoadFlags load;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -126,8 +125,7 @@ Command add_check(CLI::App& app) {
       "included. --backend cpu --tp N (no GPU needed): the CPU backend at N thread ranks (the "
       "layers sharded where the config splits, the vocabulary always) vs the CPU backend at TP "
       "1. Exit 1 on any difference, 4 without a GPU for --backend cuda.");
-  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite,
-                         opts->allow_unused);
+  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->load);
   add_bounded(sub, "--requests", opts->requests, "Requests", 1, 64);
   add_bounded(sub, "--rounds", opts->rounds, "Rounds", 1, 100);
   add_seed(sub, opts->seed, "Scenario seed");
@@ -154,8 +152,7 @@ Command add_check(CLI::App& app) {
                     "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
                     "1; give --tp 2, 4, 8, ...");
               TinyCheckpoint tiny;
-              auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite,
-                                            tiny, false, opts->allow_unused);
+              auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->load, tiny);
               const CheckReport report = check_tp_invariance(ckpt, s, opts->tp);
               std::fputs(report.text().c_str(), stdout);
               return report.ok() ? 0 : 1;
@@ -165,8 +162,7 @@ Command add_check(CLI::App& app) {
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
-            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite,
-                                          tiny, true, opts->allow_unused);
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->load, tiny, true);
             const CheckReport report = opts->tp == 1
                                            ? cuda::check_draft(ckpt, s)
                                            : cuda::check_tp(ckpt, s, opts->tp, opts->devices,
@@ -183,15 +179,14 @@ Command add_plan(CLI::App& app) {
   struct Opts {
     std::string checkpoint, style, backend = "cuda";
     int max_reqs = 8, tp = 1;
-    bool allow_nonfinite = false, allow_unused = false;
+    LoadFlags load;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "plan",
       "Print the plan of a backend for a checkpoint: for each part of the draft step the variant "
       "that runs (eager, fused, ...) and why; the backend runs exactly this plan");
-  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->allow_nonfinite,
-                         opts->allow_unused);
+  add_checkpoint_options(sub, opts->checkpoint, opts->style, opts->load);
   sub->add_option("--backend", opts->backend, "cuda (the GPU plan, host logic only) or cpu")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
@@ -203,8 +198,7 @@ Command add_plan(CLI::App& app) {
       ->capture_default_str();
   return {sub, [opts]() -> int {
             TinyCheckpoint tiny;
-            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->allow_nonfinite,
-                                          tiny, false, opts->allow_unused);
+            auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->load, tiny);
             // The backend's own refusals first: a plan it would not run is not printed.
             DraftOptions o;
             o.max_reqs = opts->max_reqs;
@@ -373,7 +367,8 @@ Command add_bench_step(CLI::App* bench) {
     std::vector<int> rows{1, 8, 32}, devices;
     int ctx = 4096, repeats = 20, tp = 1;
     uint64_t seed = 20240601;
-    bool spec_suite = false, allow_nonfinite = false, allow_unused = false, timeline = false;
+    bool spec_suite = false, timeline = false;
+    LoadFlags load;
     std::string step_pdl = "off";
   };
   auto opts = std::make_shared<Opts>();
@@ -438,8 +433,7 @@ Command add_bench_step(CLI::App* bench) {
                 "kernels and the largest gaps; the JSON gets every kernel's start and duration "
                 "(TP 1)");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
-  add_allow_nonfinite(sub, opts->allow_nonfinite);
-  add_allow_unused(sub, opts->allow_unused);
+  add_load_flags(sub, opts->load);
   return {
       sub, [opts]() -> int {
         if (!opts->devices.empty() && opts->tp == 1)
@@ -465,9 +459,7 @@ Command add_bench_step(CLI::App* bench) {
         std::vector<cuda::StepBenchResult> results;
         for (Target& t : targets) {
           if (t.dir.empty()) t.dir = preset_checkpoint(t.preset, opts->preset_dir);
-          LoadOptions lo;
-          lo.allow_nonfinite = opts->allow_nonfinite;
-          lo.allow_unused_weights = opts->allow_unused;
+          LoadOptions lo = opts->load.options();
           lo.defer_nonfinite_scan = true;  // each backend scans its device copies
           auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::load(t.dir, lo));
           for (int r : row_counts) {

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "sparkdraft/checkpoint.h"
 #include "sparkdraft/scenario.h"
 
 namespace sparkdraft::cli {
@@ -64,6 +65,31 @@ inline void add_allow_unused(CLI::App* sub, bool& flag) {
                 "Load a checkpoint even when it holds draft tensors its config switches off "
                 "(e.g. q_norm weights with qk_norm false; refused by default, naming the tensor "
                 "and the switch)");
+}
+
+// The loading flags of every command that loads a checkpoint, and their LoadOptions.
+struct LoadFlags {
+  bool allow_nonfinite = false, allow_unused = false;
+  std::string target_model;
+  LoadOptions options() const {
+    LoadOptions lo;
+    lo.allow_nonfinite = allow_nonfinite;
+    lo.allow_unused_weights = allow_unused;
+    lo.target_dir = target_model;
+    return lo;
+  }
+};
+
+// --allow-nonfinite-weights, --allow-unused-weights and --target-model.
+inline void add_load_flags(CLI::App* sub, LoadFlags& f) {
+  add_allow_nonfinite(sub, f.allow_nonfinite);
+  add_allow_unused(sub, f.allow_unused);
+  sub->add_option("--target-model", f.target_model,
+                  "The target model's directory (its config.json and safetensors, e.g. a Hugging "
+                  "Face snapshot): a speculators checkpoint omits the verifier's "
+                  "embed_tokens.weight and, with the full vocabulary, lm_head.weight, and they are "
+                  "read from there (only those; the draft's own always win)")
+      ->check(non_empty(""));
 }
 
 // An option whose value must lie in [lo, hi]; --help shows its default.

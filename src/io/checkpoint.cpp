@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -454,6 +455,68 @@ int32_t draft_fill_id(const std::vector<int32_t>& draft_ids, int vocab) {
   return -1;
 }
 
+namespace {
+
+// The target model's tie_word_embeddings (false when its directory has no config.json
+// or the field is absent).
+bool target_ties_embeddings(const fs::path& dir) {
+  const fs::path config = dir / "config.json";
+  if (!present(config)) return false;
+  const std::string text = io::read_regular_file<CheckpointError>(config.string(), "config");
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception&) {
+    throw CheckpointError(config.string() + ": not valid JSON (the target model's config)");
+  }
+  if (!j.is_object() || !j.contains("tie_word_embeddings")) return false;
+  if (!j["tie_word_embeddings"].is_boolean())
+    throw CheckpointError(config.string() + ": tie_word_embeddings is not a boolean");
+  return j["tie_word_embeddings"].get<bool>();
+}
+
+// LoadOptions::target_dir: the verifier-owned tensors the draft's files lack, from the
+// target's files (appended to `files`, which keeps them mapped).
+void add_target_weights(const ModelConfig& config, const std::string& target_dir,
+                        std::map<std::string, Found>& stored,
+                        std::vector<std::shared_ptr<SafetensorsFile>>& files) {
+  const fs::path d(target_dir);
+  std::error_code ec;
+  const fs::file_status st = fs::status(d, ec);
+  if (st.type() == fs::file_type::not_found)
+    throw CheckpointError("target model directory '" + target_dir + "' does not exist");
+  if (ec || st.type() != fs::file_type::directory)
+    throw CheckpointError("target model path '" + target_dir + "' is not a readable directory");
+  std::vector<std::string> wanted;
+  if (!stored.count("embed_tokens.weight")) wanted.push_back("embed_tokens.weight");
+  if (!config.reduced_vocab() && !stored.count("lm_head.weight"))
+    wanted.push_back("lm_head.weight");
+  if (wanted.empty()) return;  // the draft holds them: the target's files are not opened
+  const std::vector<std::shared_ptr<SafetensorsFile>> target = open_weights(d);
+  auto find = [&](const std::string& name) -> std::optional<Found> {
+    for (const auto& file : target)
+      for (const std::string& stored_name : {"model." + name, name})
+        if (const TensorInfo* info = file->find(stored_name)) return Found{info, file.get()};
+    return std::nullopt;
+  };
+  for (const std::string& name : wanted) {
+    std::optional<Found> f = find(name);
+    if (!f && name == "lm_head.weight" && target_ties_embeddings(d))
+      f = find("embed_tokens.weight");
+    if (!f)
+      throw CheckpointError("the target model in " + target_dir + " has no '" + name +
+                            "' (nor 'model." + name + "')" +
+                            (name == "lm_head.weight"
+                                 ? ", and its config.json does not tie it to embed_tokens"
+                                 : "") +
+                            ": the draft's " + name + " must come from somewhere");
+    stored.emplace(name, *f);
+  }
+  files.insert(files.end(), target.begin(), target.end());
+}
+
+}  // namespace
+
 Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) {
   if (dir.empty()) throw CheckpointError("the checkpoint directory path is empty");
   const fs::path d(dir);
@@ -503,6 +566,8 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
   }
 
   if (!options.allow_unused_weights) refuse_unused(ck.config_, stored, dir);
+  if (!options.target_dir.empty())
+    add_target_weights(ck.config_, options.target_dir, stored, ck.files_);
 
   std::map<std::string, const uint8_t*> data;
   for (const TensorSpec& spec : expected_tensors(ck.config_)) {
@@ -513,9 +578,10 @@ Checkpoint Checkpoint::load(const std::string& dir, const LoadOptions& options) 
                                   (spec.name == "lm_head.weight" && !ck.config_.reduced_vocab());
       throw CheckpointError(
           "missing tensor '" + spec.name + "' in " + dir +
-          (verifier_owned && ck.config_.architecture == "DSparkDraftModel"
+          (verifier_owned && options.target_dir.empty()
                ? " (a speculators checkpoint omits the verifier's embed_tokens.weight and, with "
-                 "the full vocabulary, lm_head.weight: copy them from the target model)"
+                 "the full vocabulary, lm_head.weight: name the target model's directory, "
+                 "LoadOptions::target_dir / --target-model, or copy them in)"
                : ""));
     }
     const TensorInfo& t = *it->second.info;

@@ -11,10 +11,12 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "common/tool.h"
 #include "sparkdraft/checkpoint.h"
+#include "sparkdraft/safetensors.h"
 #include "test_util.h"
 
 namespace sparkdraft {
@@ -227,6 +229,45 @@ TEST(Cli, FillInCheckpointDemoPlanAndCheck) {
   r = run("check --backend cpu --tp 2 --rounds 2 --checkpoint " + dir.path());
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("comparisons bit for bit equal"), std::string::npos) << r.out;
+}
+
+// A speculators checkpoint without the verifier's embed_tokens / lm_head (the real form):
+// demo refuses it (bad input, naming --target-model) and, given the target model's
+// directory, drafts exactly what the whole checkpoint drafts.
+TEST(Cli, SpeculatorsCheckpointDraftsWithTheTargetModelsWeights) {
+  testing::TempDir dir;
+  const std::string whole = dir / "whole", draft = dir / "draft", target = dir / "target";
+  ASSERT_EQ(run("make-checkpoint --preset tiny-fillin --out " + whole).rc, 0);
+  const Checkpoint full = Checkpoint::load(whole);
+  std::filesystem::create_directories(draft);
+  std::filesystem::create_directories(target);
+  std::filesystem::copy_file(whole + "/config.json", draft + "/config.json");
+  SafetensorsWriter d, t;
+  for (const LoadedTensor& x : full.tensors()) {
+    const bool verifier = x.name == "embed_tokens.weight" || x.name == "lm_head.weight";
+    (verifier ? t : d)
+        .add_copy(verifier && x.name == "embed_tokens.weight" ? "model." + x.name : x.name, x.dtype,
+                  x.shape, x.data);
+  }
+  d.write(draft + "/model.safetensors");
+  t.write(target + "/model.safetensors");
+  const std::string demo = "demo --backend cpu --requests 2 --rounds 2 --checkpoint ";
+  Result r = run(demo + draft);
+  EXPECT_EQ(r.rc, 3) << r.out;
+  EXPECT_NE(r.out.find("--target-model"), std::string::npos) << r.out;
+  auto drafts = [](const std::string& out) {
+    std::vector<std::string> lines;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+      if (l.find("draft:") != std::string::npos) lines.push_back(l);
+    return lines;
+  };
+  const Result want = run(demo + whole);
+  ASSERT_EQ(want.rc, 0) << want.out;
+  r = run(demo + draft + " --target-model " + target);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(drafts(r.out), drafts(want.out));
+  EXPECT_EQ(drafts(r.out).size(), 4u) << r.out;
 }
 
 // plan --tp N (the GPU's plan is host logic: a CUDA build needs no GPU for it) says

@@ -529,7 +529,7 @@ TEST(Checkpoint, FillInPresetWritesAndLoadsTheSpeculatorsForm) {
     write_checkpoint(dir.path(), c, specs);
     test::write_file(dir / "config.json", io::export_speculators_config(c).dump());
     expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(dir.path()); }),
-                    {"missing tensor 'embed_tokens.weight'", "copy them from the target model"});
+                    {"missing tensor 'embed_tokens.weight'", "--target-model", "target_dir"});
   }
   test::TempDir dir;
   const ModelConfig muse = preset_config("tiny-fillin", "muse");
@@ -539,6 +539,160 @@ TEST(Checkpoint, FillInPresetWritesAndLoadsTheSpeculatorsForm) {
   EXPECT_EQ(cj.at("sample_from_anchor"), false);
   EXPECT_EQ(cj.at("block_size"), 7);  // our JSON: N
   EXPECT_EQ(config_to_json(Checkpoint::load(dir.path()).config()), config_to_json(muse));
+}
+
+// The bytes of a loaded tensor.
+std::vector<uint8_t> bytes_of(const LoadedTensor& t) {
+  return std::vector<uint8_t>(t.data,
+                              t.data + t.numel() * static_cast<int64_t>(dtype_size(t.dtype)));
+}
+
+const LoadedTensor& loaded(const Checkpoint& ck, const std::string& name) {
+  for (const LoadedTensor& t : ck.tensors())
+    if (t.name == name) return t;
+  throw std::runtime_error("no loaded tensor " + name);
+}
+
+// LoadOptions::target_dir (contract.md 14.3): a speculators checkpoint without the verifier's
+// embed_tokens.weight and lm_head.weight loads them from the target model's directory, and
+// then equals the whole checkpoint tensor for tensor. The target's names with and without
+// "model.", its shards through the index, a target with tied embeddings (lm_head from
+// embed_tokens), the draft's own tensors winning over the target's; refused: no target
+// directory (the message names the option), a target that does not exist, a target without
+// the tensor (and no tie), a target tensor of the wrong shape.
+TEST(Checkpoint, SpeculatorsCheckpointTakesTheVerifierWeightsFromTheTargetModel) {
+  test::TempDir root;
+  const ModelConfig c = preset_config("tiny-fillin");
+  const std::string whole = root / "whole", draft = root / "draft";
+  write_synthetic_checkpoint(c, whole, SyntheticOptions{});
+  const Checkpoint full = Checkpoint::load(whole);
+  const LoadedTensor& embed = loaded(full, "embed_tokens.weight");
+  const LoadedTensor& head = loaded(full, "lm_head.weight");
+  // The draft without them: every other tensor copied from the whole checkpoint.
+  fs::create_directories(draft);
+  fs::copy_file(fs::path(whole) / "config.json", fs::path(draft) / "config.json");
+  {
+    SafetensorsWriter w;
+    for (const LoadedTensor& t : full.tensors())
+      if (t.name != "embed_tokens.weight" && t.name != "lm_head.weight")
+        w.add_copy(t.name, t.dtype, t.shape, t.data);
+    w.write((fs::path(draft) / "model.safetensors").string());
+  }
+  auto target_with = [&](const std::string& dir, const std::vector<std::string>& names,
+                         bool prefix) {
+    fs::create_directories(dir);
+    SafetensorsWriter w;
+    // A tensor of the target's own that the draft never reads.
+    const std::vector<float> unrelated(12, 1.0f);
+    w.add_copy("model.layers.0.mlp.up_proj.weight", DType::f32, {3, 4}, unrelated.data());
+    for (const std::string& n : names) {
+      const LoadedTensor& t = n == "embed_tokens.weight" ? embed : head;
+      w.add_copy((prefix ? "model." : "") + n, t.dtype, t.shape, t.data);
+    }
+    w.write((fs::path(dir) / "model.safetensors").string());
+  };
+  auto with_target = [](const std::string& dir) {
+    LoadOptions lo;
+    lo.target_dir = dir;
+    return lo;
+  };
+  auto expect_whole = [&](const Checkpoint& ck, const std::string& target_file) {
+    ASSERT_EQ(ck.tensors().size(), full.tensors().size());
+    for (size_t i = 0; i < ck.tensors().size(); ++i) {
+      EXPECT_EQ(ck.tensors()[i].name, full.tensors()[i].name);
+      EXPECT_EQ(bytes_of(ck.tensors()[i]), bytes_of(full.tensors()[i])) << ck.tensors()[i].name;
+    }
+    EXPECT_EQ(loaded(ck, "embed_tokens.weight").file, target_file);
+    EXPECT_EQ(loaded(ck, "lm_head.weight").file, target_file);
+  };
+
+  // Without a target: refused, naming the tensor and the option.
+  expect_mentions(error_of<CheckpointError>([&] { Checkpoint::load(draft); }),
+                  {"missing tensor 'embed_tokens.weight'", "--target-model"});
+  // HF names ("model.embed_tokens.weight", "lm_head.weight") and bare names.
+  for (const bool prefix : {true, false}) {
+    const std::string target = root / (prefix ? "target_hf" : "target_bare");
+    target_with(target, {"embed_tokens.weight", "lm_head.weight"}, prefix);
+    expect_whole(Checkpoint::load(draft, with_target(target)),
+                 (fs::path(target) / "model.safetensors").string());
+  }
+  // Shards through the index: embed_tokens in one, lm_head in the other.
+  {
+    const std::string target = root / "target_shards";
+    fs::create_directories(target);
+    const std::string a = "model-00001-of-00002.safetensors",
+                      b = "model-00002-of-00002.safetensors";
+    SafetensorsWriter wa, wb;
+    wa.add_copy("model.embed_tokens.weight", embed.dtype, embed.shape, embed.data);
+    wb.add_copy("lm_head.weight", head.dtype, head.shape, head.data);
+    wa.write((fs::path(target) / a).string());
+    wb.write((fs::path(target) / b).string());
+    const json index = {{"weight_map", {{"model.embed_tokens.weight", a}, {"lm_head.weight", b}}}};
+    test::write_file(fs::path(target) / "model.safetensors.index.json", index.dump());
+    const Checkpoint ck = Checkpoint::load(draft, with_target(target));
+    EXPECT_EQ(bytes_of(loaded(ck, "embed_tokens.weight")), bytes_of(embed));
+    EXPECT_EQ(bytes_of(loaded(ck, "lm_head.weight")), bytes_of(head));
+    EXPECT_EQ(loaded(ck, "lm_head.weight").file, (fs::path(target) / b).string());
+  }
+  // Tied embeddings: no lm_head in the target; its config ties it to embed_tokens.
+  {
+    const std::string target = root / "target_tied";
+    target_with(target, {"embed_tokens.weight"}, true);
+    expect_mentions(
+        error_of<CheckpointError>([&] { Checkpoint::load(draft, with_target(target)); }),
+        {"no 'lm_head.weight'", target, "does not tie"});
+    test::write_file(fs::path(target) / "config.json", R"({"tie_word_embeddings": false})");
+    expect_mentions(
+        error_of<CheckpointError>([&] { Checkpoint::load(draft, with_target(target)); }),
+        {"no 'lm_head.weight'"});
+    test::write_file(fs::path(target) / "config.json", R"({"tie_word_embeddings": true})");
+    const Checkpoint ck = Checkpoint::load(draft, with_target(target));
+    EXPECT_EQ(bytes_of(loaded(ck, "lm_head.weight")), bytes_of(embed));
+    test::write_file(fs::path(target) / "config.json", R"({"tie_word_embeddings": 1})");
+    expect_mentions(
+        error_of<CheckpointError>([&] { Checkpoint::load(draft, with_target(target)); }),
+        {"tie_word_embeddings is not a boolean"});
+  }
+  // The draft's own tensors win: the whole checkpoint with a target that holds other bytes.
+  {
+    const std::string target = root / "target_other";
+    fs::create_directories(target);
+    SafetensorsWriter w;
+    const std::vector<uint8_t> other(embed.numel() * 2, 0x11);
+    w.add_copy("model.embed_tokens.weight", embed.dtype, embed.shape, other.data());
+    w.add_copy("lm_head.weight", head.dtype, head.shape, other.data());
+    w.write((fs::path(target) / "model.safetensors").string());
+    expect_whole(Checkpoint::load(whole, with_target(target)),
+                 (fs::path(whole) / "model.safetensors").string());
+  }
+  // Refusals: a target that does not exist (even where the draft needs nothing from it), a
+  // file in its place, one without embed_tokens, a wrong shape.
+  for (const std::string& ck : {draft, whole})
+    expect_mentions(
+        error_of<CheckpointError>([&] { Checkpoint::load(ck, with_target(root / "nowhere")); }),
+        {"target model directory", "does not exist"});
+  expect_mentions(error_of<CheckpointError>(
+                      [&] { Checkpoint::load(draft, with_target(whole + "/config.json")); }),
+                  {"is not a readable directory"});
+  {
+    const std::string target = root / "target_headless";
+    target_with(target, {"lm_head.weight"}, true);
+    expect_mentions(
+        error_of<CheckpointError>([&] { Checkpoint::load(draft, with_target(target)); }),
+        {"no 'embed_tokens.weight'", target});
+  }
+  {
+    const std::string target = root / "target_narrow";
+    fs::create_directories(target);
+    SafetensorsWriter w;
+    w.add_copy("model.embed_tokens.weight", embed.dtype, {embed.shape[0] / 2, embed.shape[1]},
+               embed.data);
+    w.add_copy("lm_head.weight", head.dtype, head.shape, head.data);
+    w.write((fs::path(target) / "model.safetensors").string());
+    expect_mentions(
+        error_of<CheckpointError>([&] { Checkpoint::load(draft, with_target(target)); }),
+        {"embed_tokens.weight", "shape", target});
+  }
 }
 
 // A reduced draft vocabulary (contract.md section 11): tiny-d2t loads with lm_head and w2 of
