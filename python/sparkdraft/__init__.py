@@ -109,8 +109,11 @@ class Checkpoint:
     embeddings). Nothing else of the target is read; the draft's own tensors win.
     """
 
-    def __init__(self, dir: str, *, allow_nonfinite: bool = False, target_model: Optional[str] = None):
-        self._ck = _core.Checkpoint(str(dir), allow_nonfinite, "" if target_model is None else str(target_model))
+    def __init__(
+        self, dir: str, *, allow_nonfinite: bool = False, target_model: Optional[str] = None
+    ):
+        target = "" if target_model is None else str(target_model)
+        self._ck = _core.Checkpoint(str(dir), allow_nonfinite, target)
         self.config: dict = json.loads(self._ck.config_json())
 
     @property
