@@ -26,9 +26,12 @@
 #   tp-bench     on 2 GPUs or more: `bench allreduce` (eager, fused and NCCL's) and `bench step
 #                --tp N` (N the largest of 2, 4, 8 the machine has) for both presets at ctx
 #                4096 and rows 1 8 32, NCCL_NVLS_ENABLE=0 (not a default stage)
-#   verify       the verifier: its GPU tests (CudaVerify.*: GPU == CPU bit for bit), then `bench
-#                verify` (V 151936 and 202048, N 7, rows 1 8 32, bf16 and fp32 target logits,
-#                JSON), then memcheck and racecheck over two of its tests (not a default stage)
+#   verify       the verifier: its GPU tests (CudaVerify.*: GPU == CPU bit for bit, every
+#                form), then `bench verify` (V 151936 and 202048, N 7, rows 1 8 32, bf16 and fp32
+#                target logits, the automatic form and the resident one, JSON), then memcheck
+#                and racecheck over two of its tests (not a default stage)
+#   verify-sweep `bench verify --form resident` around the launcher's shape: the slice width at
+#                one request, threads and requests in flight at 32 (not a default stage)
 # SPARKDRAFT_PRESET_DIR (default /tmp) holds the synthetic preset checkpoints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -171,10 +174,12 @@ for stage in "${stages[@]}"; do
         "$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$out/verify_tests.log") failed"
       grep -E '^\[  FAILED  \] [A-Za-z]' "$out/verify_tests.log" | sort -u | tee -a "$summary"
       for dtype in bf16 f32; do
-        ./build/sparkdraft bench verify --dtype "$dtype" --json "$out/bench_verify_$dtype.json" \
-          >"$out/bench_verify_$dtype.log" 2>&1
-        note "bench verify $dtype: rc $?"
-        grep -A7 '^V ' "$out/bench_verify_$dtype.log" | tee -a "$summary"
+        for form in auto resident; do
+          ./build/sparkdraft bench verify --dtype "$dtype" --form "$form" \
+            --json "$out/bench_verify_${dtype}_$form.json" >"$out/bench_verify_${dtype}_$form.log" 2>&1
+          note "bench verify $dtype, form $form: rc $?"
+          grep -A7 '^V ' "$out/bench_verify_${dtype}_$form.log" | tee -a "$summary"
+        done
       done
       san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
       for tool in memcheck racecheck; do
@@ -182,6 +187,23 @@ for stage in "${stages[@]}"; do
           --gtest_filter='CudaVerify.EqualsCpuAtOneDraftToken:CudaVerify.GraphReplayEqualsEager' \
           >"$out/verify_$tool.log" 2>&1
         note "verify $tool: rc $?; $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/verify_$tool.log" | tr '\n' ' ')"
+      done
+      ;;
+    verify-sweep)
+      # The resident form's shape around the launcher's pick: the slice at one request
+      # (CTAs a request: 264, 132, 66, 33 at V 151936), requests in flight at 32.
+      for slice in 576 1152 2304 4608; do
+        ./build/sparkdraft bench verify --form resident --vocab 151936 --rows 1 --slice "$slice" \
+          --json "$out/sweep_rows1_slice$slice.json" >"$out/sweep_rows1_slice$slice.log" 2>&1
+        note "resident, 1 row, slice $slice: rc $?; $(grep -h '  verify ' "$out/sweep_rows1_slice$slice.log")"
+      done
+      for threads in 256 512; do
+        for rr in 2 4 6; do
+          ./build/sparkdraft bench verify --form resident --vocab 151936 --rows 32 --threads "$threads" \
+            --resident-rows "$rr" --json "$out/sweep_rows32_t${threads}_rr$rr.json" \
+            >"$out/sweep_rows32_t${threads}_rr$rr.log" 2>&1
+          note "resident, 32 rows, $threads threads, $rr in flight: rc $?; $(grep -h '  verify \|error' "$out/sweep_rows32_t${threads}_rr$rr.log")"
+        done
       done
       ;;
     *)

@@ -48,14 +48,20 @@ std::string first_difference(const std::vector<int32_t>& k_cpu, const std::vecto
   return "";
 }
 
+// The launch's form by name (the CLI's --form values).
+const char* form_name(const VerifyBenchResult& r) {
+  return r.resident_rows > 0 ? "resident" : (r.list_capacity > 0 ? "lists" : "rows");
+}
+
 }  // namespace
 
 VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   if (o.vocab < 1 || o.n < 1 || o.n > 64 || o.rows < 1 || o.repeats < 1 || o.warmup < 0 ||
-      !(o.temperature >= 0.0f) || o.temperature > 1e30f)
+      !(o.temperature >= 0.0f) || o.temperature > 1e30f || o.threads < 0 || o.slice < 0 ||
+      o.resident_rows < 0)
     throw InvalidArgument(
-        "bench_verify: vocab, rows and repeats must be >= 1, N in [1, 64], warmup >= 0, the "
-        "temperature finite and >= 0");
+        "bench_verify: vocab, rows and repeats must be >= 1, N in [1, 64], warmup, threads, "
+        "slice and resident_rows >= 0, the temperature finite and >= 0");
   VerifyBenchResult r;
   r.options = o;
   r.gpu = query_gpu();
@@ -150,11 +156,19 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   p.num_accepted = d_k.data();
   p.tokens = d_out.data();
   VerifyWorkspace ws(o.rows, o.n, o.vocab);
-  const VerifyShape shape = ws.pick(o.rows, o.form);
+  VerifyShape shape = ws.pick(o.rows, o.form, o.dtype);
+  if (o.threads > 0) shape.threads = o.threads;
+  if (o.slice > 0) shape.slice = o.slice;
+  if (o.resident_rows > 0) {
+    if (o.form != VerifyForm::resident)
+      throw InvalidArgument("bench_verify: requests in flight are the resident form's");
+    shape.resident_rows = o.resident_rows;
+  }
   r.threads = shape.threads;
   r.slice = shape.slice;
   r.slices = (o.vocab + shape.slice - 1) / shape.slice;
   r.list_capacity = shape.list_capacity;
+  r.resident_rows = shape.resident_rows;
   verify(p, ws, s, &shape);
   stream.synchronize();
   r.difference = first_difference(k_cpu, t_cpu, d_k.download(s), d_out.download(s), o.n, o.seed);
@@ -182,7 +196,9 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
       << r.bytes / 1e6 << " MB -> " << r.floor_us << " us\n";
   out << std::setprecision(2) << "  verify " << r.verify_us << " us (" << r.ratio << "x floor; "
       << r.threads << " threads, " << r.slices << " slices of " << r.slice << " ids, "
-      << (r.list_capacity > 0 ? "lists form" : "rows form") << ")\n";
+      << form_name(r) << " form";
+  if (r.resident_rows > 0) out << ", " << r.resident_rows << " requests in flight";
+  out << ")\n";
   out << std::defaultfloat;
   return r;
 }
@@ -203,8 +219,9 @@ nlohmann::json verify_bench_json(const VerifyBenchResult& r) {
                     {{"threads", r.threads},
                      {"slice", r.slice},
                      {"slices", r.slices},
-                     {"form", r.list_capacity > 0 ? "lists" : "rows"},
-                     {"list_capacity", r.list_capacity}}},
+                     {"form", form_name(r)},
+                     {"list_capacity", r.list_capacity},
+                     {"resident_rows", r.resident_rows}}},
                    {"mean_accepted", r.mean_accepted},
                    {"bytes", r.bytes},
                    {"copy_bandwidth_gbs", r.copy_bandwidth_gbs},

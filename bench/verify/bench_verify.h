@@ -31,6 +31,10 @@ struct VerifyBenchOptions {
   LogitsDType dtype = LogitsDType::bf16;
   VerifyMethod method = VerifyMethod::standard;
   VerifyForm form = VerifyForm::automatic;  // the vocabulary passes' form (verify.h)
+  // Overrides of the launcher's shape for sweeps (0: the pick's): threads per CTA, ids a
+  // slice, and (the resident form only) requests in flight. The launcher refuses a shape
+  // it cannot run (InvalidArgument).
+  int threads = 0, slice = 0, resident_rows = 0;
   // Target logits: "uniform" (uniform in [-8, 8]) or "trained" (bench_markov.h's
   // trained_logits: the spread of a trained LM's logits, a few ids far above the bulk).
   std::string logits = "uniform";
@@ -41,7 +45,8 @@ struct VerifyBenchResult {
   VerifyBenchOptions options;
   GpuInfo gpu;
   std::string difference;  // empty: the GPU equals the CPU reference bit for bit
-  int threads = 0, slice = 0, slices = 0, list_capacity = 0;  // the launch (0: the rows form)
+  // The launch: list_capacity 0 and resident_rows 0 is the rows form.
+  int threads = 0, slice = 0, slices = 0, list_capacity = 0, resident_rows = 0;
   double mean_accepted = 0;  // drafts accepted per row on the bench's inputs
   double bytes = 0, copy_bandwidth_gbs = 0, floor_us = 0, verify_us = 0, ratio = 0;
   bool ok() const { return difference.empty(); }

@@ -605,7 +605,7 @@ Command add_bench_verify(CLI::App* bench) {
   struct Opts {
     std::string json, dtype = "bf16", method = "standard", form = "auto", logits = "uniform";
     std::vector<int> vocab{151936, 202048}, rows{1, 8, 32};
-    int steps = 7, repeats = 50;
+    int steps = 7, repeats = 50, threads = 0, slice = 0, resident_rows = 0;
     float temperature = 1.0f;
     uint64_t seed = 20240601;
   };
@@ -634,10 +634,23 @@ Command add_bench_verify(CLI::App* bench) {
       ->capture_default_str();
   sub->add_option("--form", opts->form,
                   "The vocabulary passes' form: auto (the launcher's choice by row count), rows "
-                  "(every pass reads the logits) or lists (the first pass counts bf16 patterns, "
-                  "the sums read the counts); the same bits in every form")
-      ->check(CLI::IsMember({"auto", "rows", "lists"}))
+                  "(every pass reads the logits), lists (the first pass counts bf16 patterns, "
+                  "the sums read the counts) or resident (one cooperative kernel, each "
+                  "request's logits held in shared memory from the first pass to the draw); "
+                  "the same bits in every form")
+      ->check(CLI::IsMember({"auto", "rows", "lists", "resident"}))
       ->capture_default_str();
+  sub->add_option("--threads", opts->threads,
+                  "Threads per CTA instead of the launcher's (64, 128, 256 or 512; a sweep's knob)")
+      ->check(CLI::IsMember({64, 128, 256, 512}));
+  add_bounded(sub, "--slice", opts->slice,
+              "Ids per vocabulary slice instead of the launcher's (a sweep's knob; a shape the "
+              "launcher cannot run is refused)",
+              1, 1 << 24);
+  add_bounded(sub, "--resident-rows", opts->resident_rows,
+              "With --form resident: requests in flight instead of the launcher's (all their CTAs "
+              "must fit on the GPU at once)",
+              1, kMaxReqs);
   sub->add_option("--logits", opts->logits,
                   "Target logits: uniform (in [-8, 8]) or trained (the spread of a trained LM's "
                   "logits: normal bulk around -2, eight ids far above it; bench markov's profile)")
@@ -646,6 +659,8 @@ Command add_bench_verify(CLI::App* bench) {
   add_seed(sub, opts->seed, "Seed of the inputs");
   sub->add_option("--json", opts->json, "Write the results as a JSON array to this file");
   return {sub, [opts]() -> int {
+            if (opts->resident_rows > 0 && opts->form != "resident")
+              throw InvalidArgument("bench verify: --resident-rows needs --form resident");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("bench verify");
             nlohmann::json all = nlohmann::json::array();
@@ -660,11 +675,15 @@ Command add_bench_verify(CLI::App* bench) {
                 b.temperature = opts->temperature;
                 b.dtype = opts->dtype == "f32" ? LogitsDType::f32 : LogitsDType::bf16;
                 b.method = opts->method == "block" ? VerifyMethod::block : VerifyMethod::standard;
-                b.form = opts->form == "rows"    ? cuda::VerifyForm::rows
-                         : opts->form == "lists" ? cuda::VerifyForm::lists
-                                                 : cuda::VerifyForm::automatic;
+                b.form = opts->form == "rows"       ? cuda::VerifyForm::rows
+                         : opts->form == "lists"    ? cuda::VerifyForm::lists
+                         : opts->form == "resident" ? cuda::VerifyForm::resident
+                                                    : cuda::VerifyForm::automatic;
                 b.logits = opts->logits;
                 b.seed = opts->seed;
+                b.threads = opts->threads;
+                b.slice = opts->slice;
+                b.resident_rows = opts->resident_rows;
                 const cuda::VerifyBenchResult r = cuda::bench_verify(b, std::cout);
                 if (!r.ok()) {
                   std::fflush(stdout);

@@ -47,8 +47,9 @@ TEST(Cli, EverySubcommandHasHelp) {
         "--spec", "floor", "bit for bit", "--tp-reduce"})
     EXPECT_NE(step.find(needle), std::string::npos) << needle << " missing from:\n" << step;
   const std::string verify = run("bench verify --help").out;
-  for (const char* needle : {"--vocab", "--rows", "--steps", "--dtype", "--method", "--repeats",
-                             "--json", "floor", "bit for bit", "151936 and 202048"})
+  for (const char* needle :
+       {"--vocab", "--rows", "--steps", "--dtype", "--method", "--form", "resident", "--repeats",
+        "--json", "floor", "bit for bit", "151936 and 202048"})
     EXPECT_NE(verify.find(needle), std::string::npos) << needle << " missing from:\n" << verify;
   const std::string allreduce = run("bench allreduce --help").out;
   for (const char* needle : {"--tp", "--rows", "--hidden", "--repeats", "--json", "ncclAllReduce",

@@ -109,6 +109,10 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("bench verify --dtype f16", kExitUsage, {"--dtype", "f16"});
   expect_refused("bench verify --rows 0", kExitUsage, {"--rows", "0"});
   expect_refused("bench verify --temperature -1", kExitUsage, {"--temperature"});
+  expect_refused("bench verify --form shared", kExitUsage, {"--form", "shared"});
+  expect_refused("bench verify --threads 100", kExitUsage, {"--threads", "100"});
+  expect_refused("bench verify --resident-rows 2", kExitUsage,
+                 {"--resident-rows needs --form resident"});
   expect_refused("bench", kExitUsage, {"subcommand"});
 }
 

@@ -1,7 +1,8 @@
 // The verifier on the GPU (issue 22; cuda/verify/verify.h) against the CPU
 // reference (src/cpu/verify.cpp), bit for bit on num_accepted and every output
 // token: every row count (1, odd, max_reqs), every block size the launcher can
-// pick and several vocabulary splits (with and without the sums' exp table), NaN / +inf / all -inf
+// pick and several vocabulary splits (with and without the sums' exp table; the resident form at
+// several slice widths and counts of requests in flight), NaN / +inf / all -inf
 // / tied rows, padding rows (left untouched), T 0 / 0.05 / 0.7 / 1 / 2, top-k and top-p, bf16 and
 // fp32 target logits, both methods; a graph replay equals the eager call; the comparison catches a
 // decision flipped by one corrupted logit; CudaDraft's host and device entry points equal the CPU
@@ -317,6 +318,31 @@ void check_every_shape(const Case& c, int max_rows) {
                               << draw_slice << ", list capacity " << capacity;
         }
       }
+  // The resident form: every block size; the pick's cut, one CTA a request, an odd cut,
+  // a narrow one and the most CTAs a request the workspace holds; one request in flight
+  // (a CTA takes several rows in turn), two, and as many as can be resident.
+  const int most_resident = (c.vocab + ws.max_resident_slices() - 1) / ws.max_resident_slices();
+  const std::vector<int> resident_slices = {
+      ws.pick(c.rows, cuda::VerifyForm::resident, c.dtype).slice, c.vocab, 1021, 97, most_resident};
+  int resident_runs = 0;
+  for (int threads : cuda::kVerifyThreadChoices)
+    for (int slice : resident_slices) {
+      const int G = (c.vocab + slice - 1) / slice;
+      const int per_sm = cuda::detail::resident_occupancy(
+          threads, cuda::detail::resident_smem_bytes(c.n, slice, c.dtype));
+      ASSERT_GT(per_sm, 0) << "threads " << threads << ", slice " << slice;
+      const int fit = per_sm * ws.sm_count() / G;
+      for (int in_flight : std::set<int>{1, 2, std::min(fit, c.rows)}) {
+        if (in_flight > fit) continue;
+        cuda::VerifyShape shape{threads, slice};
+        shape.resident_rows = in_flight;
+        const std::string diff = difference(c, want, gpu_verify(c, d, ws, &shape));
+        ASSERT_EQ(diff, "") << "resident form: threads " << threads << ", slice " << slice << " ("
+                            << G << " CTAs a request), " << in_flight << " requests in flight";
+        ++resident_runs;
+      }
+    }
+  EXPECT_GT(resident_runs, 0);
 }
 
 TEST(CudaVerify, EqualsCpuAtEveryRowCountBlockSizeAndSplit) {
@@ -410,6 +436,10 @@ TEST(CudaVerify, EqualsCpuOnTheRareBranches) {
   for (int threads : cuda::kVerifyThreadChoices) {
     const cuda::VerifyShape shape{threads, 256, 128};
     ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "") << "threads " << threads;
+    cuda::VerifyShape resident{threads, 256};  // 4 CTAs a request, every row in flight
+    resident.resident_rows = c.rows;
+    ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &resident)), "")
+        << "resident form, threads " << threads;
   }
   EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
 }
@@ -496,6 +526,8 @@ TEST(CudaVerify, EqualsCpuWithOtherStreamSalts) {
   DeviceCase d(c);
   cuda::VerifyWorkspace ws(16, c.n, c.vocab);
   EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
+  const cuda::VerifyShape resident = ws.pick(c.rows, cuda::VerifyForm::resident);
+  EXPECT_EQ(difference(c, want, gpu_verify(c, d, ws, &resident)), "") << "resident form";
 }
 
 // T = 1 everywhere (the passes' path without the division) over logits spread so wide
@@ -605,15 +637,70 @@ TEST(CudaVerify, EqualsCpuAtAFullVocabulary) {
     const Result want = cpu_verify(c);
     DeviceCase d(c);
     cuda::VerifyWorkspace ws(8, c.n, c.vocab);
-    for (cuda::VerifyForm form : {cuda::VerifyForm::rows, cuda::VerifyForm::lists})
+    for (cuda::VerifyForm form :
+         {cuda::VerifyForm::rows, cuda::VerifyForm::lists, cuda::VerifyForm::resident})
       for (int threads : cuda::kVerifyThreadChoices) {
-        cuda::VerifyShape shape = ws.pick(c.rows, form);
+        cuda::VerifyShape shape = ws.pick(c.rows, form, c.dtype);
         shape.threads = threads;
         ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "")
-            << "threads " << threads << ", list capacity " << shape.list_capacity;
+            << "threads " << threads << ", list capacity " << shape.list_capacity
+            << ", resident rows " << shape.resident_rows;
       }
     ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, nullptr)), "");
   }
+}
+
+// The resident form at the bench's vocabularies and row counts: the pick's shape (each
+// CTA holding 2N + 1 slices of a few thousand ids) and one request in flight (every
+// group takes its rows in turn), bf16 and fp32 targets, both methods, with top-k /
+// top-p, against the CPU.
+TEST(CudaVerify, ResidentFormEqualsCpuAtFullVocabularies) {
+  SD_REQUIRE_GPU();
+  for (int V : {151936, 202048})
+    for (LogitsDType dtype : {LogitsDType::bf16, LogitsDType::f32})
+      for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block}) {
+        const uint64_t seed = 7100 + (V == 202048 ? 10 : 0) + (dtype == LogitsDType::f32 ? 1 : 0) +
+                              (method == VerifyMethod::block ? 2 : 0);
+        std::printf("  seed %llu\n", static_cast<unsigned long long>(seed));
+        test::Gen g(seed);
+        const Case c = make_case(g, 9, 7, V, dtype, method, true);
+        const Result want = cpu_verify(c);
+        DeviceCase d(c);
+        cuda::VerifyWorkspace ws(c.rows, c.n, c.vocab);
+        cuda::VerifyShape shape = ws.pick(c.rows, cuda::VerifyForm::resident, dtype);
+        for (int in_flight : {shape.resident_rows, 1}) {
+          shape.resident_rows = in_flight;
+          ASSERT_EQ(difference(c, want, gpu_verify(c, d, ws, &shape)), "")
+              << "V " << V << ", " << to_string(dtype) << ", " << to_string(method) << ", slice "
+              << shape.slice << ", " << in_flight << " requests in flight";
+        }
+      }
+}
+
+// The resident pick's shapes can run: at most the workspace's CTAs a request, every CTA
+// resident at once (the occupancy calculator), slices of whole 16-byte bf16 pieces, the
+// rows' rounds as few as fit.
+TEST(CudaVerify, ResidentPickFitsTheGpu) {
+  SD_REQUIRE_GPU();
+  for (int V : {1237, 151936, 202048})
+    for (LogitsDType dtype : {LogitsDType::bf16, LogitsDType::f32})
+      for (int rows : {1, 8, 32, 256}) {
+        cuda::VerifyWorkspace ws(rows, 7, V);
+        const cuda::VerifyShape shape = ws.pick(rows, cuda::VerifyForm::resident, dtype);
+        const int G = (V + shape.slice - 1) / shape.slice;
+        const int per_sm = cuda::detail::resident_occupancy(
+            shape.threads, cuda::detail::resident_smem_bytes(7, shape.slice, dtype));
+        std::printf(
+            "  V %d, %s, %d rows: %d threads, slice %d (%d CTAs a request), %d in "
+            "flight, %d CTAs an SM\n",
+            V, to_string(dtype), rows, shape.threads, shape.slice, G, shape.resident_rows, per_sm);
+        EXPECT_EQ(shape.slice % 8, 0);
+        EXPECT_LE(G, ws.max_resident_slices());
+        EXPECT_GE(shape.resident_rows, 1);
+        EXPECT_LE(shape.resident_rows, rows);
+        EXPECT_LE(static_cast<int64_t>(shape.resident_rows) * G,
+                  static_cast<int64_t>(per_sm) * ws.sm_count());
+      }
 }
 
 // The lists form's histogram, seen from outside: after a call, each (row, position,
@@ -690,6 +777,15 @@ TEST(CudaVerify, GraphReplayEqualsEager) {
     for (int i = 0; i < 3; ++i) graph.launch(stream.get());
     stream.synchronize();
     EXPECT_EQ(difference(c, eager, d.result()), "");
+    // The resident form (a cooperative kernel node; its arrival counters back at 0
+    // after each replay).
+    const cuda::VerifyShape resident = ws.pick(c.rows, cuda::VerifyForm::resident);
+    d.reset_outputs(c);
+    const cuda::GraphExec resident_graph(
+        stream.get(), [&](cudaStream_t s) { cuda::verify(d.p, ws, s, &resident); });
+    for (int i = 0; i < 3; ++i) resident_graph.launch(stream.get());
+    stream.synchronize();
+    EXPECT_EQ(difference(c, eager, d.result()), "") << "the resident form in a graph";
   }
 }
 
@@ -741,6 +837,24 @@ TEST(CudaVerify, RefusesShapesTheLauncherCannotRun) {
   EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &wide_slice), InvalidArgument);
   cuda::VerifyWorkspace other_n(3, 5, c.vocab);
   EXPECT_THROW(cuda::verify(d.p, other_n, nullptr), InvalidArgument);
+  // The resident form: more CTAs than can be resident, more CTAs a request than the
+  // workspace holds (slice 1: 1000), lists, a negative count; and a pick for a request
+  // larger than the GPU's shared memory.
+  cuda::VerifyShape resident = ws3.pick(c.rows, cuda::VerifyForm::resident);
+  cuda::VerifyShape crowded = resident, narrow_resident = resident, listed = resident,
+                    negative = resident;
+  crowded.resident_rows = 1000000;
+  narrow_resident.slice = 1;
+  listed.list_capacity = 1;
+  negative.resident_rows = -1;
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &crowded), InvalidArgument);
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &narrow_resident), InvalidArgument);
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &listed), InvalidArgument);
+  EXPECT_THROW(cuda::verify(d.p, ws3, nullptr, &negative), InvalidArgument);
+  cuda::VerifyWorkspace wide(1, 64, 151936);
+  EXPECT_THROW(wide.pick(1, cuda::VerifyForm::resident, LogitsDType::f32), InvalidArgument)
+      << "one request of N 64, V 151936 in fp32 needs 59 MB; the GPU's shared memory is "
+         "about 30 MB";
 }
 
 std::shared_ptr<const Checkpoint> tiny_checkpoint() {

@@ -3,8 +3,9 @@
 // programmatic-dependent-launch flag. With `pdl` the launch carries the
 // programmatic-stream-serialization attribute: the kernel may start while the
 // previous kernel of the stream finishes, and must call grid_dependency_wait()
-// (common/ptx.cuh) before it touches anything that kernel writes. A failed launch
-// throws DeviceError naming the kernel.
+// (common/ptx.cuh) before it touches anything that kernel writes. A cooperative launch
+// carries the cooperative attribute instead (and never PDL). A failed launch throws
+// DeviceError naming the kernel.
 //
 // A plain C++ header (cudaLaunchKernelEx is a host template of cuda_runtime.h):
 // host code that holds a kernel pointer may launch through it too.
@@ -38,6 +39,9 @@ struct LaunchShape {
   size_t smem = 0;  // dynamic shared memory, bytes
   cudaStream_t stream = nullptr;
   bool pdl = false;  // programmatic dependent launch
+  // A cooperative launch: every CTA of the grid resident at once, or the launch fails
+  // (kernels whose CTAs wait for each other; never with pdl).
+  bool cooperative = false;
 };
 
 // One launch as the log records it.
@@ -103,15 +107,20 @@ void launch_kernel(const char* name, void (*kernel)(Params...), const LaunchShap
   cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = shape.stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (shape.cooperative) {
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+  } else {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = shape.pdl || PdlScope::active() ? 1 : 0;
+  cfg.numAttrs = shape.cooperative || shape.pdl || PdlScope::active() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) throw_launch_error(name, err);
   if (LaunchLog* log = LaunchLog::current()) {
     LaunchShape recorded = shape;
-    recorded.pdl = cfg.numAttrs == 1;
+    recorded.pdl = !shape.cooperative && cfg.numAttrs == 1;
     log->records.push_back({name, reinterpret_cast<const void*>(kernel), recorded});
   }
 }

@@ -45,6 +45,23 @@
 // width and the block size never change a bit; the tests run every block size the
 // launcher can pick and several slice widths against the CPU reference.
 //
+// The resident form (VerifyShape::resident_rows > 0; src/cuda/verify/resident.cu):
+// the same stages in one cooperative kernel, the logits read once. A request's G CTAs
+// (G = ceil(V / slice)) each copy their slice of all 2N + 1 logit rows (the target's
+// N + 1, the cache's N) into shared memory, and keep it there from the first-id
+// packets through the sums (and block verification's masses) to the draw; between
+// the stages the G CTAs meet at a barrier of their own (an arrival counter per row,
+// spun on by one thread of each CTA). Every CTA then folds the group's partials itself
+// (the same exact folds) and runs the sequential decision itself, so no CTA waits for
+// another's result; the last to arrive after the draw finishes the row. The grid is
+// resident_rows x G CTAs, launched cooperatively, so they are all resident at once
+// and no barrier can wait on a CTA that has not started; group q takes the rows q,
+// q + resident_rows, ... in turn. A row with top-k / top-p adds one barrier: its
+// kept-set thresholds are found by the CTAs of its group, item j by CTA j mod G.
+// Written when no GPU was lent (2026-12-05): it compiles and CudaVerify.* runs it against
+// the CPU reference, but it has not run on a GPU yet, so the launcher never picks it
+// (only VerifyForm::resident or an explicit shape does).
+//
 // No allocation and no host synchronization per call (the scratch is a
 // VerifyWorkspace, sized when it is built), so a call can be captured in a CUDA
 // graph. Values behind device pointers (tokens, slots, temperatures, top-k/top-p)
@@ -77,16 +94,24 @@ inline constexpr int kVerifyListsFromItems = 16;  // the automatic form: lists f
 // slice <= kVerifyMaxListSlice and S x list_capacity <= the workspace's
 // list_region()).
 // draw_threads: threads per CTA of the draw kernel (0: `threads`).
+// resident_rows > 0: the resident form above, `threads` per CTA, `slice` ids per CTA
+// (G = ceil(V / slice) CTAs a request, at most the workspace's max_resident_slices(),
+// their rows within the shared memory a CTA may have), resident_rows requests in flight
+// (resident_rows x G CTAs, all resident at once on the GPU); draw_slice is unused and
+// list_capacity must be 0.
 struct VerifyShape {
   int threads = 256;
   int slice = 0;
   int draw_slice = 0;
   int list_capacity = 0;
   int draw_threads = 0;
+  int resident_rows = 0;
 };
 
-// The two forms of the vocabulary passes; automatic: the launcher's choice by rows.
-enum class VerifyForm { automatic, rows, lists };
+// The forms of the vocabulary passes; automatic: the launcher's choice by rows.
+enum class VerifyForm { automatic, rows, lists, resident };
+
+inline constexpr int kVerifyResidentCtasPerSm = 2;  // the resident pick: CTAs an SM
 
 inline constexpr int kVerifyMaxListSlice = 65535;  // a 16-bit count holds a slice's ids
 
@@ -112,28 +137,39 @@ class VerifyWorkspace {
   // that fill the SMs in the fewest waves, lists of up to slice / 8 pairs; the draw at
   // 256 threads.
   // automatic: the lists form when rows x (N + 1) items reach kVerifyListsFromItems.
-  VerifyShape pick(int rows, VerifyForm form = VerifyForm::automatic) const;
+  // Resident form (only when asked for): 512 threads, two CTAs an SM where they fit
+  // (else one), and of the requests in flight and the slice width the pair that takes
+  // the fewest rounds of requests, each round's CTAs spread over its requests, the slice
+  // a multiple of 8 ids (16-byte pieces of a bf16 row); InvalidArgument when even one
+  // request does not fit in the GPU's shared memory.
+  VerifyShape pick(int rows, VerifyForm form = VerifyForm::automatic,
+                   LogitsDType target = LogitsDType::bf16) const;
+  // The resident form's bound on G, the CTAs of one request: what the workspace's
+  // partials hold (kVerifyResidentCtasPerSm x the SMs).
+  int max_resident_slices() const { return max_resident_slices_; }
+  int sm_count() const { return sm_count_; }
   // Pairs of the lists form per (row, position, side): S x list_capacity must fit.
   int64_t list_region() const { return list_region_; }
 
+  // S: the staged kernels' slices, or the resident form's G.
   DeviceBuffer<MarkovPacket> packets;  // [rows][N + 1][2][S] first-id packets (target, draft)
   DeviceBuffer<U128> sums;             // [rows][N + 1][2][S] Zi partials
   DeviceBuffer<U128> mass;             // [rows][N][S] block: R_i partials
-  DeviceBuffer<MarkovPacket> draws;    // [rows][D] draw packets (D <= kVerifyMaxDrawSlices)
+  DeviceBuffer<MarkovPacket> draws;    // [rows][D] draw packets (D: draw slices, or G)
   DeviceBuffer<VerifyLaw> laws;        // [rows][N + 1][2]
   DeviceBuffer<uint64_t> keep;         // [rows][N + 1] target's kept-set threshold key (0: all)
   DeviceBuffer<float> weights;         // [rows][N + 1] block: w_i
   DeviceBuffer<float> chosen_weight;   // [rows] block: w_k after the decision
   DeviceBuffer<int32_t> accepted;      // [rows] k
   DeviceBuffer<int64_t> emitted;       // [rows] T = 0: the greedy pick
-  DeviceBuffer<uint32_t> arrivals;     // [rows][N + 1] + [rows] + [rows]: 0 between calls
+  DeviceBuffer<uint32_t> arrivals;     // [rows][N + 1] + 3 x [rows]: 0 between calls
   // The lists form's pairs (about V / 2 bytes per (row, position, side): 1.2 MB a row at
   // V 151936 and N 7).
   DeviceBuffer<uint32_t> lists;         // [rows][N + 1][2][list_region]: pattern << 16 | count
   DeviceBuffer<uint32_t> list_lengths;  // [rows][N + 1][2][S]: pairs (> capacity: not written)
 
  private:
-  int max_rows_, n_, vocab_, max_slices_, sm_count_ = 1;
+  int max_rows_, n_, vocab_, max_slices_, sm_count_ = 1, max_resident_slices_ = 1;
   int64_t list_region_ = 0;
 };
 
@@ -143,5 +179,18 @@ class VerifyWorkspace {
 // >= 1 with at most max_slices slices). shape null: ws.pick(p.rows).
 void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream,
             const VerifyShape* shape = nullptr);
+
+namespace detail {
+// The resident form's parts (resident.cu). Dynamic shared memory of one CTA holding
+// `slice` ids of the 2N + 1 rows of a request; the kernel's attributes (set once by
+// the workspace); the resident CTAs an SM holds at `threads` and `smem` (the occupancy
+// calculator; 0: none fits); and the launch, after verify()'s checks of p and the
+// workspace.
+size_t resident_smem_bytes(int n, int slice, LogitsDType target);
+void resident_prepare();
+int resident_occupancy(int threads, size_t smem);
+void resident_launch(const ops::VerifyParams& p, VerifyWorkspace& ws, const VerifyShape& shape,
+                     cudaStream_t stream);
+}  // namespace detail
 
 }  // namespace sparkdraft::cuda
