@@ -647,7 +647,11 @@ VerifyShape resident_pick(int rows, int n, int vocab, int sm_count, int max_g, L
   constexpr int kThreads = 512;
   const int64_t R = std::max(rows, 1), V = vocab;
   const int v8 = static_cast<int>((V + 7) / 8 * 8);
-  for (int per_sm = kVerifyResidentCtasPerSm; per_sm >= 1; --per_sm) {
+  // One request: one CTA an SM. Its time is mostly the CTAs' meetings and each CTA's
+  // fold of the G packets, not the bytes (2026-12-05a run 1, V 151936, bf16: 39.3 us at
+  // G 132, 40.2 at 66, 49.6 at 33, 53.8 at 264 CTAs, two an SM).
+  const int first_per_sm = R == 1 ? 1 : kVerifyResidentCtasPerSm;
+  for (int per_sm = first_per_sm; per_sm >= 1; --per_sm) {
     // The widest slice, a multiple of 8, of which per_sm CTAs fit an SM.
     auto fits = [&](int w) {
       return detail::resident_occupancy(kThreads, detail::resident_smem_bytes(n, w, target)) >=
