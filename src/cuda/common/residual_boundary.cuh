@@ -17,7 +17,8 @@
 // start, 16 bytes at a time where the row is whole and aligned, so the memory
 // latency is paid once. The two canonical sums of squares are each one warp's walk
 // over the values staged in shared memory as fp32 (core/reduce.h's 32 lane chains
-// and the butterfly, as every norm); the elementwise steps run on the registers of
+// and the butterfly, as every norm; warp_sum_squares_shared reads 16 bytes at a time,
+// several chunks' loads ahead of the chain); the elementwise steps run on the registers of
 // the thread that owns the chunk.
 //
 // A branch policy B has
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kBoundaryMaxThreads)
     residual_boundary_kernel(ops::BoundaryParams p, B branch, S* residual, bf16* next, bool vec) {
   pdl_enter();
   constexpr int kChunk = kBoundaryChunk;
-  extern __shared__ float staged[];
+  extern __shared__ __align__(16) float staged[];
   __shared__ float r_shared;
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int64_t row = blockIdx.x;
@@ -130,13 +131,19 @@ __global__ void __launch_bounds__(kBoundaryMaxThreads)
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
       const int i0 = (tid + j * static_cast<int>(blockDim.x)) * kChunk;
+      if (i0 + kChunk <= h) {
+        float4* q = reinterpret_cast<float4*>(staged + i0);
+        q[0] = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
+        q[1] = make_float4(v[j][4], v[j][5], v[j][6], v[j][7]);
+      } else {
 #pragma unroll
-      for (int k = 0; k < kChunk; ++k)
-        if (i0 + k < h) staged[i0 + k] = v[j][k];
+        for (int k = 0; k < kChunk; ++k)
+          if (i0 + k < h) staged[i0 + k] = v[j][k];
+      }
     }
     __syncthreads();
     if (warp == 0) {
-      const float ss = warp_sum_squares(lane, h, [&](int i) { return staged[i]; });
+      const float ss = warp_sum_squares_shared(lane, h, staged);
       if (lane == 0) r_shared = rms_scale(ss, h, p.eps);
     }
     __syncthreads();
