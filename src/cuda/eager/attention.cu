@@ -62,7 +62,7 @@ struct AttnArgs {
   int tokens, heads, kv_heads, head_dim, hdp, ldk, ldq, page_size, max_pages, window, group, tpc;
   int splits, stages, rows_max;
   int page_shift;  // log2(page_size) when a power of two, else -1
-  bool causal, vec;
+  bool causal, vec, qvec, ovec;
   int64_t q_stride, ws_chunks;
   float scale;
   const int32_t* block_tables;
@@ -396,14 +396,38 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
     row_cb[i] = cb;
     row_ce[i] = ce;
   }
-  for (int u = threadIdx.x; u < a.rows_max * hdp; u += kThreads) {
-    const int i = u / hdp, d = u % hdp;
-    bf16 v{0};
-    if (i < R && d < hd) {
-      const int t = t0 + i / group, h = kvh * group + i % group;
-      v = q[static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + d];
+  if (a.qvec) {
+    // 16 bytes a load, every load of the thread issued before its first store (one
+    // memory latency, not one a piece): rows_max * hdp / 8 <= 64 * 16 KS / 8 pieces,
+    // at most KS / 2 a thread.
+    constexpr int kQPer = KS / 2;
+    const int ppr = hdp / 8;  // pieces per row (hd % 8 == 0: a piece is all Q or all pad)
+    uint4 v[kQPer];
+#pragma unroll
+    for (int k = 0; k < kQPer; ++k) {
+      const int u = threadIdx.x + k * kThreads, i = u / ppr, pc = u % ppr;
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (i < R && pc * 8 < hd) {
+        const int t = t0 + i / group, h = kvh * group + i % group;
+        v[k] = *reinterpret_cast<const uint4*>(q + static_cast<int64_t>(t) * a.q_stride +
+                                               static_cast<int64_t>(h) * hd + pc * 8);
+      }
     }
-    qs[i * ldq + d] = v;
+#pragma unroll
+    for (int k = 0; k < kQPer; ++k) {
+      const int u = threadIdx.x + k * kThreads, i = u / ppr, pc = u % ppr;
+      if (i < a.rows_max) *reinterpret_cast<uint4*>(qs + i * ldq + pc * 8) = v[k];
+    }
+  } else {
+    for (int u = threadIdx.x; u < a.rows_max * hdp; u += kThreads) {
+      const int i = u / hdp, d = u % hdp;
+      bf16 v{0};
+      if (i < R && d < hd) {
+        const int t = t0 + i / group, h = kvh * group + i % group;
+        v = q[static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + d];
+      }
+      qs[i * ldq + d] = v;
+    }
   }
   if (hdp > hd)
     for (int u = threadIdx.x; u < a.stages * 2 * kChunk * (hdp - hd); u += kThreads) {
@@ -653,6 +677,11 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
       }
     }
 
+    // With splits: where this chunk's o_c rows of the lane start (its column 2 tq).
+    float* o_row[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) o_row[h] = fold_self ? nullptr : ws_o + (wsb[h] + c) * hd + 2 * tq;
+
     // P.V: the tile's pb as A fragments (4 steps of 16 slots), this warp's n-tiles.
     uint32_t pa[4][4];
 #pragma unroll
@@ -669,15 +698,28 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
           ldsm_x2_trans(b, ks_addr + k * 16 * kLd * 2 + (v_off ^ cx));
           mma_bf16_16816(acc, pa[k], b, acc);
         }
+        if (fold_self) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          if (!act[h]) continue;
-          if (fold_self) {
-            O[i][e] = ops::attention_fold_value(O[i][e], acc[e], ops::AttentionFold{fa[h], fb[h]});
-          } else {
-            const int d = n8 * 8 + 2 * tq + e % 2;
-            if (d < hd) ws_o[(wsb[h] + c) * hd + d] = acc[e];
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2;
+            if (act[h])
+              O[i][e] =
+                  ops::attention_fold_value(O[i][e], acc[e], ops::AttentionFold{fa[h], fb[h]});
+          }
+        } else {
+          // The lane's columns d, d + 1 of rows g and g + 8: one 8-byte store each
+          // where the head dim is even (then d < hd means d + 1 < hd).
+          const int d = n8 * 8 + 2 * tq;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (!act[h] || d >= hd) continue;
+            float* dst = o_row[h] + n8 * 8;
+            if (a.ovec) {
+              *reinterpret_cast<float2*>(dst) = make_float2(acc[2 * h], acc[2 * h + 1]);
+            } else {
+              dst[0] = acc[2 * h];
+              if (d + 1 < hd) dst[1] = acc[2 * h + 1];
+            }
           }
         }
       }
@@ -999,6 +1041,7 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   a.stages = stages_for(a.hdp);
   a.causal = p.causal;
   a.vec = p.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(cache) % 16 == 0;
+  a.qvec = p.head_dim % 8 == 0 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
   a.q_stride = p.q_stride;
   a.ws_chunks = chunk_slots(p);
   a.scale = ops::attention_scale(p.head_dim);
@@ -1011,6 +1054,7 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   float* ws_m = needed ? static_cast<float*>(workspace) : nullptr;
   float* ws_l = needed ? ws_m + units : nullptr;
   float* ws_o = needed ? ws_l + units : nullptr;
+  a.ovec = p.head_dim % 2 == 0 && reinterpret_cast<uintptr_t>(ws_o) % 8 == 0;
 
   const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
   // Pieces of a batch whose requests' tokens are consecutive: at most one per request
