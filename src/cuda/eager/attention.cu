@@ -2,14 +2,14 @@
 // cores, bit for bit cpu::attention.
 //
 // Rows. A CTA (8 warps) owns the query rows (tokens x grouped heads) that read one KV
-// head: a piece of at most `tpc` consecutive tokens of one request (grid x: the
-// pieces, found on the device by find_piece; the grid is sized to the pieces of a
-// batch of consecutive requests, and a CTA strides over any more), and one KV head
-// (grid y). Row i is token t0 + i / group, head kvh * group + i % group.
+// head (grid x): a piece of at most `tpc` consecutive tokens of one request (grid z:
+// the pieces, found on the device by find_piece; the grid is sized to a bound on the
+// pieces of a batch of consecutive requests, and a CTA strides over any more). Row i
+// is token t0 + i / group, head kvh * group + i % group.
 // tpc (host: about tokens / requests, at most 64 / group) bounds the rows to
 // mt_max 16-row tiles; each tile gets WQ = 8 / mt_max (2, 4 or 8) warps.
 // Chunks. The CTA walks the union of its rows' chunk ranges, or, with `splits` > 1
-// (grid z), its z-th contiguous share of that union. Per chunk (64 positions):
+// (grid y), its y-th contiguous share of that union. Per chunk (64 positions):
 //   * K and V land in shared memory by 16-byte cp.async (a ring of 2 to 4 stages);
 //     each thread loads pieces of one position (one page lookup). Rows are stored
 //     with their 16-byte pieces XOR-swizzled (piece ^ ((j ^ j >> 3) & 7)), so both
@@ -74,7 +74,7 @@ struct AttnArgs {
 // Shared memory carve-up (bytes). The Q staging area is dead once the fragments are
 // in registers and shares its bytes with pb and the reduction partials.
 struct Smem {
-  size_t kv, q, p, redm, reds, lo, hi, cb, ce, total;
+  size_t kv, q, p, redm, reds, lo, hi, ws, qo, span, total;
 };
 __host__ __device__ inline size_t align128(size_t x) { return (x + 127) / 128 * 128; }
 __host__ __device__ inline Smem smem_layout(int ldk, int ldq, int stages, int rows_max) {
@@ -87,11 +87,12 @@ __host__ __device__ inline Smem smem_layout(int ldk, int ldq, int stages, int ro
   s.redm = align128(s.p + sizeof(bf16) * rows_max * kPLd);
   s.reds = s.redm + sizeof(float) * 4 * kWarps * 16;
   const size_t p_end = s.reds + sizeof(float) * 4 * kWarps * 16;
-  s.lo = align128(q_end > p_end ? q_end : p_end);
-  s.hi = s.lo + sizeof(int64_t) * kMaxRows;
-  s.cb = s.hi + sizeof(int64_t) * kMaxRows;
-  s.ce = s.cb + sizeof(int64_t) * kMaxRows;
-  s.total = s.ce + sizeof(int64_t) * kMaxRows;
+  s.ws = align128(q_end > p_end ? q_end : p_end);
+  s.qo = s.ws + sizeof(int64_t) * kMaxRows;
+  s.lo = s.qo + sizeof(int64_t) * kMaxRows;
+  s.hi = s.lo + sizeof(int32_t) * kMaxRows;
+  s.span = s.hi + sizeof(int32_t) * kMaxRows;
+  s.total = s.span + sizeof(int32_t) * 4;
   return s;
 }
 
@@ -354,7 +355,7 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
                                              unsigned char* smem_raw, int t0, int ntok, int req) {
   constexpr int NT = 8 / WQ;                   // score n-tiles (8 slots) per warp
   constexpr int NPV = (2 * KS + WQ - 1) / WQ;  // P.V n-tiles (8 columns) per warp
-  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int kvh = blockIdx.x, split = blockIdx.y;
   const int hd = a.head_dim, hdp = a.hdp, ldk = a.ldk, ldq = a.ldq, group = a.group;
   const int lane = threadIdx.x % detail::kWarpSize, warp = threadIdx.x / detail::kWarpSize;
   const int g = lane / 4, tq = lane % 4;
@@ -370,87 +371,63 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   bf16* ps = reinterpret_cast<bf16*>(smem_raw + L.p);
   float* redm = reinterpret_cast<float*>(smem_raw + L.redm);
   float* reds = reinterpret_cast<float*>(smem_raw + L.reds);
-  int64_t* row_lo = reinterpret_cast<int64_t*>(smem_raw + L.lo);
-  int64_t* row_hi = reinterpret_cast<int64_t*>(smem_raw + L.hi);
-  int64_t* row_cb = reinterpret_cast<int64_t*>(smem_raw + L.cb);
-  int64_t* row_ce = reinterpret_cast<int64_t*>(smem_raw + L.ce);
+  int64_t* row_ws = reinterpret_cast<int64_t*>(smem_raw + L.ws);
+  int64_t* row_qo = reinterpret_cast<int64_t*>(smem_raw + L.qo);
+  int32_t* row_lo = reinterpret_cast<int32_t*>(smem_raw + L.lo);
+  int32_t* row_hi = reinterpret_cast<int32_t*>(smem_raw + L.hi);
+  int32_t* span_part = reinterpret_cast<int32_t*>(smem_raw + L.span);
 
   const int64_t kv_len = a.kv_lens[req];
   const int32_t* table = a.block_tables + static_cast<int64_t>(req) * a.max_pages;
 
-  // Rows (past R: an empty range), Q rows (zero past R and past head_dim), the K/V
-  // columns past head_dim of every stage (zero; cp.async never writes them).
-  for (int i = threadIdx.x; i < kMaxRows; i += kThreads) {
-    int64_t lo = 0, hi = 0, cb = 0, ce = 0;
+  // Rows: thread i < kMaxRows (warps 0 and 1) owns row i: its range (32-bit: positions
+  // fit, check_attention_limits; past R the empty range [0, 0)), its Q offset (-1 past
+  // R), with splits its workspace base (chunk c of the row is unit ws + c), and its
+  // chunk range [lo / 64, ceil(hi / 64)), whose min and max over the rows each warp
+  // reduces (rows past R out of it). Index math once a row, not once a thread.
+  if (threadIdx.x < kMaxRows) {
+    const int i = threadIdx.x;
+    int lo = 0, hi = 0, cb = INT_MAX, ce = INT_MIN;
+    int64_t ws = 0, qo = -1;
     if (i < R) {
-      const int t = t0 + i / group;
+      const int t = t0 + i / group, h = kvh * group + i % group;
       const ops::AttentionRange rg =
           ops::attention_range(a.positions[t], kv_len, a.window, a.causal);
-      lo = rg.lo;
-      hi = rg.hi;
-      cb = rg.lo / kChunk;
-      ce = (rg.hi + kChunk - 1) / kChunk;
+      lo = static_cast<int>(rg.lo);
+      hi = static_cast<int>(rg.hi);
+      cb = lo / kChunk;
+      ce = (hi + kChunk - 1) / kChunk;
+      ws = (static_cast<int64_t>(t) * a.heads + h) * a.ws_chunks - cb;
+      qo = static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd;
     }
     row_lo[i] = lo;
     row_hi[i] = hi;
-    row_cb[i] = cb;
-    row_ce[i] = ce;
-  }
-  if (a.qvec) {
-    // 16 bytes a load, every load of the thread issued before its first store (one
-    // memory latency, not one a piece): rows_max * hdp / 8 <= 64 * 16 KS / 8 pieces,
-    // at most KS / 2 a thread.
-    constexpr int kQPer = KS / 2;
-    const int ppr = hdp / 8;  // pieces per row (hd % 8 == 0: a piece is all Q or all pad)
-    uint4 v[kQPer];
+    row_ws[i] = ws;
+    row_qo[i] = qo;
 #pragma unroll
-    for (int k = 0; k < kQPer; ++k) {
-      const int u = threadIdx.x + k * kThreads, i = u / ppr, pc = u % ppr;
-      v[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (i < R && pc * 8 < hd) {
-        const int t = t0 + i / group, h = kvh * group + i % group;
-        v[k] = *reinterpret_cast<const uint4*>(q + static_cast<int64_t>(t) * a.q_stride +
-                                               static_cast<int64_t>(h) * hd + pc * 8);
-      }
+    for (int off = detail::kWarpSize / 2; off >= 1; off /= 2) {
+      cb = min(cb, __shfl_xor_sync(0xffffffffu, cb, off));
+      ce = max(ce, __shfl_xor_sync(0xffffffffu, ce, off));
     }
-#pragma unroll
-    for (int k = 0; k < kQPer; ++k) {
-      const int u = threadIdx.x + k * kThreads, i = u / ppr, pc = u % ppr;
-      if (i < a.rows_max) *reinterpret_cast<uint4*>(qs + i * ldq + pc * 8) = v[k];
-    }
-  } else {
-    for (int u = threadIdx.x; u < a.rows_max * hdp; u += kThreads) {
-      const int i = u / hdp, d = u % hdp;
-      bf16 v{0};
-      if (i < R && d < hd) {
-        const int t = t0 + i / group, h = kvh * group + i % group;
-        v = q[static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + d];
-      }
-      qs[i * ldq + d] = v;
+    if (lane == 0) {
+      span_part[2 * warp] = cb;
+      span_part[2 * warp + 1] = ce;
     }
   }
-  if (hdp > hd)
-    for (int u = threadIdx.x; u < a.stages * 2 * kChunk * (hdp - hd); u += kThreads) {
-      const int row = u / (hdp - hd), d = hd + u % (hdp - hd);
-      kvs[(row / kChunk) * kChunk * ldk + swz(row % kChunk, d, ldk)] = bf16{0};
-    }
   __syncthreads();
 
-  // The CTA's chunks: its share of the union of its rows' chunk ranges.
-  int64_t cmin = row_cb[0], cmax = row_ce[0];
-  for (int i = 1; i < R; ++i) {
-    cmin = row_cb[i] < cmin ? row_cb[i] : cmin;
-    cmax = row_ce[i] > cmax ? row_ce[i] : cmax;
-  }
-  const int64_t span = cmax - cmin;
-  const int64_t per = (span + a.splits - 1) / a.splits;
-  const int64_t cbeg = cmin + split * per;
-  const int64_t cend = cbeg + per < cmax ? cbeg + per : cmax;
+  // The CTA's chunks: its share of the union of its rows' chunk ranges (row 0 is
+  // always a row: warp 0's partials are real).
+  const int cmin = min(span_part[0], span_part[2]), cmax = max(span_part[1], span_part[3]);
+  const int per = (cmax - cmin + a.splits - 1) / a.splits;
+  const int cbeg = cmin + split * per;
+  const int cend = cbeg + per < cmax ? cbeg + per : cmax;
   if (cbeg >= cend) return;
-  const int nchunks = static_cast<int>(cend - cbeg);
+  const int nchunks = cend - cbeg;
 
   // Compile-time ring geometry (the host's swizzled_ld and stages_for of every head
-  // dim of this instantiation).
+  // dim of this instantiation). The first stages' K/V loads go out before Q is
+  // staged, so that their latency overlaps it.
   constexpr int kLd = 16 * KS;
   constexpr int kStages = KS <= 4 ? 4 : KS <= 8 ? 3 : 2;
   constexpr int kStageElems = 2 * kChunk * kLd;
@@ -465,9 +442,48 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   // iteration ahead of its load.
   int32_t next_page = kStages - 1 < nchunks ? chunk_page(a, table, kv_len, cbeg + kStages - 1) : -1;
 
-  // This lane's two rows (g and g + 8 of its tile): their ranges (32-bit: positions
-  // fit, check_attention_limits), and with splits their workspace units (chunk c of
-  // row h is unit wsb[h] + c). Rows past R have the empty range [0, 0).
+  // Q rows (zero past R and past head_dim), the K/V columns past head_dim of every
+  // stage (zero; cp.async never writes them).
+  if (a.qvec) {
+    // 16 bytes a load, every load of the thread issued before its first store (one
+    // memory latency, not one a piece): rows_max * hdp / 8 <= 64 * 16 KS / 8 pieces,
+    // at most KS / 2 a thread. Piece u = threadIdx.x + k * kThreads is (row i, piece
+    // pc of the row), stepped without a division.
+    constexpr int kQPer = KS / 2;
+    const int ppr = hdp / 8;  // pieces per row (hd % 8 == 0: a piece is all Q or all pad)
+    const int di = kThreads / ppr, dpc = kThreads % ppr;
+    int i = threadIdx.x / ppr, pc = threadIdx.x % ppr;
+    uint4 v[kQPer];
+    int at[kQPer];
+#pragma unroll
+    for (int k = 0; k < kQPer; ++k) {
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      at[k] = i < a.rows_max ? i * ldq + pc * 8 : -1;
+      if (i < R && pc * 8 < hd) v[k] = *reinterpret_cast<const uint4*>(q + row_qo[i] + pc * 8);
+      i += di;
+      pc += dpc;
+      if (pc >= ppr) {
+        pc -= ppr;
+        ++i;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kQPer; ++k)
+      if (at[k] >= 0) *reinterpret_cast<uint4*>(qs + at[k]) = v[k];
+  } else {
+    for (int u = threadIdx.x; u < a.rows_max * hdp; u += kThreads) {
+      const int i = u / hdp, d = u % hdp;
+      qs[i * ldq + d] = i < R && d < hd ? q[row_qo[i] + d] : bf16{0};
+    }
+  }
+  if (hdp > hd)
+    for (int u = threadIdx.x; u < a.stages * 2 * kChunk * (hdp - hd); u += kThreads) {
+      const int row = u / (hdp - hd), d = hd + u % (hdp - hd);
+      kvs[(row / kChunk) * kChunk * ldk + swz(row % kChunk, d, ldk)] = bf16{0};
+    }
+  __syncthreads();
+
+  // This lane's two rows (g and g + 8 of its tile): their ranges and workspace bases.
   int r[2], lo[2], hi[2];
   int64_t wsb[2] = {0, 0};
   float M[2] = {-INFINITY, -INFINITY}, Lsum[2] = {0.0f, 0.0f};
@@ -476,12 +492,9 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   for (int h = 0; h < 2; ++h) {
     r[h] = tile * 16 + g + 8 * h;
     const int rr = r[h] < kMaxRows ? r[h] : 0;
-    lo[h] = static_cast<int>(row_lo[rr]);
-    hi[h] = static_cast<int>(row_hi[rr]);
-    if (!fold_self && r[h] < R) {
-      const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
-      wsb[h] = (static_cast<int64_t>(t) * a.heads + hh) * a.ws_chunks - row_cb[rr];
-    }
+    lo[h] = row_lo[rr];
+    hi[h] = row_hi[rr];
+    if (!fold_self && r[h] < R) wsb[h] = row_ws[rr];
   }
   uint32_t qf[KS][4];
 #pragma unroll
@@ -744,25 +757,28 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   }
 }
 
-// Grid x: pieces p = blockIdx.x, blockIdx.x + gridDim.x, ... (the host sizes the grid
-// to the pieces of a batch whose requests' tokens are consecutive: one piece per CTA
-// then, and no CTA without work); any other layout still gets every piece. With no
-// split, the CTAs also write the zeros of the padding tokens (stride gridDim.x).
+// Grid: x the KV head, y the split, z the pieces p = blockIdx.z, blockIdx.z + gridDim.z,
+// ... The host sizes z to a bound on the pieces of a batch whose requests' tokens are
+// consecutive (requests + (tokens - requests) / tpc); any other layout still gets every
+// piece. Pieces are the slowest grid dimension so that the CTAs the bound overcounts
+// (they find no piece and exit) are the last ones the GPU schedules, not interleaved
+// with the real ones. With no split, the CTAs also write the zeros of the padding
+// tokens (stride gridDim.z).
 template <int KS, int WQ>
 __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
     attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
                            float* ws_l, float* ws_o) {
   pdl_enter();
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  if (a.splits == 1 && blockIdx.z == 0) {
+  if (a.splits == 1 && blockIdx.y == 0) {
     const int width = a.group * a.head_dim;
-    for (int t = blockIdx.x; t < a.tokens; t += gridDim.x)
+    for (int t = blockIdx.z; t < a.tokens; t += gridDim.z)
       if (a.token_request[t] < 0) {
-        bf16* o = out + (static_cast<int64_t>(t) * a.heads + blockIdx.y * a.group) * a.head_dim;
+        bf16* o = out + (static_cast<int64_t>(t) * a.heads + blockIdx.x * a.group) * a.head_dim;
         for (int i = threadIdx.x; i < width; i += kThreads) o[i] = bf16{0};
       }
   }
-  for (int p = blockIdx.x;; p += gridDim.x) {
+  for (int p = blockIdx.z;; p += gridDim.z) {
     int t0 = 0, ntok = 0, req = 0;
     if (!find_piece(a, p, &t0, &ntok, &req)) break;
     attend_piece<KS, WQ>(a, q, cache, out, ws_m, ws_l, ws_o, smem_raw, t0, ntok, req);
@@ -967,8 +983,7 @@ void check_attention_limits(const ops::AttentionParams& p) {
   require(p.heads / p.kv_heads <= kAttentionMaxGroup, op,
           "heads / kv_heads must be <= " + std::to_string(kAttentionMaxGroup) + ", got " +
               std::to_string(p.heads / p.kv_heads));
-  require(p.kv_heads <= 65535, op,
-          "kv_heads must be <= 65535 (grid y), got " + std::to_string(p.kv_heads));
+  require(p.kv_heads <= 65535, op, "kv_heads must be <= 65535, got " + std::to_string(p.kv_heads));
   require(p.heads <= 65535, op, "heads must be <= 65535 (grid y), got " + std::to_string(p.heads));
   require(static_cast<int64_t>(p.max_pages) * p.page_size <= INT32_MAX, op,
           "max_pages * page_size must fit in 32 bits (positions are 32-bit on the device)");
@@ -1059,10 +1074,15 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
   // Pieces of a batch whose requests' tokens are consecutive: at most one per request
   // plus one per tpc tokens (the kernel strides over any more).
-  const int64_t pieces =
-      std::min<int64_t>(p.tokens, static_cast<int64_t>(p.requests) + p.tokens / a.tpc);
-  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, pieces)),
-                  static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(splits));
+  // A request with n tokens has ceil(n / tpc) = 1 + floor((n - 1) / tpc) pieces, so a
+  // batch has at most requests + floor((tokens - requests) / tpc); grid z is at most
+  // 65535 (the kernel strides over any more).
+  const int64_t pieces = std::min<int64_t>(
+      {p.tokens,
+       static_cast<int64_t>(p.requests) + std::max<int64_t>(0, p.tokens - p.requests) / a.tpc,
+       65535});
+  const dim3 grid(static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(splits),
+                  static_cast<unsigned>(std::max<int64_t>(1, pieces)));
   // The shared memory limit is raised outside graph capture (an eager call, such as
   // the warm-up every captured step gets first, sets it for the device; capture
   // only records the launch).
