@@ -69,10 +69,12 @@ struct DeviceCase {
 std::vector<AttentionCase> cases() {
   std::vector<AttentionCase> out = test::attention_cases();
   // GQA 16 with 7 tokens: 112 rows, two pieces per request; head_dim 256 (the wide form);
-  // head_dim 20 (not a multiple of 8: the scalar loader); 80 (padded to 96).
+  // head_dim 20 (not a multiple of 8: the scalar loader); 13 (odd: the split path's
+  // o_c stored a float at a time); 80 (padded to 96).
   out.push_back({32, 2, 64, 0, false, {333, 90}, 7, 16, 1, false});
   out.push_back({2, 1, 256, 0, true, {200, 77}, 4, 16, 0, false});
   out.push_back({6, 3, 20, 0, false, {150, 65}, 3, 7, 1, true});
+  out.push_back({4, 2, 13, 0, false, {150, 70}, 3, 16, 1, false});
   out.push_back({8, 4, 80, 100, false, {500, 40}, 7, 16, 0, false});
   // The whole-tile form at head dim 128 with 3 and 4 row tiles (128 threads): GQA 4
   // with 12 and 16 tokens a request, a NaN query, padding.
