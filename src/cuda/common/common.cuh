@@ -46,6 +46,19 @@ __device__ __forceinline__ float warp_sum_squares(int lane, int n, Load load) {
   return warp_canonical_combine(partial);
 }
 
+// acc + the squares of one whole chunk (8 values as two float4), in increasing index,
+// one fma a term.
+__device__ __forceinline__ float fma_chunk_squares(const float4 (&v)[2], float acc) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    acc = fma_f32(v[h].x, v[h].x, acc);
+    acc = fma_f32(v[h].y, v[h].y, acc);
+    acc = fma_f32(v[h].z, v[h].z, acc);
+    acc = fma_f32(v[h].w, v[h].w, acc);
+  }
+  return acc;
+}
+
 // warp_sum_squares over n fp32 values in shared memory (`staged`, 16-byte aligned):
 // the same terms in the same order (lane l: chunks l, l + 32, ..., each in increasing
 // index, one fma a term; then the butterfly), so the same bits. Whole chunks are read
@@ -54,38 +67,24 @@ __device__ __forceinline__ float warp_sum_squares(int lane, int n, Load load) {
 __device__ __forceinline__ float warp_sum_squares_shared(int lane, int n, const float* staged) {
   constexpr int kAhead = 4;
   const int whole = n / kReduceChunk;
+  auto load = [&](int c, float4(&v)[2]) {
+    const float4* q = reinterpret_cast<const float4*>(staged + c * kReduceChunk);
+    v[0] = q[0];
+    v[1] = q[1];
+  };
   float acc = 0.0f;
   int c = lane;
   for (; c + kReduceLanes * (kAhead - 1) < whole; c += kReduceLanes * kAhead) {
     float4 v[kAhead][2];
 #pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const float4* q =
-          reinterpret_cast<const float4*>(staged + (c + kReduceLanes * u) * kReduceChunk);
-      v[u][0] = q[0];
-      v[u][1] = q[1];
-    }
+    for (int u = 0; u < kAhead; ++u) load(c + kReduceLanes * u, v[u]);
 #pragma unroll
-    for (int u = 0; u < kAhead; ++u)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        acc = fma_f32(v[u][h].x, v[u][h].x, acc);
-        acc = fma_f32(v[u][h].y, v[u][h].y, acc);
-        acc = fma_f32(v[u][h].z, v[u][h].z, acc);
-        acc = fma_f32(v[u][h].w, v[u][h].w, acc);
-      }
+    for (int u = 0; u < kAhead; ++u) acc = fma_chunk_squares(v[u], acc);
   }
   for (; c < whole; c += kReduceLanes) {
-    const float4* q = reinterpret_cast<const float4*>(staged + c * kReduceChunk);
-    const float4 v0 = q[0], v1 = q[1];
-    acc = fma_f32(v0.x, v0.x, acc);
-    acc = fma_f32(v0.y, v0.y, acc);
-    acc = fma_f32(v0.z, v0.z, acc);
-    acc = fma_f32(v0.w, v0.w, acc);
-    acc = fma_f32(v1.x, v1.x, acc);
-    acc = fma_f32(v1.y, v1.y, acc);
-    acc = fma_f32(v1.z, v1.z, acc);
-    acc = fma_f32(v1.w, v1.w, acc);
+    float4 v[2];
+    load(c, v);
+    acc = fma_chunk_squares(v, acc);
   }
   // The last, partial chunk (n % 8 != 0) is this lane's when c stopped on it.
   if (c == whole)
