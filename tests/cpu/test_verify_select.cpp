@@ -238,8 +238,9 @@ TEST(VerifyMath, RaceNoiseLowerBounds) {
 }
 
 // race_fold (the draw kernel's fold with the noise skipped where an id cannot win)
-// gives the packet of the plain race, per strided "thread" and after the fold across
-// them: weights over many orders of magnitude, zeros skipped, ties of weight.
+// and race_fold_u (the same given the uniform, drawn for every id) give the packet of
+// the plain race, per strided "thread" and after the fold across them: weights over
+// many orders of magnitude, zeros skipped, ties of weight.
 TEST(VerifySelect, RaceFoldEqualsThePlainRace) {
   const uint64_t seed = 47;
   test::Gen g(seed);
@@ -253,20 +254,26 @@ TEST(VerifySelect, RaceFoldEqualsThePlainRace) {
       const int kind = static_cast<int>(g.integer(0, 19));
       w[v] = kind == 0 ? 0.0f : (kind == 1 ? 1.0f : exp_law(-g.uniform(0.0f, spread)));
     }
-    MarkovPacket plain{bits_f32(0xff800000u), 0x7fffffff, 0}, fast = plain;
+    MarkovPacket plain{bits_f32(0xff800000u), 0x7fffffff, 0}, fast = plain, given = plain;
     for (int t = 0; t < threads; ++t) {
-      MarkovPacket a{bits_f32(0xff800000u), 0x7fffffff, 0}, b = a;
+      MarkovPacket a{bits_f32(0xff800000u), 0x7fffffff, 0}, b = a, c = a;
       for (int v = t; v < V; v += threads) {
+        const float u = philox_uniform_u32(gd, static_cast<uint32_t>(v));
         if (!(w[v] > 0.0f)) continue;
         fold_first(a, race_score(w[v], race_noise(gd, v)), v);
         verify_select::race_fold(b, w[v], gd, v);
+        verify_select::race_fold_u(c, w[v], u, v);
       }
       ASSERT_TRUE(f32_bits(a.value) == f32_bits(b.value) && a.id == b.id)
-          << "seed " << seed << ", trial " << it << ", thread " << t;
+          << "seed " << seed << ", trial " << it << ", thread " << t << ": race_fold";
+      ASSERT_TRUE(f32_bits(a.value) == f32_bits(c.value) && a.id == c.id)
+          << "seed " << seed << ", trial " << it << ", thread " << t << ": race_fold_u";
       plain = first_of(plain, a);
       fast = first_of(fast, b);
+      given = first_of(given, c);
     }
     ASSERT_EQ(plain.id, fast.id) << "seed " << seed << ", trial " << it;
+    ASSERT_EQ(plain.id, given.id) << "seed " << seed << ", trial " << it;
   }
 }
 

@@ -24,6 +24,7 @@ using verify_select::law_term_of_diff;
 using verify_select::LawTerm;
 using verify_select::order_key;
 using verify_select::race_fold;
+using verify_select::race_fold_u;
 using verify_select::sum_term;
 using verify_select::TermSum;
 

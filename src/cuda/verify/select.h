@@ -123,12 +123,16 @@ struct TermSum {
 // w / e is at most w * 2^25 (exact: no Philox when that is below win's value) and below
 // win's value when fmul(win's value, fsub(1, u)) > w (no log, no division: that
 // product rounded above w means the real product is above w). The uniform by
-// philox_uniform_u32 (the same bits for an id below 2^32).
-SD_HD void race_fold(MarkovPacket& win, float w, uint32_t gd, int v) {
-  if (fmul_rn(w, 0x1p25f) < win.value) return;
-  const float u = philox_uniform_u32(gd, static_cast<uint32_t>(v));
+// philox_uniform_u32 (the same bits for an id below 2^32). race_fold_u: the same
+// fold given id v's uniform u (a caller that draws it before it knows w, so that the
+// Philox rounds overlap the law's arithmetic).
+SD_HD void race_fold_u(MarkovPacket& win, float w, float u, int v) {
   if (fmul_rn(win.value, fsub_rn(1.0f, u)) > w) return;
   fold_first(win, race_score(w, -log_law(u)), v);
+}
+SD_HD void race_fold(MarkovPacket& win, float w, uint32_t gd, int v) {
+  if (fmul_rn(w, 0x1p25f) < win.value) return;
+  race_fold_u(win, w, philox_uniform_u32(gd, static_cast<uint32_t>(v)), v);
 }
 
 // The digit of `key` at the level of `shift` (56, 48, ..., 0).

@@ -562,16 +562,21 @@ __device__ void draw_part(const Args& a, int r, int s) {
     const LawStats tst = stats_of(lt), dst = stats_of(ld);
     // The weight m is at most p (p - q, or w * p - q with w <= 1, each rounding
     // monotone): an id whose p * 2^25 is below win's value cannot win (race_fold's
-    // bound), and its q is not read.
+    // bound) and needs neither q nor a uniform. Otherwise the uniform and q are two
+    // independent chains (Philox; exp_law and a division) for the scheduler to
+    // interleave: the draw is issue-bound on this per-id code (2026-12-05d run 1). The
+    // cache's value is loaded before p's chain, used or not.
     with_scaling(T, [&](auto scaled) {
       for_each_target<false>(p, r, k, v0, v1, [&](int v, float x) {
+        const float y = to_f32(q_row[v]);
         const float sv = scaled(x);
         const float pv =
             law_prob(tst, lt.z, keep != 0 && order_key(sv, v) < keep ? neg_inf() : sv, v);
         if (!(pv > 0.0f) || fmul_rn(pv, 0x1p25f) < win.value) return;
-        const float qv = law_prob(dst, ld.z, scaled(to_f32(q_row[v])), v);
+        const float u = philox_uniform_u32(gd, static_cast<uint32_t>(v));
+        const float qv = law_prob(dst, ld.z, scaled(y), v);
         const float m = standard ? residual_weight(pv, qv) : block_mass(w, pv, qv);
-        if (m > 0.0f) race_fold(win, m, gd, v);
+        if (m > 0.0f) race_fold_u(win, m, u, v);
       });
     });
   } else if (!stats_of(lt).degenerate()) {
