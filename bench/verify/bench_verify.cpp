@@ -156,7 +156,7 @@ VerifyBenchResult bench_verify(const VerifyBenchOptions& o, std::ostream& out) {
   p.num_accepted = d_k.data();
   p.tokens = d_out.data();
   VerifyWorkspace ws(o.rows, o.n, o.vocab);
-  VerifyShape shape = ws.pick(o.rows, o.form, o.dtype);
+  VerifyShape shape = ws.pick(o.rows, o.form, o.dtype, o.method);
   if (o.threads > 0) shape.threads = o.threads;
   if (o.slice > 0) shape.slice = o.slice;
   if (o.resident_rows > 0) {

@@ -299,11 +299,14 @@ void check_every_shape(const Case& c, int max_rows) {
   DeviceCase d(c);
   cuda::VerifyWorkspace ws(max_rows, c.n, c.vocab);
   const int most = (c.vocab + cuda::kVerifyMaxSlices - 1) / cuda::kVerifyMaxSlices;
-  std::vector<int> slices = {ws.pick(c.rows).slice, c.vocab, 1021, most};
+  // The launcher's staged cut (where it picks the resident form, the rows form's).
+  cuda::VerifyShape staged = ws.pick(c.rows);
+  if (staged.resident_rows > 0) staged = ws.pick(c.rows, cuda::VerifyForm::rows);
+  std::vector<int> slices = {staged.slice, c.vocab, 1021, most};
   if (c.vocab <= 4096) slices.push_back(std::max(most, 97));
   // The draw's own cut: the pick's, one slice, odd, and the most it may take.
   const int most_draw = (c.vocab + cuda::kVerifyMaxDrawSlices - 1) / cuda::kVerifyMaxDrawSlices;
-  const std::vector<int> draw_slices = {ws.pick(c.rows).draw_slice, c.vocab, 333, most_draw};
+  const std::vector<int> draw_slices = {staged.draw_slice, c.vocab, 333, most_draw};
   for (int threads : cuda::kVerifyThreadChoices)
     for (int slice : slices)
       for (int draw_slice : draw_slices) {
@@ -702,6 +705,28 @@ TEST(CudaVerify, ResidentPickFitsTheGpu) {
                   static_cast<int64_t>(per_sm) * ws.sm_count());
         if (rows == 1) EXPECT_LE(G, ws.sm_count()) << "one request: one CTA an SM at most";
       }
+}
+
+// The automatic pick: the resident form for one request of standard verification (one
+// launch; faster there, gpu-log 2026-12-05d run 3), the staged forms for block
+// verification and from two requests; each of those choices equals the CPU.
+TEST(CudaVerify, AutomaticPickTakesTheResidentFormForOneRequest) {
+  SD_REQUIRE_GPU();
+  for (VerifyMethod method : {VerifyMethod::standard, VerifyMethod::block})
+    for (int rows : {1, 2}) {
+      test::Gen g(2024 + rows);
+      const Case c = make_case(g, rows, 7, 20011, LogitsDType::bf16, method, true);
+      cuda::VerifyWorkspace ws(rows, c.n, c.vocab);
+      const cuda::VerifyShape shape =
+          ws.pick(rows, cuda::VerifyForm::automatic, LogitsDType::bf16, method);
+      const bool resident =
+          rows <= cuda::kVerifyResidentUpToRows && method == VerifyMethod::standard;
+      EXPECT_EQ(shape.resident_rows > 0, resident)
+          << to_string(method) << ", " << rows << " rows: resident rows " << shape.resident_rows;
+      DeviceCase d(c);
+      EXPECT_EQ(difference(c, cpu_verify(c), gpu_verify(c, d, ws, nullptr)), "")
+          << to_string(method) << ", " << rows << " rows";
+    }
 }
 
 // The lists form's histogram, seen from outside: after a call, each (row, position,

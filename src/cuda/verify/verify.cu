@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cuda/common/launch.h"
@@ -645,8 +646,10 @@ int slice_width(int64_t vocab, int64_t S) {
 
 }  // namespace
 
-// The resident form's pick (VerifyWorkspace::pick).
-VerifyShape resident_pick(int rows, int n, int vocab, int sm_count, int max_g, LogitsDType target) {
+// The resident form's pick (VerifyWorkspace::pick); none when even one request does not
+// fit in the GPU's shared memory.
+std::optional<VerifyShape> resident_fit(int rows, int n, int vocab, int sm_count, int max_g,
+                                        LogitsDType target) {
   // 512 threads: the sums are issue-bound at many rows, and 16 warps of each of two CTAs
   // an SM hide more of their latency (a warp per law: 2N + 1 = 15 laws at N 7).
   constexpr int kThreads = 512;
@@ -687,14 +690,22 @@ VerifyShape resident_pick(int rows, int n, int vocab, int sm_count, int max_g, L
     shape.resident_rows = static_cast<int>(rf);
     return shape;
   }
-  throw InvalidArgument("cuda::verify: the resident form cannot hold one request of V " +
-                        std::to_string(vocab) + " and N " + std::to_string(n) +
-                        " in the GPU's shared memory");
+  return std::nullopt;
 }
 
-VerifyShape VerifyWorkspace::pick(int rows, VerifyForm form, LogitsDType target) const {
-  if (form == VerifyForm::resident)
-    return resident_pick(rows, n_, vocab_, sm_count_, max_resident_slices_, target);
+VerifyShape VerifyWorkspace::pick(int rows, VerifyForm form, LogitsDType target,
+                                  VerifyMethod method) const {
+  if (form == VerifyForm::resident ||
+      (form == VerifyForm::automatic && rows <= kVerifyResidentUpToRows &&
+       method == VerifyMethod::standard)) {
+    const std::optional<VerifyShape> shape =
+        resident_fit(rows, n_, vocab_, sm_count_, max_resident_slices_, target);
+    if (shape) return *shape;
+    if (form == VerifyForm::resident)
+      throw InvalidArgument("cuda::verify: the resident form cannot hold one request of V " +
+                            std::to_string(vocab_) + " and N " + std::to_string(n_) +
+                            " in the GPU's shared memory");
+  }
   // About 4 CTAs per SM: over rows x (N + 1) items for the vocabulary kernels, over
   // the rows for the draw; slices of at least 1024 ids, a multiple of 256.
   const int64_t R = std::max(rows, 1), ctas = 4 * static_cast<int64_t>(sm_count_);
@@ -743,7 +754,7 @@ void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream
               std::to_string(ws.vocab()) + ")");
   if (p.rows == 0) return;
   const VerifyShape shape =
-      shape_in ? *shape_in : ws.pick(p.rows, VerifyForm::automatic, p.target_dtype);
+      shape_in ? *shape_in : ws.pick(p.rows, VerifyForm::automatic, p.target_dtype, p.method);
   auto is_choice = [](int t) {
     return std::find(std::begin(kVerifyThreadChoices), std::end(kVerifyThreadChoices), t) !=
            std::end(kVerifyThreadChoices);

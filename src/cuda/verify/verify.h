@@ -58,9 +58,10 @@
 // and no barrier can wait on a CTA that has not started; group q takes the rows q,
 // q + resident_rows, ... in turn. A row with top-k / top-p adds one barrier: its
 // kept-set thresholds are found by the CTAs of its group, item j by CTA j mod G.
-// Written when no GPU was lent (2026-12-05): it compiles and CudaVerify.* runs it against
-// the CPU reference, but it has not run on a GPU yet, so the launcher never picks it
-// (only VerifyForm::resident or an explicit shape does).
+// The automatic pick takes it for up to kVerifyResidentUpToRows requests of standard
+// verification, where its one launch beats the staged form's three (gpu-log 2026-12-05d
+// run 3); from two requests, and for block verification, it is slower (its fixed cost a
+// request: the CTAs' meetings and folds).
 //
 // No allocation and no host synchronization per call (the scratch is a
 // VerifyWorkspace, sized when it is built), so a call can be captured in a CUDA
@@ -81,9 +82,10 @@ namespace sparkdraft::cuda {
 
 // Threads per CTA of the vocabulary kernels (every size the launcher may pick).
 inline constexpr int kVerifyThreadChoices[] = {64, 128, 256, 512};
-inline constexpr int kVerifyMaxSlices = 64;       // default bound on the vocabulary slices
-inline constexpr int kVerifyMaxDrawSlices = 256;  // bound on the draw kernel's slices
-inline constexpr int kVerifyListsFromItems = 16;  // the automatic form: lists from this many items
+inline constexpr int kVerifyMaxSlices = 64;        // default bound on the vocabulary slices
+inline constexpr int kVerifyMaxDrawSlices = 256;   // bound on the draw kernel's slices
+inline constexpr int kVerifyListsFromItems = 16;   // the automatic form: lists from this many items
+inline constexpr int kVerifyResidentUpToRows = 1;  // the automatic form: resident up to these rows
 
 // How one call is cut: `threads` per CTA of the vocabulary kernels, `slice` ids per
 // vocabulary slice of first / sums / mass (S = ceil(V / slice) slices, at most the
@@ -136,14 +138,18 @@ class VerifyWorkspace {
   // 128 KB of shared memory), the fewest slices of at most kVerifyMaxListSlice ids
   // that fill the SMs in the fewest waves, lists of up to slice / 8 pairs; the draw at
   // 256 threads.
-  // automatic: the lists form when rows x (N + 1) items reach kVerifyListsFromItems.
-  // Resident form (only when asked for): 512 threads, two CTAs an SM where they fit
+  // automatic: the resident form for up to kVerifyResidentUpToRows rows of standard
+  // verification where one request fits (block verification is slower resident), else
+  // the lists form when rows x (N + 1) items reach kVerifyListsFromItems, else the
+  // rows form.
+  // Resident form: 512 threads, two CTAs an SM where they fit
   // (else one), and of the requests in flight and the slice width the pair that takes
   // the fewest rounds of requests, each round's CTAs spread over its requests, the slice
   // a multiple of 8 ids (16-byte pieces of a bf16 row); InvalidArgument when even one
   // request does not fit in the GPU's shared memory.
   VerifyShape pick(int rows, VerifyForm form = VerifyForm::automatic,
-                   LogitsDType target = LogitsDType::bf16) const;
+                   LogitsDType target = LogitsDType::bf16,
+                   VerifyMethod method = VerifyMethod::standard) const;
   // The resident form's bound on G, the CTAs of one request: what the workspace's
   // partials hold (kVerifyResidentCtasPerSm x the SMs).
   int max_resident_slices() const { return max_resident_slices_; }
@@ -176,7 +182,8 @@ class VerifyWorkspace {
 // Queues the verification of p (every pointer a device pointer) on `stream`:
 // p.check(), then InvalidArgument when p exceeds the workspace (rows, N, V) or the
 // shape is not one the launcher can run (threads one of kVerifyThreadChoices, slice
-// >= 1 with at most max_slices slices). shape null: ws.pick(p.rows).
+// >= 1 with at most max_slices slices). shape null: ws.pick(p.rows, automatic, p.target_dtype,
+// p.method).
 void verify(const ops::VerifyParams& p, VerifyWorkspace& ws, cudaStream_t stream,
             const VerifyShape* shape = nullptr);
 
