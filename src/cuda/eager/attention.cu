@@ -793,13 +793,14 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 // prefix max (warp shuffles, then the warps' totals), then its a = exp(M_{c-1} - M_c)
 // (0 for the first chunk) and b = exp(m_c - M_c), all in parallel. The cheap rest of
 // the fold (L, and O per column) runs sequentially in chunk order, with the o_c loads
-// of kCombineBatch chunks issued together first (left to the compiler, the loads
-// trickled in a few at a time and the combine was latency-bound: 20 us for one
-// request of qwen3-8b, 40 us for 8).
+// of kBatch chunks issued together first (left to the compiler, the loads trickled in
+// a few at a time and the combine was latency-bound: 20 us for one request of
+// qwen3-8b, 40 us for 8). kPer: the columns a thread folds (head dims up to 128: one,
+// so twice the chunks' loads fit in flight).
 constexpr int kCombineThreads = 128;
 constexpr int kCombineWarps = kCombineThreads / detail::kWarpSize;
-constexpr int kCombineBatch = 16;
 
+template <int kPer, int kBatch>
 __global__ void __launch_bounds__(kCombineThreads, 8)
     attention_combine_kernel(AttnArgs a, const float* ws_m, const float* ws_l, const float* ws_o,
                              bf16* out) {
@@ -819,7 +820,6 @@ __global__ void __launch_bounds__(kCombineThreads, 8)
       ops::attention_range(a.positions[t], a.kv_lens[req], a.window, a.causal);
   const int64_t cb = rg.lo / kChunk, ce = (rg.hi + kChunk - 1) / kChunk;
   const int64_t base = (static_cast<int64_t>(t) * a.heads + h) * a.ws_chunks;
-  constexpr int kPer = kAttentionMaxHeadDim / kCombineThreads;
   float O[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) O[k] = 0.0f;
@@ -854,19 +854,19 @@ __global__ void __launch_bounds__(kCombineThreads, 8)
     __syncthreads();
     M = tile_max;
     const float* oc = ws_o + (base + (c0 - cb)) * hd;
-    // kCombineBatch chunks' o_c loaded at once (independent loads in flight), then
-    // folded in chunk order.
-    for (int c1 = 0; c1 < n; c1 += kCombineBatch) {
-      float v[kCombineBatch][kPer];
+    // kBatch chunks' o_c loaded at once (independent loads in flight), then folded in
+    // chunk order.
+    for (int c1 = 0; c1 < n; c1 += kBatch) {
+      float v[kBatch][kPer];
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)
+      for (int u = 0; u < kBatch; ++u)
 #pragma unroll
         for (int k = 0; k < kPer; ++k) {
           const int d = threadIdx.x + k * kCombineThreads;
           v[u][k] = c1 + u < n && d < hd ? oc[static_cast<int64_t>(c1 + u) * hd + d] : 0.0f;
         }
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
+      for (int u = 0; u < kBatch; ++u) {
         const int c = c1 + u;
         if (c >= n) break;
         const float fa = a_s[c], fb = b_s[c];
@@ -1117,9 +1117,14 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   }
   if (splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.heads));
-    launch_kernel("attention_combine_kernel", attention_combine_kernel,
-                  LaunchShape{dim3(cgrid), dim3(kCombineThreads), 0, stream}, a, ws_m, ws_l, ws_o,
-                  out);
+    static_assert(kAttentionMaxHeadDim <= 2 * kCombineThreads, "two columns a thread at most");
+    const LaunchShape shape{dim3(cgrid), dim3(kCombineThreads), 0, stream};
+    if (p.head_dim <= kCombineThreads)
+      launch_kernel("attention_combine_kernel", attention_combine_kernel<1, 32>, shape, a, ws_m,
+                    ws_l, ws_o, out);
+    else
+      launch_kernel("attention_combine_kernel", attention_combine_kernel<2, 16>, shape, a, ws_m,
+                    ws_l, ws_o, out);
   }
 }
 
