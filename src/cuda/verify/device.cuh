@@ -263,23 +263,6 @@ __device__ T warp_fold(const T* src, int n, T identity, Op op) {
   return x;
 }
 
-// The folds the kernels call, out of line: one copy of each a kernel instead of one a
-// call site (the verifier's kernels are bound by instruction fetch at one request: ncu's
-// "no instruction" stalls, gpu-log 2026-12-05c run 1 and 2026-12-05d run 7).
-__device__ __noinline__ MarkovPacket block_fold_packets(MarkovPacket x) {
-  return block_fold(x, no_packet(), packet_op);
-}
-__device__ __noinline__ U128 block_fold_sums(U128 x) { return block_fold(x, U128{}, sum_op); }
-__device__ __noinline__ uint64_t block_fold_keys(uint64_t x) {
-  return block_fold(x, uint64_t{0}, key_op);
-}
-__device__ __noinline__ MarkovPacket warp_fold_packets(const MarkovPacket* src, int n) {
-  return warp_fold(src, n, no_packet(), packet_op);
-}
-__device__ __noinline__ U128 warp_fold_sums(const U128* src, int n) {
-  return warp_fold(src, n, U128{}, sum_op);
-}
-
 // The last-block pattern: every CTA of a group calls this after its thread 0 wrote
 // the CTA's partial; true (in every thread) in the one CTA that arrives last of
 // `count`, which then folds the group's partials (warp_fold reads them from L2) and
@@ -353,7 +336,7 @@ __device__ uint64_t kept_threshold(const Args& a, int r, int j, float T, float M
     const float s = verify_scaled(target_logit(p, r, j, v), T);
     if (order_key(s, v) >= thr_k) total = u128_add(total, sum_term(s, M));
   }
-  total = block_fold_sums(total);
+  total = block_fold(total, U128{}, sum_op);
   SD_SHARED_ARRAY(U128, total_all, 1);
   if (threadIdx.x == 0) {
     *total_all = total;
@@ -406,7 +389,7 @@ __device__ MarkovPacket law_first(const Args& a, int r, int j, int side, float T
     for_each_target<false>(p, r, j, 0, p.vocab, fold);
   else
     for_each_draft<false>(p, p.cache_slots[r], j, 0, p.vocab, fold);
-  return block_fold_packets(scan);  // thread 0's is the law's
+  return block_fold(scan, no_packet(), packet_op);  // thread 0's is the law's
 }
 
 // ---- stage (a), pass 3: the draw packet at position k ----------------------------
@@ -447,7 +430,7 @@ __device__ void finish_row(const Args& a, int r, int k, const MarkovPacket& targ
     if (g) {
       if (threadIdx.x == 0) emitted = greedy_pick;
     } else {
-      const MarkovPacket f = warp_fold_packets(a.draws + r * a.draw_S, a.draw_S);
+      const MarkovPacket f = warp_fold(a.draws + r * a.draw_S, a.draw_S, no_packet(), packet_op);
       if (threadIdx.x == 0) {
         win = f;
         // The bonus from a degenerate law is its point.
@@ -463,8 +446,9 @@ __device__ void finish_row(const Args& a, int r, int k, const MarkovPacket& targ
       if (threadIdx.x == 0) emitted = target_first.id;
     } else {
       const uint32_t gd = verify_step_seed(p.seeds[r], p.anchor_positions[r] + k, p.draw_salt);
-      const MarkovPacket t = block_fold_packets(
-          target_race(a, r, k, 0, p.vocab, gd, p.temperatures[r], target_first.value, keep));
+      const MarkovPacket t = block_fold(
+          target_race(a, r, k, 0, p.vocab, gd, p.temperatures[r], target_first.value, keep),
+          no_packet(), packet_op);
       if (threadIdx.x == 0) emitted = t.id;
     }
   }

@@ -221,8 +221,8 @@ __device__ void greedy_row(const Args& a, int r, RowState& st) {
   const int N = p.n, n = p.row_length(r), G = a.S;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int j = warp; j <= N; j += warps) {
-    const MarkovPacket f =
-        warp_fold_packets(a.packets + ((r * (N + 1) + j) * 2) * static_cast<int64_t>(G), G);
+    const MarkovPacket f = warp_fold(a.packets + ((r * (N + 1) + j) * 2) * static_cast<int64_t>(G),
+                                     G, no_packet(), packet_op);
     if (threadIdx.x % 32 == 0) st.first[j * 2] = f;
   }
   __syncthreads();
@@ -279,7 +279,7 @@ __device__ void resident_row(const Args& a, int r, int g, int v0, int nids, unsi
   // laws: every CTA folds the packets; law_first's scans (rare) one law at a time.
   for (int l = warp; l < rows; l += warps) {
     const int law = law_of(l);
-    const MarkovPacket f = warp_fold_packets(a.packets + partial(law), G);
+    const MarkovPacket f = warp_fold(a.packets + partial(law), G, no_packet(), packet_op);
     if (lane == 0) st.first[law] = f;
   }
   __syncthreads();
@@ -340,7 +340,7 @@ __device__ void resident_row(const Args& a, int r, int g, int v0, int nids, unsi
   for (int l = warp; l < rows; l += warps) {
     const int law = law_of(l);
     if (law_stats(st.first[law]).degenerate()) continue;
-    const U128 s = warp_fold_sums(a.sums + partial(law), G);
+    const U128 s = warp_fold(a.sums + partial(law), G, U128{}, sum_op);
     if (lane == 0) st.z[law] = f32_of_fixed64(s);
   }
   __syncthreads();
@@ -393,7 +393,7 @@ __device__ void resident_row(const Args& a, int r, int g, int v0, int nids, unsi
     });
     group_barrier(counter, ++meetings * G);
     for (int i = 1 + warp; i < n; i += warps) {
-      const U128 m = warp_fold_sums(a.mass + (static_cast<int64_t>(r) * N + i) * G, G);
+      const U128 m = warp_fold(a.mass + (static_cast<int64_t>(r) * N + i) * G, G, U128{}, sum_op);
       if (lane == 0) st.h[i] = block_h(f32_of_fixed64(m), st.w[i]);
     }
     __syncthreads();
@@ -444,7 +444,7 @@ __device__ void resident_row(const Args& a, int r, int g, int v0, int nids, unsi
       }
     });
   }
-  win = block_fold_packets(win);
+  win = block_fold(win, no_packet(), packet_op);
   if (threadIdx.x == 0) a.draws[static_cast<int64_t>(r) * G + g] = win;
   if (last_to_arrive(counter, (meetings + 1) * G)) finish_row(a, r, k, tst.first, keep_k, 0);
 }

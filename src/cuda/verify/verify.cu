@@ -40,7 +40,8 @@ __device__ void head(const Args& a, int item) {
   const int warp = threadIdx.x / 32;
   const int sides = j < p.n && T > 0.0f ? 2 : 1;
   if (warp < sides) {
-    const MarkovPacket f = warp_fold_packets(a.packets + (item * 2 + warp) * a.S, a.S);
+    const MarkovPacket f =
+        warp_fold(a.packets + (item * 2 + warp) * a.S, a.S, no_packet(), packet_op);
     if (threadIdx.x % 32 == 0) first[warp] = f;
   }
   __syncthreads();
@@ -197,7 +198,7 @@ __device__ HistSummary hist_drain(uint32_t* list, uint32_t capacity) {
       ++at;
     }
   }
-  const uint64_t f = block_fold_keys(uint64_t{nan ? 0x10000u : top});
+  const uint64_t f = block_fold(uint64_t{nan ? 0x10000u : top}, uint64_t{0}, key_op);
   if (threadIdx.x == 0) folded = static_cast<uint32_t>(f);
   __syncthreads();
   return HistSummary{length, folded & 0xffffu, folded == 0x10000u};
@@ -222,7 +223,7 @@ __device__ void first_lists(const Args& a, int item, int s, bool with_draft) {
     if (side == 0 && p.target_dtype == LogitsDType::f32) {
       FirstKey f;
       for_each_target(p, r, j, v0, v1, [&](int v, float x) { f.add(x, v); });
-      packet = packet_of_key(block_fold_keys(f.key()));
+      packet = packet_of_key(block_fold(f.key(), uint64_t{0}, key_op));
     } else {
       const bf16* row = side == 0 ? static_cast<const bf16*>(p.target_logits) +
                                         (static_cast<int64_t>(r) * (p.n + 1) + j) * p.vocab
@@ -236,7 +237,7 @@ __device__ void first_lists(const Args& a, int item, int s, bool with_draft) {
       if (sum.nan) {
         FirstKey f;
         for_each_logit<true>(row, v0, v1, [&](int v, float x) { f.add(x, v); });
-        packet = packet_of_key(block_fold_keys(f.key()));
+        packet = packet_of_key(block_fold(f.key(), uint64_t{0}, key_op));
       } else {
         packet = MarkovPacket{bf16_lo(pattern_of_order16(sum.top)), v0, 0};
       }
@@ -271,8 +272,8 @@ __global__ void first_kernel(const Args a) {
   FirstKey ft, fd;
   for_each_target(p, r, j, v0, v1, [&](int v, float x) { ft.add(x, v); });
   if (with_draft) for_each_draft(p, slot, j, v0, v1, [&](int v, float x) { fd.add(x, v); });
-  const uint64_t t = block_fold_keys(ft.key());
-  const uint64_t d = with_draft ? block_fold_keys(fd.key()) : 0;
+  const uint64_t t = block_fold(ft.key(), uint64_t{0}, key_op);
+  const uint64_t d = with_draft ? block_fold(fd.key(), uint64_t{0}, key_op) : 0;
   if (threadIdx.x == 0) {
     a.packets[(item * 2 + 0) * a.S + s] = packet_of_key(t);
     if (with_draft) a.packets[(item * 2 + 1) * a.S + s] = packet_of_key(d);
@@ -309,7 +310,7 @@ __device__ void decide(const Args& a, int r) {
     const int item = r * (N + 1) + j;
     VerifyLaw* law = a.laws + item * 2 + side;
     if (stats_of(*law).degenerate()) continue;  // uniform across the warp
-    const U128 sum = warp_fold_sums(a.sums + (item * 2 + side) * a.S, a.S);
+    const U128 sum = warp_fold(a.sums + (item * 2 + side) * a.S, a.S, U128{}, sum_op);
     if (threadIdx.x % 32 == 0) law->z = f32_of_fixed64(sum);
   }
   __syncthreads();
@@ -411,8 +412,8 @@ __device__ void sums_part(const Args& a, int item, int s) {
                      [&](int, float x) { d.add(law_term_of_diff(fsub_rn(scaled(x), md))); });
   });
   U128 tw = u128_add(t.wide(), t_listed), dw = u128_add(d.wide(), d_listed);
-  if (with_target) tw = block_fold_sums(tw);
-  if (with_draft) dw = block_fold_sums(dw);
+  if (with_target) tw = block_fold(tw, U128{}, sum_op);
+  if (with_draft) dw = block_fold(dw, U128{}, sum_op);
   if (threadIdx.x == 0) {
     if (with_target) a.sums[(item * 2 + 0) * a.S + s] = tw;
     if (with_draft) a.sums[(item * 2 + 1) * a.S + s] = dw;
@@ -499,7 +500,7 @@ __global__ void mass_kernel(const Args a) {
       m = u128_add(m, fixed64_of_unit(block_mass(w, pv, qv)));
     }
   }
-  m = block_fold_sums(m);
+  m = block_fold(m, U128{}, sum_op);
   if (threadIdx.x == 0) a.mass[(r * N + i) * a.S + s] = m;
 }
 
@@ -513,7 +514,7 @@ __global__ void block_decide_kernel(const Args a) {
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const float* w = a.weights + r * (N + 1);
   for (int i = 1 + warp; i < n; i += warps) {
-    const U128 m = warp_fold_sums(a.mass + (r * N + i) * a.S, a.S);
+    const U128 m = warp_fold(a.mass + (r * N + i) * a.S, a.S, U128{}, sum_op);
     if (threadIdx.x % 32 == 0) h[i] = block_h(f32_of_fixed64(m), w[i]);
   }
   __syncthreads();
@@ -582,7 +583,7 @@ __device__ void draw_part(const Args& a, int r, int s) {
   } else if (!stats_of(lt).degenerate()) {
     win = target_race(a, r, k, v0, v1, gd, T, lt.first.value, a.keep[item]);
   }
-  win = block_fold_packets(win);
+  win = block_fold(win, no_packet(), packet_op);
   if (threadIdx.x == 0) a.draws[r * a.draw_S + s] = win;
 }
 
