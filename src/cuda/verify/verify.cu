@@ -644,8 +644,6 @@ int slice_width(int64_t vocab, int64_t S) {
   return static_cast<int>(std::min(slice, vocab));
 }
 
-}  // namespace
-
 // The resident form's pick (VerifyWorkspace::pick); none when even one request does not
 // fit in the GPU's shared memory.
 std::optional<VerifyShape> resident_fit(int rows, int n, int vocab, int sm_count, int max_g,
@@ -692,6 +690,8 @@ std::optional<VerifyShape> resident_fit(int rows, int n, int vocab, int sm_count
   }
   return std::nullopt;
 }
+
+}  // namespace
 
 VerifyShape VerifyWorkspace::pick(int rows, VerifyForm form, LogitsDType target,
                                   VerifyMethod method) const {
