@@ -52,6 +52,14 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
                : "memory");
 }
 
+// The same with the shared-memory address already in the shared window (smem_u32), so
+// that a caller's constant offsets fold into the instruction.
+__device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

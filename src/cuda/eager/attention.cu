@@ -201,6 +201,34 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
   const int hd = a.head_dim;
   bf16* vs = ks + kChunk * kLd;
   const int j = threadIdx.x / kPer, sub = threadIdx.x % kPer;
+  if (a.vec && hd == 16 * KS) {
+    // The instantiation's own head dim: every address one of three bases plus a constant.
+    // Piece p = sub + 4 t of the K (or V) row goes to piece p ^ f of its shared row, f =
+    // fl + 4 fb; equivalently the shared row's piece (sub ^ fl) + 4 i takes piece
+    // sub + 4 (i ^ fb) of the global row, 32 (i + fb) elements past sub * 8 for even i and
+    // 32 (i - fb) for odd i.
+    constexpr int kIters = 2 * KS / kPer;  // pieces a thread takes of a K row, and of a V row
+    const int f = (j ^ (j >> 3)) & 7, fl = f & 3, fb = f >> 2;
+    const bf16* base = cache;  // an unmapped position reads nothing (0 bytes: zeros)
+    if (page >= 0) {
+      const uint32_t upos = static_cast<uint32_t>(c * kChunk + j);
+      const uint32_t ps = static_cast<uint32_t>(a.page_size);
+      const uint32_t in_page = a.page_shift >= 0 ? upos & (ps - 1) : upos % ps;
+      const int64_t slot = static_cast<int64_t>(page) * a.page_size + in_page;
+      base = cache + (slot * a.kv_heads + kvh) * (32 * KS);
+    }
+    const int bytes = page >= 0 ? 16 : 0;
+    // Element offsets from base of piece sub + 4 (i ^ fb) (even i, odd i), 0 when unmapped.
+    const int even = page >= 0 ? sub * 8 + 32 * fb : 0, odd = page >= 0 ? sub * 8 - 32 * fb : 0;
+    const uint32_t dst = smem_u32(ks + j * kLd + ((sub ^ fl) << 3));
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const bf16* from = base + (((i & 1) ? odd : even) + 32 * i);
+      cp_async_16(dst + 64 * i, from, bytes);                               // K
+      cp_async_16(dst + 2 * kChunk * kLd + 64 * i, from + 16 * KS, bytes);  // V
+    }
+    return;
+  }
   const bf16* src = nullptr;
   if (page >= 0) {
     const uint32_t upos = static_cast<uint32_t>(c * kChunk + j);
