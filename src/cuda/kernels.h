@@ -246,9 +246,10 @@ void check_attention_limits(const ops::AttentionParams& p);
 int attention_splits(const ops::AttentionParams& p);
 
 // Device workspace `attention` needs with `splits` (0 = attention_splits(p)): 0 for
-// one split, else fp32 (m, l, o[head_dim]) per token, head and chunk slot: the
+// one split, else fp32 (m, l, o[head_dim]) per token, head and chunk slot (the
 // chunks one query can fold, ceil(max_kv_len / 64), or with a causal window w
-// ceil((w - 1) / 64) + 1.
+// ceil((w - 1) / 64) + 1), and an int32 per token and head (the chunk where the first
+// split's own fold stopped).
 size_t attention_workspace_bytes(const ops::AttentionParams& p, int splits = 0);
 
 // q: [tokens, q_stride] (head h at h*head_dim), cache: [slots, kv_heads, 2*head_dim],

@@ -31,9 +31,13 @@
 //     A operand needs all 64 slots), then P.V: warp q owns the head-dim n-tiles
 //     q, q + WQ, ...; each n-tile's chain (4 steps over the slots) is folded at once
 //     into the O accumulator fragments, which stay in registers;
-//   * splits == 1: the CTA writes bf16(O / L); splits > 1: (m_c, l_c, o_c) go to the
-//     workspace and attention_combine_kernel folds them per (token, head) in chunk
-//     order.
+//   * splits == 1: the CTA writes bf16(O / L); splits > 1 (the kFirstFolds
+//     instantiation): the first split's CTA folds its own chunks the same way and
+//     leaves each row's state (M, L, O) in the row's first workspace unit and the chunk
+//     it stopped at in ws_end; every other split's (m_c, l_c, o_c) go to the
+//     workspace, and attention_combine_kernel continues the fold from that state per
+//     (token, head) in chunk order. The first split's share of the chunks is
+//     first_share sixteenths of an even one (the host's kFirstShare).
 // Both paths are the definition's sequential fold, so every split gives the same bits.
 #include <algorithm>
 #include <climits>
@@ -69,6 +73,8 @@ struct AttnArgs {
   const int32_t* token_request;
   const int64_t* positions;
   const int64_t* kv_lens;
+  int32_t* ws_end;  // splits > 1: per (token, head), the chunk the first split stopped at
+  int first_share;  // splits > 1: the first split's share, in sixteenths of an even one
 };
 
 // Shared memory carve-up (bytes). The Q staging area is dead once the fragments are
@@ -377,7 +383,7 @@ __device__ __forceinline__ float cross_partial(const float* part) {
 
 // One piece (ntok tokens from t0, of request req) of the CTA's KV head and split.
 // KS: 16-column k steps of the head dim (hdp <= 16 * KS); WQ: warps per row tile.
-template <int KS, int WQ>
+template <int KS, int WQ, bool kFirstFolds>
 __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, const bf16* cache,
                                              bf16* out, float* ws_m, float* ws_l, float* ws_o,
                                              unsigned char* smem_raw, int t0, int ntok, int req) {
@@ -388,7 +394,10 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   const int lane = threadIdx.x % detail::kWarpSize, warp = threadIdx.x / detail::kWarpSize;
   const int g = lane / 4, tq = lane % 4;
   const int tile = warp / WQ, qw = warp % WQ;
-  const bool fold_self = a.splits == 1;
+  // The CTA folds its chunks itself: with one split (the host launches the other
+  // instantiation only then) every CTA, with several (kFirstFolds) the first split's,
+  // whose rows' state then goes to the workspace.
+  const bool fold_self = kFirstFolds ? split == 0 : true;
   const int R = ntok * group;
   const int mt = (R + 15) / 16;
   const bool computes = tile < mt;
@@ -447,9 +456,26 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   // The CTA's chunks: its share of the union of its rows' chunk ranges (row 0 is
   // always a row: warp 0's partials are real).
   const int cmin = min(span_part[0], span_part[2]), cmax = max(span_part[1], span_part[3]);
-  const int per = (cmax - cmin + a.splits - 1) / a.splits;
-  const int cbeg = cmin + split * per;
-  const int cend = cbeg + per < cmax ? cbeg + per : cmax;
+  int cbeg, cend;
+  if constexpr (kFirstFolds) {
+    // The first split: ceil(n first_share / (16 splits)) chunks (at least one of a
+    // non-empty union); the rest evenly over the other splits.
+    const int n = cmax - cmin;
+    const int n0 = min(n, (n * a.first_share + 16 * a.splits - 1) / (16 * a.splits));
+    const int per = (n - n0 + a.splits - 2) / (a.splits - 1);
+    cbeg = split == 0 ? cmin : cmin + n0 + (split - 1) * per;
+    const int want = split == 0 ? cmin + n0 : cbeg + per;
+    cend = want < cmax ? want : cmax;
+    if (split == 0 && threadIdx.x < R) {
+      const int i = threadIdx.x;  // < kMaxRows
+      const int t = t0 + i / group, h = kvh * group + i % group;
+      a.ws_end[static_cast<int64_t>(t) * a.heads + h] = cend;
+    }
+  } else {
+    const int per = (cmax - cmin + a.splits - 1) / a.splits;
+    cbeg = cmin + split * per;
+    cend = cbeg + per < cmax ? cbeg + per : cmax;
+  }
   if (cbeg >= cend) return;
   const int nchunks = cend - cbeg;
 
@@ -769,17 +795,38 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
   cp_async_wait(0);
 
   if (!fold_self || !computes) return;
+  if constexpr (kFirstFolds) {
+    // The first of several splits: each row's state after its chunks (a row none of
+    // them reached has none) at the row's first unit, row_ws + lo / 64.
 #pragma unroll
-  for (int i = 0; i < NPV; ++i) {
-    const int n8 = qw + WQ * i;
+    for (int h = 0; h < 2; ++h) {
+      if (r[h] >= R || first[h]) continue;
+      const int64_t unit = row_ws[r[h]] + row_lo[r[h]] / kChunk;
+      if (qw == 0 && tq == 0) {
+        ws_m[unit] = M[h];
+        ws_l[unit] = Lsum[h];
+      }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int h = e / 2;
-      const int d = n8 * 8 + 2 * tq + e % 2;
-      if (r[h] < R && d < hd) {
-        const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
-        out[(static_cast<int64_t>(t) * a.heads + hh) * hd + d] =
-            to_bf16(__fdiv_rn(O[i][e], Lsum[h]));
+      for (int i = 0; i < NPV; ++i)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          const int d = (qw + WQ * i) * 8 + 2 * tq + e % 2;
+          if (d < hd) ws_o[unit * hd + d] = O[i][e];
+        }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NPV; ++i) {
+      const int n8 = qw + WQ * i;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int d = n8 * 8 + 2 * tq + e % 2;
+        if (r[h] < R && d < hd) {
+          const int t = t0 + r[h] / group, hh = kvh * group + r[h] % group;
+          out[(static_cast<int64_t>(t) * a.heads + hh) * hd + d] =
+              to_bf16(__fdiv_rn(O[i][e], Lsum[h]));
+        }
       }
     }
   }
@@ -791,8 +838,8 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
 // piece. Pieces are the slowest grid dimension so that the CTAs the bound overcounts
 // (they find no piece and exit) are the last ones the GPU schedules, not interleaved
 // with the real ones. With no split, the CTAs also write the zeros of the padding
-// tokens (stride gridDim.z).
-template <int KS, int WQ>
+// tokens (stride gridDim.z). kFirstFolds: the instantiation for splits > 1.
+template <int KS, int WQ, bool kFirstFolds>
 __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 : 1)
     attention_chunk_kernel(AttnArgs a, const bf16* q, const bf16* cache, bf16* out, float* ws_m,
                            float* ws_l, float* ws_o) {
@@ -809,12 +856,15 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
   for (int p = blockIdx.z;; p += gridDim.z) {
     int t0 = 0, ntok = 0, req = 0;
     if (!find_piece(a, p, &t0, &ntok, &req)) break;
-    attend_piece<KS, WQ>(a, q, cache, out, ws_m, ws_l, ws_o, smem_raw, t0, ntok, req);
+    attend_piece<KS, WQ, kFirstFolds>(a, q, cache, out, ws_m, ws_l, ws_o, smem_raw, t0, ntok, req);
     __syncthreads();  // the next piece reuses the shared memory
   }
 }
 
-// The fold of the stored chunk partials, one block per (token, head). The fold's
+// The rest of the fold, one block per (token, head): from the first split's state (its
+// M, L and O at the row's first unit, covering the row's chunks before ws_end) or,
+// where that split reached none of the row's chunks, from the empty state; then the
+// stored chunk partials in chunk order. The fold's
 // running max M_c = max_f32(M_{c-1}, m_c) is a prefix max: max_f32 keeps the later of
 // two equal operands and ignores NaN, so any order-preserving tree gives the
 // sequential bits. Per tile of kCombineThreads chunks, thread i takes chunk i: the
@@ -852,7 +902,18 @@ __global__ void __launch_bounds__(kCombineThreads, 8)
 #pragma unroll
   for (int k = 0; k < kPer; ++k) O[k] = 0.0f;
   float M = -INFINITY, L = 0.0f;  // M: the running max before the tile
-  for (int64_t c0 = cb; c0 < ce; c0 += kCombineThreads) {
+  const int64_t end = a.ws_end[static_cast<int64_t>(t) * a.heads + h];
+  const int64_t cs = end < cb ? cb : end > ce ? ce : end;  // the first chunk left to fold
+  if (cs > cb) {
+    M = ws_m[base];
+    L = ws_l[base];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int d = threadIdx.x + k * kCombineThreads;
+      if (d < hd) O[k] = ws_o[base * hd + d];
+    }
+  }
+  for (int64_t c0 = cs; c0 < ce; c0 += kCombineThreads) {
     const int n = static_cast<int>(ce - c0 < kCombineThreads ? ce - c0 : kCombineThreads);
     const int i = threadIdx.x;
     const float m = i < n ? ws_m[base + (c0 - cb) + i] : -INFINITY;
@@ -922,6 +983,11 @@ int swizzled_ld(int hdp) { return hdp <= 64 ? 64 : hdp <= 128 ? 128 : 256; }
 // at 256.
 int stages_for(int hdp) { return hdp <= 64 ? 4 : hdp <= 128 ? 3 : 2; }
 int ctas_per_sm(int hdp) { return hdp <= 128 ? 2 : 1; }
+// With splits, the first split's share of the chunks in sixteenths of an even share
+// (its CTAs fold each chunk into their state as they go, the others store partials).
+// Measured on an H100 (gpu-log 2026-12-05e, runs 2-3): 8, 12, 20 and 24 were all slower
+// than an even share at 8 requests of both presets.
+constexpr int kFirstShare = 16;
 // Tokens per CTA piece: about the batch's tokens per request (any value gives the same
 // bits), at most kMaxRows rows.
 int tokens_per_piece(const ops::AttentionParams& p) {
@@ -1042,7 +1108,8 @@ size_t attention_workspace_bytes(const ops::AttentionParams& p, int splits) {
   if (splits <= 0) splits = attention_splits(p);
   if (splits == 1) return 0;
   const int64_t units = static_cast<int64_t>(p.tokens) * p.heads * chunk_slots(p);
-  return static_cast<size_t>(units) * (2 + static_cast<size_t>(p.head_dim)) * sizeof(float);
+  return static_cast<size_t>(units) * (2 + static_cast<size_t>(p.head_dim)) * sizeof(float) +
+         static_cast<size_t>(p.tokens) * p.heads * sizeof(int32_t);  // ws_end
 }
 
 void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
@@ -1098,6 +1165,8 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   float* ws_l = needed ? ws_m + units : nullptr;
   float* ws_o = needed ? ws_l + units : nullptr;
   a.ovec = p.head_dim % 2 == 0 && reinterpret_cast<uintptr_t>(ws_o) % 8 == 0;
+  a.ws_end = needed ? reinterpret_cast<int32_t*>(ws_o + units * p.head_dim) : nullptr;
+  a.first_share = kFirstShare;
 
   const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
   // Pieces of a batch whose requests' tokens are consecutive: at most one per request
@@ -1132,10 +1201,18 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   };
   auto by_wq = [&](auto ks_tag) {
     constexpr int KS = decltype(ks_tag)::value;
-    switch (wq) {
-      case 8: launch(attention_chunk_kernel<KS, 8>); break;
-      case 4: launch(attention_chunk_kernel<KS, 4>); break;
-      default: launch(attention_chunk_kernel<KS, 2>); break;
+    if (splits > 1) {
+      switch (wq) {
+        case 8: launch(attention_chunk_kernel<KS, 8, true>); break;
+        case 4: launch(attention_chunk_kernel<KS, 4, true>); break;
+        default: launch(attention_chunk_kernel<KS, 2, true>); break;
+      }
+    } else {
+      switch (wq) {
+        case 8: launch(attention_chunk_kernel<KS, 8, false>); break;
+        case 4: launch(attention_chunk_kernel<KS, 4, false>); break;
+        default: launch(attention_chunk_kernel<KS, 2, false>); break;
+      }
     }
   };
   switch (ks) {
