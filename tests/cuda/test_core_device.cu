@@ -210,6 +210,34 @@ TEST(CoreDevice, Bf16Rounding) {
   check_map("round_bf16", in, op_round_bf16{});
 }
 
+// to_bf16 on the device (the hardware conversion and its NaN fix) against the rule
+// (to_bf16_rne, integer arithmetic) on every one of the 2^32 float bit patterns.
+__global__ void bf16_exhaustive_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
+  unsigned long long bad = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < (uint64_t{1} << 32); i += stride) {
+    const uint32_t u = static_cast<uint32_t>(i);
+    if (to_bf16(bits_f32(u)).bits != to_bf16_rne(bits_f32(u)).bits) {
+      ++bad;
+      atomicMin(first_bad, u);
+    }
+  }
+  if (bad != 0) atomicAdd(mismatches, bad);
+}
+
+TEST(CoreDevice, Bf16HardwareConversionEqualsTheRuleOnEveryFloat) {
+  SD_REQUIRE_GPU();
+  DeviceBuffer<unsigned long long> bad(std::vector<unsigned long long>{0});
+  DeviceBuffer<unsigned int> first(std::vector<unsigned int>{0xffffffffu});
+  bf16_exhaustive_kernel<<<132 * 16, 256>>>(bad.data(), first.data());
+  SD_CHECK_LAUNCH();
+  const unsigned long long n = bad.download()[0];
+  const uint32_t u = first.download()[0];
+  EXPECT_EQ(n, 0u) << n << " float patterns convert differently, the lowest 0x" << std::hex << u
+                   << " (the rule gives 0x" << to_bf16_rne(bits_f32(u)).bits << ")";
+}
+
 TEST(CoreDevice, MathFunctions) {
   SD_REQUIRE_GPU();
   SCOPED_TRACE("seeds 101..107");

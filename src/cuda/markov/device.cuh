@@ -42,10 +42,13 @@ __device__ __forceinline__ MarkovCandidate warp_best(MarkovCandidate c) {
 }
 
 // cpu::step_logits for one entry: s = bf16(base + bias); with the transform
-// t = f32(s) * multiplier, cap: t = tanh_f32(t * inv_cap) * cap; l = bf16(t).
+// t = f32(s) * multiplier, cap: t = tanh_f32(t * inv_cap) * cap; l = bf16(t). Without
+// it l = bf16(f32(s)) = s: to_bf16 returns a canonical NaN or a value bf16 holds
+// exactly, and converting that back and forth keeps its bits.
 __device__ __forceinline__ bf16 step_logit(bf16 base, bf16 bias, const ops::LogitTransform& t) {
-  const float s = round_bf16(__fadd_rn(to_f32(base), to_f32(bias)));
-  if (!t.enabled) return to_bf16(s);
+  const bf16 sb = to_bf16(__fadd_rn(to_f32(base), to_f32(bias)));
+  if (!t.enabled) return sb;
+  const float s = to_f32(sb);
   float x = __fmul_rn(s, t.multiplier);
   if (t.has_cap) x = __fmul_rn(tanh_f32(__fmul_rn(x, t.inv_cap)), t.cap);
   return to_bf16(x);
