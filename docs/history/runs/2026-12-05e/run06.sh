@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# 2026-12-05e run 6 (the H200 of run 5, still warm): G's whole GPU suite and check on the H200.
+# As run (one command line):
+mkdir -p b_G && tar xJf .carry/bin_G.tar.xz -C b_G && mkdir -p $OUT/logs && (nvidia-smi --query-gpu=name --format=csv,noheader; timeout 200 ./b_G/sparkdraft_cuda_tests > $OUT/logs/tests.log 2>&1; echo "suite rc $? $(grep -E '^\[  PASSED  \]' $OUT/logs/tests.log | tail -1) $(grep -E '^\[  FAILED  \] [A-Za-z]' $OUT/logs/tests.log | sort -u | wc -l) failed"; grep -E '^\[  FAILED  \] [A-Za-z]' $OUT/logs/tests.log | sort -u | head; for st in qwen3 muse; do timeout 60 ./b_G/sparkdraft check --style $st > $OUT/logs/check_$st.log 2>&1; echo "check $st rc $? $(grep 'check:' $OUT/logs/check_$st.log | cut -c1-90)"; done) | tee $OUT/run06_summary.txt; cd $OUT && tar cJf run06_logs.tar.xz logs && rm -rf logs
