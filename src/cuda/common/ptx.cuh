@@ -45,19 +45,16 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 }
 
 // ---- cp.async -------------------------------------------------------------------------
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-
-// The same with the shared-memory address already in the shared window (smem_u32), so
-// that a caller's constant offsets fold into the instruction.
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros. `smem` in the shared
+// window (smem_u32), so that a caller's constant offsets fold into the instruction, or
+// a generic pointer to shared memory.
 __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(src_bytes)
                : "memory");
+}
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem, src_bytes);
 }
 
 __device__ __forceinline__ void cp_async_commit() {
