@@ -123,7 +123,9 @@ enum class GemmVariant {
   wg_n256,
   // wgmma as above, K slices in parallel: min(4, k_slices) warpgroups over the same
   // 64 weight rows and 64 tokens, each slice group with its own TMA ring, their
-  // results added by the canonical tree (one K slice: as wg_n64)
+  // results added by the canonical tree (one K slice: as wg_n64); eight slices where
+  // twice the CTAs fit one wave run over the two CTAs of a cluster (four each, the
+  // halves' subtrees added through distributed shared memory)
   wg_k,
   general
 };

@@ -42,6 +42,8 @@ struct LaunchShape {
   // A cooperative launch: every CTA of the grid resident at once, or the launch fails
   // (kernels whose CTAs wait for each other; never with pdl).
   bool cooperative = false;
+  // Thread block clusters (CTAs per cluster along each grid dimension; 1 x 1 x 1: none).
+  dim3 cluster{1, 1, 1};
 };
 
 // One launch as the log records it.
@@ -106,21 +108,29 @@ void launch_kernel(const char* name, void (*kernel)(Params...), const LaunchShap
   cfg.blockDim = shape.block;
   cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = shape.stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
   if (shape.cooperative) {
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-  } else {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  } else if (shape.pdl || PdlScope::active()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  const bool pdl = !shape.cooperative && n == 1;
+  if (shape.cluster.x * shape.cluster.y * shape.cluster.z > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = shape.cluster.x;
+    attr[n].val.clusterDim.y = shape.cluster.y;
+    attr[n++].val.clusterDim.z = shape.cluster.z;
   }
   cfg.attrs = attr;
-  cfg.numAttrs = shape.cooperative || shape.pdl || PdlScope::active() ? 1 : 0;
+  cfg.numAttrs = n;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) throw_launch_error(name, err);
   if (LaunchLog* log = LaunchLog::current()) {
     LaunchShape recorded = shape;
-    recorded.pdl = !shape.cooperative && cfg.numAttrs == 1;
+    recorded.pdl = pdl;
     log->records.push_back({name, reinterpret_cast<const void*>(kernel), recorded});
   }
 }

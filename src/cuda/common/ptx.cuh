@@ -185,4 +185,31 @@ __device__ __forceinline__ float key_value(int k) {
   return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff);
 }
 
+// Thread block clusters (sm_90): this CTA's rank in its cluster; a barrier over every
+// thread of the cluster that has not exited (exited threads count as arrived), with
+// release / acquire ordering, so shared-memory writes before it are visible to the
+// cluster's other CTAs after it; the address of the same shared-memory location in
+// the cluster's CTA `rank`, and a 32-bit load from such an address.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;\n" ::
+          : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_map_shared(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 }  // namespace sparkdraft::cuda

@@ -31,7 +31,11 @@
 // qkv at 56 tokens 38.2 -> 28.9 us, lm_head at 224 523 -> 483 us with m64n256k16).
 //
 // K slices (k_slices = S > 1, each a whole number of stages) run in slice groups
-// (kGroups, below). Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte
+// (kGroups, below), and with kHalves = 2 over the two CTAs of a cluster: CTA rank h
+// runs slices [h S / 2, (h + 1) S / 2), rank 1 leaves its subtree of the canonical tree
+// in its shared memory and rank 0 adds it to its own (left + right, the tree's root)
+// through distributed shared memory, so a row block's weights stream through two SMs.
+// Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte
 // aligned w and x (the tensor maps' strides and bases).
 #pragma once
 
@@ -63,7 +67,8 @@ inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align th
 // Threads of a CTA: the consumer warpgroups, then the producer warp.
 __host__ __device__ constexpr int wg_threads(int wgs) { return 128 * wgs + 32; }
 
-// grid (ceil(M / (64 NB)), ceil(N / rows)), rows = 64 (kSwiGLU, kGroups) or 64 WGS;
+// grid (ceil(M / (64 NB)), ceil(N / rows), kHalves) in clusters of 1 x 1 x kHalves,
+// rows = 64 (kSwiGLU, kGroups) or 64 WGS;
 // block wg_threads(WGS); dynamic shared memory kWgHeader + stages * kStageBytes (one chain
 // over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
 // kGroups: the WGS warpgroups are slice groups over the same 64 rows and tokens:
@@ -74,7 +79,7 @@ __host__ __device__ constexpr int wg_threads(int wgs) { return 128 * wgs + 32; }
 // tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x rows rows; tx: the
 // tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB, round_up(M, 8))
 // rows.
-template <int WGS, int NB, bool kSwiGLU, bool kGroups = false>
+template <int WGS, int NB, bool kSwiGLU, bool kGroups = false, int kHalves = 1>
 __global__ void __launch_bounds__(wg_threads(WGS))
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
@@ -82,6 +87,7 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   using T = WgTile<kGroups ? 1 : WGS, NB>;  // the layout of one ring's stage
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");
+  static_assert(kHalves == 1 || (kGroups && kHalves == 2), "halves: slice groups, two CTAs");
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
   constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
@@ -92,9 +98,11 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   const int grp = producer_warp ? (lane < kRings ? lane : 0) : kGroups ? wg : 0;
   const bool producer = producer_warp && lane < kRings;
   const int m0 = blockIdx.x * T::kTokens, n0 = blockIdx.y * kOutRows;
-  const int S = kGroups ? a.seq_slices : 1;
+  // With halves, this CTA's slices are [half S, (half + 1) S) of the S kHalves.
+  const int half = kHalves == 2 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int S = kGroups ? a.seq_slices / kHalves : 1;
   const int per = S / kRings;  // slices of one ring
-  const int slice_len = a.K / S;
+  const int slice_len = a.K / (S * kHalves);
   const int slice_chunks = slice_len / kStageK;
   const int chunks = per * slice_chunks;
   // Ring r's full[s] at base + 16 r kWgMaxStages + 8 s, its empty[s] 8 kWgMaxStages
@@ -117,7 +125,8 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   auto issue = [&](int chunk) {
     const int slot = chunk % a.stages;
     const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes, bar = bars + 8 * slot;
-    const int k = (grp * per + chunk / slice_chunks) * slice_len + (chunk % slice_chunks) * kStageK;
+    const int k = (half * S + grp * per + chunk / slice_chunks) * slice_len +
+                  (chunk % slice_chunks) * kStageK;
     mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(a.stage_bytes));
     if constexpr (kSwiGLU) {
       tma_load_2d(st, &tw, k, n0, bar);
@@ -215,6 +224,24 @@ __global__ void __launch_bounds__(wg_threads(WGS))
 #pragma unroll
       for (int h = 1; h < WGS; ++h) p[h] = ex[((h - 1) * T::kAcc + e) * 128 + tid];
       acc[e] = canonical_tree_sum(p, WGS);
+    }
+    if constexpr (kHalves == 2) {
+      // The S slices' tree is the two halves' subtrees, then their sum (left + right).
+      // Rank 1 leaves its subtree in its own ring (its thread's slots: read above,
+      // free now); after the cluster barrier rank 0 reads it there and adds it; after
+      // the second rank 1 may exit (its shared memory is read no more).
+      if (half == 1)
+#pragma unroll
+        for (int e = 0; e < T::kAcc; ++e) ex[e * 128 + tid] = acc[e];
+      cluster_sync();
+      if (half == 0) {
+        const uint32_t right = cluster_map_shared(smem_u32(ex + tid), 1u);
+#pragma unroll
+        for (int e = 0; e < T::kAcc; ++e)
+          acc[e] = __fadd_rn(acc[e], ld_shared_cluster_f32(right + 4u * 128u * e));
+      }
+      cluster_sync();
+      if (half == 1) return;
     }
   }
 
