@@ -124,8 +124,9 @@ enum class GemmVariant {
   // wgmma as above, K slices in parallel: min(4, k_slices) warpgroups over the same
   // 64 weight rows and 64 tokens, each slice group with its own TMA ring, their
   // results added by the canonical tree (one K slice: as wg_n64); eight slices where
-  // twice the CTAs fit one wave run over the two CTAs of a cluster (four each, the
-  // halves' subtrees added through distributed shared memory)
+  // twice the CTAs fit one wave, or past 64 tokens, run over the two CTAs of a cluster
+  // (four each, the halves' subtrees added through distributed shared memory; past 64
+  // tokens 128 tokens a CTA in two groups of two slices)
   wg_k,
   general
 };
