@@ -162,7 +162,7 @@ TEST(CudaGemm, SweepEqualsCpuBitForBit) {
   const uint64_t seed = 0x6E3301;
   test::Gen gen(seed);
   int cases = 0, runs = 0;
-  for (int M : {1, 2, 7, 8, 9, 16, 31, 56, 64, 65, 224, 1024})
+  for (int M : {1, 2, 7, 8, 9, 16, 31, 56, 64, 65, 190, 224, 1024})
     for (int N : {1, 8, 15, 16, 17, 100, 6144})
       for (int K : {16, 17, 100, 128, 1000, 4096}) {
         // Keep the CPU reference affordable: the full cross product up to 2^24

@@ -185,13 +185,13 @@ CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int64_t pit
 }
 
 // The wg kernel (wg_tile.cuh): the ring as deep as the tile's share of shared
-// memory allows (3 to 8 stages; about 200 KB a CTA for the 384-row tile and the
+// memory allows (3 to 8 stages; about 200 KB a CTA for the wide tiles (160 to 256 tokens) and the
 // slice groups, one CTA an SM; for the others about 110 KB, two an SM, or 72 KB,
 // three, on a grid of more than two CTAs an SM).
-template <int WGS, int NB, bool kSwiGLU = false, bool kGroups = false, int kHalves = 1>
+template <int WGS, int TOK, bool kSwiGLU = false, bool kGroups = false, int kHalves = 1>
 void launch_wg(Args a, cudaStream_t stream) {
   // kGroups: WGS slice groups, each a one-warpgroup ring (wg_tile.cuh).
-  using T = gemm_detail::WgTile<kGroups ? 1 : WGS, NB>;
+  using T = gemm_detail::WgTile<kGroups ? 1 : WGS, TOK>;
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
   ops::require(a.K % (a.slices * gemm_detail::kStageK) == 0, "cuda::gemm",
@@ -216,7 +216,7 @@ void launch_wg(Args a, cudaStream_t stream) {
   // (384 CTAs) 69.2 -> 60.9 us, lm_head 306 -> 300; with fewer CTAs the shallower ring
   // loses (qkv at 56 tokens, 96 CTAs: 29.2 -> 34.2 us).
   const int small = ctas > 2 * int64_t{sm_count()} ? (72 << 10) : (110 << 10);
-  const int budget = (T::kRows >= 384 || kGroups ? (200 << 10) : small) - gemm_detail::kWgHeader;
+  const int budget = (T::kTokens > 128 || kGroups ? (200 << 10) : small) - gemm_detail::kWgHeader;
   a.stages = std::clamp(budget / (kRings * T::kStageBytes), 3, gemm_detail::kWgMaxStages);
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
@@ -231,7 +231,7 @@ void launch_wg(Args a, cudaStream_t stream) {
   shape.block = dim3(static_cast<unsigned>(gemm_detail::wg_threads(WGS)));
   shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes;
   shape.stream = stream;
-  const auto kernel = gemm_detail::gemm_wg_kernel<WGS, NB, kSwiGLU, kGroups, kHalves>;
+  const auto kernel = gemm_detail::gemm_wg_kernel<WGS, TOK, kSwiGLU, kGroups, kHalves>;
   allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
   launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
 }
@@ -247,19 +247,32 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   // blocks, 256 CTAs, 749 -> 805 us).
   const int64_t ctas =
       (static_cast<int64_t>(a.N) + 63) / 64 * ((static_cast<int64_t>(a.M) + 63) / 64);
-  if (a.slices == 8 && 2 * ctas <= sm_count()) return launch_wg<4, 1, false, true, 2>(a, stream);
+  if (a.slices == 8 && 2 * ctas <= sm_count()) return launch_wg<4, 64, false, true, 2>(a, stream);
   // Past 64 tokens: 128-token tiles of two slice groups (two slices each, folded in
   // registers), the halves again on a cluster's two CTAs, so the weights are read once a
   // 128-token tile instead of once a 64 (run 2, the step's timeline at 32 requests: o_proj
   // and down 691 -> 600 us qwen3-8b, 1966 -> 1639 muse; the step -2.2% and -3.5%).
-  if (a.slices == 8 && a.M > 64) return launch_wg<2, 2, false, true, 2>(a, stream);
-  if (a.slices >= 4) return launch_wg<4, 1, false, true>(a, stream);
-  if (a.slices == 2) return launch_wg<2, 1, false, true>(a, stream);
+  if (a.slices == 8 && a.M > 64) return launch_wg<2, 128, false, true, 2>(a, stream);
+  if (a.slices >= 4) return launch_wg<4, 64, false, true>(a, stream);
+  if (a.slices == 2) return launch_wg<2, 64, false, true>(a, stream);
   switch (v) {
     case GemmVariant::wg_n64:
-    case GemmVariant::wg_k: launch_wg<1, 1>(a, stream); break;
-    case GemmVariant::wg_n128: launch_wg<2, 2>(a, stream); break;
-    default: launch_wg<2, 4>(a, stream); break;
+    case GemmVariant::wg_k: launch_wg<1, 64>(a, stream); break;
+    case GemmVariant::wg_n128: launch_wg<2, 128>(a, stream); break;
+    default:
+      // The wide tile as narrow as the tokens allow up to 256 (round_up(M, 32) from 160):
+      // the tensor cores compute no token column past them (2026-12-05f run 6, H200, 224
+      // tokens: lm_head + gate_up 941 -> 872 us qwen3-8b, with muse's qkv 3121 -> 2875;
+      // the step at 32 requests -1.8% / -2.8%).
+      if (a.M <= 160)
+        launch_wg<2, 160>(a, stream);
+      else if (a.M <= 192)
+        launch_wg<2, 192>(a, stream);
+      else if (a.M <= 224)
+        launch_wg<2, 224>(a, stream);
+      else
+        launch_wg<2, 256>(a, stream);
+      break;
   }
 }
 
@@ -430,9 +443,9 @@ void gemm_swiglu(const ops::GateUpParams& p, cudaStream_t stream) {
     // The wg tiles: 64 tokens up to 64 (75 us at M 56), then 128 (the 256-token
     // tile took 308 us where gate_up + silu_mul took 153 at M 224: 2026-12-01g run 4).
     if (M <= 64)
-      launch_wg<2, 1, true>(a, stream);
+      launch_wg<2, 64, true>(a, stream);
     else
-      launch_wg<2, 2, true>(a, stream);
+      launch_wg<2, 128, true>(a, stream);
     return;
   }
   switch (v) {

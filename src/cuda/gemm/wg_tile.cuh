@@ -1,13 +1,13 @@
 // The wg variant of cuda::gemm (gemm.cu): the chains of ops/gemm.h on Hopper's
-// warpgroup instruction wgmma.mma_async.m64nNk16.f32.bf16.bf16 (N 64, or 256 for the
-// 256-token tile), which the device probe (tests/cuda/test_wgmma.cu) and
+// warpgroup instruction wgmma.mma_async.m64nNk16.f32.bf16.bf16 (N 64, or the wide
+// tile's 160, 192, 224 or 256 tokens), which the device probe (tests/cuda/test_wgmma.cu) and
 // cuda::wgmma_self_test show give the bits of the mma.sync.m16n8k16 chain, k16 step by
 // k16 step (contract.md section 3).
 //
 // Operands swapped (weights = A, tokens = B): a CTA is WGS warpgroups of 128
 // threads; warpgroup g owns weight rows n0 + 64 g .. n0 + 64 g + 63 against the
-// CTA's 64 * NB tokens, per k16 step one m64n256k16 (NB 4: B read once per A read, so
-// shared memory feeds the tensor cores with room to spare) or NB m64n64k16, every
+// CTA's TOK tokens, per k16 step one m64nTOKk16 (TOK 160 to 256: B read once per A read,
+// so shared memory feeds the tensor cores with room to spare) or TOK / 64 m64n64k16, every
 // chain in increasing k from +0. K (and each K slice) is a whole number of 64-k stages, so
 // no wgmma runs under a condition (ptxas would serialize them all, C7520) and no
 // step past the end runs (an extra step of zero products would turn a -0 into +0). With kSwiGLU
@@ -52,14 +52,16 @@ namespace sparkdraft::cuda::gemm_detail {
 
 inline constexpr int kWgMaxStages = 8;  // the header holds 2 mbarriers a stage
 
-template <int WGS, int NB>
+template <int WGS, int TOK>
 struct WgTile {
+  static_assert(TOK == 64 || TOK == 128 || TOK == 160 || TOK == 192 || TOK == 224 || TOK == 256,
+                "tokens a CTA: 64 or 128 (m64n64k16 each 64), 160 .. 256 (one m64nTOKk16)");
   static constexpr int kThreads = 128 * WGS;
   static constexpr int kWRows = 64 * WGS;                // weight rows per CTA
-  static constexpr int kTokens = 64 * NB;                // tokens per CTA
+  static constexpr int kTokens = TOK;                    // tokens per CTA
   static constexpr int kRows = kWRows + kTokens;         // rows of a stage
   static constexpr int kStageBytes = kRows * kRowBytes;  // 64 k of every row
-  static constexpr int kAcc = 32 * NB;                   // fp32 accumulators per thread
+  static constexpr int kAcc = TOK / 2;                   // fp32 accumulators per thread
 };
 
 inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align the ring to 1 KB
@@ -67,7 +69,7 @@ inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align th
 // Threads of a CTA: the consumer warpgroups, then the producer warp.
 __host__ __device__ constexpr int wg_threads(int wgs) { return 128 * wgs + 32; }
 
-// grid (ceil(M / (64 NB)), ceil(N / rows), kHalves) in clusters of 1 x 1 x kHalves,
+// grid (ceil(M / TOK), ceil(N / rows), kHalves) in clusters of 1 x 1 x kHalves,
 // rows = 64 (kSwiGLU, kGroups) or 64 WGS;
 // block wg_threads(WGS); dynamic shared memory kWgHeader + stages * kStageBytes (one chain
 // over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
@@ -77,14 +79,14 @@ __host__ __device__ constexpr int wg_threads(int wgs) { return 128 * wgs + 32; }
 // groups' results are added by canonical_tree_sum in group 0 through shared memory
 // (the S slices' canonical tree: the groups hold aligned subtrees of it).
 // tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x rows rows; tx: the
-// tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(64 NB, round_up(M, 8))
+// tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(TOK, round_up(M, 8))
 // rows.
-template <int WGS, int NB, bool kSwiGLU, bool kGroups = false, int kHalves = 1>
+template <int WGS, int TOK, bool kSwiGLU, bool kGroups = false, int kHalves = 1>
 __global__ void __launch_bounds__(wg_threads(WGS))
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
   pdl_enter();
-  using T = WgTile<kGroups ? 1 : WGS, NB>;  // the layout of one ring's stage
+  using T = WgTile<kGroups ? 1 : WGS, TOK>;  // the layout of one ring's stage
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");
   static_assert(kHalves == 1 || (kGroups && kHalves == 2), "halves: slice groups, two CTAs");
@@ -174,13 +176,20 @@ __global__ void __launch_bounds__(wg_threads(WGS))
 #pragma unroll
       for (int h = 0; h < 4; ++h) {  // every stage is 4 whole k16 steps (K % 64 == 0)
         const uint64_t da = wgmma_desc_sw128(st + a_off + 32 * h);
-        if constexpr (NB == 4) {
-          // The 256 tokens are 32 consecutive 8-row atoms: acc[32 nb + i] is m64n64's
-          // acc[i] of token block nb (the accumulator layout repeats every 8 columns).
-          wgmma_m64n256k16_ss(d, da, wgmma_desc_sw128(st + b_off + 32 * h));
+        const uint64_t db = wgmma_desc_sw128(st + b_off + 32 * h);
+        // The wide tile's tokens are TOK / 8 consecutive 8-row atoms: acc[32 nb + i] is
+        // m64n64's acc[i] of token block nb (the accumulator layout repeats every 8 columns).
+        if constexpr (TOK == 256) {
+          wgmma_m64n256k16_ss(d, da, db);
+        } else if constexpr (TOK == 224) {
+          wgmma_m64n224k16_ss(d, da, db);
+        } else if constexpr (TOK == 192) {
+          wgmma_m64n192k16_ss(d, da, db);
+        } else if constexpr (TOK == 160) {
+          wgmma_m64n160k16_ss(d, da, db);
         } else {
 #pragma unroll
-          for (int nb = 0; nb < NB; ++nb)
+          for (int nb = 0; nb < TOK / 64; ++nb)
             wgmma_m64n64k16_ss(d + 32 * nb, da,
                                wgmma_desc_sw128(st + b_off + nb * 64 * kRowBytes + 32 * h));
         }
