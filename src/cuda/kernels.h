@@ -78,10 +78,10 @@ namespace sparkdraft::cuda {
 // ring_n16; M <= 32 ring_n32; M <= 64 ring_big if k_slices <= 4 and N >= 8192, else
 // ring_n64; past 64 tokens ring_wide (k_slices <= 2, or in sequence), ring_big
 // (<= 4), ring_n64. Where cuda::wgmma_self_test passes and K % (64 k_slices) == 0,
-// the wg tiles instead: up to 64 tokens wg_n128 for N >= 16384, else bulk_n8 up to
+// the wg tiles instead: up to 64 tokens wg_n64 for N >= 16384, else bulk_n8 up to
 // 8 tokens and wg_n64 from 9 (with K slices: ring_n8 up to 8 tokens, wg_k from 9);
-// past 64 tokens wg_n256 for N >= 65536, wg_n128 while its CTAs number at least 66,
-// else wg_n64 (measured: gemm.cu gemm_pick).
+// past 64 tokens wg_n256 (as narrow as the tokens) for N >= 8192, else wg_n64
+// (measured: gemm.cu gemm_pick).
 // general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
 // from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more

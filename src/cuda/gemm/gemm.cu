@@ -236,8 +236,9 @@ void launch_wg(Args a, cudaStream_t stream) {
   launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
 }
 
-// The wg tiles: 64, 128 or 256 tokens a CTA; K slices (any wg variant) in slice groups
-// of at most two slices, on one CTA or on the two CTAs of a cluster (below).
+// The wg tiles: 64 or 128 tokens a CTA, or the wide tile's 160 to 256; K slices (any wg
+// variant) in slice groups of at most two slices, on one CTA or on the two CTAs of a
+// cluster (below).
 void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   // Eight K slices where twice the row blocks x token tiles fit one wave of SMs (N 4096
   // up to 64 tokens: 64 CTAs): the slices' two halves on the two CTAs of a cluster, so
