@@ -2,11 +2,12 @@
 // if a test proves it gives the bits of the m16n8k16 chain on the device).
 //
 // One CTA of one warpgroup per tile runs wgmma.mma_async.m64nNk16.f32.bf16.bf16
-// (N = 8, 64 (the GEMM's wg variants) and 256; A from shared memory or from registers, B from
-// shared memory, no swizzle; common/wgmma.cuh) with the accumulator started from a nonzero C, and
-// chains of S = 1 or 4 consecutive k16 wgmmas into the same accumulator (K = 16 S). Every output is
-// compared bit for bit with the twin's chain (core/mma.h: step s adds k = 16s .. 16s+15 to step
-// s-1's result) and with an mma.sync.m16n8k16 chain over the same data on the device.
+// (N = 8, 64, 160, 192, 224 and 256: every form common/wgmma.cuh has; A from shared memory,
+// and for N 8, 64 and 256 also from registers; B from shared memory, no swizzle) with the
+// accumulator started from a nonzero C, and chains of S = 1 or 4 consecutive k16 wgmmas into the
+// same accumulator (K = 16 S). Every output is compared bit for bit with the twin's chain
+// (core/mma.h: step s adds k = 16s .. 16s+15 to step s-1's result) and with an mma.sync.m16n8k16
+// chain over the same data on the device.
 //
 // The inputs are the mma probe's cases (core/mma_probe.h), every family, so both
 // probes are fed identically: tile t, step s takes the A of cases
@@ -66,9 +67,17 @@ __device__ __forceinline__ void wg_ss(float* d, uint64_t da, uint64_t db) {
     cuda::wgmma_m64n8k16_ss(d, da, db);
   else if constexpr (N == 64)
     cuda::wgmma_m64n64k16_ss(d, da, db);
+  else if constexpr (N == 160)
+    cuda::wgmma_m64n160k16_ss(d, da, db);
+  else if constexpr (N == 192)
+    cuda::wgmma_m64n192k16_ss(d, da, db);
+  else if constexpr (N == 224)
+    cuda::wgmma_m64n224k16_ss(d, da, db);
   else
     cuda::wgmma_m64n256k16_ss(d, da, db);
 }
+// The shapes with a register-A form (the wide tile's narrower shapes have none).
+constexpr bool has_rs(int n) { return n == 8 || n == 64 || n == 256; }
 template <int N>
 __device__ __forceinline__ void wg_rs(float* d, const uint32_t a[4], uint64_t db) {
   if constexpr (N == 8)
@@ -272,61 +281,99 @@ struct DeviceTiles {
 template <int N, int S>
 std::vector<uint32_t> run_wgmma_ns(DeviceTiles& dt, int64_t count, bool reg_a, int swap) {
   const unsigned blocks = static_cast<unsigned>(count);
-  if (reg_a)
-    wgmma_tile_kernel<N, true, S>
-        <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
-  else
-    wgmma_tile_kernel<N, false, S>
-        <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
+  if constexpr (has_rs(N)) {
+    if (reg_a) {
+      wgmma_tile_kernel<N, true, S>
+          <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
+      SD_CHECK_LAUNCH();
+      SD_CUDA_CHECK(cudaDeviceSynchronize());
+      return dt.d.download();
+    }
+  }
+  if (reg_a) {
+    ADD_FAILURE() << "m64n" << N << "k16 has no register-A form";
+    return {};
+  }
+  wgmma_tile_kernel<N, false, S>
+      <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
   SD_CHECK_LAUNCH();
   SD_CUDA_CHECK(cudaDeviceSynchronize());
   return dt.d.download();
+}
+
+template <int N, int S>
+std::vector<uint32_t> run_mma_sync_ns(DeviceTiles& dt, int64_t count) {
+  mma_tile_kernel<N, S>
+      <<<static_cast<unsigned>(count), 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
+  SD_CHECK_LAUNCH();
+  SD_CUDA_CHECK(cudaDeviceSynchronize());
+  return dt.d.download();
+}
+
+// f(integral_constant N, integral_constant S) for the tile's shape (every N of wg_ss,
+// 1 or 4 steps).
+template <class F>
+std::vector<uint32_t> with_shape(const Tiles& T, F&& f) {
+  auto steps = [&](auto n) -> std::vector<uint32_t> {
+    if (T.steps == 1) return f(n, std::integral_constant<int, 1>{});
+    if (T.steps == 4) return f(n, std::integral_constant<int, 4>{});
+    ADD_FAILURE() << "no wgmma kernel for " << T.steps << " steps";
+    return {};
+  };
+  switch (T.n) {
+    case 8: return steps(std::integral_constant<int, 8>{});
+    case 64: return steps(std::integral_constant<int, 64>{});
+    case 160: return steps(std::integral_constant<int, 160>{});
+    case 192: return steps(std::integral_constant<int, 192>{});
+    case 224: return steps(std::integral_constant<int, 224>{});
+    case 256: return steps(std::integral_constant<int, 256>{});
+    default: ADD_FAILURE() << "no wgmma kernel for n " << T.n; return {};
+  }
 }
 
 std::vector<uint32_t> run_wgmma(const Tiles& T, DeviceTiles& dt, bool reg_a, int swap) {
-  if (T.n == 8 && T.steps == 1) return run_wgmma_ns<8, 1>(dt, T.count, reg_a, swap);
-  if (T.n == 8 && T.steps == 4) return run_wgmma_ns<8, 4>(dt, T.count, reg_a, swap);
-  if (T.n == 64 && T.steps == 1) return run_wgmma_ns<64, 1>(dt, T.count, reg_a, swap);
-  if (T.n == 64 && T.steps == 4) return run_wgmma_ns<64, 4>(dt, T.count, reg_a, swap);
-  if (T.n == 256 && T.steps == 1) return run_wgmma_ns<256, 1>(dt, T.count, reg_a, swap);
-  if (T.n == 256 && T.steps == 4) return run_wgmma_ns<256, 4>(dt, T.count, reg_a, swap);
-  ADD_FAILURE() << "no wgmma kernel for n " << T.n << ", steps " << T.steps;
-  return {};
+  return with_shape(T, [&](auto n, auto s) {
+    return run_wgmma_ns<decltype(n)::value, decltype(s)::value>(dt, T.count, reg_a, swap);
+  });
 }
 
 std::vector<uint32_t> run_mma_sync(const Tiles& T, DeviceTiles& dt) {
-  const unsigned blocks = static_cast<unsigned>(T.count);
-  if (T.n == 8 && T.steps == 1)
-    mma_tile_kernel<8, 1><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
-  else if (T.n == 8 && T.steps == 4)
-    mma_tile_kernel<8, 4><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
-  else if (T.n == 64 && T.steps == 1)
-    mma_tile_kernel<64, 1><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
-  else if (T.n == 64 && T.steps == 4)
-    mma_tile_kernel<64, 4><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
-  else if (T.n == 256 && T.steps == 1)
-    mma_tile_kernel<256, 1><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
-  else
-    mma_tile_kernel<256, 4><<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data());
-  SD_CHECK_LAUNCH();
-  SD_CUDA_CHECK(cudaDeviceSynchronize());
-  return dt.d.download();
+  return with_shape(T, [&](auto n, auto s) {
+    return run_mma_sync_ns<decltype(n)::value, decltype(s)::value>(dt, T.count);
+  });
 }
 
 // The shapes of the probe: (n, steps, tiles per family); each runs with A from shared
-// memory ("ss") and from registers ("rs").
+// memory ("ss") and, where the shape has the form, from registers ("rs").
 struct Shape {
   int n, steps;
   int64_t tiles;
 };
-constexpr Shape kShapes[] = {{8, 1, 2048}, {256, 1, 64}, {8, 4, 512},
-                             {256, 4, 64}, {64, 1, 256}, {64, 4, 64}};
+constexpr Shape kShapes[] = {{8, 1, 2048}, {256, 1, 64}, {8, 4, 512},  {256, 4, 64},
+                             {64, 1, 256}, {64, 4, 64},  {160, 1, 96}, {160, 4, 24},
+                             {192, 1, 80}, {192, 4, 20}, {224, 1, 72}, {224, 4, 18}};
 constexpr int kShapeCount = sizeof(kShapes) / sizeof(kShapes[0]);
-constexpr int kVariantCount = 2 * kShapeCount;  // variant v: shape v / 2, reg A iff v odd
 
-std::string variant_name(int v) {
-  const Shape& s = kShapes[v / 2];
-  return std::string(v % 2 ? "rs" : "ss") + " n" + std::to_string(s.n) + " k" +
+// A variant: a shape and where A comes from (reg: registers).
+struct Variant {
+  int shape;
+  bool reg;
+};
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> v = [] {
+    std::vector<Variant> out;
+    for (int si = 0; si < kShapeCount; ++si) {
+      out.push_back({si, false});
+      if (has_rs(kShapes[si].n)) out.push_back({si, true});
+    }
+    return out;
+  }();
+  return v;
+}
+
+std::string variant_name(const Variant& v) {
+  const Shape& s = kShapes[v.shape];
+  return std::string(v.reg ? "rs" : "ss") + " n" + std::to_string(s.n) + " k" +
          std::to_string(16 * s.steps);
 }
 
@@ -415,12 +462,12 @@ std::vector<double> exact_tiles(const Tiles& T) {
 // of the descriptor's offsets.
 std::vector<int64_t> small_int_mismatches(int swap) {
   std::vector<int64_t> bad;
-  for (int si = 0; si < kShapeCount; ++si) {
-    const Shape& sh = kShapes[si];
-    const Tiles T = small_int_tiles(probe_seed() + si, sh.n, sh.steps, 8);
+  for (const Variant& v : variants()) {
+    const Shape& sh = kShapes[v.shape];
+    const Tiles T = small_int_tiles(probe_seed() + v.shape, sh.n, sh.steps, 8);
     DeviceTiles dt(T);
-    for (int reg = 0; reg < 2; ++reg) {
-      const std::vector<uint32_t> d = run_wgmma(T, dt, reg != 0, swap);
+    {
+      const std::vector<uint32_t> d = run_wgmma(T, dt, v.reg, swap);
       const std::vector<double> exact = exact_tiles(T);
       int64_t n = 0;
       for (size_t i = 0; i < d.size(); ++i)
@@ -438,11 +485,11 @@ int layout_swap() {
     for (int sw = 0; sw < 2; ++sw) {
       const std::vector<int64_t> bad = small_int_mismatches(sw);
       bool ok = true;
-      for (int v = 0; v < kVariantCount; ++v) {
+      for (size_t v = 0; v < variants().size(); ++v) {
         std::printf("  layout %s, %-12s small-integer mismatches: %lld\n",
-                    sw ? "LBO/SBO swapped" : "LBO along K   ", variant_name(v).c_str(),
+                    sw ? "LBO/SBO swapped" : "LBO along K   ", variant_name(variants()[v]).c_str(),
                     static_cast<long long>(bad[static_cast<size_t>(v)]));
-        ok = ok && bad[static_cast<size_t>(v)] == 0;
+        ok = ok && bad[v] == 0;
       }
       if (ok) return sw;
     }
@@ -503,14 +550,14 @@ TEST(WgmmaProbe, MatchesTheTwinAndTheMmaSyncChainOnEveryFamily) {
   for (const Shape& s : kShapes)
     std::printf(" m64n%dk16 x %d steps x %lld tiles;", s.n, s.steps,
                 static_cast<long long>(s.tiles));
-  std::printf(" each with A from shared memory (ss) and registers (rs)\n");
+  std::printf(" each with A from shared memory (ss), n8/n64/n256 also from registers (rs)\n");
   constexpr int kShow = 3;     // differences printed per family and variant
   constexpr int kDump = 2000;  // differences written per family and variant (below)
   // SPARKDRAFT_WGMMA_DIFFS=<file>: the first kDump differences of every family and
   // variant, inputs and all three results, one a line (for fitting a model offline).
   std::FILE* dump = nullptr;
   if (const char* path = std::getenv("SPARKDRAFT_WGMMA_DIFFS")) dump = std::fopen(path, "w");
-  std::vector<std::vector<Count>> table(kMmaDistCount, std::vector<Count>(kVariantCount));
+  std::vector<std::vector<Count>> table(kMmaDistCount, std::vector<Count>(variants().size()));
   int64_t total = 0, total_twin = 0, total_mma = 0;
   for (int f = 0; f < kMmaDistCount; ++f) {
     const MmaDist dist = static_cast<MmaDist>(f);
@@ -520,22 +567,23 @@ TEST(WgmmaProbe, MatchesTheTwinAndTheMmaSyncChainOnEveryFamily) {
       const std::vector<uint32_t> twin = twin_tiles(T);
       DeviceTiles dt(T);
       const std::vector<uint32_t> mma = run_mma_sync(T, dt);
-      for (int reg = 0; reg < 2; ++reg) {
-        Count& cnt = table[static_cast<size_t>(f)][static_cast<size_t>(2 * si + reg)];
-        const std::vector<uint32_t> wg = run_wgmma(T, dt, reg != 0, swap);
+      for (size_t vi = 0; vi < variants().size(); ++vi) {
+        const Variant& var = variants()[vi];
+        if (var.shape != si) continue;
+        Count& cnt = table[static_cast<size_t>(f)][vi];
+        const std::vector<uint32_t> wg = run_wgmma(T, dt, var.reg, swap);
         for (int64_t tile = 0; tile < T.count; ++tile)
           for (int row = 0; row < 64; ++row)
             for (int col = 0; col < T.n; ++col) {
               const size_t i = static_cast<size_t>((tile * 64 + row) * T.n + col);
               ++cnt.outputs;
-              if (reg == 0 && mma[i] != twin[i]) ++cnt.mma_vs_twin;
+              if (!var.reg && mma[i] != twin[i]) ++cnt.mma_vs_twin;
               if (wg[i] != mma[i]) ++cnt.vs_mma;
               if (wg[i] != twin[i]) {
                 if (cnt.vs_twin < kShow)
                   cnt.first.push_back(describe(T, tile, row, col, wg[i], twin[i], mma[i]));
                 if (dump != nullptr && cnt.vs_twin < kDump)
-                  std::fprintf(dump, "%s %s %s\n", mma_dist_name(dist),
-                               variant_name(2 * si + reg).c_str(),
+                  std::fprintf(dump, "%s %s %s\n", mma_dist_name(dist), variant_name(var).c_str(),
                                describe(T, tile, row, col, wg[i], twin[i], mma[i]).c_str());
                 ++cnt.vs_twin;
               }
@@ -545,13 +593,12 @@ TEST(WgmmaProbe, MatchesTheTwinAndTheMmaSyncChainOnEveryFamily) {
     }
     // Per family: every variant, then its first differences.
     std::printf("%s\n", mma_dist_name(dist));
-    for (int v = 0; v < kVariantCount; ++v) {
-      const Count& c = table[static_cast<size_t>(f)][static_cast<size_t>(v)];
-      std::printf(
-          "  %-12s %9lld outputs: %lld differ from the twin, %lld from mma.sync%s\n",
-          variant_name(v).c_str(), static_cast<long long>(c.outputs),
-          static_cast<long long>(c.vs_twin), static_cast<long long>(c.vs_mma),
-          v % 2 == 0 && c.mma_vs_twin != 0 ? " (mma.sync itself differs from the twin!)" : "");
+    for (size_t v = 0; v < variants().size(); ++v) {
+      const Count& c = table[static_cast<size_t>(f)][v];
+      std::printf("  %-12s %9lld outputs: %lld differ from the twin, %lld from mma.sync%s\n",
+                  variant_name(variants()[v]).c_str(), static_cast<long long>(c.outputs),
+                  static_cast<long long>(c.vs_twin), static_cast<long long>(c.vs_mma),
+                  c.mma_vs_twin != 0 ? " (mma.sync itself differs from the twin!)" : "");
       for (const std::string& s : c.first) std::printf("    %s\n", s.c_str());
     }
     std::fflush(stdout);
@@ -573,12 +620,13 @@ TEST(WgmmaProbe, MatchesTheTwinAndTheMmaSyncChainOnEveryFamily) {
   std::printf("%-15s %12lld %12lld %12lld\n", "all", static_cast<long long>(total),
               static_cast<long long>(total_twin), static_cast<long long>(total_mma));
   for (int f = 0; f < kMmaDistCount; ++f)
-    for (int v = 0; v < kVariantCount; ++v) {
-      const Count& c = table[static_cast<size_t>(f)][static_cast<size_t>(v)];
-      EXPECT_EQ(c.vs_twin, 0) << mma_dist_name(static_cast<MmaDist>(f)) << " " << variant_name(v);
-      EXPECT_EQ(c.vs_mma, 0) << mma_dist_name(static_cast<MmaDist>(f)) << " " << variant_name(v);
-      EXPECT_EQ(c.mma_vs_twin, 0) << mma_dist_name(static_cast<MmaDist>(f)) << " "
-                                  << variant_name(v);
+    for (size_t v = 0; v < variants().size(); ++v) {
+      const Count& c = table[static_cast<size_t>(f)][v];
+      const std::string name =
+          std::string(mma_dist_name(static_cast<MmaDist>(f))) + " " + variant_name(variants()[v]);
+      EXPECT_EQ(c.vs_twin, 0) << name;
+      EXPECT_EQ(c.vs_mma, 0) << name;
+      EXPECT_EQ(c.mma_vs_twin, 0) << name;
     }
 }
 

@@ -55,8 +55,8 @@ __global__ void mma_probe_kernel(const MmaCase* cases, int64_t count, uint32_t* 
 
 __global__ void wgmma_compiled_kernel(int* out) { *out = wgmma_compiled() ? 1 : 0; }
 
-// Tile `tile` (one CTA of 128 threads) of the wgmma self-test for wgmma.m64nNk16 (N 64 or
-// 256, the two forms the GEMM's wg tiles issue), with C = N / 8 cases a tile: A rows
+// Tile `tile` (one CTA of 128 threads) of the wgmma self-test for wgmma.m64nNk16 (N 64,
+// 160, 192, 224 or 256: every form the GEMM's wg tiles issue), with C = N / 8 cases a tile: A rows
 // 16 i .. 16 i + 15 = case C tile + i's a (i < 4), B tokens 8 j .. 8 j + 7 = case C tile
 // + j's b (j < N / 8), C block (i, j) = case C tile + j's c; D [64][N] = one wgmma from
 // C, both operands in shared memory in the no-swizzle layout of wgmma_core_offset.
@@ -84,10 +84,16 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(const MmaCase* cases, 
   const uint64_t da = wgmma_desc(base, kWgmmaLbo, kWgmmaSbo);
   const uint64_t db = wgmma_desc(base + wgmma_core_offset(64, 0), kWgmmaLbo, kWgmmaSbo);
   wgmma_fence();
-  if constexpr (N == 256)
-    wgmma_m64n256k16_ss(d, da, db);
-  else
+  if constexpr (N == 64)
     wgmma_m64n64k16_ss(d, da, db);
+  else if constexpr (N == 160)
+    wgmma_m64n160k16_ss(d, da, db);
+  else if constexpr (N == 192)
+    wgmma_m64n192k16_ss(d, da, db);
+  else if constexpr (N == 224)
+    wgmma_m64n224k16_ss(d, da, db);
+  else
+    wgmma_m64n256k16_ss(d, da, db);
   wgmma_commit();
   wgmma_wait<0>();
   for (int x = 0; x < N / 2; ++x) {
@@ -186,7 +192,7 @@ const WgmmaStatus& wgmma_self_test() {
   } else if (flag.download()[0] != 1) {
     st.why = "this build has no sm_90a code (SPARKDRAFT_CUDA_ARCH=90a gives it)";
   } else {
-    // Both forms the wg tiles issue, two tiles of each case family.
+    // Every form the wg tiles issue, two tiles of each case family.
     constexpr int kTiles = 2;
     int64_t outputs = 0, mismatches = 0;
     std::string first;
@@ -222,10 +228,13 @@ const WgmmaStatus& wgmma_self_test() {
       }
     };
     probe(std::integral_constant<int, 64>{});
+    probe(std::integral_constant<int, 160>{});
+    probe(std::integral_constant<int, 192>{});
+    probe(std::integral_constant<int, 224>{});
     probe(std::integral_constant<int, 256>{});
     if (mismatches == 0) {
       st.usable = true;
-      st.why = "wgmma.m64n64k16 and m64n256k16 equal the twin on " + std::to_string(outputs) +
+      st.why = "wgmma.m64n{64,160,192,224,256}k16 equal the twin on " + std::to_string(outputs) +
                " outputs of the start-up self-test";
     } else {
       st.why = "wgmma differs from the twin in " + std::to_string(mismatches) +

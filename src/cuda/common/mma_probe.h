@@ -30,9 +30,9 @@ MmaProbeResult mma_probe(MmaDist dist, uint64_t seed, int64_t first, int64_t cou
 // Throws DeviceError naming the family and the first differing element.
 void mma_self_test();
 
-// Whether this device may run the GEMM's wg variants (wgmma.m64n64k16 and m64n256k16,
-// contract.md section 3): an sm_90 device, a build with sm_90a code, and both forms equal
-// to the twin on two tiles of every probe family (core/mma_probe.h; N / 8 cases a 64 x N
+// Whether this device may run the GEMM's wg variants (wgmma.m64nNk16 for N 64, 160, 192,
+// 224 and 256, contract.md section 3): an sm_90 device, a build with sm_90a code, and every
+// form equal to the twin on two tiles of every probe family (core/mma_probe.h; N / 8 cases a 64 x N
 // tile), run once per device and process. When
 // not, `why` says which, and cuda::gemm runs the mma.sync variants (the same bits).
 struct WgmmaStatus {
