@@ -25,6 +25,8 @@
 //     lane, then xor 2 and xor 1 across the quad, then the pair bit in the lane),
 //     and the last log2(WQ) levels combine the tile's warps' partials through
 //     shared memory (a named barrier per tile);
+//   * a chunk inside every range of a warp's rows (all but a row's first and last
+//     chunks) takes an unmasked copy of the scores-to-p code (the same values);
 //   * p = exp_f32(s - m_c) by exp_fast (a double fma polynomial, exp_f32 itself on
 //     the rare inputs near a float rounding boundary; equal on all 2^32 floats);
 //   * pb = bf16(p) to shared memory (the only per-element round trip: the P.V
@@ -644,68 +646,80 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
         }
       }
     }
-    // Scale, mask (-inf) for the max.
-    bool live[NT][4];
-    float xm[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
-        live[nt][e] = j >= sl[h] && j < sh[h];
-        x[nt][e] = __fmul_rn(x[nt][e], a.scale);
-        xm[nt][e] = live[nt][e] ? x[nt][e] : -INFINITY;
-      }
+    // From the scores to p, pb and the partial sums, in one of two forms: masked, or
+    // (kMasked false) where every slot of both of the lane's rows is live, which is every
+    // chunk inside the rows' ranges: the same values with no mask computed. Every warp of
+    // a tile holds the same rows, so the form is uniform over the tile's named barriers.
     float* rm = redm + tile * WQ * 16;
     float* rs = reds + tile * WQ * 16;
     const int bar_id = 1 + tile, bar_threads = WQ * detail::kWarpSize;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float pm = warp_partial<false, NT>(xm, h, tq);
-      if (tq == 0) rm[qw * 16 + g + 8 * h] = pm;
-    }
-    named_barrier(bar_id, bar_threads);
     float m[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) m[h] = cross_partial<false, WQ>(rm + g + 8 * h);
-
-    // p, pb to shared memory, the partial sums. exp's argument is +0 on masked slots
-    // (their p is +0 whatever exp gives), so they never take exp_fast's rare path.
-    // All the lane's fast exps first (straight-line code: their chains overlap), then,
-    // rarely, exp_f32 itself for all of them when one is not trusted.
-    float arg[NT][4], ex[NT][4];
-    bool all_ok = true;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        arg[nt][e] = live[nt][e] ? __fsub_rn(x[nt][e], m[e / 2]) : 0.0f;
-        bool ok;
-        ex[nt][e] = exp_fast_try(arg[nt][e], &ok);
-        all_ok = all_ok && ok;
-      }
-    if (!all_ok) {
+    auto to_p = [&](auto masked) {
+      constexpr bool kMasked = decltype(masked)::value;
+      // Scale, mask (-inf) for the max.
+      bool live[NT][4];
+      float xm[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ex[nt][e] = exp_slow(arg[nt][e]);
-    }
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
+          live[nt][e] = !kMasked || (j >= sl[h] && j < sh[h]);
+          x[nt][e] = __fmul_rn(x[nt][e], a.scale);
+          xm[nt][e] = live[nt][e] ? x[nt][e] : -INFINITY;
+        }
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int h = 0; h < 2; ++h) {
+        const float pm = warp_partial<false, NT>(xm, h, tq);
+        if (tq == 0) rm[qw * 16 + g + 8 * h] = pm;
+      }
+      named_barrier(bar_id, bar_threads);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
-        const float p = live[nt][e] ? ex[nt][e] : 0.0f;
-        x[nt][e] = p;
-        pt[(g + 8 * h) * kPLd + j] = to_bf16(p);
+      for (int h = 0; h < 2; ++h) m[h] = cross_partial<false, WQ>(rm + g + 8 * h);
+
+      // p, pb to shared memory, the partial sums. exp's argument is +0 on masked slots
+      // (their p is +0 whatever exp gives), so they never take exp_fast's rare path.
+      // All the lane's fast exps first (straight-line code: their chains overlap), then,
+      // rarely, exp_f32 itself for all of them when one is not trusted.
+      float arg[NT][4], ex[NT][4];
+      bool all_ok = true;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          arg[nt][e] = live[nt][e] ? __fsub_rn(x[nt][e], m[e / 2]) : 0.0f;
+          bool ok;
+          ex[nt][e] = exp_fast_try(arg[nt][e], &ok);
+          all_ok = all_ok && ok;
+        }
+      if (!all_ok) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ex[nt][e] = exp_slow(arg[nt][e]);
       }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float pl = warp_partial<true, NT>(x, h, tq);
-      if (tq == 0) rs[qw * 16 + g + 8 * h] = pl;
-    }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
+          const float p = live[nt][e] ? ex[nt][e] : 0.0f;
+          x[nt][e] = p;
+          pt[(g + 8 * h) * kPLd + j] = to_bf16(p);
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float pl = warp_partial<true, NT>(x, h, tq);
+        if (tq == 0) rs[qw * 16 + g + 8 * h] = pl;
+      }
+    };
+    const bool full = sl[0] == 0 && sh[0] == kChunk && sl[1] == 0 && sh[1] == kChunk;
+    if (__all_sync(0xffffffffu, full))
+      to_p(std::false_type{});
+    else
+      to_p(std::true_type{});
     named_barrier(bar_id, bar_threads);
     // The fold's scalars (ops::attention_fold): lane tq of the quad computes
     // exp(M - M') (tq even) or exp(m_c - M') (tq odd) of row tq / 2, then the quad
@@ -749,14 +763,19 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
 #pragma unroll
     for (int h = 0; h < 2; ++h) o_row[h] = fold_self ? nullptr : ws_o + (wsb[h] + c) * hd + 2 * tq;
 
-    // P.V: the tile's pb as A fragments (4 steps of 16 slots), this warp's n-tiles.
+    // P.V: the tile's pb as A fragments (4 steps of 16 slots), this warp's n-tiles. WQ
+    // divides 2 KS, so every n-tile lies inside the stage's rows (kLd columns) and the
+    // test below is true at compile time: no branch keeps the n-tiles' chains apart.
+    // An n-tile past head_dim (hdp < 16 KS) reads columns no load wrote; its values
+    // reach no output (every store and the last division test d < hd).
+    static_assert((2 * KS) % WQ == 0, "WQ divides the P.V n-tiles");
     uint32_t pa[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) ldmatrix_x4(pa[k], pa_addr + k * 32);
 #pragma unroll
     for (int i = 0; i < NPV; ++i) {
       const int n8 = qw + WQ * i;
-      if (n8 * 8 < hdp) {
+      if (n8 < 2 * KS) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
