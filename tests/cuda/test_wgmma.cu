@@ -281,21 +281,14 @@ struct DeviceTiles {
 template <int N, int S>
 std::vector<uint32_t> run_wgmma_ns(DeviceTiles& dt, int64_t count, bool reg_a, int swap) {
   const unsigned blocks = static_cast<unsigned>(count);
-  if constexpr (has_rs(N)) {
-    if (reg_a) {
-      wgmma_tile_kernel<N, true, S>
-          <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
-      SD_CHECK_LAUNCH();
-      SD_CUDA_CHECK(cudaDeviceSynchronize());
-      return dt.d.download();
-    }
-  }
-  if (reg_a) {
+  if (!reg_a)
+    wgmma_tile_kernel<N, false, S>
+        <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
+  else if constexpr (has_rs(N))
+    wgmma_tile_kernel<N, true, S>
+        <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
+  else
     ADD_FAILURE() << "m64n" << N << "k16 has no register-A form";
-    return {};
-  }
-  wgmma_tile_kernel<N, false, S>
-      <<<blocks, 128>>>(dt.a.data(), dt.b.data(), dt.c.data(), dt.d.data(), swap);
   SD_CHECK_LAUNCH();
   SD_CUDA_CHECK(cudaDeviceSynchronize());
   return dt.d.download();
@@ -466,14 +459,12 @@ std::vector<int64_t> small_int_mismatches(int swap) {
     const Shape& sh = kShapes[v.shape];
     const Tiles T = small_int_tiles(probe_seed() + v.shape, sh.n, sh.steps, 8);
     DeviceTiles dt(T);
-    {
-      const std::vector<uint32_t> d = run_wgmma(T, dt, v.reg, swap);
-      const std::vector<double> exact = exact_tiles(T);
-      int64_t n = 0;
-      for (size_t i = 0; i < d.size(); ++i)
-        if (static_cast<double>(bits_f32(d[i])) != exact[i]) ++n;
-      bad.push_back(n);
-    }
+    const std::vector<uint32_t> d = run_wgmma(T, dt, v.reg, swap);
+    const std::vector<double> exact = exact_tiles(T);
+    int64_t n = 0;
+    for (size_t i = 0; i < d.size(); ++i)
+      if (static_cast<double>(bits_f32(d[i])) != exact[i]) ++n;
+    bad.push_back(n);
   }
   return bad;
 }
