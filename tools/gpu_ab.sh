@@ -5,6 +5,7 @@
 #
 #   tools/gpu_ab.sh RUN --builds "E H" [--suite H] [--filter GTEST_FILTER]
 #                       [--steps "E H E H"] [--step-args "--spec"] [--match S ...]
+#                       [--peer "qwen3-8b muse"]
 #
 #   RUN          the run's name (run06): $OUT/RUN_summary.txt and $OUT/RUN_logs.tar.xz
 #   --builds     the builds to unpack (into b_<name>/)
@@ -14,27 +15,33 @@
 #                (alternate the builds: A B A B); a repeated name's files get 2, 3, ...
 #   --match      tools/step_kernels.py's strings for the timeline table (default: the 8
 #                largest kernel families)
+#   --peer       after the steps, the PyTorch peer (bench/peer/peer_step.py: eager, CUDA graph,
+#                torch.compile + graph; ctx 4096, rows 1 8 32) of each preset named, in the
+#                same session; its JSON as $OUT/RUN_peer_<preset>.json
 #
 # Writes every log under $OUT/logs (tarred at the end) and a short summary, printed last.
 # Exits 2 on a bad command line; a failing stage is recorded in the summary, not fatal.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 usage() {
-  sed -n '2,18p' "$0" >&2
+  sed -n '2,22p' "$0" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
 run="$1"
 shift
-builds="" suite="" filter="" steps="" step_args="--spec"
+builds="" suite="" filter="" steps="" step_args="--spec" peer=""
 match=()
 while [[ $# -gt 0 ]]; do
+  # Every option but --match takes one non-empty value.
+  [[ "$1" == --match || -n "${2-}" ]] || usage
   case "$1" in
-    --builds) builds="${2:?}" && shift 2 ;;
-    --suite) suite="${2:?}" && shift 2 ;;
-    --filter) filter="${2:?}" && shift 2 ;;
-    --steps) steps="${2:?}" && shift 2 ;;
-    --step-args) step_args="${2:?}" && shift 2 ;;
+    --builds) builds="$2" && shift 2 ;;
+    --suite) suite="$2" && shift 2 ;;
+    --filter) filter="$2" && shift 2 ;;
+    --steps) steps="$2" && shift 2 ;;
+    --peer) peer="$2" && shift 2 ;;
+    --step-args) step_args="$2" && shift 2 ;;
     --match)
       shift
       while [[ $# -gt 0 && "$1" != --* ]]; do
@@ -98,6 +105,13 @@ if [[ ${#jsons[@]} -gt 0 ]]; then
     python3 tools/step_kernels.py "${jsons[@]}" --top 8 >>"$summary" 2>&1
   fi
 fi
+for p in $peer; do
+  timeout 200 python3 bench/peer/peer_step.py --preset "$p" --preset-dir /tmp --ctx 4096 \
+    --rows 1 8 32 --modes eager graph compile --json "$out/${run}_peer_$p.json" \
+    >"$logs/peer_$p.log" 2>&1
+  note "peer $p rc $? ($(since))"
+  tail -5 "$logs/peer_$p.log" | grep -v wrote >>"$summary"
+done
 note "total $(since)"
 (cd "$out" && tar cJf "${run}_logs.tar.xz" logs && rm -rf logs)
 cat "$summary"
