@@ -16,7 +16,7 @@ import sys
 # kernel -> why it needs no pdl_enter() first
 EXEMPT = {
     "fused_step_kernel": "waits in its body (griddepcontrol.wait after the w2 ring prologue)",
-    "exp_fast_check_kernel": "a self-test, launched by tests only",
+    "fast_math_check_kernel": "a self-test, launched by tests only",
     "mma_probe_kernel": "the tensor-core probe, launched before any step",
     "wgmma_probe_kernel": "the wgmma probe, launched before any step",
     "wgmma_compiled_kernel": "the wgmma probe, launched before any step",

@@ -261,11 +261,14 @@ size_t attention_workspace_bytes(const ops::AttentionParams& p, int splits = 0);
 void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, bf16* out,
                void* workspace, size_t workspace_bytes, cudaStream_t stream, int splits = 0);
 
-// The kernel's exp (a double fma polynomial that falls back to exp_f32 near float
-// rounding boundaries) against core/math.h's exp_f32 on the device, over all 2^32
-// float bit patterns: the number that differ, the lowest such pattern (0xffffffff
-// when none) and how many x in [-87, 0] take the fallback. The proof that the
-// kernel's p = exp(s - max) has the contract's bits (CudaAttention tests it).
-uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_domain);
+// The kernels' fast forms (common/fast_math.cuh: a shorter double route that falls back
+// to the function itself near float rounding boundaries) against core/math.h's function
+// on the device, over all 2^32 float bit patterns: the number that differ, the lowest
+// such pattern (0xffffffff when none) and how many x of the working domain take the
+// fallback (exp: [-87, 0], attention's s - max; silu: [-80, 40]; sigmoid: [-87, 40]). The
+// proof that attention's p = exp(s - max), SwiGLU's silu and the output gate's sigmoid
+// have the contract's bits (CudaFastMath).
+enum class FastMath { exp, silu, sigmoid };
+uint64_t fast_math_mismatches(FastMath f, uint32_t* first_bad, uint64_t* slow_in_domain);
 
 }  // namespace sparkdraft::cuda

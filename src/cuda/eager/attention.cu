@@ -27,8 +27,9 @@
 //     shared memory (a named barrier per tile);
 //   * a chunk inside every range of a warp's rows (all but a row's first and last
 //     chunks) takes an unmasked copy of the scores-to-p code (the same values);
-//   * p = exp_f32(s - m_c) by exp_fast (a double fma polynomial, exp_f32 itself on
-//     the rare inputs near a float rounding boundary; equal on all 2^32 floats);
+//   * p = exp_f32(s - m_c) by exp_fast (common/fast_math.cuh: a double fma polynomial,
+//     exp_f32 itself on the rare inputs near a float rounding boundary; equal on all
+//     2^32 floats);
 //   * pb = bf16(p) to shared memory (the only per-element round trip: the P.V
 //     A operand needs all 64 slots), then P.V: warp q owns the head-dim n-tiles
 //     q, q + WQ, ...; each n-tile's chain (4 steps over the slots) is folded at once
@@ -51,6 +52,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
 
@@ -266,63 +268,6 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
       (v ? vs : ks)[swz(j, d, kLd)] = src != nullptr ? src[u] : bf16{0};
     }
   }
-}
-
-// exp_f32 without branches (the same bits): the core runs on a clamped argument and
-// the special cases are selected afterwards, so that a lane's exps overlap.
-__device__ __forceinline__ float exp_nb(float x) {
-  const bool nan = (f32_bits(x) & 0x7fffffffu) > 0x7f800000u;
-  const bool big = x > 89.0f, small = x < -104.0f;
-  const float xc = nan || big || small ? 0.0f : x;
-  const float r = math_detail::to_float(math_detail::exp_d(static_cast<double>(xc)));
-  return nan ? math_detail::quiet(x) : big ? bits_f32(0x7f800000u) : small ? 0.0f : r;
-}
-
-// exp_nb out of line: exp_fast's rare path stays a branch, not predicated code.
-__device__ __noinline__ float exp_slow(float x) { return exp_nb(x); }
-
-// exp_f32 at about half the cost, the same bits for EVERY float input (checked
-// exhaustively on the device over all 2^32 bit patterns: attention_exp_fast_mismatches,
-// CudaAttention.FastExpEqualsExpF32OnEveryFloat). For x in [-87, 88] (exp(x) a normal
-// float): k = round(x / ln2) by the shift trick, r = x - k ln2 (two fma steps), the
-// degree-10 Taylor polynomial of exp(r) by fma Horner (|r| <= 0.347: truncation below
-// 2^-41 relative), scaled by 2^k on the exponent bits. Its rounding to float is
-// exp_f32's unless the double lies within kExpFastTol = 2^14 double ulps (2^-39
-// relative at the least, against < 2^-40.9 for this error plus exp_d's) of a float
-// rounding boundary (the low 29 mantissa bits near 2^28): there, and outside [-87, 88]
-// (NaN, infinities, subnormal results), ok is false and exp_f32 itself (exp_slow)
-// decides. Measured: 17072 of the ~1.1e9 floats in [-87, 0] take that path.
-constexpr uint32_t kExpFastTol = 1u << 14;
-__device__ __forceinline__ float exp_fast_try(float x, bool* ok) {
-  using namespace math_detail;
-  const double xd = static_cast<double>(x);
-  const double sh = __fma_rn(xd, kInvLn2, kRoundShift);
-  const int k = __double2loint(sh);  // round(x / ln2)
-  const double kd = __dsub_rn(sh, kRoundShift);
-  double r = __fma_rn(kd, -kLn2Hi32, xd);  // exact: k ln2_hi has 29 + 8 bits
-  r = __fma_rn(kd, -kLn2Lo32, r);
-  double p = 0x1.27e4fb7789f5cp-22;  // 1/10!
-  p = __fma_rn(p, r, 0x1.71de3a556c734p-19);
-  p = __fma_rn(p, r, 0x1.a01a01a01a01ap-16);
-  p = __fma_rn(p, r, 0x1.a01a01a01a01ap-13);
-  p = __fma_rn(p, r, 0x1.6c16c16c16c17p-10);
-  p = __fma_rn(p, r, 0x1.1111111111111p-7);
-  p = __fma_rn(p, r, 0x1.5555555555555p-5);
-  p = __fma_rn(p, r, 0x1.5555555555555p-3);
-  p = __fma_rn(p, r, 0x1.0p-1);
-  p = __fma_rn(p, r, 1.0);
-  p = __fma_rn(p, r, 1.0);
-  const uint32_t lo = static_cast<uint32_t>(__double2loint(p));
-  const double y = __hiloint2double(__double2hiint(p) + k * (1 << 20), static_cast<int>(lo));
-  const bool near = ((lo - 0x10000000u + kExpFastTol) & 0x1fffffffu) < 2 * kExpFastTol;
-  *ok = !near && x >= -87.0f && x <= 88.0f;
-  return __double2float_rn(y);
-}
-__device__ __forceinline__ float exp_fast(float x) {
-  bool ok;
-  float f = exp_fast_try(x, &ok);
-  if (!ok) f = exp_slow(x);
-  return f;
 }
 
 // ops::attention_max without branches, the same result for every pair: a NaN gives b
@@ -1034,57 +979,6 @@ int64_t chunk_slots(const ops::AttentionParams& p) {
 }
 
 }  // namespace
-
-// ---- test hook: exp_fast against exp_f32 on every float ------------------------------
-namespace {
-__global__ void exp_fast_check_kernel(unsigned long long* mismatches, unsigned int* first_bad,
-                                      unsigned long long* slow) {
-  unsigned long long bad = 0, rare = 0;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < (uint64_t{1} << 32); i += stride) {
-    const uint32_t u = static_cast<uint32_t>(i);
-    const float x = bits_f32(u);
-    if (f32_bits(exp_fast(x)) != f32_bits(exp_f32(x))) {
-      ++bad;
-      atomicMin(first_bad, u);
-    }
-    bool ok;
-    (void)exp_fast_try(x, &ok);
-    if (!ok && x >= -87.0f && x <= 0.0f) ++rare;  // the slow path's share of s - m <= 0
-  }
-  if (bad != 0) atomicAdd(mismatches, bad);
-  if (rare != 0) atomicAdd(slow, rare);
-}
-}  // namespace
-
-// cuda/kernels.h: the number of float bit patterns x with exp_fast(x) != exp_f32(x) on
-// the device (all 2^32 of them), the lowest such pattern (0xffffffff when none), and how
-// many x in [-87, 0] take the slow path.
-uint64_t attention_exp_fast_mismatches(uint32_t* first_bad, uint64_t* slow_in_domain) {
-  unsigned long long* d_bad = nullptr;
-  unsigned long long* d_slow = nullptr;
-  SD_CUDA_CHECK(cudaMalloc(&d_slow, sizeof(unsigned long long)));
-  SD_CUDA_CHECK(cudaMemset(d_slow, 0, sizeof(unsigned long long)));
-  unsigned int* d_first = nullptr;
-  SD_CUDA_CHECK(cudaMalloc(&d_bad, sizeof(unsigned long long)));
-  SD_CUDA_CHECK(cudaMalloc(&d_first, sizeof(unsigned int)));
-  SD_CUDA_CHECK(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
-  SD_CUDA_CHECK(cudaMemset(d_first, 0xff, sizeof(unsigned int)));
-  launch_kernel("exp_fast_check_kernel", exp_fast_check_kernel,
-                LaunchShape{dim3(132 * 16), dim3(256), 0, nullptr}, d_bad, d_first, d_slow);
-  unsigned long long bad = 0, slow = 0;
-  SD_CUDA_CHECK(cudaMemcpy(&slow, d_slow, sizeof(slow), cudaMemcpyDeviceToHost));
-  SD_CUDA_CHECK(cudaFree(d_slow));
-  if (slow_in_domain != nullptr) *slow_in_domain = slow;
-  unsigned int first = 0;
-  SD_CUDA_CHECK(cudaMemcpy(&bad, d_bad, sizeof(bad), cudaMemcpyDeviceToHost));
-  SD_CUDA_CHECK(cudaMemcpy(&first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
-  SD_CUDA_CHECK(cudaFree(d_bad));
-  SD_CUDA_CHECK(cudaFree(d_first));
-  if (first_bad != nullptr) *first_bad = first;
-  return bad;
-}
 
 void check_attention_limits(const ops::AttentionParams& p) {
   using detail::require;

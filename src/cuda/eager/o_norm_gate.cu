@@ -5,7 +5,8 @@
 //                                                    gain from o_norm_weight [d])
 //   o = gate   ? bf16(f32(o_i) * sigmoid_f32(f32(g[t][h*d + i]))) : o
 // Where it rounds: after the norm (bf16), after the gate (bf16); sigmoid_f32 is
-// core/math.h's.
+// core/math.h's, computed by common/fast_math.cuh's sigmoid_fast (the same bits on every
+// float).
 // Launch: one warp per (token, head) in the canonical order of the norm, 4 per
 // 128-thread block; each lane rewrites only its own elements.
 #include "cuda/kernels.h"
@@ -13,6 +14,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
@@ -39,7 +41,7 @@ __global__ void __launch_bounds__(detail::kRowThreads)
   detail::for_lane_elements(lane, head_dim, [&](int i) {
     float v = to_f32(oh[i]);
     if (o_norm) v = round_bf16(detail::apply_norm(v, r, o_norm_weight, gain, i));
-    if (gh != nullptr) v = round_bf16(__fmul_rn(v, sigmoid_f32(to_f32(gh[i]))));
+    if (gh != nullptr) v = round_bf16(__fmul_rn(v, sigmoid_fast(to_f32(gh[i]))));
     oh[i] = to_bf16(v);
   });
 }

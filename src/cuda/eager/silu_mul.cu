@@ -2,7 +2,9 @@
 //
 // What it computes: gu is [rows, 2I] (gate in [0, I), up in [I, 2I));
 //   y[r][i] = bf16(silu_f32(f32(g)) * f32(u))
-// with silu_f32 of core/math.h (the same bits on host and device).
+// with silu_f32 of core/math.h (the same bits on host and device), computed by
+// common/fast_math.cuh's silu_fast (silu_f32's bits on every float, about half its FP64
+// work: the vector form was bound by the double exp and division).
 // Where it rounds: once, the product, to bf16.
 // Launch: 256 threads per block; where I is a multiple of 8, both arrays are 16-byte
 // aligned and there are at least kSiluVecFrom groups of 8 outputs, eight outputs a thread
@@ -15,6 +17,7 @@
 #include "sparkdraft/cuda/check.h"
 
 #include "cuda/common/common.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/ptx.cuh"
 
 namespace sparkdraft::cuda {
@@ -32,7 +35,7 @@ __global__ void __launch_bounds__(kSiluThreads)
   const bf16* row = gu + r * 2 * inter;
   const float g = to_f32(row[i]);
   const float u = to_f32(row[inter + i]);
-  y[idx] = to_bf16(__fmul_rn(silu_f32(g), u));
+  y[idx] = to_bf16(__fmul_rn(silu_fast(g), u));
 }
 
 constexpr int kSiluVec = 8;                // bf16 outputs a thread in the vector form
@@ -41,8 +44,8 @@ constexpr int64_t kSiluVecFrom = 1 << 17;  // groups of 8 outputs from which it 
 __device__ __forceinline__ uint32_t silu_pair(uint32_t g2, uint32_t u2) {
   const float g0 = bits_f32(g2 << 16), g1 = bits_f32(g2 & 0xffff0000u);
   const float u0 = bits_f32(u2 << 16), u1 = bits_f32(u2 & 0xffff0000u);
-  const uint32_t lo = to_bf16(__fmul_rn(silu_f32(g0), u0)).bits;
-  const uint32_t hi = to_bf16(__fmul_rn(silu_f32(g1), u1)).bits;
+  const uint32_t lo = to_bf16(__fmul_rn(silu_fast(g0), u0)).bits;
+  const uint32_t hi = to_bf16(__fmul_rn(silu_fast(g1), u1)).bits;
   return lo | hi << 16;
 }
 

@@ -50,6 +50,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/ptx.cuh"
 #include "sparkdraft/core/bf16.h"
@@ -132,10 +133,10 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
 }
 
 // ops/mlp.h on the fp32 chain results of a gate and an up row: the bits of the
-// gemm's bf16 outputs followed by silu_mul.
+// gemm's bf16 outputs followed by silu_mul (silu_fast: silu_f32's bits).
 __device__ __forceinline__ bf16 swiglu(float gate_acc, float up_acc) {
   const float gate = to_f32(to_bf16(gate_acc)), up = to_f32(to_bf16(up_acc));
-  return to_bf16(__fmul_rn(silu_f32(gate), up));
+  return to_bf16(__fmul_rn(silu_fast(gate), up));
 }
 
 // Stores one output: bf16(v) into y, or v itself into y32 (cuda::gemm_f32).
