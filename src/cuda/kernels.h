@@ -80,8 +80,8 @@ namespace sparkdraft::cuda {
 // (<= 4), ring_n64. Where cuda::wgmma_self_test passes and K % (64 k_slices) == 0,
 // the wg tiles instead: up to 64 tokens wg_n64 for N >= 16384, else bulk_n8 up to
 // 8 tokens and wg_n64 from 9 (with K slices: ring_n8 up to 8 tokens, wg_k from 9);
-// past 64 tokens wg_n256 (as narrow as the tokens) for N >= 8192, else wg_n64
-// (measured: gemm.cu gemm_pick).
+// past 64 tokens wg_n256 (as narrow as the tokens) for N >= 8192, else wg_n64 (one
+// warpgroup's rows against all the tokens up to 256) (measured: gemm.cu gemm_pick).
 // general: any K, stride and alignment, MT 1, NT 4, each fragment element loaded
 // from global memory (zero past the ends); the same bits as the ring.
 // Refuses (InvalidArgument) what ops::check_gemm_args refuses, and N needing more
@@ -115,7 +115,8 @@ enum class GemmVariant {
   bulk_n8,
   // wgmma fed by the TMA (src/cuda/gemm/wg_tile.cuh; only where
   // cuda::wgmma_self_test passes: sm_90a; K % (64 k_slices) == 0): 64 tokens and 64
-  // weight rows a CTA (one warpgroup, m64n64k16), 128 x 128 (two, m64n64k16), 256 tokens x
+  // weight rows a CTA (one warpgroup, m64n64k16; from 65 to 256 tokens the 64 rows against
+  // all the tokens, m64nMk16 as below), 128 x 128 (two, m64n64k16), 256 tokens x
   // 128 rows (two, m64n256k16; up to 256 tokens only round_up(M, 32) from 160, m64nMk16);
   // with K slices each of them runs as wg_k
   wg_n64,

@@ -236,6 +236,22 @@ void launch_wg(Args a, cudaStream_t stream) {
   launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
 }
 
+// The wide tile (WGS warpgroups of 64 weight rows) as narrow as the tokens allow up to
+// 256 (round_up(M, 32) from 160): the tensor cores compute no token column past them
+// (2026-12-05f run 6, H200, 224 tokens: lm_head + gate_up 941 -> 872 us qwen3-8b, with
+// muse's qkv 3121 -> 2875; the step at 32 requests -1.8% / -2.8%).
+template <int WGS>
+void launch_wide(const Args& a, cudaStream_t stream) {
+  if (a.M <= 160)
+    launch_wg<WGS, 160>(a, stream);
+  else if (a.M <= 192)
+    launch_wg<WGS, 192>(a, stream);
+  else if (a.M <= 224)
+    launch_wg<WGS, 224>(a, stream);
+  else
+    launch_wg<WGS, 256>(a, stream);
+}
+
 // The wg tiles: 64 or 128 tokens a CTA, or the wide tile's 160 to 256; K slices (any wg
 // variant) in slice groups of at most two slices, on one CTA or on the two CTAs of a
 // cluster (below).
@@ -258,22 +274,19 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   if (a.slices == 2) return launch_wg<2, 64, false, true>(a, stream);
   switch (v) {
     case GemmVariant::wg_n64:
-    case GemmVariant::wg_k: launch_wg<1, 64>(a, stream); break;
-    case GemmVariant::wg_n128: launch_wg<2, 128>(a, stream); break;
-    default:
-      // The wide tile as narrow as the tokens allow up to 256 (round_up(M, 32) from 160):
-      // the tensor cores compute no token column past them (2026-12-05f run 6, H200, 224
-      // tokens: lm_head + gate_up 941 -> 872 us qwen3-8b, with muse's qkv 3121 -> 2875;
-      // the step at 32 requests -1.8% / -2.8%).
-      if (a.M <= 160)
-        launch_wg<2, 160>(a, stream);
-      else if (a.M <= 192)
-        launch_wg<2, 192>(a, stream);
-      else if (a.M <= 224)
-        launch_wg<2, 224>(a, stream);
+    case GemmVariant::wg_k:
+      // From 65 to 256 tokens (a draft step's query block) one warpgroup's 64 weight rows
+      // against all the tokens, the wide tile's m64nTOKk16 (2026-12-06b run 2, H100, the
+      // step's timeline at 224 tokens: qkv 45.4 -> 30.0 us a call on qwen3-8b, where
+      // 2026-12-05f run 1's 256-token form with L2 flushed had lost); past 256 (the context
+      // fill) 64 x 64 tiles as measured before.
+      if (a.M > 64 && a.M <= 256)
+        launch_wide<1>(a, stream);
       else
-        launch_wg<2, 256>(a, stream);
+        launch_wg<1, 64>(a, stream);
       break;
+    case GemmVariant::wg_n128: launch_wg<2, 128>(a, stream); break;
+    default: launch_wide<2>(a, stream); break;
   }
 }
 
