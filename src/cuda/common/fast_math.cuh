@@ -24,6 +24,16 @@ __device__ __forceinline__ bool near_float_boundary(uint32_t lo) {
   return ((lo - 0x10000000u + kFastTol) & 0x1fffffffu) < 2 * kFastTol;
 }
 
+// The fast form of a function: try's float where it is ok, else slow(x), the function
+// itself (out of line: the rare path stays a branch, not predicated code).
+template <float (*Try)(float, bool*), float (*Slow)(float)>
+__device__ __forceinline__ float fast_or_slow(float x) {
+  bool ok;
+  float f = Try(x, &ok);
+  if (!ok) f = Slow(x);
+  return f;
+}
+
 // exp(xd) ~ p 2^k: k = round(xd / ln2) by the shift trick, r = xd - k ln2 (two fma steps,
 // exact first: k ln2_hi has 29 + 8 bits), p the degree-10 Taylor polynomial of exp(r) by
 // fma Horner (|r| <= 0.347: truncation below 2^-41 relative). For |xd| < 700.
@@ -66,7 +76,7 @@ __device__ __forceinline__ float exp_nb(float x) {
   return nan ? math_detail::quiet(x) : big ? bits_f32(0x7f800000u) : small ? 0.0f : r;
 }
 
-// exp_nb out of line: exp_fast's rare path stays a branch, not predicated code.
+// exp_nb out of line (fast_or_slow).
 __device__ __noinline__ inline float exp_slow(float x) { return exp_nb(x); }
 
 // exp_f32 at about half the cost. For x in [-87, 88] (exp(x) a normal float) exp_taylor's
@@ -80,10 +90,7 @@ __device__ __forceinline__ float exp_fast_try(float x, bool* ok) {
   return __double2float_rn(scale_2k(e.p, e.k));
 }
 __device__ __forceinline__ float exp_fast(float x) {
-  bool ok;
-  float f = exp_fast_try(x, &ok);
-  if (!ok) f = exp_slow(x);
-  return f;
+  return fast_or_slow<exp_fast_try, exp_slow>(x);
 }
 
 // 1 / d for d >= 1: rcp.approx, then Newton steps r += r (1 - d r), each squaring the
@@ -118,10 +125,7 @@ __device__ __forceinline__ float silu_fast_try(float x, bool* ok) {
   return __double2float_rn(q);
 }
 __device__ __forceinline__ float silu_fast(float x) {
-  bool ok;
-  float f = silu_fast_try(x, &ok);
-  if (!ok) f = silu_slow(x);
-  return f;
+  return fast_or_slow<silu_fast_try, silu_slow>(x);
 }
 
 // sigmoid_f32 (1 / (1 + exp(-x)) in double, rounded once) the same way: 1 / d by
@@ -135,10 +139,7 @@ __device__ __forceinline__ float sigmoid_fast_try(float x, bool* ok) {
   return __double2float_rn(r);
 }
 __device__ __forceinline__ float sigmoid_fast(float x) {
-  bool ok;
-  float f = sigmoid_fast_try(x, &ok);
-  if (!ok) f = sigmoid_slow(x);
-  return f;
+  return fast_or_slow<sigmoid_fast_try, sigmoid_slow>(x);
 }
 
 }  // namespace sparkdraft::cuda
