@@ -344,7 +344,9 @@ bool gemm_ring_ok(const bf16* x, int64_t x_stride, const bf16* w, int K) {
 // gate_up 70 vs 73 and 77; M 56: 322 vs 336, 69 vs 75), else bulk_n8 up to 8 tokens
 // (qkv 28 vs 28, fc 70 vs 89) and wg_n64 from 9 (qkv 28 vs 50 wg_n128, fc 89 vs 189);
 // past 64 tokens wg_n256 from N 8192 (M 224: lm_head 486 vs 624 wg_n128, gate_up 108
-// vs 114, context_kv 52 vs 70), else wg_n64 (qkv 48 vs 53, fc 120 vs 194). With K
+// vs 114, context_kv 52 vs 70), else wg_n64 (qkv 48 vs 53, fc 120 vs 194, then on 64 x 64
+// tiles; up to 256 tokens wg_n64 now runs one warpgroup against all the tokens,
+// launch_wg_variant). With K
 // slices (o_proj, down) ring_n8 up to 8 tokens (2026-12-01g run 7, M 7: 17 vs 23 and
 // 40 vs 54 us for wg_k), then wg_k (M 56 24 vs 37 ring_n64 and 55 vs 81; M 224 43 vs
 // 51 wg_n64 and 106 vs 133).
