@@ -163,14 +163,16 @@ TEST(CudaGemm, SweepEqualsCpuBitForBit) {
   test::Gen gen(seed);
   int cases = 0, runs = 0;
   for (int M : {1, 2, 7, 8, 9, 16, 31, 56, 64, 65, 190, 224, 1024})
-    for (int N : {1, 8, 15, 16, 17, 100, 6144})
+    for (int N : {1, 8, 15, 16, 17, 100, 6144, 65544})
       for (int K : {16, 17, 100, 128, 1000, 4096}) {
         // Keep the CPU reference affordable: the full cross product up to 2^24
         // multiply-adds, and above it the shapes a draft step has (a small N at
-        // large M and K, N 6144 at a few tokens).
+        // large M and K, N 6144 at a few tokens, and N 65544 past 64 tokens: wg_n256
+        // runs it on the wide tile's two warpgroups, N 6144 on one).
         const int64_t work = static_cast<int64_t>(M) * N * K;
-        const bool big_ok =
-            (N <= 17 && K >= 1000) || (N == 6144 && M <= 9 && K != 1000) || (N == 100 && M <= 65);
+        const bool big_ok = (N <= 17 && K >= 1000) || (N == 6144 && M <= 9 && K != 1000) ||
+                            (N == 100 && M <= 65) ||
+                            (N == 65544 && K == 128 && (M == 65 || M == 224));
         if (work > (int64_t{1} << 24) && !big_ok) continue;
         for (int S : {1, 2, 4, 8}) {
           if (S > 1 && K % (16 * S) != 0) continue;
@@ -256,7 +258,7 @@ TEST(CudaGemm, SwigluEqualsGemmThenSiluMul) {
   const uint64_t seed = 0x5A1CE;
   test::Gen gen(seed);
   int cases = 0;
-  for (int M : {1, 7, 8, 9, 16, 17, 32, 33, 56, 64, 65, 130, 224})
+  for (int M : {1, 7, 8, 9, 16, 17, 32, 33, 56, 64, 65, 130, 190, 224, 256, 300})
     for (int I : {1, 8, 13, 100, 1536, 4096})
       for (int K : {16, 128, 1024}) {
         if (static_cast<int64_t>(M) * 2 * I * K > (int64_t{1} << 24)) continue;

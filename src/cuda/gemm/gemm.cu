@@ -252,6 +252,23 @@ void launch_wide(const Args& a, cudaStream_t stream) {
     launch_wg<WGS, 256>(a, stream);
 }
 
+// The share of the SM slots of its waves that a grid of `ctas` CTAs, one an SM, fills.
+double wave_fill(int64_t ctas) {
+  const int64_t sms = sm_count();
+  return static_cast<double>(ctas) / static_cast<double>((ctas + sms - 1) / sms * sms);
+}
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// wg_n256 past 64 tokens takes one warpgroup's rows a CTA where that grid fills its waves
+// by more than this over the two-warpgroup grid (launch_wg_variant). Measured (the step's
+// timeline at 224 tokens, one warpgroup against two; 2026-12-06c run 1 on the H200, run 2
+// on an H100): muse's qkv (N 18432: fills 0.73 against 0.55) 167.2 -> 151.9 us (H200),
+// 184.3 -> 172.0 (H100); qwen3-8b's gate_up (N 24576: 0.97 against 0.73) 89.4 -> 85.2
+// (H200) but 99.0 -> 102.5 (H100); muse's gate_up (N 32768: 0.97 both) 178.3 -> 213.6
+// (H200), and the step with lm_head on one warpgroup too (0.999 both) +1.6% (qwen3-8b) and
+// +3.2% (muse) at 32 requests (H200).
+constexpr double kWaveGain = 0.1;
+
 // The wg tiles: 64 or 128 tokens a CTA, or the wide tile's 160 to 256; K slices (any wg
 // variant) in slice groups of at most two slices, on one CTA or on the two CTAs of a
 // cluster (below).
@@ -286,7 +303,15 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
         launch_wg<1, 64>(a, stream);
       break;
     case GemmVariant::wg_n128: launch_wg<2, 128>(a, stream); break;
-    default: launch_wide<2>(a, stream); break;
+    default:
+      // wg_n256 (N >= 8192 past 64 tokens): two warpgroups' 128 rows a CTA, which read the
+      // tokens once for twice the rows, unless one warpgroup's 64 (twice the CTAs, one an
+      // SM either way) fills its last wave of SMs clearly better (kWaveGain).
+      if (a.M <= 256 && wave_fill(ceil_div(a.N, 64)) > wave_fill(ceil_div(a.N, 128)) + kWaveGain)
+        launch_wide<1>(a, stream);
+      else
+        launch_wide<2>(a, stream);
+      break;
   }
 }
 
