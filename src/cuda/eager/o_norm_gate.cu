@@ -7,8 +7,12 @@
 // Where it rounds: after the norm (bf16), after the gate (bf16); sigmoid_f32 is
 // core/math.h's, computed by common/fast_math.cuh's sigmoid_fast (the same bits on every
 // float).
-// Launch: one warp per (token, head) in the canonical order of the norm, 4 per
-// 128-thread block; each lane rewrites only its own elements.
+// Launch: one warp per (token, head), 4 per 128-thread block: the norm's sum of squares
+// in its canonical order (lane l: chunks l, l + 32, ...), then every lane rewrites
+// elements lane, lane + 32, ... (elementwise: any lane may take any element once every
+// lane's reads of the sum are done, which the sum's butterfly orders), two at a time so
+// that their two sigmoid chains overlap (a head of 64 on 32 lanes, not 8 lanes x 8 in
+// sequence: 2026-12-06c run 3).
 #include "cuda/kernels.h"
 #include "sparkdraft/core/math.h"
 #include "sparkdraft/cuda/check.h"
@@ -38,12 +42,31 @@ __global__ void __launch_bounds__(detail::kRowThreads)
     r = detail::rms_scale(
         detail::warp_sum_squares(lane, head_dim, [&](int i) { return to_f32(oh[i]); }), head_dim,
         eps);
-  detail::for_lane_elements(lane, head_dim, [&](int i) {
-    float v = to_f32(oh[i]);
-    if (o_norm) v = round_bf16(detail::apply_norm(v, r, o_norm_weight, gain, i));
-    if (gh != nullptr) v = round_bf16(__fmul_rn(v, sigmoid_fast(to_f32(gh[i]))));
-    oh[i] = to_bf16(v);
-  });
+  constexpr int kW = detail::kWarpSize;
+  for (int i0 = lane; i0 < head_dim; i0 += 2 * kW) {
+    const bool two = i0 + kW < head_dim;  // this lane's second element, i0 + 32
+    float v[2], x[2], s[2];
+    bool ok[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int i = u == 0 || two ? i0 + u * kW : i0;  // a lane without a second redoes i0
+      v[u] = to_f32(oh[i]);
+      if (o_norm) v[u] = round_bf16(detail::apply_norm(v[u], r, o_norm_weight, gain, i));
+      if (gh != nullptr) {
+        x[u] = to_f32(gh[i]);
+        s[u] = sigmoid_fast_try(x[u], &ok[u]);
+      }
+    }
+    if (gh != nullptr) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (!ok[u]) s[u] = sigmoid_slow(x[u]);
+        v[u] = round_bf16(__fmul_rn(v[u], s[u]));
+      }
+    }
+    oh[i0] = to_bf16(v[0]);
+    if (two) oh[i0 + kW] = to_bf16(v[1]);
+  }
 }
 
 }  // namespace
