@@ -35,7 +35,6 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "cuda/common/common.cuh"
 #include "cuda/common/ptx.cuh"
@@ -233,22 +232,6 @@ __host__ inline BoundaryLaunch boundary_launch(int hidden) {
   return l;
 }
 
-// The plain boundary's launch (residual_boundary; not the fused peer boundary, whose kernels
-// are instantiated by chunks a thread): where boundary_launch gives two chunks a thread
-// (4097 to 8192 values a row, 512 threads of 118 registers: one block an SM), four chunks a
-// thread instead, so that two rows' blocks share an SM (2026-12-06c run 4, ncu at hidden 8192,
-// 224 rows, H100: 1.7 waves of one block, 4 warps a scheduler, 36% of the stalls at the
-// block's barriers). The same bits: the sums are one warp's canonical walk either way.
-__host__ inline BoundaryLaunch plain_boundary_launch(int hidden) {
-  BoundaryLaunch l = boundary_launch(hidden);
-  if (l.per_thread == 2) {
-    const int chunks = (hidden + kBoundaryChunk - 1) / kBoundaryChunk;
-    l.per_thread = 4;
-    l.threads = ((chunks + 3) / 4 + 31) / 32 * 32;
-  }
-  return l;
-}
-
 // Calls f(kernel) with the kernel of kChunks = l.per_thread, its shared memory limit set.
 // Only kChunks <= kMaxPerThread are instantiated (each kernel of 4 or 8 chunks takes
 // the compiler tens of seconds): the caller sees to l.per_thread <= kMaxPerThread.
@@ -258,12 +241,6 @@ void with_boundary_kernel(const BoundaryLaunch& l, F&& f) {
     if (l.smem > 48 * 1024)
       SD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(l.smem)));
-    // The plain boundary (plain_boundary_launch) prefers the largest shared memory
-    // carve-out: else the driver may configure 64 KB, one block of a 32 KB row (hidden
-    // 8192) an SM. The fused peer boundary's kernels keep the driver's choice.
-    if constexpr (std::is_same_v<B, BranchBf16>)
-      SD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared));
     f(kernel);
   };
   if (l.per_thread == 1) return run(residual_boundary_kernel<S, 1, B>);
@@ -280,11 +257,8 @@ void with_boundary_kernel(const BoundaryLaunch& l, F&& f) {
 // p checked, p.rows > 0, the row width checked (check_boundary_hidden).
 template <class S, class B, int kMaxPerThread = 8>
 void launch_boundary(const ops::BoundaryParams& p, const B& branch, S* residual, bf16* next,
-                     bool vec, cudaStream_t stream,
-                     const BoundaryLaunch& l = BoundaryLaunch{0, 0, 0}) {
-  if (l.threads == 0)
-    return launch_boundary<S, B, kMaxPerThread>(p, branch, residual, next, vec, stream,
-                                                boundary_launch(p.hidden));
+                     bool vec, cudaStream_t stream) {
+  const BoundaryLaunch l = boundary_launch(p.hidden);
   with_boundary_kernel<S, B, kMaxPerThread>(l, [&](auto kernel) {
     launch_kernel(
         "residual_boundary_kernel", kernel,
@@ -308,15 +282,14 @@ int64_t boundary_resident_rows(int hidden) {
   return static_cast<int64_t>(per_sm) * sms;
 }
 
-// The plain boundary, the residual as the stream dtype says.
+// The residual as the stream dtype says.
 template <class B>
 void launch_boundary(const ops::BoundaryParams& p, const B& branch, void* residual, bf16* next,
                      bool vec, cudaStream_t stream) {
-  const BoundaryLaunch l = plain_boundary_launch(p.hidden);
   if (p.residual_dtype == StreamDType::f32)
-    launch_boundary(p, branch, static_cast<float*>(residual), next, vec, stream, l);
+    launch_boundary(p, branch, static_cast<float*>(residual), next, vec, stream);
   else
-    launch_boundary(p, branch, static_cast<bf16*>(residual), next, vec, stream, l);
+    launch_boundary(p, branch, static_cast<bf16*>(residual), next, vec, stream);
 }
 
 }  // namespace sparkdraft::cuda::detail
