@@ -12,7 +12,9 @@
 #   --suite B    build B's GPU test binary (--filter: its gtest filter; default all), then
 #                `sparkdraft check` on tiny qwen3 and muse with build B
 #   --steps      `sparkdraft bench step <step-args> --timeline` once per name, in this order
-#                (alternate the builds: A B A B); a repeated name's files get 2, 3, ...
+#                (alternate the builds: A B A B); a repeated name's files get .2, .3, ...
+#                (step_A.2.json: a build name is letters and digits, so no repeat's name
+#                is another build's)
 #   --match      tools/step_kernels.py's strings for the timeline table (default: the 8
 #                largest kernel families)
 #   --peer       after the steps, the PyTorch peer (bench/peer/peer_step.py: eager, CUDA graph,
@@ -24,7 +26,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 usage() {
-  sed -n '2,22p' "$0" >&2
+  sed -n '2,25p' "$0" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -62,6 +64,12 @@ note() { echo "$*" >>"$summary"; }
 t0=$(date +%s)
 since() { echo "$(($(date +%s) - t0))s"; }
 
+for b in $builds $suite $steps; do
+  [[ "$b" =~ ^[A-Za-z0-9]+$ ]] || {
+    echo "gpu_ab.sh: build name '$b': letters and digits only" >&2
+    exit 2
+  }
+done
 for b in $builds; do
   [[ -f ".carry/bin_$b.tar.xz" ]] || {
     echo "gpu_ab.sh: .carry/bin_$b.tar.xz is not here (carry it)" >&2
@@ -90,7 +98,7 @@ declare -A seen=()
 for b in $steps; do
   seen[$b]=$((${seen[$b]:-0} + 1))
   tag="$b"
-  [[ ${seen[$b]} -gt 1 ]] && tag="$b${seen[$b]}"
+  [[ ${seen[$b]} -gt 1 ]] && tag="$b.${seen[$b]}"
   # shellcheck disable=SC2086  # step_args is a list of flags
   timeout 120 "./b_$b/sparkdraft" bench step $step_args --timeline --preset-dir /tmp \
     --json "$logs/step_$tag.json" >"$logs/step_$tag.log" 2>&1
