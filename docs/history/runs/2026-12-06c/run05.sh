@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# 2026-12-06c run 5: Rs = main 26116ce (run 3's R; sparkdraft only); S = Rs + the plain residual
-# boundary at 4097 to 8192 values a row on four chunks a thread of 256 threads (two blocks an SM
-# instead of one of 512) with the largest shared-memory carve-out (run 4's profile: muse's
-# boundary at 224 rows ran 1.7 waves of one block an SM) + its test at hidden 8192. S's
-# boundary, peer-reduce and TP tests and check, then the step Rs S once each (a machine start
-# had failed: 255 s of device time left).
+# 2026-12-06c run 5 (written, not run: the sitting's device time was spent). Two changes written
+# from run 4's profiles, each committed and reverted on main:
+#   c3e76f6 (reverted by 2bca41d): the plain residual boundary at 4097 to 8192 values a row on
+#     256 threads of four chunks (two blocks an SM instead of one of 512) with the largest
+#     shared-memory carve-out; its test at hidden 8192;
+#   71e2a19 (reverted by 1032e12): o_norm_gate with several heads a warp, each on the
+#     power-of-two lanes that cover its 8-element chunks (a head of 64: 8 lanes, four heads a
+#     warp); its tests at head dims 8 and 300.
+# Builds (here, docs/CONTRIBUTING.md "Binaries carried to the GPU"): B = main (sparkdraft only);
+# ST = main + `git revert 2bca41d 1032e12` (sparkdraft and sparkdraft_cuda_tests). ST's whole
+# GPU suite (CudaResidualBoundary.*, CudaONormGate.*, PeerReduce.*, CudaTp.*) and check, then
+# the step B ST B ST: the timeline separates the two kernels (muse at 32 requests on an H100
+# before: the boundary's ten calls 167 us, o_norm_gate's five 84 us).
 set -u
-bash tools/gpu_ab.sh run05 --builds "Rs S" --suite S --filter 'CudaResidualBoundary.*:PeerReduce.*:CudaTp.*' --steps "Rs S"
+bash tools/gpu_ab.sh run05 --builds "B ST" --suite ST --steps "B ST B ST"
