@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # 2026-12-06c run 5 (written, not run: the sitting's device time was spent). Three changes written
-# from run 4's profiles, each committed and reverted on main:
+# from the profiles (run 4's; 2026-12-06a run 1's for attention), each committed and reverted:
 #   c3e76f6 (reverted by 2bca41d): the plain residual boundary at 4097 to 8192 values a row on
 #     256 threads of four chunks (two blocks an SM instead of one of 512) with the largest
 #     shared-memory carve-out; its test at hidden 8192;
