@@ -512,7 +512,7 @@ TEST(CudaONormGate, MatchesCpuBitForBit) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
   uint64_t seed = 0x5D0A00;
-  for (int head_dim : {8, 13, 16, 40, 64, 80, 128, 256, 300})
+  for (int head_dim : {13, 16, 40, 64, 80, 128, 256})
     for (int heads : {1, 4, 16})
       for (bool o_norm : {false, true})
         for (bool gate : {false, true}) {

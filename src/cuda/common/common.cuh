@@ -36,17 +36,6 @@ __device__ __forceinline__ void for_lane_elements(int lane, int n, F f) {
   }
 }
 
-// The canonical butterfly within groups of `group` lanes (a power of two up to 32), every
-// lane getting its group's sum: where each group holds a row's canonical lane partials 0 ..
-// group - 1 of a sum of squares (the lanes past its chunks +0), this is
-// warp_canonical_combine's value, whose steps 16 .. group add only +0 to such sums (>= +0).
-// Every lane of the warp calls it.
-__device__ __forceinline__ float group_canonical_combine(float partial, int group) {
-  for (int off = group / 2; off > 0; off /= 2)
-    partial = __fadd_rn(partial, __shfl_xor_sync(0xffffffffu, partial, off));
-  return partial;
-}
-
 // Canonical sum of load(i)^2 over i < n; every lane of the warp gets the sum.
 template <class Load>
 __device__ __forceinline__ float warp_sum_squares(int lane, int n, Load load) {

@@ -103,7 +103,8 @@ __device__ __forceinline__ void front_head_run(const ops::QkvFrontParams& p, con
       partial = fma_f32(x[j], x[j], partial);
     }
   }
-  partial = detail::group_canonical_combine(partial, group);
+  for (int off = group / 2; off > 0; off /= 2)
+    partial = __fadd_rn(partial, __shfl_xor_sync(0xffffffffu, partial, off));
   if (has) {
     Chunk y = in;
     if (f.norm) {
