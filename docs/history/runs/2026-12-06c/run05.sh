@@ -5,7 +5,7 @@
 #   c3e76f6: the plain residual boundary at 4097 to 8192 values a row on 256 threads of four
 #     chunks (two blocks an SM instead of one of 512) with the largest shared-memory carve-out;
 #     its test at hidden 8192;
-#   71e2a19: o_norm_gate with several heads a warp, each on the power-of-two lanes that cover its
+#   12394e0: o_norm_gate with several heads a warp, each on the power-of-two lanes that cover its
 #     8-element chunks (a head of 64: 8 lanes, four heads a warp); its tests at head dims 8, 300;
 #   9fab1a7: attention's chunk max by fmaxf (the definition's up to the sign of a zero maximum,
 #     which reaches no output; contract.md's attention section) and the quad's shuffle levels
@@ -14,7 +14,7 @@
 #     NaN test (a NaN operand's payload reaches no output). Static SASS of
 #     attention_chunk_kernel<8, 4, 0>: 5424 -> 5240 -> 5208 instructions.
 # Builds (here, docs/CONTRIBUTING.md "Binaries carried to the GPU"): B = main (sparkdraft only);
-# X = main + `git cherry-pick c3e76f6 71e2a19 9fab1a7 2c8af60` (sparkdraft and
+# X = main + `git cherry-pick c3e76f6 12394e0 9fab1a7 2c8af60` (sparkdraft and
 # sparkdraft_cuda_tests). X's whole GPU suite (CudaResidualBoundary.*, CudaONormGate.*,
 # CudaAttention.* at every split, PeerReduce.*, CudaTp.*) and check, then the step B X B X: the
 # timeline separates the kernels (on an H100 before: muse at 32 requests the boundary's ten calls
