@@ -18,7 +18,8 @@
 # sparkdraft_cuda_tests; both were built and packed at 3ea2c6b as .carry/bin_B.tar.xz and
 # .carry/bin_X.tar.xz, where this checkout's .carry/ survives). X's whole GPU suite
 # (CudaResidualBoundary.*, CudaONormGate.*, CudaAttention.* at every split, PeerReduce.*,
-# CudaTp.*) and check, then the step B X B X: the timeline separates the kernels (on an H100 before: muse at 32 requests the boundary's ten calls
-# 167 us, o_norm_gate's five 84 us; attention at 32 requests 1388 us qwen3-8b, 1870 muse).
+# CudaTp.*) and check, then the step B X B X: the timeline separates the kernels (on an H100
+# before: muse at 32 requests the boundary's ten calls 167 us, o_norm_gate's five 84 us;
+# attention at 32 requests 1388 us qwen3-8b, 1870 muse).
 set -u
 bash tools/gpu_ab.sh run05 --builds "B X" --suite X --steps "B X B X"
