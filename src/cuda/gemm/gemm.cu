@@ -38,6 +38,8 @@ int ring_budget_bytes(int slices, int rows) {
   return (96 << 10) / slices;
 }
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // Raises the kernel's dynamic shared memory limit once per (device, kernel).
 void allow_smem(const void* kernel, size_t bytes) {
   if (bytes <= (48u << 10)) return;
@@ -76,12 +78,12 @@ void launch(Args a, cudaStream_t stream) {
     a.stages = 0;
     a.group_bytes = a.slices > 1 ? T::kPartialBytes : 0;
   }
-  const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
+  const int64_t row_blocks = ceil_div(a.N, kOutRows);
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
   LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>((a.M + T::kXRows - 1) / T::kXRows),
-                    static_cast<unsigned>(row_blocks));
+  shape.grid =
+      dim3(static_cast<unsigned>(ceil_div(a.M, T::kXRows)), static_cast<unsigned>(row_blocks));
   shape.block = dim3(static_cast<unsigned>(32 * WT * a.slices));
   shape.smem = static_cast<size_t>(a.slices) * a.group_bytes + levels_bytes;
   shape.stream = stream;
@@ -102,6 +104,12 @@ int sm_count() {
   return std::max(sms, 1);
 }
 
+// The share of the SM slots of its waves that a grid of `ctas` CTAs, one an SM, fills.
+double wave_fill(int64_t ctas) {
+  const int64_t sms = sm_count();
+  return static_cast<double>(ctas) / static_cast<double>(ceil_div(ctas, sms) * sms);
+}
+
 // The bulk kernel: the ring sized so that every CTA of the grid can be resident
 // at once (up to 4 a SM): the widest stage (512, 256, 128 or 64 k) that leaves at
 // least 2 stages in the share of shared memory a CTA gets, up to kBulkMaxStages
@@ -111,10 +119,10 @@ void launch_bulk(Args a, cudaStream_t stream, const GemmBulkTuning& tuning = {})
   using B = gemm_detail::Bulk<MT, NT, WG, LEVELS>;
   ops::require(a.slices <= B::kMaxSlices, "cuda::gemm", "too many K slices for this variant");
   constexpr int kOutRows = kSwiGLU ? B::kWRows / 2 : B::kWRows;
-  const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
+  const int64_t row_blocks = ceil_div(a.N, kOutRows);
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
-  const int64_t token_blocks = (a.M + B::kTokens - 1) / B::kTokens;
+  const int64_t token_blocks = ceil_div(a.M, B::kTokens);
   const int64_t ctas = row_blocks * token_blocks;
   const int sms = sm_count();
   // A stage costs its barriers more than its bytes (the SwiGLU tile went from 185
@@ -122,7 +130,7 @@ void launch_bulk(Args a, cudaStream_t stream, const GemmBulkTuning& tuning = {})
   // leaves 2 in flight.
   constexpr int kMaxPerSm = 4;
   const int min_stages = tuning.min_stages;
-  const int per_sm = static_cast<int>(std::clamp<int64_t>((ctas + sms - 1) / sms, 1, kMaxPerSm));
+  const int per_sm = static_cast<int>(std::clamp<int64_t>(ceil_div(ctas, sms), 1, kMaxPerSm));
   const int budget = (227 << 10) / per_sm - gemm_detail::kBulkHeader - (1 << 10);
   for (int stage_k : {512, 256, 128, 64}) {
     if (tuning.stage_k != 0 && stage_k != tuning.stage_k) continue;
@@ -208,8 +216,8 @@ void launch_wg(Args a, cudaStream_t stream) {
   }
   a.slices = 1;
   a.slice_len = a.K;
-  const int64_t row_blocks = (static_cast<int64_t>(a.N) + kOutRows - 1) / kOutRows;
-  const int64_t token_blocks = (static_cast<int64_t>(a.M) + T::kTokens - 1) / T::kTokens;
+  const int64_t row_blocks = ceil_div(a.N, kOutRows);
+  const int64_t token_blocks = ceil_div(a.M, T::kTokens);
   const int64_t ctas = token_blocks * row_blocks;
   // The smaller tiles take about 110 KB (two CTAs an SM), or 72 KB (three) when the
   // grid is more than two CTAs an SM: 2026-12-04e run 7, gate_up at 7 tokens on wg_n64
@@ -252,13 +260,6 @@ void launch_wide(const Args& a, cudaStream_t stream) {
     launch_wg<WGS, 256>(a, stream);
 }
 
-// The share of the SM slots of its waves that a grid of `ctas` CTAs, one an SM, fills.
-double wave_fill(int64_t ctas) {
-  const int64_t sms = sm_count();
-  return static_cast<double>(ctas) / static_cast<double>((ctas + sms - 1) / sms * sms);
-}
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // wg_n256 past 64 tokens takes one warpgroup's rows a CTA where that grid fills its waves
 // by more than this over the two-warpgroup grid (launch_wg_variant). Measured (the step's
 // timeline at 224 tokens, one warpgroup against two; 2026-12-06c run 1 on the H200, run 2
@@ -279,8 +280,7 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   // 1, H100, the step's timeline): qwen3-8b at 8 requests, o_proj and down 364 -> 301 us
   // (the step -2.6%); where the clusters exceed one wave they lose (muse, N 8192: 128 row
   // blocks, 256 CTAs, 749 -> 805 us).
-  const int64_t ctas =
-      (static_cast<int64_t>(a.N) + 63) / 64 * ((static_cast<int64_t>(a.M) + 63) / 64);
+  const int64_t ctas = ceil_div(a.N, 64) * ceil_div(a.M, 64);
   if (a.slices == 8 && 2 * ctas <= sm_count()) return launch_wg<4, 64, false, true, 2>(a, stream);
   // Past 64 tokens: 128-token tiles of two slice groups (two slices each, folded in
   // registers), the halves again on a cluster's two CTAs, so the weights are read once a
