@@ -24,7 +24,8 @@
 //     order: the slot bits 5 .. log2(WQ) are the warp's n bits (n-tile bits in the
 //     lane, then xor 2 and xor 1 across the quad, then the pair bit in the lane),
 //     and the last log2(WQ) levels combine the tile's warps' partials through
-//     shared memory (a named barrier per tile);
+//     shared memory (a named barrier per tile); the max by fmaxf, the definition's
+//     up to the sign of a zero maximum, which reaches no output (red_op);
 //   * a chunk inside every range of a warp's rows (all but a row's first and last
 //     chunks) takes an unmasked copy of the scores-to-p code (the same values);
 //   * p = exp_f32(s - m_c) by exp_fast (common/fast_math.cuh: a double fma polynomial,
@@ -270,27 +271,24 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
   }
 }
 
-// ops::attention_max without branches, the same result for every pair: a NaN gives b
-// (whatever b is); b NaN (a not) gives a = fmaxf(a, b); equal operands give b (the
-// sign of zero included); otherwise fmaxf is the larger one, a > b ? a : b.
-__device__ __forceinline__ float max_nb(float a, float b) {
-  const float m = fmaxf(a, b);
-  return a == b || a != a ? b : m;
-}
-
+// The definition's max and sum, one instruction each. The max is fmaxf: ops::attention_max
+// (NaN-ignoring, else a > b ? a : b) but for the sign of a zero maximum of +0 and -0, which
+// reaches no output: a maximum enters only further maxima and exp of a difference, and
+// exp(+-0) = 1, x - (+-0) = x for x != 0. Both are commutative (a NaN result is the one
+// canonical NaN), so a tree level may combine its pair in either order.
 template <bool kSum>
 __device__ __forceinline__ float red_op(float x, float y) {
   if constexpr (kSum)
     return __fadd_rn(x, y);
   else
-    return max_nb(x, y);
+    return fmaxf(x, y);
 }
 
 // The in-warp part of chunk_max / chunk_sum for the row held in v[.][h] (h = 0: row
-// g, h = 1: row g + 8): n-tile bits high to low, quad bits 2 and 1 (lower slot
-// first in every lane), then the pair bit. Every lane of the quad gets the value.
+// g, h = 1: row g + 8): n-tile bits high to low, quad bits 2 and 1, then the pair bit.
+// Every lane of the quad gets the value.
 template <bool kSum, int NT>
-__device__ __forceinline__ float warp_partial(const float (&x)[NT][4], int h, int tq) {
+__device__ __forceinline__ float warp_partial(const float (&x)[NT][4], int h) {
   float v[NT][2];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -307,11 +305,8 @@ __device__ __forceinline__ float warp_partial(const float (&x)[NT][4], int h, in
 #pragma unroll
   for (int off = 2; off >= 1; off /= 2)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const float o = __shfl_xor_sync(0xffffffffu, v[0][e], off);
-      const bool upper = (tq & off) != 0;
-      v[0][e] = red_op<kSum>(upper ? o : v[0][e], upper ? v[0][e] : o);
-    }
+    for (int e = 0; e < 2; ++e)
+      v[0][e] = red_op<kSum>(v[0][e], __shfl_xor_sync(0xffffffffu, v[0][e], off));
   return red_op<kSum>(v[0][0], v[0][1]);
 }
 
@@ -616,7 +611,7 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float pm = warp_partial<false, NT>(xm, h, tq);
+        const float pm = warp_partial<false, NT>(xm, h);
         if (tq == 0) rm[qw * 16 + g + 8 * h] = pm;
       }
       named_barrier(bar_id, bar_threads);
@@ -656,7 +651,7 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float pl = warp_partial<true, NT>(x, h, tq);
+        const float pl = warp_partial<true, NT>(x, h);
         if (tq == 0) rs[qw * 16 + g + 8 * h] = pl;
       }
     };
@@ -673,7 +668,7 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       lc[h] = cross_partial<true, WQ>(rs + g + 8 * h);
-      next[h] = max_nb(M[h], m[h]);
+      next[h] = fmaxf(M[h], m[h]);  // red_op<false>'s max
     }
     float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
     if (fold_self) {
