@@ -124,6 +124,15 @@ __device__ __forceinline__ void ldsm_x2_trans(uint32_t r[2], uint32_t addr) {
                : "r"(addr));
 }
 
+// pb = bf16(p), the P.V operand, by the hardware conversion alone (cvt.rn: to_bf16's bits but
+// for a NaN's payload): a NaN operand gives NaN products whatever its payload, and every
+// output's to_bf16 turns a NaN into the rule's, so to_bf16's NaN test would change no output.
+__device__ __forceinline__ bf16 to_bf16_operand(float x) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return bf16{h};
+}
+
 // Pieces: each run of consecutive tokens of one request (padding tokens belong to
 // none) is cut into pieces of tpc tokens (the last one shorter), numbered in token
 // order. find_piece finds piece p: its first token, its length and its request
@@ -647,7 +656,7 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
           const int j = WQ * (nt * 8 + 2 * tq + e % 2) + qw;
           const float p = live[nt][e] ? ex[nt][e] : 0.0f;
           x[nt][e] = p;
-          pt[(g + 8 * h) * kPLd + j] = to_bf16(p);
+          pt[(g + 8 * h) * kPLd + j] = to_bf16_operand(p);
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
