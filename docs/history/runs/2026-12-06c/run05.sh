@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-06c run 5 (written, not run: the sitting's device time was spent). Four changes written
+# 2026-12-06c run 5 (written in sitting 17, run in sitting 18 on an H100). Four changes written
 # from the profiles (run 4's; 2026-12-06a run 1's for attention), each committed on main and
 # reverted at once:
 #   c3e76f6: the plain residual boundary at 4097 to 8192 values a row on 256 threads of four
