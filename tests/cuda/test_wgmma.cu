@@ -2,7 +2,7 @@
 // if a test proves it gives the bits of the m16n8k16 chain on the device).
 //
 // One CTA of one warpgroup per tile runs wgmma.mma_async.m64nNk16.f32.bf16.bf16
-// (N = 8, 64, 160, 192, 224 and 256: every form common/wgmma.cuh has; A from shared memory,
+// (N = 8, 64, 128, 160, 192, 224 and 256: every form common/wgmma.cuh has; A from shared memory,
 // and for N 8, 64 and 256 also from registers; B from shared memory, no swizzle) with the
 // accumulator started from a nonzero C, and chains of S = 1 or 4 consecutive k16 wgmmas into the
 // same accumulator (K = 16 S). Every output is compared bit for bit with the twin's chain
@@ -67,6 +67,8 @@ __device__ __forceinline__ void wg_ss(float* d, uint64_t da, uint64_t db) {
     cuda::wgmma_m64n8k16_ss(d, da, db);
   else if constexpr (N == 64)
     cuda::wgmma_m64n64k16_ss(d, da, db);
+  else if constexpr (N == 128)
+    cuda::wgmma_m64n128k16_ss(d, da, db);
   else if constexpr (N == 160)
     cuda::wgmma_m64n160k16_ss(d, da, db);
   else if constexpr (N == 192)
@@ -316,6 +318,7 @@ std::vector<uint32_t> with_shape(const Tiles& T, F&& f) {
   switch (T.n) {
     case 8: return steps(std::integral_constant<int, 8>{});
     case 64: return steps(std::integral_constant<int, 64>{});
+    case 128: return steps(std::integral_constant<int, 128>{});
     case 160: return steps(std::integral_constant<int, 160>{});
     case 192: return steps(std::integral_constant<int, 192>{});
     case 224: return steps(std::integral_constant<int, 224>{});
@@ -342,9 +345,9 @@ struct Shape {
   int n, steps;
   int64_t tiles;
 };
-constexpr Shape kShapes[] = {{8, 1, 2048}, {256, 1, 64}, {8, 4, 512},  {256, 4, 64},
-                             {64, 1, 256}, {64, 4, 64},  {160, 1, 96}, {160, 4, 24},
-                             {192, 1, 80}, {192, 4, 20}, {224, 1, 72}, {224, 4, 18}};
+constexpr Shape kShapes[] = {{8, 1, 2048}, {256, 1, 64},  {8, 4, 512},  {256, 4, 64}, {64, 1, 256},
+                             {64, 4, 64},  {128, 1, 128}, {128, 4, 32}, {160, 1, 96}, {160, 4, 24},
+                             {192, 1, 80}, {192, 4, 20},  {224, 1, 72}, {224, 4, 18}};
 constexpr int kShapeCount = sizeof(kShapes) / sizeof(kShapes[0]);
 
 // A variant: a shape and where A comes from (reg: registers).

@@ -56,8 +56,8 @@ __global__ void mma_probe_kernel(const MmaCase* cases, int64_t count, uint32_t* 
 __global__ void wgmma_compiled_kernel(int* out) { *out = wgmma_compiled() ? 1 : 0; }
 
 // Tile `tile` (one CTA of 128 threads) of the wgmma self-test for wgmma.m64nNk16 (N 64,
-// 160, 192, 224 or 256: every form the GEMM's wg tiles issue), with C = N / 8 cases a tile: A rows
-// 16 i .. 16 i + 15 = case C tile + i's a (i < 4), B tokens 8 j .. 8 j + 7 = case C tile
+// 128, 160, 192, 224 or 256: every form the GEMM's wg tiles issue), with C = N / 8 cases a tile: A
+// rows 16 i .. 16 i + 15 = case C tile + i's a (i < 4), B tokens 8 j .. 8 j + 7 = case C tile
 // + j's b (j < N / 8), C block (i, j) = case C tile + j's c; D [64][N] = one wgmma from
 // C, both operands in shared memory in the no-swizzle layout of wgmma_core_offset.
 template <int N>
@@ -86,6 +86,8 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(const MmaCase* cases, 
   wgmma_fence();
   if constexpr (N == 64)
     wgmma_m64n64k16_ss(d, da, db);
+  else if constexpr (N == 128)
+    wgmma_m64n128k16_ss(d, da, db);
   else if constexpr (N == 160)
     wgmma_m64n160k16_ss(d, da, db);
   else if constexpr (N == 192)
@@ -228,14 +230,15 @@ const WgmmaStatus& wgmma_self_test() {
       }
     };
     probe(std::integral_constant<int, 64>{});
+    probe(std::integral_constant<int, 128>{});
     probe(std::integral_constant<int, 160>{});
     probe(std::integral_constant<int, 192>{});
     probe(std::integral_constant<int, 224>{});
     probe(std::integral_constant<int, 256>{});
     if (mismatches == 0) {
       st.usable = true;
-      st.why = "wgmma.m64n{64,160,192,224,256}k16 equal the twin on " + std::to_string(outputs) +
-               " outputs of the start-up self-test";
+      st.why = "wgmma.m64n{64,128,160,192,224,256}k16 equal the twin on " +
+               std::to_string(outputs) + " outputs of the start-up self-test";
     } else {
       st.why = "wgmma differs from the twin in " + std::to_string(mismatches) +
                " outputs of the start-up self-test (first: " + first +

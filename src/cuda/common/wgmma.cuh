@@ -1,9 +1,10 @@
 // wgmma (sm_90a) for the device probe of wgmma against the tensor-core twin
 // (tests/cuda/test_wgmma.cu, docs/mma-twin.md). contract.md section 3: a kernel of the
 // contract may use wgmma only where that probe shows it gives the bits of the
-// m16n8k16 chain on the device (docs/mma-twin.md: the probe's shapes are m64n8k16,
-// m64n64k16 and m64n256k16); the GEMM's wg variants (gemm/wg_tile.cuh) run m64n64k16
-// and m64n256k16, and cuda::wgmma_self_test checks both on every device before use.
+// m16n8k16 chain on the device (docs/mma-twin.md; the probe's shapes: every form below);
+// the GEMM's wg variants (gemm/wg_tile.cuh) run m64n64k16, m64n128k16 and the wide tile's
+// m64n{160,192,224,256}k16, and cuda::wgmma_self_test checks each of them on every device
+// before use.
 //
 // Layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 // - The warpgroup is 4 consecutive warps (128 threads, the first warp's index a
@@ -105,7 +106,7 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
 
 // The wgmma.mma_async forms the kernels and the probe issue, all bf16 x bf16 -> f32
 // with D += A * B (scale-d 1), not yet committed:
-//   wgmma_m64n{8,64,160,192,224,256}k16_ss(d, desc_a, desc_b)  A and B from shared memory
+//   wgmma_m64n{8,64,128,160,192,224,256}k16_ss(d, desc_a, desc_b)  A and B from shared memory
 //   wgmma_m64n{8,64,256}k16_rs(d, a, desc_b)       A from registers (mma.m16n8k16's A
 //                                                    fragment of the warp's 16 rows)
 // d: the N/2 accumulator registers of the layout above. One macro writes each form:
@@ -129,6 +130,12 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
   "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "    \
   "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "   \
   "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define SD_WGMMA_D64 SD_WGMMA_D32(0), SD_WGMMA_D32(32)
+#define SD_WGMMA_R64                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "  \
+  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "  \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define SD_WGMMA_D80                                                                    \
   SD_WGMMA_D32(0), SD_WGMMA_D32(32), SD_WGMMA_D4(64), SD_WGMMA_D4(68), SD_WGMMA_D4(72), \
       SD_WGMMA_D4(76)
@@ -199,6 +206,7 @@ SD_WGMMA_SS(8, SD_WGMMA_R4, "%4, %5", "%6", SD_WGMMA_D4(0))
 SD_WGMMA_RS(8, SD_WGMMA_R4, "{%4, %5, %6, %7}, %8", "%9", SD_WGMMA_D4(0))
 SD_WGMMA_SS(64, SD_WGMMA_R32, "%32, %33", "%34", SD_WGMMA_D32(0))
 SD_WGMMA_RS(64, SD_WGMMA_R32, "{%32, %33, %34, %35}, %36", "%37", SD_WGMMA_D32(0))
+SD_WGMMA_SS(128, SD_WGMMA_R64, "%64, %65", "%66", SD_WGMMA_D64)
 SD_WGMMA_SS(160, SD_WGMMA_R80, "%80, %81", "%82", SD_WGMMA_D80)
 SD_WGMMA_SS(192, SD_WGMMA_R96, "%96, %97", "%98", SD_WGMMA_D96)
 SD_WGMMA_SS(224, SD_WGMMA_R112, "%112, %113", "%114", SD_WGMMA_D112)

@@ -1,13 +1,13 @@
 // The wg variant of cuda::gemm (gemm.cu): the chains of ops/gemm.h on Hopper's
-// warpgroup instruction wgmma.mma_async.m64nNk16.f32.bf16.bf16 (N 64, or the wide
+// warpgroup instruction wgmma.mma_async.m64nNk16.f32.bf16.bf16 (N 64, 128, or the wide
 // tile's 160, 192, 224 or 256 tokens), which the device probe (tests/cuda/test_wgmma.cu) and
 // cuda::wgmma_self_test show give the bits of the mma.sync.m16n8k16 chain, k16 step by
 // k16 step (contract.md section 3).
 //
 // Operands swapped (weights = A, tokens = B): a CTA is WGS warpgroups of 128
 // threads; warpgroup g owns weight rows n0 + 64 g .. n0 + 64 g + 63 against the
-// CTA's TOK tokens, per k16 step one m64nTOKk16 (TOK 160 to 256: B read once per A read,
-// so shared memory feeds the tensor cores with room to spare) or TOK / 64 m64n64k16, every
+// CTA's TOK tokens, per k16 step one m64nTOKk16 (TOK 128 to 256: B read once per A read,
+// so shared memory feeds the tensor cores with room to spare) or, at 64, one m64n64k16, every
 // chain in increasing k from +0. K (and each K slice) is a whole number of 64-k stages, so
 // no wgmma runs under a condition (ptxas would serialize them all, C7520) and no
 // step past the end runs (an extra step of zero products would turn a -0 into +0). With kSwiGLU
@@ -55,7 +55,7 @@ inline constexpr int kWgMaxStages = 8;  // the header holds 2 mbarriers a stage
 template <int WGS, int TOK>
 struct WgTile {
   static_assert(TOK == 64 || TOK == 128 || TOK == 160 || TOK == 192 || TOK == 224 || TOK == 256,
-                "tokens a CTA: 64 or 128 (m64n64k16 each 64), 160 .. 256 (one m64nTOKk16)");
+                "tokens a CTA: 64, 128 or 160 .. 256 (one m64nTOKk16 a k16 step)");
   static constexpr int kThreads = 128 * WGS;
   static constexpr int kWRows = 64 * WGS;                // weight rows per CTA
   static constexpr int kTokens = TOK;                    // tokens per CTA
@@ -177,8 +177,8 @@ __global__ void __launch_bounds__(wg_threads(WGS))
       for (int h = 0; h < 4; ++h) {  // every stage is 4 whole k16 steps (K % 64 == 0)
         const uint64_t da = wgmma_desc_sw128(st + a_off + 32 * h);
         const uint64_t db = wgmma_desc_sw128(st + b_off + 32 * h);
-        // The wide tile's tokens are TOK / 8 consecutive 8-row atoms: acc[32 nb + i] is
-        // m64n64's acc[i] of token block nb (the accumulator layout repeats every 8 columns).
+        // The tokens are TOK / 8 consecutive 8-row atoms: acc[32 nb + i] is m64n64's
+        // acc[i] of token block nb (the accumulator layout repeats every 8 columns).
         if constexpr (TOK == 256) {
           wgmma_m64n256k16_ss(d, da, db);
         } else if constexpr (TOK == 224) {
@@ -187,11 +187,10 @@ __global__ void __launch_bounds__(wg_threads(WGS))
           wgmma_m64n192k16_ss(d, da, db);
         } else if constexpr (TOK == 160) {
           wgmma_m64n160k16_ss(d, da, db);
+        } else if constexpr (TOK == 128) {
+          wgmma_m64n128k16_ss(d, da, db);
         } else {
-#pragma unroll
-          for (int nb = 0; nb < TOK / 64; ++nb)
-            wgmma_m64n64k16_ss(d + 32 * nb, da,
-                               wgmma_desc_sw128(st + b_off + nb * 64 * kRowBytes + 32 * h));
+          wgmma_m64n64k16_ss(d, da, db);
         }
       }
       wgmma_commit();
