@@ -56,24 +56,6 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, int
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
   cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem, src_bytes);
 }
-// An L2 cache policy that makes every line it touches the first to go: for data read once
-// per kernel (attention's K and V), so that L2 keeps what the next kernel reads again.
-__device__ __forceinline__ uint64_t l2_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// cp_async_16 under an L2 cache policy (l2_evict_first's).
-__device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, int src_bytes,
-                                            uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem),
-               "l"(gmem), "r"(src_bytes), "l"(policy)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes,
-                                            uint64_t policy) {
-  cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem, src_bytes, policy);
-}
 
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -211,9 +211,7 @@ __device__ __forceinline__ int32_t chunk_page(const AttnArgs& a, const int32_t* 
 // thread's position on `page` (chunk_page's).
 // Thread x loads position x / 4: pieces x % 4, x % 4 + 4, ... of
 // its K and V rows (at most 2 * 2 * KS / 4 = KS pieces of 16 bytes). The row stride
-// is 16 * KS elements (swizzled_ld of every head dim of the instantiation). K and V are
-// read once a step: their lines are the first L2 evicts (l2_evict_first), so that the
-// chunk partials of a split stay there for the combine.
+// is 16 * KS elements (swizzled_ld of every head dim of the instantiation).
 template <int KS>
 __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache, int32_t page,
                                            int kvh, int64_t c, bf16* ks) {
@@ -223,7 +221,6 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
   const int hd = a.head_dim;
   bf16* vs = ks + kChunk * kLd;
   const int j = threadIdx.x / kPer, sub = threadIdx.x % kPer;
-  const uint64_t once = l2_evict_first();
   if (a.vec && hd == 16 * KS) {
     // The instantiation's own head dim: every address one of three bases plus a constant.
     // Piece p = sub + 4 t of the K (or V) row goes to piece p ^ f of its shared row, f =
@@ -247,8 +244,8 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const bf16* from = base + (((i & 1) ? odd : even) + 32 * i);
-      cp_async_16(dst + 64 * i, from, bytes, once);                               // K
-      cp_async_16(dst + 2 * kChunk * kLd + 64 * i, from + 16 * KS, bytes, once);  // V
+      cp_async_16(dst + 64 * i, from, bytes);                               // K
+      cp_async_16(dst + 2 * kChunk * kLd + 64 * i, from + 16 * KS, bytes);  // V
     }
     return;
   }
@@ -271,7 +268,7 @@ __device__ __forceinline__ void load_chunk(const AttnArgs& a, const bf16* cache,
     for (int u = sub; u < 2 * units; u += kPer) {
       const bool v = u >= units;
       const int part = v ? u - units : u;
-      cp_async_16(krow + (v ? kChunk * kLd : 0) + ((part ^ f) << 3), from, bytes, once);
+      cp_async_16(krow + (v ? kChunk * kLd : 0) + ((part ^ f) << 3), from, bytes);
       from += step;
     }
   } else {
@@ -844,8 +841,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 4 || (KS == 8 && WQ >= 4) ? 2 
 // the fold (L, and O per column) runs sequentially in chunk order, with the o_c loads
 // of kBatch chunks issued together first (left to the compiler, the loads trickled in
 // a few at a time and the combine was latency-bound: 20 us for one request of
-// qwen3-8b, 40 us for 8); each partial is read once, by a streaming (evict-first) load.
-// kPer: the columns a thread folds (head dims up to 128: one,
+// qwen3-8b, 40 us for 8). kPer: the columns a thread folds (head dims up to 128: one,
 // so twice the chunks' loads fit in flight).
 constexpr int kCombineThreads = 128;
 constexpr int kCombineWarps = kCombineThreads / detail::kWarpSize;
@@ -888,8 +884,8 @@ __global__ void __launch_bounds__(kCombineThreads, 8)
   for (int64_t c0 = cs; c0 < ce; c0 += kCombineThreads) {
     const int n = static_cast<int>(ce - c0 < kCombineThreads ? ce - c0 : kCombineThreads);
     const int i = threadIdx.x;
-    const float m = i < n ? ld_streaming(ws_m + base + (c0 - cb) + i) : -INFINITY;
-    const float l = i < n ? ld_streaming(ws_l + base + (c0 - cb) + i) : 0.0f;
+    const float m = i < n ? ws_m[base + (c0 - cb) + i] : -INFINITY;
+    const float l = i < n ? ws_l[base + (c0 - cb) + i] : 0.0f;
     // Inclusive prefix max of the tile (earlier operand first).
     float p = m;
 #pragma unroll
@@ -924,8 +920,7 @@ __global__ void __launch_bounds__(kCombineThreads, 8)
 #pragma unroll
         for (int k = 0; k < kPer; ++k) {
           const int d = threadIdx.x + k * kCombineThreads;
-          v[u][k] = c1 + u < n && d < hd ? ld_streaming(oc + static_cast<int64_t>(c1 + u) * hd + d)
-                                         : 0.0f;
+          v[u][k] = c1 + u < n && d < hd ? oc[static_cast<int64_t>(c1 + u) * hd + d] : 0.0f;
         }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
