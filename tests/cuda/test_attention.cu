@@ -234,7 +234,7 @@ TEST(CudaAttention, LauncherSplitForThePublishedShapes) {
       p.block_tables = p.token_request = &i32;
       p.positions = p.kv_lens = &i64;
       const int splits = cuda::attention_splits(p);
-      const int64_t ctas = static_cast<int64_t>(rows) * sh.kv_heads * splits;
+      const int64_t ctas = static_cast<int64_t>(cuda::attention_pieces(p)) * sh.kv_heads * splits;
       const size_t ws = cuda::attention_workspace_bytes(p);
       std::printf("[attention split] %s rows %d: %d split(s), %lld CTAs, workspace %zu bytes\n",
                   sh.name, rows, splits, static_cast<long long>(ctas), ws);

@@ -956,20 +956,43 @@ int ctas_per_sm(int hdp) { return hdp <= 128 ? 2 : 1; }
 // Measured on an H100 (gpu-log 2026-12-05e, runs 2-3): 8, 12, 20 and 24 were all slower
 // than an even share at 8 requests of both presets.
 constexpr int kFirstShare = 16;
-// Tokens per CTA piece: about the batch's tokens per request (any value gives the same
-// bits), at most kMaxRows rows.
+// Chunks of the context (the split heuristic's bound for a full range).
+int64_t context_chunks(const ops::AttentionParams& p) {
+  return (p.max_kv_len + kChunk - 1) / kChunk;
+}
+
+// The splits of the context for pieces of tpc tokens: none where the pieces x KV heads
+// already fill three quarters of a wave of CTAs, else as many as still fit in one wave
+// (a second, partial wave costs more than the CTAs it adds), at most the chunks one CTA's
+// rows can span (a causal window: the window plus the piece's other tokens).
+int splits_for(const ops::AttentionParams& p, int tpc) {
+  const int64_t pieces = std::max<int64_t>(p.requests, (p.tokens + tpc - 1) / tpc);
+  const int64_t units = pieces * p.kv_heads;
+  const int64_t kTargetCtas = static_cast<int64_t>(kSms) * ctas_per_sm(padded_head_dim(p.head_dim));
+  if (4 * units >= 3 * kTargetCtas) return 1;
+  int64_t span = context_chunks(p);
+  if (p.causal && p.window > 0)
+    span = std::min<int64_t>(span,
+                             (static_cast<int64_t>(p.window) + tpc + 2 * kChunk - 2) / kChunk + 1);
+  const int64_t want = kTargetCtas / units;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, span, 65535})));
+}
+
+// Tokens per CTA piece (any value gives the same bits): about the batch's tokens per
+// request, at most kMaxRows rows; halved where such pieces have more than one row tile
+// and would split the context, so that more pieces (each reading its KV head's chunks,
+// the other pieces' reads of them mostly from L2) take the place of splits, whose chunk
+// partials go through memory and the combine.
 int tokens_per_piece(const ops::AttentionParams& p) {
   const int group = p.heads / p.kv_heads;
   const int most = std::max(1, kMaxRows / group);
   const int avg = p.requests > 0 ? (p.tokens + p.requests - 1) / p.requests : 1;
-  return std::max(1, std::min(most, avg));
+  const int tpc = std::max(1, std::min(most, avg));
+  if (tpc > 1 && tpc * group > 16 && splits_for(p, tpc) > 1) return (tpc + 1) / 2;
+  return tpc;
 }
 int row_tiles(const ops::AttentionParams& p) {
   return (tokens_per_piece(p) * (p.heads / p.kv_heads) + 15) / 16;
-}
-// Chunks of the context (the split heuristic's bound for a full range).
-int64_t context_chunks(const ops::AttentionParams& p) {
-  return (p.max_kv_len + kChunk - 1) / kChunk;
 }
 
 // Workspace slots per (token, head): the most chunks one query can fold, counted
@@ -1002,22 +1025,21 @@ void check_attention_limits(const ops::AttentionParams& p) {
 
 int attention_splits(const ops::AttentionParams& p) {
   check_attention_limits(p);
-  const int tpc = tokens_per_piece(p);
-  const int64_t pieces = std::max<int64_t>(p.requests, (p.tokens + tpc - 1) / tpc);
-  const int64_t units = pieces * p.kv_heads;
-  const int64_t kTargetCtas = static_cast<int64_t>(kSms) * ctas_per_sm(padded_head_dim(p.head_dim));
-  // Enough CTAs already (three quarters of a wave or more): no split, no workspace.
-  if (4 * units >= 3 * kTargetCtas) return 1;
-  // The most chunks one CTA's rows can span (a causal window: the window plus the
-  // piece's other tokens).
-  int64_t span = context_chunks(p);
-  if (p.causal && p.window > 0)
-    span = std::min<int64_t>(span,
-                             (static_cast<int64_t>(p.window) + tpc + 2 * kChunk - 2) / kChunk + 1);
-  // As many splits as still fit in one wave (a second, partial wave costs more than
-  // the CTAs it adds).
-  const int64_t want = kTargetCtas / units;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, span, 65535})));
+  return splits_for(p, tokens_per_piece(p));
+}
+
+// Pieces of a batch whose requests' tokens are consecutive: at most one per request plus
+// one per tpc tokens (the kernel strides over any more). A request with n tokens has
+// ceil(n / tpc) = 1 + floor((n - 1) / tpc) pieces, so a batch has at most requests +
+// floor((tokens - requests) / tpc); grid z is at most 65535.
+int attention_pieces(const ops::AttentionParams& p) {
+  check_attention_limits(p);
+  const int64_t pieces =
+      std::min<int64_t>({p.tokens,
+                         static_cast<int64_t>(p.requests) +
+                             std::max<int64_t>(0, p.tokens - p.requests) / tokens_per_piece(p),
+                         65535});
+  return static_cast<int>(std::max<int64_t>(1, pieces));
 }
 
 size_t attention_workspace_bytes(const ops::AttentionParams& p, int splits) {
@@ -1086,17 +1108,8 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   a.first_share = kFirstShare;
 
   const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
-  // Pieces of a batch whose requests' tokens are consecutive: at most one per request
-  // plus one per tpc tokens (the kernel strides over any more).
-  // A request with n tokens has ceil(n / tpc) = 1 + floor((n - 1) / tpc) pieces, so a
-  // batch has at most requests + floor((tokens - requests) / tpc); grid z is at most
-  // 65535 (the kernel strides over any more).
-  const int64_t pieces = std::min<int64_t>(
-      {p.tokens,
-       static_cast<int64_t>(p.requests) + std::max<int64_t>(0, p.tokens - p.requests) / a.tpc,
-       65535});
   const dim3 grid(static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(splits),
-                  static_cast<unsigned>(std::max<int64_t>(1, pieces)));
+                  static_cast<unsigned>(attention_pieces(p)));
   // The shared memory limit is raised outside graph capture (an eager call, such as
   // the warm-up every captured step gets first, sets it for the device; capture
   // only records the launch).
