@@ -248,7 +248,7 @@ void check_attention_limits(const ops::AttentionParams& p);
 // gives (requests or token pieces) x kv_heads >= 3/4 of a wave (132 SMs x the CTAs
 // per SM of the head dim: 2 up to 128, else 1), else as many splits of each row
 // set's chunks as still fit in that one wave. The pieces are about a request's tokens,
-// halved where such pieces span more than one 16-row tile and would split.
+// halved where the context would split and half a piece still spans two 16-row tiles.
 int attention_splits(const ops::AttentionParams& p);
 // The CTAs the launcher gives each (KV head, split): its bound on the batch's pieces.
 int attention_pieces(const ops::AttentionParams& p);
