@@ -993,7 +993,7 @@ int tokens_per_piece(const ops::AttentionParams& p) {
   const int avg = p.requests > 0 ? (p.tokens + p.requests - 1) / p.requests : 1;
   const int tpc = std::max(1, std::min(most, avg));
   const int half = (tpc + 1) / 2;
-  if (half < tpc && half * group > 16) return half;
+  if (half * group > 16 && splits_for(p, tpc) > 1) return half;
   return tpc;
 }
 int row_tiles(const ops::AttentionParams& p) {
