@@ -117,7 +117,7 @@ enum class GemmVariant {
   // wgmma fed by the TMA (src/cuda/gemm/wg_tile.cuh; only where
   // cuda::wgmma_self_test passes: sm_90a; K % (64 k_slices) == 0): 64 tokens and 64
   // weight rows a CTA (one warpgroup, m64n64k16; from 65 to 256 tokens the 64 rows against
-  // all the tokens, m64nMk16 as below), 128 x 128 (two, m64n64k16), 256 tokens x
+  // all the tokens, m64nMk16 as below), 128 x 128 (two, m64n128k16), 256 tokens x
   // 128 rows (two, m64n256k16; up to 256 tokens only round_up(M, 32) from 160, m64nMk16);
   // with K slices each of them runs as wg_k
   wg_n64,
