@@ -250,8 +250,8 @@ void check_attention_limits(const ops::AttentionParams& p);
 // set's chunks as still fit in that one wave. The pieces are about a request's tokens,
 // halved where the context would split and half a piece still spans two 16-row tiles.
 int attention_splits(const ops::AttentionParams& p);
-// The CTAs the launcher gives each (KV head, split): its bound on the batch's pieces.
-int attention_pieces(const ops::AttentionParams& p);
+// The launcher's piece: the most consecutive tokens of one request a CTA takes.
+int attention_tokens_per_piece(const ops::AttentionParams& p);
 
 // Device workspace `attention` needs with `splits` (0 = attention_splits(p)): 0 for
 // one split, else fp32 (m, l, o[head_dim]) per token, head and chunk slot (the

@@ -234,10 +234,15 @@ TEST(CudaAttention, LauncherSplitForThePublishedShapes) {
       p.block_tables = p.token_request = &i32;
       p.positions = p.kv_lens = &i64;
       const int splits = cuda::attention_splits(p);
-      const int64_t ctas = static_cast<int64_t>(cuda::attention_pieces(p)) * sh.kv_heads * splits;
+      // Each request's 7 tokens in pieces of at most tpc.
+      const int tpc = cuda::attention_tokens_per_piece(p);
+      const int64_t pieces = static_cast<int64_t>(rows) * ((7 + tpc - 1) / tpc);
+      const int64_t ctas = pieces * sh.kv_heads * splits;
       const size_t ws = cuda::attention_workspace_bytes(p);
-      std::printf("[attention split] %s rows %d: %d split(s), %lld CTAs, workspace %zu bytes\n",
-                  sh.name, rows, splits, static_cast<long long>(ctas), ws);
+      std::printf(
+          "[attention split] %s rows %d: pieces of %d tokens, %d split(s), %lld CTAs, workspace "
+          "%zu bytes\n",
+          sh.name, rows, tpc, splits, static_cast<long long>(ctas), ws);
       // At least three quarters of a wave; one request spreads over a whole wave.
       EXPECT_GE(4 * ctas, 3 * 132) << sh.name << " rows " << rows;
       if (rows == 1) EXPECT_GE(ctas, 132) << sh.name;

@@ -1033,18 +1033,9 @@ int attention_splits(const ops::AttentionParams& p) {
   return splits_for(p, tokens_per_piece(p));
 }
 
-// Pieces of a batch whose requests' tokens are consecutive: at most one per request plus
-// one per tpc tokens (the kernel strides over any more). A request with n tokens has
-// ceil(n / tpc) = 1 + floor((n - 1) / tpc) pieces, so a batch has at most requests +
-// floor((tokens - requests) / tpc); grid z is at most 65535.
-int attention_pieces(const ops::AttentionParams& p) {
+int attention_tokens_per_piece(const ops::AttentionParams& p) {
   check_attention_limits(p);
-  const int64_t pieces =
-      std::min<int64_t>({p.tokens,
-                         static_cast<int64_t>(p.requests) +
-                             std::max<int64_t>(0, p.tokens - p.requests) / tokens_per_piece(p),
-                         65535});
-  return static_cast<int>(std::max<int64_t>(1, pieces));
+  return tokens_per_piece(p);
 }
 
 size_t attention_workspace_bytes(const ops::AttentionParams& p, int splits) {
@@ -1113,8 +1104,17 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
   a.first_share = kFirstShare;
 
   const size_t smem = smem_layout(a.ldk, a.ldq, a.stages, a.rows_max).total;
+  // Pieces of a batch whose requests' tokens are consecutive: at most one per request
+  // plus one per tpc tokens (the kernel strides over any more).
+  // A request with n tokens has ceil(n / tpc) = 1 + floor((n - 1) / tpc) pieces, so a
+  // batch has at most requests + floor((tokens - requests) / tpc); grid z is at most
+  // 65535 (the kernel strides over any more).
+  const int64_t pieces = std::min<int64_t>(
+      {p.tokens,
+       static_cast<int64_t>(p.requests) + std::max<int64_t>(0, p.tokens - p.requests) / a.tpc,
+       65535});
   const dim3 grid(static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(splits),
-                  static_cast<unsigned>(attention_pieces(p)));
+                  static_cast<unsigned>(std::max<int64_t>(1, pieces)));
   // The shared memory limit is raised outside graph capture (an eager call, such as
   // the warm-up every captured step gets first, sets it for the device; capture
   // only records the launch).
