@@ -13,9 +13,11 @@ L=$OUT/logs; mkdir -p $L
 t0=$(date +%s)
 nvidia-smi --query-gpu=name --format=csv,noheader >> $S
 i=0
-for k in "gemm_wg_kernel<2, 128, false, true, 2>" "gemm_wg_kernel<1, 224, false, false, 1>"; do
+# ncu's demangled names spell the arguments (int)2, (bool)0, ...
+for k in "gemm_wg_kernel<.int.2, .int.128, .bool.0, .bool.1, .int.2>" \
+  "gemm_wg_kernel<.int.1, .int.224, .bool.0, .bool.0, .int.1>"; do
   i=$((i + 1))
-  timeout 150 ncu --clock-control none --kernel-name-base demangled -k "regex:${k//[<>,]/.}" -c 1 \
+  timeout 150 ncu --clock-control none --kernel-name-base demangled -k "regex:$k" -c 1 \
     --set full --import-source yes -o $L/k$i ./b_F/sparkdraft bench step --preset qwen3-8b --ctx 64 \
     --rows 32 --repeats 2 --preset-dir /tmp > $L/ncu_k$i.log 2>&1
   echo "ncu k$i ($k) rc $? ($(( $(date +%s)-t0 ))s)" >> $S
