@@ -122,13 +122,10 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   }
   __syncthreads();
 
-  // Stage `chunk` of this ring (its producer): k = slice * slice_len + 64 * (chunk %
-  // slice_chunks), slice = the ring's first slice + chunk / slice_chunks.
-  auto issue = [&](int chunk) {
-    const int slot = chunk % a.stages;
+  // A stage into ring slot `slot` (its producer) at k: the ring's chunks in order, k =
+  // slice * slice_len + 64 c for chunk c of each of its slices.
+  auto issue = [&](int slot, int k) {
     const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes, bar = bars + 8 * slot;
-    const int k = (half * S + grp * per + chunk / slice_chunks) * slice_len +
-                  (chunk % slice_chunks) * kStageK;
     mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(a.stage_bytes));
     if constexpr (kSwiGLU) {
       tma_load_2d(st, &tw, k, n0, bar);
@@ -140,14 +137,26 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   };
   if (producer_warp) {
     // Stage c into slot c % stages, once every consumer warp released stage c -
-    // stages (phase c / stages - 1 of the slot's empty barrier).
-    if (producer)
+    // stages (phase c / stages - 1 of the slot's empty barrier). The slot, its phase and
+    // k advance with c (no division in the loop).
+    if (producer) {
+      int slot = 0, in_slice = 0;
+      uint32_t phase = 1;  // the phase before the first: c < stages waits for none
+      int k = (half * S + grp * per) * slice_len;
       for (int c = 0; c < chunks; ++c) {
-        if (c >= a.stages)
-          mbarrier_wait_parity(empties + 8 * (c % a.stages),
-                               static_cast<uint32_t>((c / a.stages - 1) & 1));
-        issue(c);
+        if (c >= a.stages) mbarrier_wait_parity(empties + 8 * slot, phase);
+        issue(slot, k);
+        k += kStageK;
+        if (++in_slice == slice_chunks) {  // the next slice starts slice_len further
+          in_slice = 0;
+          k += slice_len - slice_chunks * kStageK;
+        }
+        if (++slot == a.stages) {
+          slot = 0;
+          phase ^= 1u;
+        }
       }
+    }
     return;  // the epilogue's barriers are named ones over the consumers
   }
 
@@ -167,16 +176,23 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   // between the waits for every group (ptxas would serialize them, C7514).
   const uint32_t a_off = kGroups ? 0u : static_cast<uint32_t>(wg) * 64 * kRowBytes;  // its rows
   const uint32_t b_off = T::kWRows * kRowBytes;                                      // the tokens
+  // Slot 0's descriptors; a slot's (and a k16 step's 32 bytes) are theirs plus its byte offset
+  // / 16 in the address field (bits 0-13: shared addresses below 256 KB never carry out).
+  const uint64_t da0 = wgmma_desc_sw128(ring + a_off), db0 = wgmma_desc_sw128(ring + b_off);
+  constexpr uint64_t kStageDesc = T::kStageBytes / 16;
+  static_assert(T::kStageBytes % 1024 == 0, "every stage's atoms 1024-byte aligned");
+  // Stages [c0, c1): the slot and its phase advance with the chunk (no division in the loop).
   auto stages = [&](int c0, int c1, float(&d)[T::kAcc]) {
+    int slot = c0 % a.stages, prev = (c0 + a.stages - 1) % a.stages;
+    uint32_t phase = static_cast<uint32_t>((c0 / a.stages) & 1);
     for (int chunk = c0; chunk < c1; ++chunk) {
-      const int slot = chunk % a.stages;
-      mbarrier_wait_parity(bars + 8 * slot, static_cast<uint32_t>((chunk / a.stages) & 1));
-      const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes;
+      mbarrier_wait_parity(bars + 8 * slot, phase);
+      const uint64_t off = static_cast<uint64_t>(slot) * kStageDesc;
       wgmma_fence();
 #pragma unroll
       for (int h = 0; h < 4; ++h) {  // every stage is 4 whole k16 steps (K % 64 == 0)
-        const uint64_t da = wgmma_desc_sw128(st + a_off + 32 * h);
-        const uint64_t db = wgmma_desc_sw128(st + b_off + 32 * h);
+        const uint64_t da = da0 + off + 2 * h;
+        const uint64_t db = db0 + off + 2 * h;
         // The tokens are TOK / 8 consecutive 8-row atoms: acc[32 nb + i] is m64n64's
         // acc[i] of token block nb (the accumulator layout repeats every 8 columns).
         if constexpr (TOK == 256) {
@@ -196,7 +212,12 @@ __global__ void __launch_bounds__(wg_threads(WGS))
       wgmma_commit();
       wgmma_wait<1>();
       __syncwarp();
-      if (chunk > 0 && lane == 0) mbarrier_arrive(empties + 8 * ((chunk - 1) % a.stages));
+      if (chunk > 0 && lane == 0) mbarrier_arrive(empties + 8 * prev);
+      prev = slot;
+      if (++slot == a.stages) {
+        slot = 0;
+        phase ^= 1u;
+      }
     }
   };
   // A group's first slice (or its only one) into acc, the second (per == 2) into acc2;
