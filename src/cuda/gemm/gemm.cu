@@ -97,6 +97,14 @@ void launch(Args a, cudaStream_t stream) {
   }
 }
 
+// The most dynamic shared memory a CTA may opt in to (227 KB on the H100 and H200).
+int smem_optin() {
+  int device = 0, optin = 0;
+  SD_CUDA_CHECK(cudaGetDevice(&device));
+  SD_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return optin;
+}
+
 int sm_count() {
   int device = 0, sms = 0;
   SD_CUDA_CHECK(cudaGetDevice(&device));
@@ -193,9 +201,10 @@ CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int64_t pit
 }
 
 // The wg kernel (wg_tile.cuh): the ring as deep as the tile's share of shared
-// memory allows (3 to 8 stages; about 200 KB a CTA for the wide tiles (160 to 256 tokens) and the
-// slice groups, one CTA an SM; for the others about 110 KB, two an SM, or 72 KB,
-// three, on a grid of more than two CTAs an SM).
+// memory allows (3 to 8 stages; all a CTA may opt in to (227 KB) for the wide tiles (160 to 256
+// tokens) and the slice groups, one CTA an SM: 2026-12-06d run 5 found their consumers waiting
+// for a stage's bytes; for the others about 110 KB, two an SM, or 72 KB, three, on a grid of
+// more than two CTAs an SM).
 template <int WGS, int TOK, bool kSwiGLU = false, bool kGroups = false, int kHalves = 1>
 void launch_wg(Args a, cudaStream_t stream) {
   // kGroups: WGS slice groups, each a one-warpgroup ring (wg_tile.cuh).
@@ -224,7 +233,7 @@ void launch_wg(Args a, cudaStream_t stream) {
   // (384 CTAs) 69.2 -> 60.9 us, lm_head 306 -> 300; with fewer CTAs the shallower ring
   // loses (qkv at 56 tokens, 96 CTAs: 29.2 -> 34.2 us).
   const int small = ctas > 2 * int64_t{sm_count()} ? (72 << 10) : (110 << 10);
-  const int budget = (T::kTokens > 128 || kGroups ? (200 << 10) : small) - gemm_detail::kWgHeader;
+  const int budget = (T::kTokens > 128 || kGroups ? smem_optin() : small) - gemm_detail::kWgHeader;
   a.stages = std::clamp(budget / (kRings * T::kStageBytes), 3, gemm_detail::kWgMaxStages);
   ops::require(row_blocks <= 65535, "cuda::gemm",
                "N = " + std::to_string(a.N) + " needs more than 65535 row blocks");
