@@ -205,9 +205,10 @@ CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int64_t pit
 // tokens) and the slice groups, one CTA an SM: 2026-12-06d run 5 found their consumers waiting
 // for a stage's bytes; for the others about 110 KB, two an SM, or 72 KB, three, on a grid of
 // more than two CTAs an SM).
-template <int WGS, int TOK, bool kSwiGLU = false, bool kGroups = false, int kHalves = 1>
+template <int WGS, int TOK, bool kSwiGLU = false, bool kGroups = false, int kCtas = 1>
 void launch_wg(Args a, cudaStream_t stream) {
-  // kGroups: WGS slice groups, each a one-warpgroup ring (wg_tile.cuh).
+  // kGroups: WGS slice groups, each a one-warpgroup ring (wg_tile.cuh); kCtas: the
+  // cluster's CTAs over which the K slices split.
   using T = gemm_detail::WgTile<kGroups ? 1 : WGS, TOK>;
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
@@ -216,9 +217,13 @@ void launch_wg(Args a, cudaStream_t stream) {
                "64 * k_slices");
   a.seq_slices = 0;
   if constexpr (kGroups) {
-    ops::require(a.slices % (WGS * kHalves) == 0 && a.slices / (WGS * kHalves) <= 2, "cuda::gemm",
-                 "wg_k: the K slices must split into " + std::to_string(WGS * kHalves) +
+    ops::require(a.slices % (WGS * kCtas) == 0 && a.slices / (WGS * kCtas) <= 2, "cuda::gemm",
+                 "wg_k: the K slices must split into " + std::to_string(WGS * kCtas) +
                      " groups of at most 2");
+    a.seq_slices = a.slices;
+  } else if constexpr (kCtas > 1) {
+    ops::require(a.slices == kCtas, "cuda::gemm",
+                 "this wg tile runs one K slice a CTA: k_slices must be " + std::to_string(kCtas));
     a.seq_slices = a.slices;
   } else {
     ops::require(a.slices == 1, "cuda::gemm", "this wg tile runs one chain over K (no K slices)");
@@ -243,12 +248,12 @@ void launch_wg(Args a, cudaStream_t stream) {
   const CUtensorMap tx = tensor_map(a.x, a.M, a.K, a.x_stride, box_tokens);
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>(token_blocks), static_cast<unsigned>(row_blocks),
-                    static_cast<unsigned>(kHalves));
-  shape.cluster = dim3(1, 1, static_cast<unsigned>(kHalves));
+                    static_cast<unsigned>(kCtas));
+  shape.cluster = dim3(1, 1, static_cast<unsigned>(kCtas));
   shape.block = dim3(static_cast<unsigned>(gemm_detail::wg_threads(WGS)));
   shape.smem = gemm_detail::kWgHeader + static_cast<size_t>(kRings * a.stages) * T::kStageBytes;
   shape.stream = stream;
-  const auto kernel = gemm_detail::gemm_wg_kernel<WGS, TOK, kSwiGLU, kGroups, kHalves>;
+  const auto kernel = gemm_detail::gemm_wg_kernel<WGS, TOK, kSwiGLU, kGroups, kCtas>;
   allow_smem(reinterpret_cast<const void*>(kernel), shape.smem);
   launch_kernel("gemm_wg_kernel", kernel, shape, tw, tx, a);
 }
@@ -257,16 +262,17 @@ void launch_wg(Args a, cudaStream_t stream) {
 // 256 (round_up(M, 32) from 160): the tensor cores compute no token column past them
 // (2026-12-05f run 6, H200, 224 tokens: lm_head + gate_up 941 -> 872 us qwen3-8b, with
 // muse's qkv 3121 -> 2875; the step at 32 requests -1.8% / -2.8%).
-template <int WGS>
+// kCtas > 1: one K slice a CTA of a cluster of kCtas (k_slices == kCtas).
+template <int WGS, int kCtas = 1>
 void launch_wide(const Args& a, cudaStream_t stream) {
   if (a.M <= 160)
-    launch_wg<WGS, 160>(a, stream);
+    launch_wg<WGS, 160, false, false, kCtas>(a, stream);
   else if (a.M <= 192)
-    launch_wg<WGS, 192>(a, stream);
+    launch_wg<WGS, 192, false, false, kCtas>(a, stream);
   else if (a.M <= 224)
-    launch_wg<WGS, 224>(a, stream);
+    launch_wg<WGS, 224, false, false, kCtas>(a, stream);
   else
-    launch_wg<WGS, 256>(a, stream);
+    launch_wg<WGS, 256, false, false, kCtas>(a, stream);
 }
 
 // wg_n256 past 64 tokens takes one warpgroup's rows a CTA where that grid fills its waves
@@ -291,11 +297,13 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   // blocks, 256 CTAs, 749 -> 805 us).
   const int64_t ctas = ceil_div(a.N, 64) * ceil_div(a.M, 64);
   if (a.slices == 8 && 2 * ctas <= sm_count()) return launch_wg<4, 64, false, true, 2>(a, stream);
-  // Past 64 tokens: 128-token tiles of two slice groups (two slices each, folded in
-  // registers), the halves again on a cluster's two CTAs, so the weights are read once a
-  // 128-token tile instead of once a 64 (run 2, the step's timeline at 32 requests: o_proj
-  // and down 691 -> 600 us qwen3-8b, 1966 -> 1639 muse; the step -2.2% and -3.5%).
-  if (a.slices == 8 && a.M > 64) return launch_wg<2, 128, false, true, 2>(a, stream);
+  // Past 64 tokens: the wide tile (two warpgroups' 128 rows against all the tokens), one K
+  // slice a CTA of a cluster of eight, so the weights are read once for all the tokens and
+  // the tokens once a 128-row block (written in sitting 19, not run yet; it replaced
+  // 128-token tiles of two slice groups on a cluster's two CTAs: 2026-12-06d run 5, o_proj
+  // at 224 tokens 37.5 us against about 11 of weight bytes, its consumers waiting for their
+  // stages' bytes).
+  if (a.slices == 8 && a.M > 64) return launch_wide<2, 8>(a, stream);
   if (a.slices >= 4) return launch_wg<4, 64, false, true>(a, stream);
   if (a.slices == 2) return launch_wg<2, 64, false, true>(a, stream);
   switch (v) {

@@ -30,11 +30,18 @@
 // c + 1's group is issued and wgmma_wait<1> says c's is done (2026-12-04e runs 3-5:
 // qkv at 56 tokens 38.2 -> 28.9 us, lm_head at 224 523 -> 483 us with m64n256k16).
 //
-// K slices (k_slices = S > 1, each a whole number of stages) run in slice groups
-// (kGroups, below), and with kHalves = 2 over the two CTAs of a cluster: CTA rank h
-// runs slices [h S / 2, (h + 1) S / 2), rank 1 leaves its subtree of the canonical tree
-// in its shared memory and rank 0 adds it to its own (left + right, the tree's root)
-// through distributed shared memory, so a row block's weights stream through two SMs.
+// K slices (k_slices = S > 1, each a whole number of stages) run in one of two ways over
+// the kCtas CTAs of a cluster:
+// - slice groups (kGroups, below), with kCtas = 2 over the two CTAs of a cluster: CTA rank h
+//   runs slices [h S / 2, (h + 1) S / 2), rank 1 leaves its subtree of the canonical tree
+//   in its shared memory and rank 0 adds it to its own (left + right, the tree's root)
+//   through distributed shared memory, so a row block's weights stream through two SMs;
+// - one slice a CTA (kCtas = S, no groups): CTA rank z runs slice z with all its
+//   warpgroups (each its own 64 rows, as without slices), leaves its fp32 results in its
+//   shared memory, and after a cluster barrier each CTA folds 1 / S of the outputs: it
+//   reads the S partials of each through distributed shared memory and adds them by
+//   canonical_tree_sum (the whole tree at once). The wide tile's weights are read once
+//   for all the tokens and streamed through S SMs (o_proj and down at 65 to 256 tokens).
 // Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte
 // aligned w and x (the tensor maps' strides and bases).
 #pragma once
@@ -69,7 +76,7 @@ inline constexpr int kWgHeader = 2048;  // the mbarriers, then slack to align th
 // Threads of a CTA: the consumer warpgroups, then the producer warp.
 __host__ __device__ constexpr int wg_threads(int wgs) { return 128 * wgs + 32; }
 
-// grid (ceil(M / TOK), ceil(N / rows), kHalves) in clusters of 1 x 1 x kHalves,
+// grid (ceil(M / TOK), ceil(N / rows), kCtas) in clusters of 1 x 1 x kCtas,
 // rows = 64 (kSwiGLU, kGroups) or 64 WGS;
 // block wg_threads(WGS); dynamic shared memory kWgHeader + stages * kStageBytes (one chain
 // over K), or with kGroups kWgHeader + WGS * stages * the one-warpgroup stage.
@@ -81,7 +88,7 @@ __host__ __device__ constexpr int wg_threads(int wgs) { return 128 * wgs + 32; }
 // tw: the weight [N, K] (kSwiGLU: [2N, K]) in boxes of 64 k x rows rows; tx: the
 // tokens [M, K] (row pitch x_stride) in boxes of 64 k x min(TOK, round_up(M, 8))
 // rows.
-template <int WGS, int TOK, bool kSwiGLU, bool kGroups = false, int kHalves = 1>
+template <int WGS, int TOK, bool kSwiGLU, bool kGroups = false, int kCtas = 1>
 __global__ void __launch_bounds__(wg_threads(WGS))
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
@@ -89,7 +96,11 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   using T = WgTile<kGroups ? 1 : WGS, TOK>;  // the layout of one ring's stage
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");
-  static_assert(kHalves == 1 || (kGroups && kHalves == 2), "halves: slice groups, two CTAs");
+  static_assert(kCtas == 1 || (kGroups && kCtas == 2) ||
+                    (!kGroups && !kSwiGLU && (kCtas == 2 || kCtas == 4 || kCtas == 8)),
+                "a cluster's CTAs: the slice groups' two halves, or one K slice a CTA");
+  constexpr bool kSliceCtas = !kGroups && kCtas > 1;  // one K slice a CTA
+  static_assert(!kSliceCtas || (TOK / 2) % kCtas == 0, "each CTA folds kAcc / kCtas outputs");
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
   constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
@@ -100,11 +111,11 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   const int grp = producer_warp ? (lane < kRings ? lane : 0) : kGroups ? wg : 0;
   const bool producer = producer_warp && lane < kRings;
   const int m0 = blockIdx.x * T::kTokens, n0 = blockIdx.y * kOutRows;
-  // With halves, this CTA's slices are [half S, (half + 1) S) of the S kHalves.
-  const int half = kHalves == 2 ? static_cast<int>(cluster_ctarank()) : 0;
-  const int S = kGroups ? a.seq_slices / kHalves : 1;
+  // This CTA's slices are [half S, (half + 1) S) of the S kCtas (one slice a CTA: S = 1).
+  const int half = kCtas > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int S = kGroups ? a.seq_slices / kCtas : 1;
   const int per = S / kRings;  // slices of one ring
-  const int slice_len = a.K / (S * kHalves);
+  const int slice_len = a.K / (S * kCtas);
   const int slice_chunks = slice_len / kStageK;
   const int chunks = per * slice_chunks;
   // Ring r's full[s] at base + 16 r kWgMaxStages + 8 s, its empty[s] 8 kWgMaxStages
@@ -254,7 +265,7 @@ __global__ void __launch_bounds__(wg_threads(WGS))
       for (int h = 1; h < WGS; ++h) p[h] = ex[((h - 1) * T::kAcc + e) * 128 + tid];
       acc[e] = canonical_tree_sum(p, WGS);
     }
-    if constexpr (kHalves == 2) {
+    if constexpr (kCtas == 2) {
       // The S slices' tree is the two halves' subtrees, then their sum (left + right).
       // Rank 1 leaves its subtree in its own ring (its thread's slots: read above,
       // free now); after the cluster barrier rank 0 reads it there and adds it; after
@@ -277,6 +288,36 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   // Thread (warp w of its warpgroup, lane 4 g + t): acc[32 nb + 4 j + i] is weight
   // row 16 w + g + 8 (i / 2) of the warpgroup and token 64 nb + 8 j + 2 t + i % 2.
   const int w = (tid / 32) % 4, g = lane / 4, t = lane % 4;
+  if constexpr (kSliceCtas) {
+    // One slice a CTA: the partials [e][thread] in the (free) ring, then CTA `half` folds
+    // outputs e in [half kShare, (half + 1) kShare) of every thread position from the
+    // kCtas CTAs' partials (slice z in CTA z), in the tree's order.
+    constexpr int kT = 128 * WGS, kShare = T::kAcc / kCtas;
+    consumers_sync();  // every warpgroup is past its last wgmma: the ring is free
+    float* const ex = reinterpret_cast<float*>(smem + (rings - base));
+#pragma unroll
+    for (int e = 0; e < T::kAcc; ++e) ex[e * kT + tid] = acc[e];
+    cluster_sync();  // every CTA's partials are in place
+    uint32_t src[kCtas];
+#pragma unroll
+    for (int z = 0; z < kCtas; ++z)
+      src[z] = cluster_map_shared(smem_u32(ex + tid), static_cast<uint32_t>(z));
+#pragma unroll 2
+    for (int q = 0; q < kShare; ++q) {
+      const int e = half * kShare + q;
+      float p[kCtas];
+#pragma unroll
+      for (int z = 0; z < kCtas; ++z)
+        p[z] = ld_shared_cluster_f32(src[z] + 4u * static_cast<uint32_t>(kT * e));
+      const float v = canonical_tree_sum(p, kCtas);
+      const int i = e % 4, j = (e / 4) % 8, nb = e / 32;
+      const int n = n0 + 64 * wg + 16 * w + g + 8 * (i >> 1);
+      const int m = m0 + 64 * nb + 8 * j + 2 * t + (i & 1);
+      if (n < a.N && m < a.M) store_out(a, static_cast<int64_t>(m) * a.y_stride + n, v);
+    }
+    cluster_sync();  // no CTA leaves while another still reads its partials
+    return;
+  }
   if constexpr (kSwiGLU) {
     consumers_sync();  // every warpgroup is past its last wgmma: the ring is free
     float* up = reinterpret_cast<float*>(smem + (rings - base));
