@@ -2,7 +2,7 @@
 # 2026-12-06e run 3: the sliced wide tile's fold (run 2: at 224 tokens 15 clusters of eight
 # resident, so 256 CTAs run in three waves; the fold's loops 27% of o_proj's stall samples, the
 # epilogue's barriers 16%). Builds:
-#   W2 = main at bb59ee1 (sparkdraft and tests), the baseline;
+#   W2s = main at bb59ee1 (sparkdraft only), the baseline;
 #   N3 = main at 53915bd (N2) + the fold's loads all in flight, two floats a load (tests too);
 #   N4 = N3 with one warpgroup a CTA and a three-stage ring (about 110 KB: two CTAs an SM, 512
 #        CTAs of 64 rows at 224 tokens; `launch_wide<1, 8>` and the budget rule; tests too).
@@ -17,6 +17,6 @@ for style in qwen3 muse; do
   timeout 60 ./b_N4/sparkdraft check --style $style > $OUT/logs/n4_check_$style.log 2>&1
   echo "N4 check $style rc $? $(grep 'check:' $OUT/logs/n4_check_$style.log | cut -c1-90)" >> $OUT/run03_n4.txt
 done
-bash tools/gpu_ab.sh run03 --builds "W2 N3 N4" --suite N3 --steps "W2 N3 N4 W2 N3 N4" \
+bash tools/gpu_ab.sh run03 --builds "W2s N3 N4" --suite N3 --steps "W2s N3 N4 W2s N3 N4" \
   --match "gemm_wg_kernel" "false, true, 2>" "false, false, 8>" "attention_chunk" "fused_step"
 cat $OUT/run03_n4.txt
