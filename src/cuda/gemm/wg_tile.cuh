@@ -299,19 +299,15 @@ __global__ void __launch_bounds__(wg_threads(WGS))
 #pragma unroll
     for (int u = 0; u < T::kAcc / 2; ++u) ex[u * kT + tid] = make_float2(acc[2 * u], acc[2 * u + 1]);
     cluster_sync();  // every CTA's partials are in place
-    // The loads pair by pair, each pair's from all kCtas CTAs, so that the cluster's CTAs
-    // read from every CTA at once rather than all from CTA 0 first (run 3: rank by rank,
-    // o_proj and down at 224 tokens +12% against one pair after another).
-    uint32_t src[kCtas];
-#pragma unroll
-    for (int z = 0; z < kCtas; ++z)
-      src[z] = cluster_map_shared(smem_u32(ex + half * kShare * kT + tid), static_cast<uint32_t>(z));
     float2 p[kShare][kCtas];
 #pragma unroll
-    for (int q = 0; q < kShare; ++q)
+    for (int z = 0; z < kCtas; ++z) {
+      const uint32_t src = cluster_map_shared(smem_u32(ex + half * kShare * kT + tid),
+                                              static_cast<uint32_t>(z));
 #pragma unroll
-      for (int z = 0; z < kCtas; ++z)
-        p[q][z] = ld_shared_cluster_f32x2(src[z] + 8u * static_cast<uint32_t>(q * kT));
+      for (int q = 0; q < kShare; ++q)
+        p[q][z] = ld_shared_cluster_f32x2(src + 8u * static_cast<uint32_t>(q * kT));
+    }
 #pragma unroll
     for (int q = 0; q < kShare; ++q) {
       float lo[kCtas], hi[kCtas];
