@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(wg_threads(WGS))
                     (!kGroups && !kSwiGLU && (kCtas == 2 || kCtas == 4 || kCtas == 8)),
                 "a cluster's CTAs: the slice groups' two halves, or one K slice a CTA");
   constexpr bool kSliceCtas = !kGroups && kCtas > 1;  // one K slice a CTA
+  static_assert(!kSliceCtas || (TOK / 2) % kCtas == 0, "each CTA folds kAcc / kCtas outputs");
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
   constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
@@ -288,40 +289,31 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   // row 16 w + g + 8 (i / 2) of the warpgroup and token 64 nb + 8 j + 2 t + i % 2.
   const int w = (tid / 32) % 4, g = lane / 4, t = lane % 4;
   if constexpr (kSliceCtas) {
-    // One slice a CTA: the partials in the (free) ring, pairs (acc[2 u], acc[2 u + 1]) at
-    // float2 u of the thread's column of pairs; then CTA `half` folds the pairs u in
-    // [half kShare, (half + 1) kShare) of every thread position from the kCtas CTAs'
-    // partials (slice z in CTA z), in the tree's order, all its loads in flight at once.
-    constexpr int kT = 128 * WGS, kShare = T::kAcc / 2 / kCtas;
-    static_assert(T::kAcc % (2 * kCtas) == 0, "each CTA folds whole pairs");
+    // One slice a CTA: the partials [e][thread] in the (free) ring, then CTA `half` folds
+    // outputs e in [half kShare, (half + 1) kShare) of every thread position from the
+    // kCtas CTAs' partials (slice z in CTA z), in the tree's order.
+    constexpr int kT = 128 * WGS, kShare = T::kAcc / kCtas;
     consumers_sync();  // every warpgroup is past its last wgmma: the ring is free
-    float2* const ex = reinterpret_cast<float2*>(smem + (rings - base));
+    float* const ex = reinterpret_cast<float*>(smem + (rings - base));
 #pragma unroll
-    for (int u = 0; u < T::kAcc / 2; ++u) ex[u * kT + tid] = make_float2(acc[2 * u], acc[2 * u + 1]);
+    for (int e = 0; e < T::kAcc; ++e) ex[e * kT + tid] = acc[e];
     cluster_sync();  // every CTA's partials are in place
-    float2 p[kShare][kCtas];
+    uint32_t src[kCtas];
 #pragma unroll
-    for (int z = 0; z < kCtas; ++z) {
-      const uint32_t src = cluster_map_shared(smem_u32(ex + half * kShare * kT + tid),
-                                              static_cast<uint32_t>(z));
-#pragma unroll
-      for (int q = 0; q < kShare; ++q)
-        p[q][z] = ld_shared_cluster_f32x2(src + 8u * static_cast<uint32_t>(q * kT));
-    }
-#pragma unroll
+    for (int z = 0; z < kCtas; ++z)
+      src[z] = cluster_map_shared(smem_u32(ex + tid), static_cast<uint32_t>(z));
+#pragma unroll 2
     for (int q = 0; q < kShare; ++q) {
-      float lo[kCtas], hi[kCtas];
+      const int e = half * kShare + q;
+      float p[kCtas];
 #pragma unroll
-      for (int z = 0; z < kCtas; ++z) lo[z] = p[q][z].x, hi[z] = p[q][z].y;
-      const float v[2] = {canonical_tree_sum(lo, kCtas), canonical_tree_sum(hi, kCtas)};
-      const int e = 2 * (half * kShare + q);  // v[c] is acc[e + c]: i = e % 4 + c
+      for (int z = 0; z < kCtas; ++z)
+        p[z] = ld_shared_cluster_f32(src[z] + 4u * static_cast<uint32_t>(kT * e));
+      const float v = canonical_tree_sum(p, kCtas);
       const int i = e % 4, j = (e / 4) % 8, nb = e / 32;
       const int n = n0 + 64 * wg + 16 * w + g + 8 * (i >> 1);
-      const int m = m0 + 64 * nb + 8 * j + 2 * t;  // + c for v[c] (i & 1 == c)
-      if (n < a.N)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-          if (m + c < a.M) store_out(a, static_cast<int64_t>(m + c) * a.y_stride + n, v[c]);
+      const int m = m0 + 64 * nb + 8 * j + 2 * t + (i & 1);
+      if (n < a.N && m < a.M) store_out(a, static_cast<int64_t>(m) * a.y_stride + n, v);
     }
     cluster_sync();  // no CTA leaves while another still reads its partials
     return;
