@@ -297,12 +297,15 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   // blocks, 256 CTAs, 749 -> 805 us).
   const int64_t ctas = ceil_div(a.N, 64) * ceil_div(a.M, 64);
   if (a.slices == 8 && 2 * ctas <= sm_count()) return launch_wg<4, 64, false, true, 2>(a, stream);
-  // Past 64 tokens: the wide tile (two warpgroups' 128 rows against all the tokens), one K
+  // Past 64 tokens: the wide tile (two warpgroups' 128 rows against up to 256 tokens), one K
   // slice a CTA of a cluster of eight, so the weights are read once for all the tokens and
-  // the tokens once a 128-row block (written in sitting 19, not run yet; it replaced
-  // 128-token tiles of two slice groups on a cluster's two CTAs: 2026-12-06d run 5, o_proj
-  // at 224 tokens 37.5 us against about 11 of weight bytes, its consumers waiting for their
-  // stages' bytes).
+  // the tokens once a 128-row block. Measured (2026-12-06e runs 1 and 4, H100, the step's
+  // timeline at 32 requests), against 128-token tiles of two slice groups on a cluster's two
+  // CTAs: o_proj and down 590 -> 563 us qwen3-8b, 1629 -> 1249 muse; the step -0.6 / -1.5%
+  // and -4.6 / -4.1%. An H100 holds 15 clusters of eight at once (ncu, run 2), so qwen3-8b's
+  // 256 CTAs run in three waves; one warpgroup's 64 rows a CTA (512 CTAs) was slower with
+  // one CTA an SM (run 1) and with two (run 3), and the fold with all its loads in flight
+  // slower than two outputs at a time (runs 3-4).
   if (a.slices == 8 && a.M > 64) return launch_wide<2, 8>(a, stream);
   if (a.slices >= 4) return launch_wg<4, 64, false, true>(a, stream);
   if (a.slices == 2) return launch_wg<2, 64, false, true>(a, stream);
