@@ -41,7 +41,7 @@
 //   shared memory, and after a cluster barrier each CTA folds 1 / S of the outputs: it
 //   reads the S partials of each through distributed shared memory and adds them by
 //   canonical_tree_sum (the whole tree at once). The wide tile's weights are read once
-//   for all the tokens and streamed through S SMs (o_proj and down at 65 to 256 tokens).
+//   for all the tokens and streamed through S SMs (o_proj and down past 64 tokens).
 // Needs K % (64 k_slices) == 0, x_stride % 8 == 0 and 16-byte
 // aligned w and x (the tensor maps' strides and bases).
 #pragma once
