@@ -189,7 +189,7 @@ __device__ __forceinline__ float key_value(int k) {
 // thread of the cluster that has not exited (exited threads count as arrived), with
 // release / acquire ordering, so shared-memory writes before it are visible to the
 // cluster's other CTAs after it; the address of the same shared-memory location in
-// the cluster's CTA `rank`, a 32-bit load from such an address and a 64-bit store to one.
+// the cluster's CTA `rank`, and a 32-bit load from such an address.
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -210,11 +210,6 @@ __device__ __forceinline__ float ld_shared_cluster_f32(uint32_t addr) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
   return v;
-}
-// Two consecutive floats to such an address (8-byte aligned).
-__device__ __forceinline__ void st_shared_cluster_f32x2(uint32_t addr, float x, float y) {
-  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y)
-               : "memory");
 }
 
 }  // namespace sparkdraft::cuda

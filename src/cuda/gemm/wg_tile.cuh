@@ -289,44 +289,33 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   // row 16 w + g + 8 (i / 2) of the warpgroup and token 64 nb + 8 j + 2 t + i % 2.
   const int w = (tid / 32) % 4, g = lane / 4, t = lane % 4;
   if constexpr (kSliceCtas) {
-    // One slice a CTA: once every CTA of the cluster is past its main loop (their rings
-    // free), CTA z sends the outputs of CTA r's share to r, pairs (acc[e], acc[e + 1]) as
-    // float2 (z kShare / 2 + q) * kT + thread of r's ring; after a second cluster barrier
-    // every CTA folds its share from its own shared memory, in the tree's order, and may
-    // leave at once (no other CTA touches its shared memory any more).
-    constexpr int kT = 128 * WGS, kShare = T::kAcc / kCtas, kPairs = kShare / 2;
-    static_assert(kShare % 2 == 0, "a CTA's share is whole pairs");
-    consumers_sync();  // this CTA's warpgroups are past their last wgmma
-    cluster_sync();    // so is every CTA of the cluster: their rings are free
-    float2* const ex = reinterpret_cast<float2*>(smem + (rings - base));
+    // One slice a CTA: the partials [e][thread] in the (free) ring, then CTA `half` folds
+    // outputs e in [half kShare, (half + 1) kShare) of every thread position from the
+    // kCtas CTAs' partials (slice z in CTA z), in the tree's order.
+    constexpr int kT = 128 * WGS, kShare = T::kAcc / kCtas;
+    consumers_sync();  // every warpgroup is past its last wgmma: the ring is free
+    float* const ex = reinterpret_cast<float*>(smem + (rings - base));
 #pragma unroll
-    for (int r = 0; r < kCtas; ++r) {
-      const uint32_t dst =
-          cluster_map_shared(smem_u32(ex + half * kPairs * kT + tid), static_cast<uint32_t>(r));
+    for (int e = 0; e < T::kAcc; ++e) ex[e * kT + tid] = acc[e];
+    cluster_sync();  // every CTA's partials are in place
+    uint32_t src[kCtas];
 #pragma unroll
-      for (int q = 0; q < kPairs; ++q)
-        st_shared_cluster_f32x2(dst + 8u * static_cast<uint32_t>(q * kT), acc[r * kShare + 2 * q],
-                                acc[r * kShare + 2 * q + 1]);
-    }
-    cluster_sync();  // every CTA's pairs are in place
+    for (int z = 0; z < kCtas; ++z)
+      src[z] = cluster_map_shared(smem_u32(ex + tid), static_cast<uint32_t>(z));
 #pragma unroll 2
-    for (int q = 0; q < kPairs; ++q) {
-      float lo[kCtas], hi[kCtas];
+    for (int q = 0; q < kShare; ++q) {
+      const int e = half * kShare + q;
+      float p[kCtas];
 #pragma unroll
-      for (int z = 0; z < kCtas; ++z) {
-        const float2 v = ex[(z * kPairs + q) * kT + tid];
-        lo[z] = v.x, hi[z] = v.y;
-      }
-      const float v[2] = {canonical_tree_sum(lo, kCtas), canonical_tree_sum(hi, kCtas)};
-      const int e = half * kShare + 2 * q;  // v[c] is output e + c: i = e % 4 + c
+      for (int z = 0; z < kCtas; ++z)
+        p[z] = ld_shared_cluster_f32(src[z] + 4u * static_cast<uint32_t>(kT * e));
+      const float v = canonical_tree_sum(p, kCtas);
       const int i = e % 4, j = (e / 4) % 8, nb = e / 32;
       const int n = n0 + 64 * wg + 16 * w + g + 8 * (i >> 1);
-      const int m = m0 + 64 * nb + 8 * j + 2 * t;  // + c for v[c] (i & 1 == c)
-      if (n < a.N)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-          if (m + c < a.M) store_out(a, static_cast<int64_t>(m + c) * a.y_stride + n, v[c]);
+      const int m = m0 + 64 * nb + 8 * j + 2 * t + (i & 1);
+      if (n < a.N && m < a.M) store_out(a, static_cast<int64_t>(m) * a.y_stride + n, v);
     }
+    cluster_sync();  // no CTA leaves while another still reads its partials
     return;
   }
   if constexpr (kSwiGLU) {
