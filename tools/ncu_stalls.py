@@ -22,7 +22,7 @@ def load(path):
     return hdr, [r for r in rows[2:] if len(r) >= len(hdr)]
 
 
-def report(name, path, top=4):
+def report(name, path, top=4, counts=5):
     hdr, data = load(path)
     idx = {h: i for i, h in enumerate(hdr)}
     need = ("Warp Stall Sampling (All Samples)", "Instructions Executed", "Source")
@@ -51,7 +51,7 @@ def report(name, path, top=4):
     for r in data:
         by_count[r[idx[need[1]]]] += samples(r)
     print("  samples by executions of the instruction:",
-          ", ".join(f"{k}: {100 * v / total:.1f}%" for k, v in by_count.most_common(5)))
+          ", ".join(f"{k}: {100 * v / total:.1f}%" for k, v in by_count.most_common(counts)))
 
 
 if __name__ == "__main__":
