@@ -166,6 +166,75 @@ __device__ __forceinline__ bool slot_below(const float (&lv)[kEpl], int n, float
   return __fadd_ru(__fadd_ru(sa, d), kGumbelMax) < k0;
 }
 
+// The draw queue. The lanes of a warp run in step, so a warp whose slots are partly
+// cut still issues kEpl Philox draws a lane unless every slot is cut. Instead, when the
+// warp's drawing slots (mask: bit L set when lane L draws; C of them) are few, their
+// C kEpl draws are dealt over the 32 lanes. The slots are numbered in lane order,
+// ordinal c = popc(mask below L); with G a power of two from kEpl down to 2 and
+// S = 32 / G >= C, lane L draws for slot c = L % S, in round k its entry
+// i = k G + L / S (L / S < G), so kEpl / G rounds cover the kEpl entries of S >= C
+// slots. The seed and first id of slot c come from its lane by shuffle, once (c does
+// not depend on k). u = philox_uniform_u32(sd, id + i) is a function of (sd, id + i)
+// alone (no state, no rounding that depends on the lane), so it is the bits the owner
+// would draw itself. The owner of ordinal c then collects entry i from round i / G (the
+// same round for every owner), lane c + (i % G) S: kEpl shuffles in all, G and S
+// compile-time. Lanes with L % S >= C draw for no slot and are read by no owner
+// (nth_set_bit gives them some lane). Cost: kEpl / G draws a lane (their key schedule
+// shared, as in a lane's own loop), kEpl + 2 shuffles, a ballot and the search, where
+// the lanes' own loop costs kEpl draws. Used for C <= 16 (at most kEpl / 2 rounds) and
+// kEpl >= 4 (draw_queue_used: at kEpl 2 the one round, with its search and shuffles,
+// is no cheaper than the two draws it replaces); docs/markov-epilogue.md has the counts.
+
+// Whether the fused epilogue uses the draw queue at kEpl entries a slot.
+SD_HD constexpr bool draw_queue_used(int kEpl) { return kEpl >= 4; }
+
+// The position of the c-th (from 0) set bit of m, for c < popc(m); some lane in
+// [0, 32) otherwise. A binary search on the popcounts of the low halves (shorter in
+// SASS than __fns).
+__device__ __forceinline__ int nth_set_bit(unsigned m, int c) {
+  int pos = 0;
+#pragma unroll
+  for (int w = 16; w >= 1; w /= 2) {
+    const int low = __popc(m & ((1u << w) - 1u));
+    if (c >= low) c -= low, m >>= w, pos += w;
+  }
+  return pos;
+}
+
+// The queue's draws at G = kG (every lane calls it, with the same mask, popc(mask) <=
+// 32 / kG): u[0..kEpl) of a lane in mask get philox_uniform_u32(sd, id + i) of its own
+// sd and id (id = v0 + p.id_offset); the u of other lanes are left unspecified (the
+// caller sets those of cut slots).
+template <int kEpl, int kG>
+__device__ __forceinline__ void queue_draws(unsigned mask, uint32_t sd, uint32_t id, int lane,
+                                            float (&u)[kEpl]) {
+  constexpr int kSlots = kWarp / kG, kRounds = kEpl / kG;
+  const int src = nth_set_bit(mask, lane % kSlots);
+  const uint32_t sd_c = __shfl_sync(0xffffffffu, sd, src);
+  const uint32_t id_c = __shfl_sync(0xffffffffu, id, src) + static_cast<uint32_t>(lane / kSlots);
+  float v[kRounds];
+#pragma unroll
+  for (int k = 0; k < kRounds; ++k) v[k] = philox_uniform_u32(sd_c, id_c + k * kG);
+  const int c = __popc(mask & ((1u << lane) - 1u));  // this lane's ordinal
+#pragma unroll
+  for (int i = 0; i < kEpl; ++i) u[i] = __shfl_sync(0xffffffffu, v[i / kG], c + i % kG * kSlots);
+}
+
+// The queue at the largest G = kG, kG / 2, .. 2 whose S = 32 / G holds the count
+// drawing slots; false (nothing drawn) when count > 16 or count = 0 (warp-uniform).
+template <int kEpl, int kG = kEpl>
+__device__ __forceinline__ bool draw_queue(unsigned mask, int count, uint32_t sd, uint32_t id,
+                                           int lane, float (&u)[kEpl]) {
+  if constexpr (kG < 2) {
+    return false;
+  } else {
+    if (count > kWarp / kG) return draw_queue<kEpl, kG / 2>(mask, count, sd, id, lane, u);
+    if (count == 0) return false;
+    queue_draws<kEpl, kG>(mask, sd, id, lane, u);
+    return true;
+  }
+}
+
 // A warp's survivors (entries whose bracket reaches the row's bound) wait in its
 // queue; flush() scores them exactly (contract arithmetic) with the bound of the
 // time, which by then drops most of them, and folds them into the block's bests.
