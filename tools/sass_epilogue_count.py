@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts the SASS instructions of the fused Markov step's per-entry path.
 
-  tools/sass_epilogue_count.py SASS_FILE LO HI [K]
+  tools/sass_epilogue_count.py SASS_FILE LO HI [K] [--fast]
 
 SASS_FILE: `nvdisasm -g -c` of the fused step's cubin (cuobjdump -xelf all launch.cu.o,
 then nvdisasm -g -c launch.sm_90a.cubin). LO..HI: the lines of launch.cu that hold the
@@ -11,9 +11,20 @@ line info) to philox.h, to the epilogue's helpers (epilogue.cuh, tile.h: the log
 loads and stores, the bracket, the queue), to the step logit (device.cuh, bf16.h) and to launch.cu
 lines LO..HI, and the per-entry figure (kEpl 8 minus kEpl 1, over 7): the kEpl entries of
 a slot are unrolled, so the difference is 7 entries' worth of the per-entry path.
+--fast: only the code up to the kernel's last EXIT, i.e. without the copies the compiler
+appends for each warp shuffle and vote run by a diverged warp (WARPSYNC.COLLECTIVE
+blocks, never run here: the epilogue's shuffles are all converged).
 """
 import re
 import sys
+
+
+def fast_path(lines):
+    """The lines up to the last EXIT before the first diverged-warp copy."""
+    first = next((k for k, s in enumerate(lines) if "WARPSYNC.COLLECTIVE" in s), len(lines))
+    exits = [k for k, s in enumerate(lines[:first]) if re.search(r"\bEXIT\b", s)
+             and "PREEXIT" not in s]
+    return lines[: exits[-1] + 1] if exits else lines
 
 
 def counts(lines, lo, hi):
@@ -39,8 +50,10 @@ def counts(lines, lo, hi):
 
 
 def main():
-    path, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    k = sys.argv[4] if len(sys.argv) > 4 else "256"
+    fast = "--fast" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--fast"]
+    path, lo, hi = args[0], int(args[1]), int(args[2])
+    k = args[3] if len(args) > 3 else "256"
     text = open(path).read().split("\n")
     starts = [i for i, s in enumerate(text) if s.startswith(".text.")]
     res = {}
@@ -49,7 +62,8 @@ def main():
         if not m or m.group(1) != k:
             continue
         end = starts[j + 1] if j + 1 < len(starts) else len(text)
-        res[int(m.group(2))] = counts(text[i:end], lo, hi)
+        body = text[i:end]
+        res[int(m.group(2))] = counts(fast_path(body) if fast else body, lo, hi)
     for e in sorted(res):
         print(f"K {k} kEpl {e}: {res[e]}")
     if 8 in res and 1 in res:
