@@ -27,8 +27,7 @@
 //     shared memory (a named barrier per tile); the max by fmaxf, the definition's
 //     up to the sign of a zero maximum, which reaches no output (red_op);
 //   * a chunk inside every range of a warp's rows (all but a row's first and last
-//     chunks; padding rows past the piece's count as inside) takes an unmasked copy of
-//     the scores-to-p code (the same values);
+//     chunks) takes an unmasked copy of the scores-to-p code (the same values);
 //   * p = exp_f32(s - m_c) by exp_fast (common/fast_math.cuh: a double fma polynomial,
 //     exp_f32 itself on the rare inputs near a float rounding boundary; equal on all
 //     2^32 floats);
@@ -665,11 +664,7 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
         if (tq == 0) rs[qw * 16 + g + 8 * h] = pl;
       }
     };
-    // A padding row (r >= R: Q zero, no fold, no store) counts as full, so that a tile
-    // whose last rows pad it (qwen3-8b's 7 tokens x 4 heads = 28 rows) takes the unmasked
-    // form too: its scores, p and sums stay in its own row and reach no output.
-    const bool full = (r[0] >= R || (sl[0] == 0 && sh[0] == kChunk)) &&
-                      (r[1] >= R || (sl[1] == 0 && sh[1] == kChunk));
+    const bool full = sl[0] == 0 && sh[0] == kChunk && sl[1] == 0 && sh[1] == kChunk;
     if (__all_sync(0xffffffffu, full))
       to_p(std::false_type{});
     else
