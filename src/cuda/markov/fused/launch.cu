@@ -118,21 +118,6 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
         const float k0 = key_value(ld_volatile(s.known_s + rr));
         float u[kEpl], zhi[kEpl];
         unsigned exact = 0;  // entries to score exactly
-        // Pass 0, the slot's cut (epilogue.cuh slot_below): when even the slot's largest
-        // logit with the largest noise the sampler draws stays below the row's known
-        // bound, no entry of the slot can win; it needs no Philox draw. (Inactive lanes,
-        // n = 0, are cut; T = 0 lanes draw nothing.)
-        const bool draw = noised && !slot_below<kEpl>(lv, n, __frcp_rn(t), t, k0);
-        // The draw queue (epilogue.cuh queue_draws): when few slots of the warp draw,
-        // their draws are dealt over all 32 lanes, in kEpl / 2 rounds or fewer. u is a
-        // function of (sd, id) alone, so a draw by another lane is the same bits.
-        // Warp-uniform; without it each drawing lane draws its own, as before.
-        bool queued = false;
-        if constexpr (draw_queue_used(kEpl)) {
-          const unsigned mask = __ballot_sync(0xffffffffu, draw);
-          queued = draw_queue<kEpl>(mask, __popc(mask), sd, static_cast<uint32_t>(v0 + p.id_offset),
-                                    lane, u);
-        }
         if (noised) {
           // Pass 1, branch-free over the kEpl entries (their Philox chains interleave):
           // a bracket zlo <= z <= zhi of each entry's score z = RN(RN(l / T) + g).
@@ -142,15 +127,17 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
           // and up keeps the bracket. Non-finite sa and temperatures outside
           // [2^-100, 2^100] go to the exact path.
           const float y = __frcp_rn(t);
-          if (!draw) {
+          // Pass 0, the slot's cut (epilogue.cuh slot_below): when even the slot's
+          // largest logit with the largest noise the sampler draws stays below the
+          // row's known bound, no entry of the slot can win; it needs no Philox draw.
+          if (slot_below<kEpl>(lv, n, y, t, k0)) {
 #pragma unroll
             for (int i = 0; i < kEpl; ++i)
               u[i] = 0.0f, zhi[i] = __int_as_float(static_cast<int>(0xff800000u));  // -inf
           } else {
 #pragma unroll
             for (int i = 0; i < kEpl; ++i) {
-              if (!queued)
-                u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
+              u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
               const Bracket bz = score_bracket(lv[i], y, u[i], s.noise_b);
               zhi[i] = bz.hi;
               if (i < n) {
