@@ -81,7 +81,8 @@ namespace sparkdraft::cuda {
 // the wg tiles instead: up to 64 tokens wg_n64 for N >= 16384, else bulk_n8 up to
 // 8 tokens and wg_n64 from 9 (with K slices: ring_n8 up to 8 tokens, wg_k from 9: slice
 // groups over one CTA or a cluster's two, and past 64 tokens with 8 slices the wide tile,
-// one slice a CTA of a cluster of eight, folded through distributed shared memory);
+// one slice a CTA of a cluster of eight, folded through distributed shared memory: three
+// warpgroups' 192 rows a CTA up to 192 tokens, two past that);
 // past 64 tokens wg_n256 (as narrow as the tokens; one warpgroup's rows a CTA where that
 // grid fills its waves of SMs better, gemm.cu kWaveGain) for N >= 8192, else wg_n64 (one
 // warpgroup's rows against all the tokens up to 256) (measured: gemm.cu gemm_pick).

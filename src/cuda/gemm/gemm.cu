@@ -306,6 +306,13 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   // 256 CTAs run in three waves; one warpgroup's 64 rows a CTA (512 CTAs) was slower with
   // one CTA an SM (run 1) and with two (run 3), and the fold with all its loads in flight
   // slower than two outputs at a time (runs 3-4).
+  // Up to 192 tokens three warpgroups' 192 rows a CTA (their 80 or 96 accumulators a thread fit
+  // the 128 registers of a 416-thread CTA; 224's 112 do not, and a wgmma cannot use registers
+  // that setmaxnreg adds, gpu-log 2026-12-06e): a third fewer CTAs, so qwen3-8b's N 4096 runs
+  // 176 CTAs in two waves of 15 clusters instead of 256 in three: o_proj + down a step at 16
+  // and 24 requests 483 -> 455 and 522 -> 484 us on an H100 (gpu-log 2026-12-06f run 1).
+  if (a.slices == 8 && a.M > 64 && a.M <= 160) return launch_wg<3, 160, false, false, 8>(a, stream);
+  if (a.slices == 8 && a.M > 64 && a.M <= 192) return launch_wg<3, 192, false, false, 8>(a, stream);
   if (a.slices == 8 && a.M > 64) return launch_wide<2, 8>(a, stream);
   if (a.slices >= 4) return launch_wg<4, 64, false, true>(a, stream);
   if (a.slices == 2) return launch_wg<2, 64, false, true>(a, stream);
