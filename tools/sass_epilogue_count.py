@@ -50,11 +50,21 @@ def counts(lines, lo, hi):
 
 
 def main():
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+        return
     fast = "--fast" in sys.argv
     args = [a for a in sys.argv[1:] if a != "--fast"]
+    if len(args) not in (3, 4) or not all(a.isdigit() for a in args[1:]):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
     path, lo, hi = args[0], int(args[1]), int(args[2])
     k = args[3] if len(args) > 3 else "256"
-    text = open(path).read().split("\n")
+    try:
+        text = open(path).read().split("\n")
+    except OSError as e:
+        print(f"sass_epilogue_count.py: {e}", file=sys.stderr)
+        sys.exit(2)
     starts = [i for i, s in enumerate(text) if s.startswith(".text.")]
     res = {}
     for j, i in enumerate(starts):
