@@ -262,17 +262,16 @@ void launch_wg(Args a, cudaStream_t stream) {
 // 256 (round_up(M, 32) from 160): the tensor cores compute no token column past them
 // (2026-12-05f run 6, H200, 224 tokens: lm_head + gate_up 941 -> 872 us qwen3-8b, with
 // muse's qkv 3121 -> 2875; the step at 32 requests -1.8% / -2.8%).
-// kCtas > 1: one K slice a CTA of a cluster of kCtas (k_slices == kCtas).
-template <int WGS, int kCtas = 1>
+template <int WGS>
 void launch_wide(const Args& a, cudaStream_t stream) {
   if (a.M <= 160)
-    launch_wg<WGS, 160, false, false, kCtas>(a, stream);
+    launch_wg<WGS, 160, false, false>(a, stream);
   else if (a.M <= 192)
-    launch_wg<WGS, 192, false, false, kCtas>(a, stream);
+    launch_wg<WGS, 192, false, false>(a, stream);
   else if (a.M <= 224)
-    launch_wg<WGS, 224, false, false, kCtas>(a, stream);
+    launch_wg<WGS, 224, false, false>(a, stream);
   else
-    launch_wg<WGS, 256, false, false, kCtas>(a, stream);
+    launch_wg<WGS, 256, false, false>(a, stream);
 }
 
 // wg_n256 past 64 tokens takes one warpgroup's rows a CTA where that grid fills its waves
@@ -311,9 +310,12 @@ void launch_wg_variant(GemmVariant v, const Args& a, cudaStream_t stream) {
   // that setmaxnreg adds, gpu-log 2026-12-06e): a third fewer CTAs, so qwen3-8b's N 4096 runs
   // 176 CTAs in two waves of 15 clusters instead of 256 in three: o_proj + down a step at 16
   // and 24 requests 483 -> 455 and 522 -> 484 us on an H100 (gpu-log 2026-12-06f run 1).
-  if (a.slices == 8 && a.M > 64 && a.M <= 160) return launch_wg<3, 160, false, false, 8>(a, stream);
-  if (a.slices == 8 && a.M > 64 && a.M <= 192) return launch_wg<3, 192, false, false, 8>(a, stream);
-  if (a.slices == 8 && a.M > 64) return launch_wide<2, 8>(a, stream);
+  if (a.slices == 8 && a.M > 64) {
+    if (a.M <= 160) return launch_wg<3, 160, false, false, 8>(a, stream);
+    if (a.M <= 192) return launch_wg<3, 192, false, false, 8>(a, stream);
+    if (a.M <= 224) return launch_wg<2, 224, false, false, 8>(a, stream);
+    return launch_wg<2, 256, false, false, 8>(a, stream);
+  }
   if (a.slices >= 4) return launch_wg<4, 64, false, true>(a, stream);
   if (a.slices == 2) return launch_wg<2, 64, false, true>(a, stream);
   switch (v) {

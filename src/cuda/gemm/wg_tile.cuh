@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(wg_threads(WGS))
                     (!kGroups && !kSwiGLU && (kCtas == 2 || kCtas == 4 || kCtas == 8)),
                 "a cluster's CTAs: the slice groups' two halves, or one K slice a CTA");
   constexpr bool kSliceCtas = !kGroups && kCtas > 1;  // one K slice a CTA
-  static_assert(!kSliceCtas || (TOK / 2) % kCtas == 0, "each CTA folds kAcc / kCtas outputs");
+  static_assert(!kSliceCtas || T::kAcc % kCtas == 0, "each CTA folds kAcc / kCtas outputs");
   constexpr int kOutRows = kSwiGLU || kGroups ? 64 : T::kWRows;
   constexpr int kRings = kGroups ? WGS : 1;
   constexpr int kConsumerWarps = 4 * WGS / kRings;  // the warps that read a ring
