@@ -883,6 +883,21 @@ __global__ void __launch_bounds__(kCombineThreads, 8)
   }
   for (int64_t c0 = cs; c0 < ce; c0 += kCombineThreads) {
     const int n = static_cast<int>(ce - c0 < kCombineThreads ? ce - c0 : kCombineThreads);
+    const float* oc = ws_o + (base + (c0 - cb)) * hd;
+    // kBatch chunks' o_c loaded at once (independent loads in flight), then folded in
+    // chunk order; the tile's first batch goes out before the prefix max, whose loads
+    // and barriers it does not depend on.
+    float v[kBatch][kPer];
+    auto load_batch = [&](int c1) {
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          const int d = threadIdx.x + k * kCombineThreads;
+          v[u][k] = c1 + u < n && d < hd ? oc[static_cast<int64_t>(c1 + u) * hd + d] : 0.0f;
+        }
+    };
+    load_batch(0);
     const int i = threadIdx.x;
     const float m = i < n ? ws_m[base + (c0 - cb) + i] : -INFINITY;
     const float l = i < n ? ws_l[base + (c0 - cb) + i] : 0.0f;
@@ -910,18 +925,8 @@ __global__ void __launch_bounds__(kCombineThreads, 8)
     for (int w = 0; w < kCombineWarps; ++w) tile_max = ops::attention_max(tile_max, warp_max[w]);
     __syncthreads();
     M = tile_max;
-    const float* oc = ws_o + (base + (c0 - cb)) * hd;
-    // kBatch chunks' o_c loaded at once (independent loads in flight), then folded in
-    // chunk order.
     for (int c1 = 0; c1 < n; c1 += kBatch) {
-      float v[kBatch][kPer];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-          const int d = threadIdx.x + k * kCombineThreads;
-          v[u][k] = c1 + u < n && d < hd ? oc[static_cast<int64_t>(c1 + u) * hd + d] : 0.0f;
-        }
+      if (c1 > 0) load_batch(c1);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int c = c1 + u;
