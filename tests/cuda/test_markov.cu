@@ -429,7 +429,10 @@ struct LoopCase {
   // -2 + 2.5 N(0, 1), 8 ids in [18, 26), as bench markov --logits trained); 2 one entry
   // 64 above a bulk in [-8, 8] (the slot cut drops all but one); 3 the cut's edge: the
   // top 40 at 4 ids, the rest at 40 - kGumbelMax + kGumbelMin and a few bf16 ulps either
-  // side (entries whose bound lands on the row's bound). With zero_w2 the bias is +0
+  // side (entries whose bound lands on the row's bound); 4 mixed slots: each entry in
+  // [36, 40) with a probability that cycles over (row + step) through 0.005, 0.02, 0.06,
+  // 0.15, 0.4, else in [-8, 8] (at T 1 and 0.5 the slots without such an entry are cut,
+  // the others not, so a warp's drawing slots range from none to all). With zero_w2 the bias is +0
   // and l is the base itself (no transform).
   int logits = 0;
   bool zero_w2 = false;
@@ -483,9 +486,17 @@ std::vector<bf16> profile_logits(const LoopCase& c) {
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   std::uniform_int_distribution<size_t> pick(0, v - 1);
   const float edge = 40.0f - kGumbelMax + kGumbelMin;
+  const float near_share[] = {0.005f, 0.02f, 0.06f, 0.15f, 0.4f};
   for (size_t v0 = 0; v0 < count; v0 += v) {
+    const size_t r = v0 / v / static_cast<size_t>(c.steps),
+                 j = v0 / v % static_cast<size_t>(c.steps);
+    const float near = near_share[(r + j) % 5];
     for (size_t i = 0; i < v; ++i) {
-      if (c.logits == 1) {
+      if (c.logits == 4) {
+        const bool high = unit(gen) < near;
+        const float x = unit(gen);
+        out[v0 + i] = to_bf16(high ? 36.0f + 4.0f * x : -8.0f + 16.0f * x);
+      } else if (c.logits == 1) {
         out[v0 + i] = to_bf16(-2.0f + 2.5f * normal(gen));
       } else if (c.logits == 2) {
         out[v0 + i] = to_bf16(-8.0f + 16.0f * unit(gen));
@@ -498,7 +509,7 @@ std::vector<bf16> profile_logits(const LoopCase& c) {
       for (int h = 0; h < 8; ++h) out[v0 + pick(gen)] = to_bf16(18.0f + 8.0f * unit(gen));
     else if (c.logits == 2)
       out[v0 + pick(gen)] = to_bf16(72.0f);
-    else
+    else if (c.logits == 3)
       for (int h = 0; h < 4; ++h) out[v0 + pick(gen)] = to_bf16(40.0f);
   }
   return out;
@@ -1108,7 +1119,11 @@ TEST(MarkovFused, MatchesCpuLoop) {
 // is below the row's bound draw no noise) on logits where it cuts: the trained
 // profile, one entry far above the rest (every other slot cut), the cut's edge
 // (entries within a few ulps of the row's bound, ties of the top), NaN rows and
-// padding, at T 0.05, 1 and 2 (and 0); fused == eager == CPU, bit for bit.
+// padding, at T 0.05, 1 and 2 (and 0); fused == eager == CPU, bit for bit. The mixed
+// slots (profile 4, T 1, 0.5, 0, 1, 2 over the rows) give warps with every mix of cut and
+// drawing slots, at 8 entries a slot (16 rows and more: a warp spans 2 or 4 rows, a T 0 row among
+// them; 33 rows: a pass with inactive lanes), 4, 2 and 1, with padding rows; the near entries are
+// dense, so a u drawn for the wrong entry would change tokens.
 TEST(MarkovFused, SlotCutMatchesEagerAndCpu) {
   SD_REQUIRE_GPU();
   DeviceStream stream;
@@ -1116,11 +1131,16 @@ TEST(MarkovFused, SlotCutMatchesEagerAndCpu) {
     int vocab, markov_rank, rows, steps, logits;
     bool zero_w2;
   };
+  // From the 12th on: mixed slots at 8 entries a slot (16, 20 and 33 rows), 4, 2 and 1,
+  // then the trained profile and the cut's edge at 8.
   const Shape shapes[] = {
-      {1000, 64, 5, 6, 1, false},    {1000, 256, 9, 4, 2, false},   {1000, 64, 7, 5, 3, true},
-      {32000, 256, 4, 7, 1, false},  {32000, 64, 33, 3, 2, false},  {32000, 256, 8, 3, 3, true},
-      {151936, 256, 1, 7, 1, false}, {151936, 256, 8, 4, 1, false}, {151936, 256, 32, 2, 2, true},
-      {202048, 512, 1, 3, 1, false}, {202048, 512, 8, 2, 3, true},
+      {1000, 64, 5, 6, 1, false},    {1000, 256, 9, 4, 2, false},    {1000, 64, 7, 5, 3, true},
+      {32000, 256, 4, 7, 1, false},  {32000, 64, 33, 3, 2, false},   {32000, 256, 8, 3, 3, true},
+      {151936, 256, 1, 7, 1, false}, {151936, 256, 8, 4, 1, false},  {151936, 256, 32, 2, 2, true},
+      {202048, 512, 1, 3, 1, false}, {202048, 512, 8, 2, 3, true},   {32000, 256, 16, 3, 4, false},
+      {32000, 64, 33, 2, 4, false},  {151936, 512, 20, 2, 4, false}, {4096, 128, 6, 4, 4, false},
+      {32000, 256, 3, 5, 4, false},  {32000, 256, 2, 4, 4, true},    {32000, 64, 1, 6, 4, false},
+      {32000, 256, 16, 3, 1, false}, {32000, 128, 17, 2, 3, true},
   };
   int n = 0;
   for (const Shape& sh : shapes) {
@@ -1131,9 +1151,10 @@ TEST(MarkovFused, SlotCutMatchesEagerAndCpu) {
     c.steps = sh.steps;
     c.logits = sh.logits;
     c.zero_w2 = sh.zero_w2;
-    c.transform = sh.zero_w2 ? 0 : n % 4;
-    c.temps = n % 2 == 0 ? std::vector<float>{0.05f, 1.0f, 2.0f}
-                         : std::vector<float>{1.0f, 0.05f, 0.0f, 2.0f};
+    c.transform = sh.zero_w2 || sh.logits == 4 ? 0 : n % 4;
+    c.temps = sh.logits == 4 ? std::vector<float>{1.0f, 0.5f, 0.0f, 1.0f, 2.0f}
+              : n % 2 == 0   ? std::vector<float>{0.05f, 1.0f, 2.0f}
+                             : std::vector<float>{1.0f, 0.05f, 0.0f, 2.0f};
     c.nan = sh.rows > 1;
     c.padding = sh.rows >= 4;
     c.variants = n < 3;
