@@ -3,7 +3,7 @@
 pdl_enter; common/launch.h, PdlScope): the draft step launches all its kernels with the
 attribute, so a kernel must wait for its predecessor before it touches memory. Each
 __global__ function under src/cuda must begin with `pdl_enter();`, or be listed below with
-the place where it waits instead, or as never launched in a step.
+the call it makes later in its body instead, or as never launched in a step.
 
   python3 tools/check_pdl.py [ROOT]     (default: src/cuda next to this script)
 
@@ -13,16 +13,24 @@ import pathlib
 import re
 import sys
 
-# kernel -> why it needs no pdl_enter() first
+# kernel -> (why it needs no pdl_enter() first, the call its body must still make; None for
+# a kernel never launched in a step)
+WEIGHTS_FIRST = "requests its first stages' weight rows (constant during a step), then pdl_enter()"
 EXEMPT = {
-    "fused_step_kernel": "waits in its body (griddepcontrol.wait after the w2 ring prologue)",
-    "fast_math_check_kernel": "a self-test, launched by tests only",
-    "mma_probe_kernel": "the tensor-core probe, launched before any step",
-    "wgmma_probe_kernel": "the wgmma probe, launched before any step",
-    "wgmma_compiled_kernel": "the wgmma probe, launched before any step",
+    "fused_step_kernel": ("waits in its body (griddepcontrol.wait after the w2 ring prologue)",
+                          "grid_dependency_wait()"),
+    "gemm_ring_kernel": (WEIGHTS_FIRST, "pdl_enter()"),
+    "gemm_bulk_kernel": (WEIGHTS_FIRST, "pdl_enter()"),
+    "gemm_wg_kernel": (WEIGHTS_FIRST, "pdl_enter()"),
+    "fast_math_check_kernel": ("a self-test, launched by tests only", None),
+    "mma_probe_kernel": ("the tensor-core probe, launched before any step", None),
+    "wgmma_probe_kernel": ("the wgmma probe, launched before any step", None),
+    "wgmma_compiled_kernel": ("the wgmma probe, launched before any step", None),
 }
 
-KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", re.S)
+# The launch bounds may hold one level of parentheses: __launch_bounds__(32 * (WG + 1)).
+KERNEL = re.compile(
+    r"__global__\s+void\s+(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(", re.S)
 
 
 def body_start(text, pos):
@@ -41,6 +49,19 @@ def body_start(text, pos):
     return None
 
 
+def body_end(text, start):
+    """The index of the `}` that closes the body opened just before start."""
+    depth = 1
+    for i in range(start, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(text)
+
+
 def check(root):
     bad, seen = [], 0
     for path in sorted(root.rglob("*")):
@@ -54,8 +75,9 @@ def check(root):
                 continue
             seen += 1
             if name in EXEMPT:
-                if name == "fused_step_kernel" and "grid_dependency_wait()" not in text[start:]:
-                    bad.append(f"{path}: {name}: exempt for waiting in its body, but never waits")
+                why, call = EXEMPT[name]
+                if call is not None and call not in text[start:body_end(text, start)]:
+                    bad.append(f"{path}: {name}: exempt ({why}), but its body never calls {call}")
                 continue
             first = text[start:].lstrip()
             if not first.startswith("pdl_enter();"):

@@ -10,7 +10,8 @@
 
 namespace sparkdraft::cuda {
 
-CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s) {
+CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s,
+                        const CudaDraftOptions& fused_opts) {
   CheckReport report;
   DraftOptions o = scenario_draft_options(ckpt->config(), s);
   o.threads = 0;
@@ -21,13 +22,14 @@ CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOp
   eager_opts.fused_markov = false;
   eager_opts.cuda_graph = false;
   eager_opts.fused_backbone = false;
+  eager_opts.step_pdl = false;  // the GPU reference: each kernel after the last one completes
   CheckSide eager_side, fused_side;
   {
     CudaDraft eager(ckpt, o, eager_opts);
     eager_side = run_check_side(eager, s);
   }
   {
-    CudaDraft fused(ckpt, o, CudaDraftOptions{});
+    CudaDraft fused(ckpt, o, fused_opts);
     report.mode = fused.markov_fused() ? "Markov loop fused" : "Markov loop eager, fused refused";
     fused_side = run_check_side(fused, s);
   }

@@ -21,7 +21,10 @@
 
 namespace sparkdraft::cuda {
 
-CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s);
+// `fused`: the fused side's options (`check --step-pdl on`: CudaDraftOptions::step_pdl); the
+// eager side runs without programmatic dependent launch.
+CheckReport check_draft(std::shared_ptr<const Checkpoint> ckpt, const ScenarioOptions& s,
+                        const CudaDraftOptions& fused = CudaDraftOptions{});
 
 // `sparkdraft check --tp N`: the GPU backend at TP tp_size (make_cuda_backend on
 // `devices`: one GPU a rank over NCCL, or every rank sharing one GPU) against the

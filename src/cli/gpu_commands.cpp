@@ -82,6 +82,17 @@ void add_tp_reduce(CLI::App* sub, std::string& reduce) {
       ->capture_default_str();
 }
 
+// --step-pdl: CudaDraftOptions::step_pdl of the fused step (default off, as the library's).
+void add_step_pdl(CLI::App* sub, std::string& step_pdl) {
+  sub->add_option("--step-pdl", step_pdl,
+                  "Programmatic dependent launch on every kernel of the step (on: each kernel "
+                  "may start while the one before it finishes, and the GEMMs stream their first "
+                  "weights before they wait) or only in the fused Markov loop (off, the default "
+                  "of CudaDraftOptions::step_pdl)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+}
+
 // --devices: the GPU of each TP rank, comma- or space-separated.
 void add_devices(CLI::App* sub, std::vector<int>& devices, const std::string& help) {
   sub->add_option("--devices", devices, help)->check(CLI::Range(0, 1023))->delimiter(',');
@@ -106,7 +117,7 @@ int write_bench_json(const std::string& path, const nlohmann::json& all) {
 
 Command add_check(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, style, backend = "cuda", tp_reduce = "auto";
+    std::string checkpoint, style, backend = "cuda", tp_reduce = "auto", step_pdl = "off";
     int requests = 3, rounds = 3, tp = 1;
     std::vector<int> devices;
     uint64_t seed = 1;
@@ -143,10 +154,13 @@ Command add_check(CLI::App& app) {
               "share it as threads, eager and without a graph); default: ranks on devices 0 .. "
               "tp-1 (NCCL, one GPU a rank)");
   add_tp_reduce(sub, opts->tp_reduce);
-  return {sub, [opts]() -> int {
+  add_step_pdl(sub, opts->step_pdl);
+  return {sub, [opts, sub]() -> int {
             ScenarioOptions s = scenario_of(opts->requests, opts->rounds, opts->seed);
             s.lengths = true;  // the odd rounds with per-request lengths (contract.md 9.5)
             if (opts->backend == "cpu") {
+              if (sub->count("--step-pdl") > 0)
+                throw InvalidArgument("check --step-pdl needs --backend cuda");
               if (opts->tp < 2)
                 throw InvalidArgument(
                     "check --backend cpu compares the CPU backend at --tp N (2 or more) with TP "
@@ -159,12 +173,16 @@ Command add_check(CLI::App& app) {
             }
             if (!opts->devices.empty() && opts->tp == 1)
               throw InvalidArgument("check --devices names the GPUs of --tp N ranks (N >= 2)");
+            if (sub->count("--step-pdl") > 0 && opts->tp != 1)
+              throw InvalidArgument("check --step-pdl applies to --tp 1");
 #if defined(SPARKDRAFT_HAVE_CUDA)
             require_gpu("check");
             TinyCheckpoint tiny;
             auto ckpt = load_or_make_tiny(opts->checkpoint, opts->style, opts->load, tiny, true);
+            cuda::CudaDraftOptions fused;
+            fused.step_pdl = opts->step_pdl == "on";
             const CheckReport report = opts->tp == 1
-                                           ? cuda::check_draft(ckpt, s)
+                                           ? cuda::check_draft(ckpt, s, fused)
                                            : cuda::check_tp(ckpt, s, opts->tp, opts->devices,
                                                             cuda::parse_tp_reduce(opts->tp_reduce));
             std::fputs(report.text().c_str(), stdout);
@@ -422,11 +440,7 @@ Command add_bench_step(CLI::App* bench) {
       ->capture_default_str();
   add_devices(sub, opts->devices, "GPU of each TP rank, distinct (default: 0 .. tp-1)");
   add_tp_reduce(sub, opts->tp_reduce);
-  sub->add_option("--step-pdl", opts->step_pdl,
-                  "Programmatic dependent launch on every kernel of the step (on) or only in the "
-                  "fused Markov loop (off, the default: CudaDraftOptions::step_pdl)")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
+  add_step_pdl(sub, opts->step_pdl);
   sub->add_flag("--timeline", opts->timeline,
                 "Also replay the fused graph once under CUPTI (libcupti from the CUDA toolkit, "
                 "loaded at run time) and print its kernel count, span, idle time between "

@@ -292,6 +292,20 @@ TEST(Cli, PlanTpNSaysHowTheRanksShard) {
   EXPECT_NE(r.out.find("auto,eager,fused"), std::string::npos) << r.out;
 }
 
+// check --step-pdl (the fused step with or without programmatic dependent launch) is a GPU
+// launch option of the TP 1 check: refused with the CPU backend and at --tp N, before any work.
+TEST(Cli, CheckStepPdlIsRefusedWhereItCannotApply) {
+  Result r = run("check --backend cpu --tp 2 --step-pdl off");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--step-pdl needs --backend cuda"), std::string::npos) << r.out;
+  r = run("check --tp 2 --step-pdl on");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--step-pdl applies to --tp 1"), std::string::npos) << r.out;
+  r = run("check --step-pdl sometimes");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("on,off"), std::string::npos) << r.out;
+}
+
 // `plan --backend cuda` runs the backend's own refusals first: the variants the GPU runs at TP 1
 // only (here the top-k Markov loop) are refused at --tp 2 with the backend's message and the
 // config's exit status, and nothing is printed as a plan.

@@ -46,13 +46,14 @@ std::shared_ptr<const Checkpoint> make_preset(const std::string& preset, const s
   return std::make_shared<const Checkpoint>(Checkpoint::load(dir.string()));
 }
 
-void check_preset(const std::string& preset, const std::string& style, int requests, int rounds) {
+void check_preset(const std::string& preset, const std::string& style, int requests, int rounds,
+                  const cuda::CudaDraftOptions& fused = cuda::CudaDraftOptions{}) {
   auto ckpt = make_preset(preset, style);
   ScenarioOptions s;
   s.request_ids.clear();
   for (int r = 0; r < requests; ++r) s.request_ids.push_back(r);
   s.rounds = rounds;
-  const CheckReport report = cuda::check_draft(ckpt, s);
+  const CheckReport report = cuda::check_draft(ckpt, s, fused);
   std::printf("%s/%s:\n%s", preset.c_str(), style.c_str(), report.text().c_str());
   EXPECT_TRUE(report.ok()) << report.text();
   EXPECT_EQ(report.mode, "Markov loop fused") << "the fused Markov loop should run on " << preset;
@@ -86,11 +87,25 @@ TEST(CudaDraft, TinyMuseCpuEqualsEagerEqualsFused) {
   check_preset("tiny", "muse", 4, 3);
 }
 
+// The fused step with programmatic dependent launch on every kernel (CudaDraftOptions::step_pdl:
+// each kernel may start while the one before it runs; the GEMMs request their first stages'
+// weights before they wait). The tests above run the default, off.
+TEST(CudaDraft, StepPdlCpuEqualsEagerEqualsFused) {
+  SD_REQUIRE_GPU();
+  cuda::CudaDraftOptions fused;
+  fused.step_pdl = true;
+  check_preset("tiny", "qwen3", 4, 3, fused);
+  check_preset("tiny", "muse", 4, 3, fused);
+}
+
 TEST(CudaDraft, Qwen3_8bCpuEqualsEagerEqualsFused) {
   SD_REQUIRE_GPU();
   if (!big_presets())
     GTEST_SKIP() << "set SPARKDRAFT_BIG_PRESETS=1 to run the 4.7 GB qwen3-8b preset";
   check_preset("qwen3-8b", "qwen3", 2, 2);
+  cuda::CudaDraftOptions fused;
+  fused.step_pdl = true;
+  check_preset("qwen3-8b", "qwen3", 2, 2, fused);
 }
 
 TEST(CudaDraft, MuseCpuEqualsEagerEqualsFused) {

@@ -19,7 +19,9 @@
 #include "common/harness.h"
 #include "common/random.h"
 #include "cuda/common/graph.h"
+#include "cuda/common/launch.h"
 #include "cuda/common/mma_probe.h"
+#include "cuda/common/ptx.cuh"
 #include "cuda/gpu_test_util.h"
 #include "cuda/kernels.h"
 #include "sparkdraft/core/bf16.h"
@@ -335,6 +337,109 @@ TEST(CudaGemm, GraphReplayEqualsEagerCall) {
       d.reset(stream.get());
     }
   }
+}
+
+// Copies n values from src to dst after spinning about `cycles` SM clocks: launched before a
+// GEMM under programmatic dependent launch, it is the predecessor that writes the GEMM's
+// tokens late, while the GEMM (started early) already streams its first weights.
+__global__ void late_copy_kernel(const bf16* src, bf16* dst, int64_t n, long long cycles) {
+  cuda::pdl_enter();
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+// The late writer's clocks: it stores the global timer (ns) when its spin ends into *end; the
+// probe, launched after it under programmatic dependent launch, stores the timer at its
+// first instruction (before its wait) into *start.
+__device__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__global__ void late_mark_kernel(unsigned long long* end, long long cycles) {
+  cuda::pdl_enter();
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  if (threadIdx.x == 0) *end = global_ns();
+}
+__global__ void start_mark_kernel(unsigned long long* start) {
+  if (threadIdx.x == 0) *start = global_ns();
+  cuda::pdl_enter();
+}
+
+// The step's programmatic dependent launch (CudaDraftOptions::step_pdl): the ring, bulk and wg
+// kernels request their first stages' weight rows before they wait for the previous kernel,
+// and their tokens after it. Here the previous kernel writes the tokens about 100 us late
+// over stale ones (other values): a kernel that read a token before its wait would give
+// other bits than cpu::gemm on the new tokens. Every variant that takes each problem.
+TEST(CudaGemm, UnderPdlReadsTheTokensItsPredecessorWritesLate) {
+  SD_REQUIRE_GPU();
+  DeviceStream stream;
+  cudaStream_t s = stream.get();
+  const uint64_t seed = 0x6E3304;
+  test::Gen gen(seed);
+  {
+    // The window the test relies on: the kernel after the late writer starts while it spins.
+    // Each kernel is launched once first: a kernel's first launch loads its module (lazy
+    // loading), which the GPU runs only once the kernels before it are done (2026-12-06h run
+    // 2: without this the probe started 4.4 us after the spin ended).
+    DeviceBuffer<unsigned long long> marks(2);
+    DeviceBuffer<bf16> none(1);
+    cuda::launch_kernel("late_mark_kernel", late_mark_kernel,
+                        cuda::LaunchShape{dim3(1), dim3(32), 0, s}, marks.data(), 0LL);
+    cuda::launch_kernel("start_mark_kernel", start_mark_kernel,
+                        cuda::LaunchShape{dim3(1), dim3(32), 0, s}, marks.data() + 1);
+    cuda::launch_kernel("late_copy_kernel", late_copy_kernel,
+                        cuda::LaunchShape{dim3(1), dim3(256), 0, s}, none.data(), none.data(),
+                        int64_t{0}, 0LL);
+    SD_CUDA_CHECK(cudaStreamSynchronize(s));
+    {
+      const cuda::PdlScope pdl(true);
+      cuda::launch_kernel("late_mark_kernel", late_mark_kernel,
+                          cuda::LaunchShape{dim3(1), dim3(32), 0, s}, marks.data(), 200000LL);
+      cuda::launch_kernel("start_mark_kernel", start_mark_kernel,
+                          cuda::LaunchShape{dim3(1), dim3(32), 0, s}, marks.data() + 1);
+    }
+    const std::vector<unsigned long long> t = marks.download(s);
+    ASSERT_LT(t[1], t[0]) << "the kernel after the late writer did not start before its spin "
+                             "ended: no window in which an early token read could show";
+  }
+  int runs = 0;
+  for (const auto& mnks : {std::array<int, 4>{1, 4096, 4096, 1},
+                           {7, 6144, 1024, 1},
+                           {8, 1024, 4096, 8},
+                           {56, 1536, 1024, 1},
+                           {65, 264, 1024, 8},
+                           {224, 264, 512, 8}}) {
+    const Problem p = make(gen, mnks[0], mnks[1], mnks[2], false);
+    const int S = mnks[3];
+    SCOPED_TRACE(describe(p, S, seed) + " (under programmatic dependent launch)");
+    const std::vector<bf16> want = cpu_result(p, S);
+    const std::vector<bf16> stale = gen.bf16s(p.x.size(), -2.0f, 2.0f);
+    DeviceProblem d(p, s);
+    const DeviceBuffer<bf16> fresh(p.x);
+    for (GemmVariant v : kForced) {
+      if (is_wg(v) && (!cuda::wgmma_self_test().usable || p.K % (64 * S) != 0)) continue;
+      d.reset(s);
+      d.x.upload(stale.data(), stale.size(), p.offset, s);
+      {
+        const cuda::PdlScope pdl(true);
+        cuda::launch_kernel("late_copy_kernel", late_copy_kernel,
+                            cuda::LaunchShape{dim3(1), dim3(256), 0, s}, fresh.data(),
+                            d.x.data() + p.offset, static_cast<int64_t>(p.x.size()), 200000LL);
+        d.run(v, S, s);
+      }
+      EXPECT_TRUE(test::same_bits(d.result(s), want, {p.y_stride})) << cuda::gemm_variant_name(v);
+      ++runs;
+      if (HasFailure()) return;
+    }
+  }
+  std::printf("[gemm pdl] %d kernel runs after a late writer, all equal to cpu::gemm\n", runs);
 }
 
 TEST(CudaGemm, BadArgumentsAreRefused) {

@@ -58,10 +58,13 @@ struct CudaDraftOptions {
   bool fused_markov = true;  // false: the eager Markov loop (the GPU reference)
   bool cuda_graph = true;    // host API: replay one captured graph per row count
   bool pdl = true;           // programmatic dependent launch in the fused Markov loop
-  // Programmatic dependent launch on every other kernel of the step too (each begins with
-  // griddepcontrol.wait). Off by default: measured on the H200 (docs/history/gpu-log.md,
-  // 2026-12-04 run 2) it gains nothing at 1 and 8 requests and costs 1.5% at 32, since the
-  // graph's kernels already follow each other without gaps.
+  // Programmatic dependent launch on every other kernel of the step too: each may become
+  // resident while the one before it runs and waits in griddepcontrol.wait, and the GEMMs
+  // request their first stages' weight rows before that wait (gemm_detail::Args::
+  // early_weights), so the weights stream during the previous kernel's tail. Off by default:
+  // measured (docs/history/gpu-log.md, 2026-12-06h) 0.2-2.1% faster on an H100 but on the
+  // H200 between 2.1% faster (qwen3-8b, 8 requests) and 1.0% slower (muse, 8 requests);
+  // without the early weights it gained nothing (2026-12-04 run 2).
   bool step_pdl = false;
   // The fused backbone kernels (cuda/fused/backbone/backbone.h: embed norm, QKV front, context
   // front) where the plan accepts them; false: their eager ops (the GPU reference).

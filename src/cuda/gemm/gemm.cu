@@ -359,6 +359,7 @@ Args make_args(const ops::GemmParams& p) {
   a.y_stride = p.y_stride;
   a.slices = p.k_slices;
   a.slice_len = p.K / p.k_slices;
+  a.early_weights = PdlScope::active();
   return a;
 }
 

@@ -100,6 +100,10 @@ struct Args {
   int slice_chunks;  // bulk kernel: stages per slice, ceil(slice_len / stage_k)
   int seq_slices;    // ring kernel: K slices run one after the other in one group (0: none)
   float* y32;        // not null: the fp32 sums are stored there (y_stride apart), unrounded
+  // Launched with programmatic dependent launch (the step's PdlScope): the ring, bulk and wg
+  // kernels request their first stages' weight rows before they wait for the previous
+  // kernel, their tokens after it. Without it they keep each stage's rows together.
+  bool early_weights;
 };
 
 // Byte offset of chunk c (0..7) of row r in a stage.
@@ -217,7 +221,7 @@ __device__ __forceinline__ void epilogue(const Args& a, float (&acc)[MT][NT][4],
 // change is a CTA barrier (every group has the same number of stages).
 template <int MT, int NT, int WT, bool kSwiGLU>
 __global__ void __launch_bounds__(Tile<MT, NT, WT>::kMaxThreads) gemm_ring_kernel(Args a) {
-  pdl_enter();
+  // pdl_enter() comes below: the first stages' weight rows are requested before it.
   using T = Tile<MT, NT, WT>;
   static_assert(!kSwiGLU || MT % 2 == 0, "SwiGLU pairs gate and up tiles");
   // kSwiGLU: the CTA's weight rows r < kWRows/2 are gate rows n0 + r, the rest the
@@ -232,13 +236,16 @@ __global__ void __launch_bounds__(Tile<MT, NT, WT>::kMaxThreads) gemm_ring_kerne
   unsigned char* ring = smem + group * a.group_bytes;
 
   // Stage `chunk` of the group's rows: row r < kWRows is weight row n0 + r, the
-  // rest token m0 + r - kWRows; k = k_beg + 64 * chunk + 8 * c for chunk c.
-  auto issue = [&](int chunk) {
+  // rest token m0 + r - kWRows; k = k_beg + 64 * chunk + 8 * c for chunk c. `rows`:
+  // kAllRows, or only the weight rows (kWeightRows) or only the tokens (kTokenRows).
+  constexpr int kAllRows = 0, kWeightRows = 1, kTokenRows = 2;
+  auto issue = [&](int chunk, int rows) {
     unsigned char* st = ring + (chunk % a.stages) * T::kStageBytes;
     const int kc = k_beg + chunk * kStageK;
 #pragma unroll
     for (int i = 0; i < T::kCopies; ++i) {
       const int idx = i * 32 * WT + gthread, r = idx >> 3, c = idx & 7, k = kc + 8 * c;
+      if (rows != kAllRows && (r < T::kWRows) != (rows == kWeightRows)) continue;
       const bf16* src;
       bool ok;
       if (r < T::kWRows) {
@@ -262,9 +269,18 @@ __global__ void __launch_bounds__(Tile<MT, NT, WT>::kMaxThreads) gemm_ring_kerne
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
-  const int ahead = a.stages - 1;  // stages in flight ahead of the one computed
+  // The stages in flight ahead of the one computed. Under the step's programmatic
+  // dependent launch (a.early_weights) their weight rows, which no kernel of a step
+  // writes, are requested before the wait for the previous kernel, so they stream while
+  // it finishes, and their tokens, its output, after it; the early weights join the first
+  // commit group, so a stage's group still completes with (or after) its weights.
+  const int ahead = a.stages - 1;
+  if (a.early_weights)
+    for (int p = 0; p < ahead; ++p)
+      if (p < chunks) issue(p, kWeightRows);
+  pdl_enter();
   for (int p = 0; p < ahead; ++p) {
-    if (p < chunks) issue(p);
+    if (p < chunks) issue(p, a.early_weights ? kTokenRows : kAllRows);
     cp_async_commit();
   }
   // ldmatrix lane roles: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of a step;
@@ -315,7 +331,7 @@ __global__ void __launch_bounds__(Tile<MT, NT, WT>::kMaxThreads) gemm_ring_kerne
   for (int chunk = 0; chunk < chunks; ++chunk) {
     cp_async_wait_n(ahead - 1);  // this thread's copies of `chunk` have landed
     __syncthreads();             // ... and every thread's; the slot of chunk-1 is free
-    if (chunk + ahead < chunks) issue(chunk + ahead);
+    if (chunk + ahead < chunks) issue(chunk + ahead, kAllRows);
     cp_async_commit();
     const unsigned char* st = ring + (chunk % a.stages) * T::kStageBytes;
 #pragma unroll
@@ -379,7 +395,7 @@ __device__ __forceinline__ void add_into(float (&d)[MT][NT][4], const float (&p)
 // to warp 0 through shared memory, which writes ops/mlp.h's SwiGLU of the pair.
 template <int MT, int NT, int WG, int LEVELS, bool kSwiGLU>
 __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
-  pdl_enter();
+  // pdl_enter() comes below: the producer first streams the first stages' weight rows.
   using B = Bulk<MT, NT, WG, LEVELS>;
   static_assert(!kSwiGLU || (MT == 1 && WG == 2 && LEVELS == 0), "SwiGLU: gate + up warp");
   constexpr int kOutRows = kSwiGLU ? B::kWRows / 2 : B::kWRows;
@@ -408,25 +424,33 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
   // compiler knows it is warp-uniform and issues each copy once) waits until the
   // consumers are done with a slot, arms its full barrier with the stage's bytes
   // and copies the stage's rows: the weight rows n0 .. n0 + nw and the tokens
-  // m0 .. m0 + nx (rows past N and tokens past M are not copied).
+  // m0 .. m0 + nx (rows past N and tokens past M are not copied). Under the step's
+  // programmatic dependent launch (a.early_weights) the first stages (one ring's worth)
+  // go in two parts: their weight rows, which no kernel of a step writes, before the wait
+  // for the previous kernel, so they stream while it finishes, their tokens, its output,
+  // after it.
   if (__shfl_sync(0xffffffffu, warp, 0) == WG) {
-    if (lane != 0) return;
+    if (lane != 0) {
+      pdl_enter();
+      return;
+    }
     const int nw = min(kOutRows, a.N - n0), nx = min(B::kTokens, a.M - m0);
     const int64_t w_gpitch = 2 * static_cast<int64_t>(a.K);
     const int64_t x_gpitch = 2 * static_cast<int64_t>(a.x_stride);
     const unsigned char* w_src = reinterpret_cast<const unsigned char*>(a.w) + n0 * w_gpitch;
     const unsigned char* x_src = reinterpret_cast<const unsigned char*>(a.x) + m0 * x_gpitch;
     const uint32_t x_dst = ring + B::kWRows * a.pitch;
-    for (int c = 0; c < chunks; ++c) {
+    // Stage c's bytes, its ring offset and its k's byte offset.
+    auto bytes_of = [&](int c) { return static_cast<uint32_t>(2 * chunk_len(c)); };
+    auto koff_of = [&](int c) {
+      return 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
+                  static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
+    };
+    auto issue_weights = [&](int c) {
       const int slot = c % a.stages;
-      if (c >= a.stages)
-        mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>(((c / a.stages) + 1) & 1));
-      const int len = chunk_len(c);
-      const uint32_t bytes = static_cast<uint32_t>(2 * len), so = slot * a.stage_bytes;
-      const uint32_t bar = bars + 8 * slot;
+      const uint32_t bytes = bytes_of(c), so = slot * a.stage_bytes, bar = bars + 8 * slot;
       mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((kSwiGLU ? 2 : 1) * nw + nx) * bytes);
-      const int64_t koff = 2 * (static_cast<int64_t>(c / a.slice_chunks) * a.slice_len +
-                                static_cast<int64_t>(c % a.slice_chunks) * a.stage_k);
+      const int64_t koff = koff_of(c);
       for (int r = 0; r < B::kWRows; ++r) {
         // Ring row r: weight row n0 + r, or with kSwiGLU gate row n0 + r (warp 0's)
         // or up row N + n0 + r - 16 (warp 1's); rows past N are not copied.
@@ -435,11 +459,28 @@ __global__ void __launch_bounds__(32 * (WG + 1)) gemm_bulk_kernel(Args a) {
         const int64_t row = kSwiGLU && r >= 16 ? static_cast<int64_t>(a.N) + n : n;
         bulk_copy_g2s(ring + so + r * a.pitch, w_src + koff + row * w_gpitch, bytes, bar);
       }
+    };
+    auto issue_tokens = [&](int c) {
+      const int slot = c % a.stages;
+      const uint32_t bytes = bytes_of(c), so = slot * a.stage_bytes, bar = bars + 8 * slot;
+      const int64_t koff = koff_of(c);
       for (int r = 0; r < nx; ++r)
         bulk_copy_g2s(x_dst + so + r * a.pitch, x_src + koff + r * x_gpitch, bytes, bar);
+    };
+    const int early = !a.early_weights ? 0 : chunks < a.stages ? chunks : a.stages;
+    for (int c = 0; c < early; ++c) issue_weights(c);
+    pdl_enter();
+    for (int c = 0; c < early; ++c) issue_tokens(c);
+    for (int c = early; c < chunks; ++c) {
+      const int slot = c % a.stages;
+      if (c >= a.stages)
+        mbarrier_wait_parity(empties + 8 * slot, static_cast<uint32_t>(((c / a.stages) + 1) & 1));
+      issue_weights(c);
+      issue_tokens(c);
     }
     return;
   }
+  pdl_enter();  // the consumers: before they write the outputs
 
   // ldmatrix lane roles: A matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of a step;
   // B matrices k 0-7 | 8-15 of step 2p, then of step 2p+1, for 8 tokens.

@@ -92,7 +92,7 @@ template <int WGS, int TOK, bool kSwiGLU, bool kGroups = false, int kCtas = 1>
 __global__ void __launch_bounds__(wg_threads(WGS))
     gemm_wg_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
                    Args a) {
-  pdl_enter();
+  // pdl_enter() comes below: the producer first streams its ring's first stages of weights.
   using T = WgTile<kGroups ? 1 : WGS, TOK>;  // the layout of one ring's stage
   static_assert(!kSwiGLU || WGS == 2, "SwiGLU: a gate and an up warpgroup");
   static_assert(!(kGroups && kSwiGLU), "slice groups: plain, one chain over K for SwiGLU");
@@ -134,8 +134,9 @@ __global__ void __launch_bounds__(wg_threads(WGS))
   __syncthreads();
 
   // A stage into ring slot `slot` (its producer) at k: the ring's chunks in order, k =
-  // slice * slice_len + 64 c for chunk c of each of its slices.
-  auto issue = [&](int slot, int k) {
+  // slice * slice_len + 64 c for chunk c of each of its slices. In two parts: the slot's
+  // full barrier armed with the stage's bytes and the weight rows, then the tokens.
+  auto issue_weights = [&](int slot, int k) {
     const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes, bar = bars + 8 * slot;
     mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(a.stage_bytes));
     if constexpr (kSwiGLU) {
@@ -144,19 +145,39 @@ __global__ void __launch_bounds__(wg_threads(WGS))
     } else {
       tma_load_2d(st, &tw, k, n0, bar);
     }
+  };
+  auto issue_tokens = [&](int slot, int k) {
+    const uint32_t st = ring + static_cast<uint32_t>(slot) * T::kStageBytes, bar = bars + 8 * slot;
     tma_load_2d(st + T::kWRows * kRowBytes, &tx, k, m0, bar);
   };
   if (producer_warp) {
+    // Under the step's programmatic dependent launch (a.early_weights) the first stages
+    // (one ring's worth) go in two parts: their weight rows, which no kernel of a step
+    // writes, before the wait for the previous kernel, so they stream while it finishes,
+    // their tokens, its output, after it.
+    const int k_first = (half * S + grp * per) * slice_len;
+    const int early = !a.early_weights ? 0 : chunks < a.stages ? chunks : a.stages;
+    auto k_of = [&](int c) {  // the loop's k of stage c
+      return k_first + (c / slice_chunks) * slice_len + (c % slice_chunks) * kStageK;
+    };
+    if (producer)
+      for (int c = 0; c < early; ++c) issue_weights(c, k_of(c));
+    pdl_enter();
+    if (producer)
+      for (int c = 0; c < early; ++c) issue_tokens(c, k_of(c));
     // Stage c into slot c % stages, once every consumer warp released stage c -
     // stages (phase c / stages - 1 of the slot's empty barrier). The slot, its phase and
     // k advance with c (no division in the loop).
     if (producer) {
       int slot = 0, in_slice = 0;
       uint32_t phase = 1;  // the phase before the first: c < stages waits for none
-      int k = (half * S + grp * per) * slice_len;
+      int k = k_first;
       for (int c = 0; c < chunks; ++c) {
         if (c >= a.stages) mbarrier_wait_parity(empties + 8 * slot, phase);
-        issue(slot, k);
+        if (c >= early) {
+          issue_weights(slot, k);
+          issue_tokens(slot, k);
+        }
         k += kStageK;
         if (++in_slice == slice_chunks) {  // the next slice starts slice_len further
           in_slice = 0;
@@ -170,6 +191,7 @@ __global__ void __launch_bounds__(wg_threads(WGS))
     }
     return;  // the epilogue's barriers are named ones over the consumers
   }
+  pdl_enter();  // the consumers: before they write the outputs
 
   // acc: the chain (a group's first slice), acc2: a group's second slice, from +0.
   float acc[T::kAcc], acc2[kGroups ? T::kAcc : 1];
