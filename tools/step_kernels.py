@@ -40,9 +40,11 @@ def sums(timeline, match=None, adds=False):
             out[key] = [0, 0.0]
     last_end = 0.0
     for k in timeline:
-        end = k["start_us"] + k["duration_us"]
-        us = max(0.0, end - last_end) if adds else k["duration_us"]
-        last_end = max(last_end, end)
+        us = k["duration_us"]
+        if adds:
+            end = k["start_us"] + k["duration_us"]
+            us = max(0.0, end - last_end)
+            last_end = max(last_end, end)
         keys = [m for m in match if m in k["name"]] if match else [family(k["name"])]
         for key in keys:
             acc = out.setdefault(key, [0, 0.0])

@@ -1,5 +1,6 @@
-"""tools/step_kernels.py: the step's kernels summed by family or by --match string, files side
-by side, and the refusal of a file that is not `bench step --timeline --json` output."""
+"""tools/step_kernels.py: the step's kernels summed by family or by --match string, or by what
+each adds to the step (--adds), files side by side, and the refusal of a file that is not `bench
+step --timeline --json` output."""
 
 import importlib.util
 import json
@@ -38,6 +39,23 @@ def test_sums_by_match_keep_the_given_order_and_empty_keys():
     assert list(s) == ["attention", "silu_mul", "gemm_wg"]
     assert s["attention"] == [3, 43.75]
     assert s["silu_mul"] == [0, 0.0]
+
+
+def test_adds_is_each_kernels_end_past_the_latest_end_before_it():
+    # As under programmatic dependent launch: the GEMM becomes resident at 2 us, while the
+    # boundary runs, and waits; it adds only its end past the boundary's (30 - 10 = 20), not
+    # its 28 us. A kernel that ends inside an earlier one adds nothing.
+    timeline = [
+        {"name": "residual_boundary_kernel<float, 2>", "start_us": 0.0, "duration_us": 10.0},
+        {"name": "gemm_detail::gemm_wg_kernel<1, 1>", "start_us": 2.0, "duration_us": 28.0},
+        {"name": "qkv_front_kernel", "start_us": 25.0, "duration_us": 4.0},
+        {"name": "residual_boundary_kernel<float, 2>", "start_us": 30.5, "duration_us": 3.0},
+    ]
+    s = step_kernels.sums(timeline, adds=True)
+    assert s["residual_boundary_kernel"] == [2, 13.5]
+    assert s["gemm_wg_kernel"] == [1, 20.0]
+    assert s["qkv_front_kernel"] == [1, 0.0]
+    assert step_kernels.sums(timeline)["gemm_wg_kernel"] == [1, 28.0]
 
 
 def test_files_side_by_side(tmp_path, capsys):
