@@ -86,6 +86,14 @@ double median(std::vector<double> v);
 // Median device-to-device copy bandwidth (GB/s), counting the bytes read and written.
 double copy_bandwidth_gbs(cudaStream_t stream);
 
+// The tensor-core peak (TFLOP/s, 2 FLOPs a multiply-add) of the widest product the GEMMs
+// issue, wgmma.m64n256k16 bf16 x bf16 -> f32 from shared memory (bench step's compute
+// floor): every SM runs one CTA of W warpgroups that issue it back to back on seeded operands
+// (16 to a commit group, one group left in flight), no global memory; the median of 9
+// launches after 2 warm-ups, the better of W = 2 and 3. InvalidArgument where the GEMMs
+// may not use wgmma here (cuda::wgmma_self_test's reason).
+double tensor_peak_tflops(const GpuInfo& gpu, cudaStream_t stream);
+
 // Times work on one stream: `warmup` runs, then `repeats` runs, each timed alone
 // with cudaEvents after the L2 is flushed (each repeat starts cold, as after the
 // rest of a serving step); the median in microseconds. The work is a graph launch

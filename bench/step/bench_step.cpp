@@ -94,6 +94,25 @@ void print_floor(std::ostream& out, const char* title, const bench::StepFloorByt
   out << "  copy bandwidth " << t.copy_bandwidth_gbs << " GB/s -> floor " << t.floor_us << " us\n";
 }
 
+// The step's products part by part, the measured tensor-core peak and the roofline floor.
+void print_compute_floor(std::ostream& out, const StepBenchResult& r) {
+  out << "  products (GFLOP):";
+  for (size_t i = 0; i < r.flops.parts.size(); ++i)
+    out << (i ? ", " : " ") << r.flops.parts[i].name << " " << r.flops.parts[i].flops / 1e9;
+  out << "; total " << r.flops.total() / 1e9 << "\n";
+  if (r.tensor_peak_tflops <= 0) {
+    out << "  tensor-core peak not measured (" << r.peak_note << "): no roofline floor\n";
+    return;
+  }
+  out << "  tensor-core peak " << r.tensor_peak_tflops
+      << " TFLOP/s (wgmma m64n256k16, measured) -> products alone " << r.roofline.flops_us
+      << " us; roofline floor (each part's bytes or products, the slower) " << r.roofline.floor_us
+      << " us:";
+  for (size_t i = 0; i < r.roofline.parts.size(); ++i)
+    out << (i ? ", " : " ") << r.roofline.parts[i].first << " " << r.roofline.parts[i].second;
+  out << "\n";
+}
+
 void check_options(const std::shared_ptr<const Checkpoint>& ckpt, const StepBenchOptions& o) {
   require(ckpt != nullptr, "no checkpoint");
   require(o.ctx >= 1 && o.rows >= 1 && o.rows <= kMaxReqs,
@@ -251,6 +270,13 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
   t.eager_us = timer.median_us(eager_graph, o.warmup, o.repeats);
   r.floor = bench::step_floor_bytes(c, o.rows, o.ctx);
   t.set_floor(r.floor.total(), copy_bandwidth_gbs(s));
+  r.flops = bench::step_floor_flops(c, o.rows, o.ctx);
+  try {
+    r.tensor_peak_tflops = tensor_peak_tflops(r.gpu, s);
+    r.roofline = bench::step_roofline(r.floor, r.flops, t.copy_bandwidth_gbs, r.tensor_peak_tflops);
+  } catch (const InvalidArgument& e) {
+    r.peak_note = e.what();
+  }
 
   const bench::StepFloorBytes& f = r.floor;
   out << std::fixed << std::setprecision(1);
@@ -262,8 +288,12 @@ StepBenchResult bench_step(std::shared_ptr<const Checkpoint> ckpt, const StepBen
   out << "  check: fused == eager bit for bit (draft tokens and draft-logits cache; warm-up call "
          "and graph launch)\n";
   print_floor(out, "floor bytes (MB)", f, t);
+  print_compute_floor(out, r);
   out << std::setprecision(2);
-  out << "  fused " << t.fused_us << " us (" << t.fused_ratio << "x floor)\n";
+  out << "  fused " << t.fused_us << " us (" << t.fused_ratio << "x floor";
+  if (r.roofline.floor_us > 0)
+    out << ", " << t.fused_us / r.roofline.floor_us << "x roofline floor";
+  out << ")\n";
   out << "  eager " << t.eager_us << " us (" << t.eager_ratio << "x floor)\n";
   out << std::defaultfloat;
   if (o.timeline) {
@@ -438,6 +468,19 @@ nlohmann::json step_bench_json(const StepBenchResult& r) {
     j["floor"] = "one GPU's share";
   }
   for (const bench::FloorPart& p : f.parts) j["bytes_parts"][p.name] = p.bytes;
+  if (o.tp == 1) {
+    for (const bench::FlopPart& p : r.flops.parts) j["flops_parts"][p.name] = p.flops;
+    j["flops"] = r.flops.total();
+    if (r.tensor_peak_tflops > 0) {
+      j["tensor_peak_tflops"] = r.tensor_peak_tflops;
+      j["compute_floor_us"] = r.roofline.flops_us;
+      j["roofline_floor_us"] = r.roofline.floor_us;
+      j["roofline_ratio"] = r.timing.fused_us / r.roofline.floor_us;
+      for (const auto& [name, us] : r.roofline.parts) j["roofline_parts_us"][name] = us;
+    } else {
+      j["tensor_peak_note"] = r.peak_note;
+    }
+  }
   add_gpu_json(j, r.gpu);
   add_timing_json(j, r.timing);
   if (o.timeline) j["fused_timeline"] = timeline_json(r.timeline);

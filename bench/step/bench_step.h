@@ -58,7 +58,13 @@ struct StepBenchResult {
   std::string difference;  // where eager and fused differ; empty when bit for bit equal
   bool ok() const { return difference.empty(); }
   bench::StepFloorBytes floor;
-  FloorTiming timing;      // bytes = floor.total()
+  FloorTiming timing;  // bytes = floor.total()
+  // bench_step (TP 1): the step's matrix products, the tensor-core peak measured in the same
+  // run (0 where it could not be: peak_note says why) and the roofline floor over both rates.
+  bench::StepFloorFlops flops;
+  double tensor_peak_tflops = 0;
+  std::string peak_note;
+  bench::StepRoofline roofline;
   GraphTimeline timeline;  // options.timeline: the fused graph's kernels, one replay
   // bench_step_tp: timing.fused_us is the TP step (per repeat the slowest rank),
   // timing.eager_us is 0 (the vocab-parallel Markov loop is fused only), the floor

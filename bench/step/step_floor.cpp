@@ -62,6 +62,70 @@ StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx, int tp_
   return b;
 }
 
+StepFloorFlops step_floor_flops(const ModelConfig& c, int rows, int ctx, int tp_size) {
+  if (tp_size < 1 || c.draft_vocab() % tp_size != 0)
+    throw std::invalid_argument("step_floor_flops: tp " + std::to_string(tp_size) +
+                                " must be >= 1 and divide the (draft) vocabulary");
+  const double layers_t = layer_tp_size(c, tp_size), vocab_t = tp_size;
+  const double H = c.hidden_size, L = c.num_layers, hd = c.head_dim, I = c.intermediate_size,
+               N = c.block_size, R = rows, Vd = c.draft_vocab();
+  const double q = static_cast<double>(c.num_heads) * hd,
+               kv = static_cast<double>(c.num_kv_heads) * hd;
+  const double T = R * N;
+  const double qkv_rows = q + 2 * kv + (c.output_gate ? q : 0);
+  const double layer = 2 * T * (qkv_rows * H + H * q + 2 * I * H + H * I) / layers_t;
+  // Positions the block's queries read, query by query (query j at ctx + j, kv_len ctx + N).
+  double reads = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    for (int j = 0; j < c.block_size; ++j) {
+      const double pos = static_cast<double>(ctx) + j;
+      const double hi = a.causal ? pos + 1 : static_cast<double>(ctx) + N;
+      const double lo = a.window > 0 ? std::max(0.0, pos - a.window + 1) : 0.0;
+      reads += std::max(0.0, hi - lo);
+    }
+  }
+  StepFloorFlops f;
+  f.parts = {
+      {"projections", "layer_weights", L * layer},
+      {"lm_head", "lm_head", 2 * T * Vd * H / vocab_t},
+      {"attention", "kv_cache", 2 * 2 * hd * c.num_heads * R * reads / layers_t},
+      {"markov", "markov_w2", 2 * R * N * c.markov_rank * Vd / vocab_t},
+  };
+  return f;
+}
+
+double StepFloorFlops::total() const {
+  double sum = 0;
+  for (const FlopPart& p : parts) sum += p.flops;
+  return sum;
+}
+
+double StepFloorFlops::at(std::string_view name) const {
+  for (const FlopPart& p : parts)
+    if (name == p.name) return p.flops;
+  throw std::out_of_range("no flop part " + std::string(name));
+}
+
+StepRoofline step_roofline(const StepFloorBytes& bytes, const StepFloorFlops& flops,
+                           double bandwidth_gbs, double peak_tflops) {
+  if (!(bandwidth_gbs > 0) || !(peak_tflops > 0))
+    throw std::invalid_argument("step_roofline: bandwidth and peak must be > 0");
+  for (const FlopPart& p : flops.parts) bytes.at(p.bytes_part);  // every product has its bytes
+  StepRoofline r;
+  r.bytes_us = bytes.total() / (bandwidth_gbs * 1e3);
+  r.flops_us = flops.total() / (peak_tflops * 1e6);
+  for (const FloorPart& b : bytes.parts) {
+    double us = b.bytes / (bandwidth_gbs * 1e3);
+    for (const FlopPart& p : flops.parts)
+      if (std::string_view(p.bytes_part) == b.name)
+        us = std::max(us, p.flops / (peak_tflops * 1e6));
+    r.parts.emplace_back(b.name, us);
+    r.floor_us += us;
+  }
+  return r;
+}
+
 double StepFloorBytes::total() const {
   double sum = 0;
   for (const FloorPart& p : parts) sum += p.bytes;

@@ -29,7 +29,9 @@
 // not counted (`bench allreduce` reports it).
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sparkdraft/config.h"
@@ -54,5 +56,39 @@ struct StepFloorBytes {
 // The floor bytes of one draft step over `rows` requests of `ctx` context positions,
 // on one GPU of tp_size (a power of two dividing the vocabulary).
 StepFloorBytes step_floor_bytes(const ModelConfig& config, int rows, int ctx, int tp_size = 1);
+
+// The matrix products of one draft step, 2 FLOPs a multiply-add, on one GPU of tp_size
+// (the same shares as the bytes: the layer matrices and attention where the layers shard,
+// lm_head and the Markov bias over the vocabulary shards). T = rows x N query tokens:
+//   projections  2 T (QKV (+ g) + o_proj + gate_up + down), every layer
+//   lm_head      2 T V_d H
+//   attention    2 x 2 head_dim per (query token, head, position it reads): Q.K and P.V;
+//                a query at ctx + j reads [lo, ctx + j + 1) causal, [lo, ctx + N) not
+//   markov       2 rows N r V_d: the bias h (rank r) . w2 of every step
+// Paired with the bytes they move (step_roofline): projections with layer_weights, lm_head
+// with lm_head, attention with kv_cache, markov with markov_w2.
+struct FlopPart {
+  const char* name;
+  const char* bytes_part;  // the StepFloorBytes part moved by these products
+  double flops;
+};
+struct StepFloorFlops {
+  std::vector<FlopPart> parts;
+  double total() const;
+  double at(std::string_view name) const;  // std::out_of_range when there is none
+};
+StepFloorFlops step_floor_flops(const ModelConfig& config, int rows, int ctx, int tp_size = 1);
+
+// The roofline floor: every bytes part over the copy bandwidth, or its products over the
+// tensor-core peak where those take longer (max per pair, summed), in us. A lower bound of
+// the step as tight as the two measured rates allow: a part cannot beat either.
+struct StepRoofline {
+  double bytes_us = 0;  // every part over the bandwidth (the floor of contract.md section 7)
+  double flops_us = 0;  // every product over the peak
+  double floor_us = 0;  // sum over the pairs of the larger
+  std::vector<std::pair<std::string, double>> parts;  // bytes part -> its floor term, us
+};
+StepRoofline step_roofline(const StepFloorBytes& bytes, const StepFloorFlops& flops,
+                           double bandwidth_gbs, double peak_tflops);
 
 }  // namespace sparkdraft::bench

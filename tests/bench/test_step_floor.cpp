@@ -2,7 +2,8 @@
 // part equal to the independent form of tests/common/floor.h (the weights summed
 // from the checkpoint's own tensor list) for every preset and both styles and
 // several row counts and contexts, and to the bytes worked out by hand for the
-// published Qwen3-8B draft shape at ctx 4096 (contract.md section 7, the draft step rows).
+// published Qwen3-8B draft shape at ctx 4096 (contract.md section 7, the draft step rows);
+// and the step's matrix products and the roofline floor over both measured rates.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -102,6 +103,65 @@ TEST(StepFloor, MixedLayersCountEachLayersWindow) {
   EXPECT_EQ(bench::step_floor_bytes(c, 3, 40).at("kv_cache"), 3 * per * ((40 + N) + (4 + N)));
   const test::FloorParts want = test::floor_of(c, 3, 40);
   EXPECT_EQ(bench::step_floor_bytes(c, 3, 40).at("kv_cache"), want.at("kv_cache"));
+}
+
+// The products: part by part equal to the tensor-list form, every preset and style.
+TEST(StepFlops, EveryPartEqualsTheTensorListForm) {
+  for (const std::string& preset : preset_names())
+    for (const char* style : {"qwen3", "muse"})
+      for (int rows : {1, 3, 32})
+        for (int ctx : {1, 40, 4096}) {
+          SCOPED_TRACE(preset + "/" + style + " rows " + std::to_string(rows) + " ctx " +
+                       std::to_string(ctx));
+          const ModelConfig c = preset_config(preset, style);
+          const bench::StepFloorFlops got = bench::step_floor_flops(c, rows, ctx);
+          const test::FloorParts want = test::flops_of(c, rows, ctx);
+          ASSERT_EQ(got.parts.size(), want.size());
+          for (const bench::FlopPart& part : got.parts) {
+            ASSERT_EQ(want.count(part.name), 1u) << "unexpected part " << part.name;
+            EXPECT_EQ(part.flops, want.at(part.name)) << part.name;
+          }
+        }
+}
+
+// Qwen3-8B draft, 32 requests (224 query tokens), ctx 4096, non-causal layers (every query
+// reads all 4103 positions):
+//   projections 2 x 224 x 5 x (6144 x 4096 + 4096 x 4096 + 2 x 12288 x 4096 + 4096 x 12288)
+//   lm_head 2 x 224 x 151936 x 4096; attention 2 x 2 x 128 x 32 heads x 32 x 7 x 4103 x 5;
+//   markov 2 x 32 x 7 x 256 x 151936.
+TEST(StepFlops, Qwen3_8bAt32RequestsByHand) {
+  const ModelConfig c = preset_config("qwen3-8b");
+  const bench::StepFloorFlops f = bench::step_floor_flops(c, 32, 4096);
+  EXPECT_EQ(f.at("projections"), 2.0 * 224 * 5 * 192937984);
+  EXPECT_EQ(f.at("lm_head"), 2.0 * 224 * 151936 * 4096);
+  EXPECT_EQ(f.at("attention"), 2.0 * 2 * 128 * 32 * 32 * 7 * 4103 * 5);
+  EXPECT_EQ(f.at("markov"), 2.0 * 32 * 7 * 256 * 151936);
+  // One GPU of TP 2: the layers and attention halve (its layers shard), and the vocabulary.
+  const bench::StepFloorFlops tp2 = bench::step_floor_flops(c, 32, 4096, 2);
+  for (const bench::FlopPart& p : f.parts) EXPECT_EQ(tp2.at(p.name), p.flops / 2) << p.name;
+  EXPECT_THROW(bench::step_floor_flops(c, 1, 40, 3), std::invalid_argument);
+  EXPECT_THROW(f.at("kv_cache"), std::out_of_range);
+}
+
+// The roofline floor takes, part by part, the slower of the bytes over the bandwidth and
+// the products over the peak; parts without products (the logits) count their bytes.
+TEST(StepFlops, RooflineTakesTheSlowerOfEachPair) {
+  bench::StepFloorBytes b;
+  b.parts = {{"layer_weights", "", 4e9}, {"kv_cache", "", 8e9}, {"draft_logits", "", 1e9}};
+  bench::StepFloorFlops f;
+  f.parts = {{"projections", "layer_weights", 2e12}, {"attention", "kv_cache", 1e9}};
+  // 1000 GB/s, 1000 TFLOP/s: layer weights 4000 us of bytes, 2000 us of products; KV 8000
+  // us against 1 us; logits 1000 us.
+  const bench::StepRoofline r = bench::step_roofline(b, f, 1000, 1000);
+  EXPECT_EQ(r.bytes_us, 13000.0);
+  EXPECT_EQ(r.flops_us, 2001.0);
+  EXPECT_EQ(r.floor_us, 13000.0);
+  const bench::StepRoofline slow = bench::step_roofline(b, f, 1000, 400);  // products 5000 us
+  EXPECT_EQ(slow.floor_us, 5000.0 + 8000 + 1000);
+  EXPECT_EQ(slow.parts[0].second, 5000.0);
+  EXPECT_THROW(bench::step_roofline(b, f, 0, 1000), std::invalid_argument);
+  f.parts.push_back({"markov", "markov_w2", 1e9});  // no bytes part of that name
+  EXPECT_THROW(bench::step_roofline(b, f, 1000, 1000), std::out_of_range);
 }
 
 }  // namespace

@@ -55,4 +55,33 @@ inline FloorParts floor_of(const ModelConfig& c, int rows, int ctx) {
   return f;
 }
 
+// The step's matrix products (2 FLOPs a multiply-add) by part name (those of
+// bench::StepFloorFlops): every 2-D layer tensor and lm_head against the rows x N query
+// tokens, w2 against the rows at every step, and attention counted position by position
+// for every query (Q.K and P.V, head_dim each).
+inline FloorParts flops_of(const ModelConfig& c, int rows, int ctx) {
+  const double tokens = static_cast<double>(rows) * c.block_size;
+  FloorParts f{{"projections", 0.0}};
+  for (const TensorSpec& t : expected_tensors(c)) {
+    double numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<double>(d);
+    if (t.name.rfind("layers.", 0) == 0 && t.shape.size() == 2)
+      f["projections"] += 2 * tokens * numel;
+    if (t.name == "lm_head.weight") f["lm_head"] = 2 * tokens * numel;
+    if (t.name == "markov_head.markov_w2.weight") f["markov"] = 2.0 * rows * c.block_size * numel;
+  }
+  const int64_t kv_len = static_cast<int64_t>(ctx) + c.block_size;
+  double reads = 0;  // (layer, query, position) triples read
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    for (int j = 0; j < c.block_size; ++j) {
+      const int64_t pos = ctx + j;
+      for (int64_t p = 0; p < kv_len; ++p)
+        reads += p < (a.causal ? pos + 1 : kv_len) && (a.window == 0 || p > pos - a.window);
+    }
+  }
+  f["attention"] = 2.0 * 2 * c.head_dim * c.num_heads * rows * reads;
+  return f;
+}
+
 }  // namespace sparkdraft::test

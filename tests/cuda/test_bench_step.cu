@@ -2,9 +2,11 @@
 // of both styles at a small context: the eager and fused backends agree bit for
 // bit (the check passed), the fused one runs the fused Markov loop, every timing,
 // the bandwidth and the floor are positive, the floor's bytes equal the form of
-// tests/common/floor.h, and the JSON record carries the fields the docs read.
+// tests/common/floor.h, and the JSON record carries the fields the docs read; the step's
+// products and the tensor-core peak behind the roofline floor.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -13,6 +15,8 @@
 
 #include "common/files.h"
 #include "common/floor.h"
+#include "common/harness.h"
+#include "cuda/common/mma_probe.h"
 #include "cuda/gpu_test_util.h"
 #include "sparkdraft/checkpoint.h"
 #include "step/bench_step.h"
@@ -64,8 +68,39 @@ TEST(BenchStep, TinyPresetsCheckEqualAndTimeAgainstTheFloor) {
            {"eager_us", "fused_us", "floor_us", "fused_ratio", "eager_ratio", "copy_bandwidth_gbs",
             "gpu", "sm_clock_seen_mhz", "sm_clock_peak_mhz", "mem_clock_peak_mhz"})
         EXPECT_TRUE(j.contains(key)) << key;
+      // The products and, where the GEMMs use wgmma here, the peak and the roofline floor.
+      const test::FloorParts flops = test::flops_of(ckpt->config(), rows, 40);
+      EXPECT_EQ(r.flops.total(), test::total(flops));
+      EXPECT_EQ(j["flops"].get<double>(), test::total(flops));
+      if (cuda::wgmma_self_test().usable) {
+        EXPECT_GT(r.tensor_peak_tflops, 0);
+        EXPECT_GE(r.roofline.floor_us, r.timing.floor_us * (1 - 1e-12));
+        EXPECT_DOUBLE_EQ(j["roofline_ratio"].get<double>(),
+                         r.timing.fused_us / r.roofline.floor_us);
+        EXPECT_NE(out.str().find("roofline floor"), std::string::npos) << out.str();
+      } else {
+        EXPECT_EQ(r.tensor_peak_tflops, 0);
+        EXPECT_TRUE(j.contains("tensor_peak_note"));
+      }
     }
   }
+}
+
+// The tensor-core peak: between a quarter of and the nominal dense bf16 rate of a Hopper SM
+// (4096 FLOPs a clock, 1024 multiply-adds x 2 x 2: 989 TFLOP/s on an H100 SXM at 1830 MHz)
+// at the peak SM clock over every SM, plus 2% for the clock's rounding. A kernel that
+// issued less work than it counts, or waited on every wgmma, falls out of that range.
+TEST(BenchStep, TensorPeakIsWithinTheHopperRate) {
+  SD_REQUIRE_GPU();
+  if (!cuda::wgmma_self_test().usable) GTEST_SKIP() << cuda::wgmma_self_test().why;
+  const cuda::GpuInfo gpu = cuda::query_gpu();
+  cuda::DeviceStream stream;
+  const double peak = cuda::tensor_peak_tflops(gpu, stream.get());
+  const double nominal = 4096.0 * gpu.sm_count * gpu.sm_clock_peak_mhz * 1e6 / 1e12;
+  std::printf("tensor-core peak %.1f TFLOP/s, nominal %.1f at %d MHz over %d SMs\n", peak, nominal,
+              gpu.sm_clock_peak_mhz, gpu.sm_count);
+  EXPECT_GT(peak, 0.25 * nominal);
+  EXPECT_LT(peak, 1.02 * nominal);
 }
 
 }  // namespace
