@@ -574,7 +574,7 @@ __device__ __forceinline__ void attend_piece(const AttnArgs& a, const bf16* q, c
     // Scores: slots j = WQ * (8 nt + col) + qw, col = the n of the mma tile. At the
     // instantiation's own head dim (hdp = 16 KS, kWhole) every k step runs with no test, so
     // no ldmatrix or mma is predicated (each predicated one cost a test, a warp sync and its
-    // address again; 2026-12-06i run 2: attention -0.2% to -3.4% a step); a narrower head
+    // address again; 2026-12-06i run 2: attention -0.2% to -3.5% a step); a narrower head
     // dim skips the steps past hdp. The same products either way: k * 16 < hdp holds for
     // every k < KS when hdp = 16 KS.
     float x[NT][4];
