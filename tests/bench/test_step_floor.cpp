@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/floor.h"
 #include "sparkdraft/checkpoint.h"
@@ -15,6 +16,17 @@
 
 namespace sparkdraft {
 namespace {
+
+// Every part of `got` (its name, value(part)) is the part of `want` of that name, and no
+// part is missing.
+template <class Part, class Value>
+void expect_parts(const std::vector<Part>& got, const test::FloorParts& want, Value value) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const Part& part : got) {
+    ASSERT_EQ(want.count(part.name), 1u) << "unexpected part " << part.name;
+    EXPECT_EQ(value(part), want.at(part.name)) << part.name;
+  }
+}
 
 TEST(StepFloor, EveryPartEqualsTheTensorListForm) {
   for (const std::string& preset : preset_names())
@@ -26,20 +38,11 @@ TEST(StepFloor, EveryPartEqualsTheTensorListForm) {
           const ModelConfig c = preset_config(preset, style);
           const bench::StepFloorBytes got = bench::step_floor_bytes(c, rows, ctx);
           const test::FloorParts want = test::floor_of(c, rows, ctx);
-          ASSERT_EQ(got.parts.size(), want.size());
-          for (const bench::FloorPart& part : got.parts) {
-            ASSERT_EQ(want.count(part.name), 1u) << "unexpected part " << part.name;
-            EXPECT_EQ(part.bytes, want.at(part.name)) << part.name;
-          }
+          expect_parts(got.parts, want, [](const bench::FloorPart& p) { return p.bytes; });
           EXPECT_EQ(got.total(), test::total(want));
           // The products, the same way.
-          const bench::StepFloorFlops flops = bench::step_floor_flops(c, rows, ctx);
-          const test::FloorParts want_flops = test::flops_of(c, rows, ctx);
-          ASSERT_EQ(flops.parts.size(), want_flops.size());
-          for (const bench::FlopPart& part : flops.parts) {
-            ASSERT_EQ(want_flops.count(part.name), 1u) << "unexpected part " << part.name;
-            EXPECT_EQ(part.flops, want_flops.at(part.name)) << part.name;
-          }
+          expect_parts(bench::step_floor_flops(c, rows, ctx).parts, test::flops_of(c, rows, ctx),
+                       [](const bench::FlopPart& p) { return p.flops; });
         }
 }
 
