@@ -1,4 +1,4 @@
-// The floor bytes of the draft step (step_floor.h).
+// The floor bytes and the matrix products of the draft step (step_floor.h).
 #include "step/step_floor.h"
 
 #include <algorithm>
@@ -8,29 +8,54 @@
 #include "runtime/layer_shard.h"
 
 namespace sparkdraft::bench {
+namespace {
+
+void check_tp(const ModelConfig& c, int tp_size, const char* fn) {
+  if (tp_size < 1 || c.draft_vocab() % tp_size != 0)
+    throw std::invalid_argument(std::string(fn) + ": tp " + std::to_string(tp_size) +
+                                " must be >= 1 and divide the (draft) vocabulary");
+}
+
+// The elements of one layer's matrices: QKV (+ g), o_proj, gate_up, down.
+double layer_matrix_elements(const ModelConfig& c) {
+  const double H = c.hidden_size, I = c.intermediate_size;
+  const double q = static_cast<double>(c.num_heads) * c.head_dim,
+               kv = static_cast<double>(c.num_kv_heads) * c.head_dim;
+  const double qkv_rows = q + 2 * kv + (c.output_gate ? q : 0);
+  return qkv_rows * H + H * q + 2 * I * H + H * I;
+}
+
+// The sum of value(part) over the parts, and the value of the part called `name`.
+template <class Part, class Value>
+double sum_parts(const std::vector<Part>& parts, Value value) {
+  double sum = 0;
+  for (const Part& p : parts) sum += value(p);
+  return sum;
+}
+template <class Part, class Value>
+double find_part(const std::vector<Part>& parts, std::string_view name, Value value,
+                 const char* what) {
+  for (const Part& p : parts)
+    if (name == p.name) return value(p);
+  throw std::out_of_range(std::string("no ") + what + " part " + std::string(name));
+}
+double bytes_of(const FloorPart& p) { return p.bytes; }
+double flops_of(const FlopPart& p) { return p.flops; }
+
+}  // namespace
 
 StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx, int tp_size) {
-  if (tp_size < 1 || c.draft_vocab() % tp_size != 0)
-    throw std::invalid_argument("step_floor_bytes: tp " + std::to_string(tp_size) +
-                                " must be >= 1 and divide the (draft) vocabulary");
+  check_tp(c, tp_size, "step_floor_bytes");
   constexpr double kBf16 = 2, kF32 = 4;
   // The share of one GPU: the layer matrices and the KV cache where the layers
   // shard, the vocabulary always.
   const double layers_t = layer_tp_size(c, tp_size), vocab_t = tp_size;
-  const double H = c.hidden_size, L = c.num_layers, hd = c.head_dim, I = c.intermediate_size,
-               V = c.vocab_size, N = c.block_size, R = rows;
+  const double H = c.hidden_size, L = c.num_layers, hd = c.head_dim, V = c.vocab_size,
+               N = c.block_size, R = rows;
   const double Vd = c.draft_vocab();  // lm_head, w2 and the base logits (contract.md section 11)
-  const double q = static_cast<double>(c.num_heads) * hd,
-               kv = static_cast<double>(c.num_kv_heads) * hd;
   const bool gains = c.norm_gain != NormGain::none;
 
-  double qkv_rows = q + 2 * kv + (c.output_gate ? q : 0);
-  double layer = kBf16 *
-                 (qkv_rows * H  // QKV (+ g)
-                  + H * q       // o_proj
-                  + 2 * I * H   // gate_up
-                  + H * I) /    // down
-                 layers_t;
+  double layer = kBf16 * layer_matrix_elements(c) / layers_t;
   if (gains) {
     double norms = 2 * H;                                       // input, post-attention
     if (c.layer_style == LayerStyle::sandwich) norms += 2 * H;  // pre/post-feedforward
@@ -63,17 +88,12 @@ StepFloorBytes step_floor_bytes(const ModelConfig& c, int rows, int ctx, int tp_
 }
 
 StepFloorFlops step_floor_flops(const ModelConfig& c, int rows, int ctx, int tp_size) {
-  if (tp_size < 1 || c.draft_vocab() % tp_size != 0)
-    throw std::invalid_argument("step_floor_flops: tp " + std::to_string(tp_size) +
-                                " must be >= 1 and divide the (draft) vocabulary");
+  check_tp(c, tp_size, "step_floor_flops");
   const double layers_t = layer_tp_size(c, tp_size), vocab_t = tp_size;
-  const double H = c.hidden_size, L = c.num_layers, hd = c.head_dim, I = c.intermediate_size,
-               N = c.block_size, R = rows, Vd = c.draft_vocab();
-  const double q = static_cast<double>(c.num_heads) * hd,
-               kv = static_cast<double>(c.num_kv_heads) * hd;
+  const double H = c.hidden_size, L = c.num_layers, hd = c.head_dim, N = c.block_size, R = rows,
+               Vd = c.draft_vocab();
   const double T = R * N;
-  const double qkv_rows = q + 2 * kv + (c.output_gate ? q : 0);
-  const double layer = 2 * T * (qkv_rows * H + H * q + 2 * I * H + H * I) / layers_t;
+  const double layer = 2 * T * layer_matrix_elements(c) / layers_t;
   // Positions the block's queries read, query by query (query j at ctx + j, kv_len ctx + N).
   double reads = 0;
   for (int l = 0; l < c.num_layers; ++l) {
@@ -95,16 +115,10 @@ StepFloorFlops step_floor_flops(const ModelConfig& c, int rows, int ctx, int tp_
   return f;
 }
 
-double StepFloorFlops::total() const {
-  double sum = 0;
-  for (const FlopPart& p : parts) sum += p.flops;
-  return sum;
-}
+double StepFloorFlops::total() const { return sum_parts(parts, flops_of); }
 
 double StepFloorFlops::at(std::string_view name) const {
-  for (const FlopPart& p : parts)
-    if (name == p.name) return p.flops;
-  throw std::out_of_range("no flop part " + std::string(name));
+  return find_part(parts, name, flops_of, "flop");
 }
 
 StepRoofline step_roofline(const StepFloorBytes& bytes, const StepFloorFlops& flops,
@@ -126,16 +140,10 @@ StepRoofline step_roofline(const StepFloorBytes& bytes, const StepFloorFlops& fl
   return r;
 }
 
-double StepFloorBytes::total() const {
-  double sum = 0;
-  for (const FloorPart& p : parts) sum += p.bytes;
-  return sum;
-}
+double StepFloorBytes::total() const { return sum_parts(parts, bytes_of); }
 
 double StepFloorBytes::at(std::string_view name) const {
-  for (const FloorPart& p : parts)
-    if (name == p.name) return p.bytes;
-  throw std::out_of_range("no floor part " + std::string(name));
+  return find_part(parts, name, bytes_of, "floor");
 }
 
 }  // namespace sparkdraft::bench
