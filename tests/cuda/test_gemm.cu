@@ -339,14 +339,19 @@ TEST(CudaGemm, GraphReplayEqualsEagerCall) {
   }
 }
 
+// Spins about `cycles` SM clocks.
+__device__ __forceinline__ void spin_clocks(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
 // Copies n values from src to dst after spinning about `cycles` SM clocks: launched before a
 // GEMM under programmatic dependent launch, it is the predecessor that writes the GEMM's
 // tokens late, while the GEMM (started early) already streams its first weights.
 __global__ void late_copy_kernel(const bf16* src, bf16* dst, int64_t n, long long cycles) {
   cuda::pdl_enter();
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
+  spin_clocks(cycles);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = src[i];
@@ -362,9 +367,7 @@ __device__ unsigned long long global_ns() {
 }
 __global__ void late_mark_kernel(unsigned long long* end, long long cycles) {
   cuda::pdl_enter();
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
+  spin_clocks(cycles);
   if (threadIdx.x == 0) *end = global_ns();
 }
 __global__ void start_mark_kernel(unsigned long long* start) {
