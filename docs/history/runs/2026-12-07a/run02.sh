@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # 2026-12-07a run 2 (written in sitting 24, not run: no machine started). Carry
-# .carry/bin_M24s.tar.xz (main at 6fe3596, sparkdraft), .carry/bin_Ps.tar.xz (branch attn-pipe
-# at 4cf33ec, sparkdraft: the attention chunk loop pipelined by one chunk, chunk c + 1's scores
-# issued after chunk c's CTA barrier, which also takes the tile's sum exchange: two barriers a
-# chunk instead of three; head dim 256 on three stages) and .carry/bin_P2.tar.xz (attn-pipe at
-# b909d32, with the GPU tests: P + the chunk's eight exps written step by step across them,
-# exp_fast_try_n). P2's whole GPU suite and check, check with each other build; the step
-# M24 P P2 M24 P P2 (attention per call in the timeline); on an H200 the PyTorch peer too.
-# (Rebuild the binaries from the branch if .carry/ did not survive: docs/CONTRIBUTING.md.)
+# .carry/bin_M24s.tar.xz (main at 6fe3596, sparkdraft), .carry/bin_Ps.tar.xz (branch
+# attn-pipe-p = 4cf33ec, sparkdraft: the attention chunk loop pipelined by one chunk, chunk
+# c + 1's scores issued after chunk c's CTA barrier, which also takes the tile's sum exchange:
+# two barriers a chunk instead of three; head dim 256 on three stages) and .carry/bin_P2.tar.xz
+# (branch attn-pipe-p2 = b909d32, with the GPU tests: P + the chunk's eight exps written step
+# by step across them, exp_fast_try_n; branch attn-pipe is the same code formatted). P2's whole
+# GPU suite and check, check with P; the step M24 P P2 M24 P P2 (attention per call in the
+# timeline); on an H200 the PyTorch peer too. (Rebuild the binaries from the branches if
+# .carry/ did not survive: docs/CONTRIBUTING.md.)
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "$gpu"
