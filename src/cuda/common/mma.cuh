@@ -60,11 +60,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* sme
 
 // Two 8x8 b16 matrices (lanes 0..15 give the row addresses: rows l % 8 of matrix
 // l / 8; the other lanes' addresses are ignored), plain and transposed.
-__device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void* smem_row) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+__device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], uint32_t smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
-               : "r"(s));
+               : "r"(smem_row));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void* smem_row) {
+  ldmatrix_x2(r, static_cast<uint32_t>(__cvta_generic_to_shared(smem_row)));
 }
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t r[2], const void* smem_row) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));

@@ -86,7 +86,6 @@ struct FusedSmemLayout {
   int seed;       // [rows] uint32 step seed
   int last;       // [rows] int32: this block reduces the row
   int known;      // [rows] int32: ordered key of a lower bound of the row's best z
-  int staged_v0;  // [kMaxEpilogueTiles] int32: first id of each staged tile
   int noise;      // [kNoiseBuckets + 1] fp32: noise_bound_table(), then kNoiseFloor
   int queue;      // [8 warps][kQueue] survivors waiting for their exact score (smem.cuh)
   int total;
@@ -115,8 +114,6 @@ SD_HD FusedSmemLayout fused_smem_layout(int rows, int rank, int stages) {
   off += align16(rows * 4);
   l.known = off;
   off += align16(rows * 4);
-  l.staged_v0 = off;
-  off += kMaxEpilogueTiles * 4;
   l.noise = off;
   off += align16((kNoiseBuckets + 1) * 4);
   l.queue = off;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/markov/fused/params.h"
 #include "cuda/markov/tile.h"
 #include "sparkdraft/core/bf16.h"
@@ -34,6 +35,15 @@ __device__ __forceinline__ void load_embeddings(const FusedStepParams& p, unsign
 
 // The bias of the ring stage's entries for every row, staged at staged tile `slot`
 // (row r's entries at staging[r * width + slot * tile_vocab ..]).
+//
+// Fragments by ldmatrix only, each loaded once: a warp's two items share their m-tile
+// (items w and w + 8 with kFusedWarps a multiple of kMTiles), so one ldmatrix_x4 of w2
+// a k step serves both chains, and each item's B (8 embeddings) comes two k steps at a
+// time from one ldmatrix_x4 (lane l: row l % 8 of the n-tile, k chunk l / 8; register i
+// holds b[i % 2] of k step 2 kp + i / 2, the layout of the two 32-bit loads it replaces).
+// The addresses are a lane's base plus constants: a k step's ring chunk is
+// fused_ring_chunk(v, 2 ks + lm_chunk) = 8 (ks / 4) + ((2 (ks % 4) + lm_chunk) ^ (v & mask)).
+// Same operands, same chain order: the same bits as the per-register loads.
 template <int K>
 __device__ __forceinline__ void compute_bias(const FusedStepParams& p, const bf16* stage,
                                              const bf16* e_s, bf16* staging, int slot, int width,
@@ -41,6 +51,10 @@ __device__ __forceinline__ void compute_bias(const FusedStepParams& p, const bf1
   constexpr int kTileV = fused_tile_vocab(K);
   constexpr int kMTiles = kTileV / 16;
   constexpr int kEStride = fused_e_stride(K);
+  constexpr int kSteps = K / 16;               // k steps of the chain
+  constexpr int kQuad = kSteps < 4 ? kSteps : 4;  // k steps whose ring chunks differ
+  static_assert(kFusedWarps % kMTiles == 0, "a warp's items share their m-tile");
+  static_assert(kSteps % kQuad == 0);
   const int g = lane / 4, t4 = lane % 4;
   const int lm_row = (lane / 8 % 2) * 8 + lane % 8, lm_chunk = lane / 16;  // ldmatrix roles
   // The accumulator of item (m-tile, n-tile) to the staging buffer as bf16: lane
@@ -56,30 +70,47 @@ __device__ __forceinline__ void compute_bias(const FusedStepParams& p, const bf1
       staging[(r0 + 1) * width + x0 + 8] = to_bf16(acc[3]);
     }
   };
+  // Item i's B base: row (i / kMTiles) * 8 + lane % 8 of the embeddings, k chunk lane / 8.
+  auto b_base = [&](int item) {
+    return smem_u32(e_s + ((item / kMTiles) * 8 + lane % 8) * kEStride + (lane / 8) * 8);
+  };
   // Two items per pass when there are enough: their chains interleave.
   const int n_items = kMTiles * n_tiles;
   for (int item0 = warp; item0 < n_items; item0 += 2 * kFusedWarps) {
     const int item1 = item0 + kFusedWarps;
     const bool two = item1 < n_items;  // warp-uniform
-    const int v0 = (item0 % kMTiles) * 16 + lm_row, v1 = (item1 % kMTiles) * 16 + lm_row;
-    const bf16* a0_row = stage + v0 * K;
-    const bf16* a1_row = stage + v1 * K;
-    const bf16* b0_row = e_s + ((item0 / kMTiles) * 8 + g) * kEStride + 2 * t4;
-    const bf16* b1_row = e_s + ((item1 / kMTiles) * 8 + g) * kEStride + 2 * t4;
+    const int v = (item0 % kMTiles) * 16 + lm_row;
+    constexpr int kMask = K / 8 >= 8 ? 7 : K / 8 - 1;
+    const uint32_t a_row = smem_u32(stage + v * K);
+    uint32_t a_off[kQuad];  // bytes of k step r's chunk, r < kQuad
+#pragma unroll
+    for (int r = 0; r < kQuad; ++r) a_off[r] = a_row + (((2 * r + lm_chunk) ^ (v & kMask)) * 16);
+    // Without a second item the second chain runs on the first's operands and is
+    // dropped: no branch around the .sync.aligned instructions of the chain.
+    const uint32_t b0 = b_base(item0), b1 = two ? b_base(item1) : b0;
     float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-    for (int ks = 0; ks < K / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, a0_row + fused_ring_chunk<K>(v0, 2 * ks + lm_chunk) * 8);
-      const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(b0_row + ks * 16),
-                             *reinterpret_cast<const uint32_t*>(b0_row + ks * 16 + 8)};
-      mma_bf16_16816(acc0, a, b, acc0);
-      if (two) {
-        uint32_t a1[4];
-        ldmatrix_x4(a1, a1_row + fused_ring_chunk<K>(v1, 2 * ks + lm_chunk) * 8);
-        const uint32_t b1[2] = {*reinterpret_cast<const uint32_t*>(b1_row + ks * 16),
-                                *reinterpret_cast<const uint32_t*>(b1_row + ks * 16 + 8)};
-        mma_bf16_16816(acc1, a1, b1, acc1);
+#pragma unroll 2
+    for (int kq = 0; kq < kSteps / kQuad; ++kq) {
+#pragma unroll
+      for (int r = 0; r < kQuad; r += 2) {
+        const int ks = kq * kQuad + r;  // this pair's first k step
+        uint32_t bb0[4], bb1[4];
+        if (r + 1 < kQuad) {
+          ldmatrix_x4(bb0, b0 + ks * 32);
+          ldmatrix_x4(bb1, b1 + ks * 32);
+        } else {  // one k step left (K = 16)
+          ldmatrix_x2(bb0, b0 + ks * 32);
+          ldmatrix_x2(bb1, b1 + ks * 32);
+        }
+#pragma unroll
+        for (int h = 0; h < 2 && r + h < kQuad; ++h) {
+          uint32_t a[4];
+          ldmatrix_x4(a, a_off[r + h] + kq * 128);
+          const uint32_t b[2] = {bb0[2 * h], bb0[2 * h + 1]};
+          const uint32_t c[2] = {bb1[2 * h], bb1[2 * h + 1]};
+          mma_bf16_16816(acc0, a, b, acc0);
+          mma_bf16_16816(acc1, a, c, acc1);
+        }
       }
     }
     stage_bias(acc0, item0);

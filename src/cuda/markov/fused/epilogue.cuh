@@ -67,19 +67,43 @@ __device__ __forceinline__ void load_rows(const FusedStepParams& p, const FusedS
   for (int x = tid; x < p.rows; x += kFusedThreads) s.best[x] = 0ull;
 }
 
+// Base logits requested ahead of their epilogue pass: the 16 bytes of a full 8-entry
+// slot (E = 8 and vec_io), loaded before phase A so that the load's latency overlaps
+// the tensor-core work; `ok` false where there is none (load_logits loads then).
+struct BasePrefetch {
+  uint4 raw;
+  bool ok;
+};
+
+// The prefetch of n entries v0.. of row r: made when load_logits would take its 16-byte
+// path for them, else none.
+template <int E>
+__device__ __forceinline__ BasePrefetch prefetch_base(const FusedStepParams& p, bool active, int r,
+                                                      int v0, int n) {
+  BasePrefetch f{make_uint4(0u, 0u, 0u, 0u), false};
+  if constexpr (E == 8) {
+    if (active && p.vec_io && n == 8) {
+      f.raw = ld_streaming(reinterpret_cast<const uint4*>(p.base + r * p.base_row_stride + v0));
+      f.ok = true;
+    }
+  }
+  return f;
+}
+
 // The step logits l = step_logit(base, bias) of n <= E consecutive entries v0.. of
 // row r (bias from the staging buffer), stored to cache row `crow` when crow >= 0;
 // lv = f32(l). Base logits and cache are touched once: streaming (evict-first)
 // accesses, so that L2 keeps w2 for the next step. E = 8 and vec_io: one 16-byte
-// access each.
+// access each (the base's already made when pre.ok: prefetch_base of the same entries).
 template <int E>
 __device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int v0, int n,
-                                            const bf16* bias, int64_t crow, float lv[E]) {
+                                            const bf16* bias, int64_t crow, float lv[E],
+                                            const BasePrefetch& pre) {
   const bf16* base = p.base + r * p.base_row_stride + v0;
   bf16* cache = crow >= 0 ? p.cache + crow * p.cache_row_stride + v0 : nullptr;
   if constexpr (E == 8) {
     if (p.vec_io && n == 8) {
-      const uint4 braw = ld_streaming(reinterpret_cast<const uint4*>(base));
+      const uint4 braw = pre.ok ? pre.raw : ld_streaming(reinterpret_cast<const uint4*>(base));
       const uint4 sraw = *reinterpret_cast<const uint4*>(bias);
       const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
       const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};

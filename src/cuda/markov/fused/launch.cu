@@ -69,50 +69,76 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
   load_embeddings<K>(p, s.e, n_tiles, tid);
   load_rows(p, s, tid);
 
+  // Lane slots of the epilogue (phase B below): kEpl consecutive entries of one row
+  // (kEpl = fused_entries_per_lane: 8 from 8 rows, fewer below so that every warp has
+  // slots); slot q of the staged block is row q / slots_per_row, entries kEpl (q %
+  // slots_per_row) ..; a warp takes 32 slots at a time: 32 / group rows of `group` lanes.
+  const int slots_per_row = width / kEpl;  // a power of two (ranks are)
+  const int row_shift = __ffs(slots_per_row) - 1;
+  const int group = slots_per_row < kWarp ? slots_per_row : kWarp;  // lanes per row
+  // Lane slot qs of an epilogue at iteration `it` (staged tile `slot`): its row, first
+  // staged entry, first id and entry count. Staged tile j of the epilogue's group was
+  // staged at iteration it - slot + j.
+  struct LaneSlot {
+    int r, x0, v0, n;
+    bool active;
+  };
+  auto lane_slot = [&](int qs, int it, int slot) {
+    LaneSlot q;
+    q.r = qs >> row_shift;
+    q.x0 = (qs & (slots_per_row - 1)) * kEpl;
+    q.active = q.r < p.rows && q.x0 < (slot + 1) * kTileV;
+    q.v0 = q.active ? tile_at(p, walk, it - slot + q.x0 / kTileV) * kTileV + q.x0 % kTileV : 0;
+    q.n = q.active ? (p.width - q.v0 < kEpl ? p.width - q.v0 : kEpl) : 0;  // entries < width
+    return q;
+  };
+
   SurvivorQueue queue{s.queue, 0};
+  int rd_stage = 0, wr_stage = p.stages - 1;  // it % stages, (it + stages - 1) % stages
   for (int it = 0; it < walk.count; ++it) {
     ring_wait(p);
-    ring_issue<K>(p, walk, s.ring, it + p.stages - 1, tid);
-    const int slot = it % e_tiles;
+    ring_issue<K>(p, walk, s.ring, it + p.stages - 1, wr_stage, tid);
+    wr_stage = next_stage(p, wr_stage);
+    const int slot = it & (e_tiles - 1);  // it % e_tiles (a power of two)
     const bool epilogue_now = slot == e_tiles - 1 || it == walk.count - 1;
     // The grid-wide bound of row tid (rows past the block size read theirs in
     // merge_known_bounds), loaded now and merged after phase A, off the critical path.
     const int known_g = epilogue_now && tid < p.rows ? ld_volatile(p.known + tid) : 0;
-    if (tid == 0) s.staged_v0[slot] = tile_at(p, walk, it) * kTileV;
+    // The base logits of this warp's first epilogue pass, requested before phase A.
+    BasePrefetch pre{make_uint4(0u, 0u, 0u, 0u), false};
+    if (epilogue_now) {
+      const LaneSlot q = lane_slot(warp * kWarp + lane, it, slot);
+      pre = prefetch_base<kEpl>(p, q.active, q.r, q.v0, q.n);
+    }
 
     // ---- phase A: the bias of this tile's entries for every row, as MMA chains ----
-    compute_bias<K>(p, ring_stage<K>(p, s.ring, it), e_s, s.staging, slot, width, n_tiles, warp,
+    compute_bias<K>(p, ring_stage<K>(s.ring, rd_stage), e_s, s.staging, slot, width, n_tiles, warp,
                     lane);
+    rd_stage = next_stage(p, rd_stage);
     if (!epilogue_now) continue;
     merge_known_bounds(p, s.known_s, known_g, tid);
 
-    // ---- phase B: the epilogue over the staged tiles (epilogue.cuh) ----
-    // Lane slots of kEpl consecutive entries of one row (kEpl = fused_entries_per_lane:
-    // 8 from 8 rows, fewer below so that every warp has slots); slot q of the staged
-    // block is row q / (width / kEpl), entries kEpl (q % (width / kEpl)) ..; a warp
-    // takes 32 slots at a time: 32 / group rows of `group` lanes. (This loop stays in
-    // the kernel body: as a function of its own the compiler schedules the whole
-    // kernel differently and the register count of some instantiations changes.)
+    // ---- phase B: the epilogue over the staged tiles (epilogue.cuh), lane slots as
+    // lane_slot says. (This loop stays in the kernel body: as a function of its own
+    // the compiler schedules the whole kernel differently and the register count of
+    // some instantiations changes.)
     __syncthreads();
     {
-      const int staged = (slot + 1) * kTileV;  // entries per row in this block
-      const int slots_per_row = width / kEpl;
-      const int group = slots_per_row < kWarp ? slots_per_row : kWarp;  // lanes per row
       for (int q0 = warp * kWarp; q0 < p.rows * slots_per_row; q0 += kFusedWarps * kWarp) {
         const int qs = q0 + lane;
-        const int r = qs / slots_per_row, x0 = (qs % slots_per_row) * kEpl;
-        const bool active = r < p.rows && x0 < staged;
-        const int rr = active ? r : 0;
+        const LaneSlot q = lane_slot(qs, it, slot);
+        const bool active = q.active;
+        const int x0 = q.x0, v0 = q.v0, n = q.n;
+        const int rr = active ? q.r : 0;
         const float t = s.temp[rr];
         const bool noised = t > 0.0f;
         const uint32_t sd = s.seed[rr];
-        const int v0 = active ? s.staged_v0[x0 / kTileV] + x0 % kTileV : 0;
-        const int n = active ? (p.width - v0 < kEpl ? p.width - v0 : kEpl) : 0;  // entries < width
         float lv[kEpl];
 #pragma unroll
         for (int i = 0; i < kEpl; ++i) lv[i] = 0.0f;
         if (n > 0)
-          load_logits<kEpl>(p, rr, v0, n, s.staging + rr * width + x0, s.cache_row[rr], lv);
+          load_logits<kEpl>(p, rr, v0, n, s.staging + rr * width + x0, s.cache_row[rr], lv,
+                            q0 == warp * kWarp ? pre : BasePrefetch{pre.raw, false});
         MarkovCandidate cand = no_candidate();
         float lo = __int_as_float(static_cast<int>(0xff800000u));  // -inf
         const float k0 = key_value(ld_volatile(s.known_s + rr));

@@ -41,30 +41,45 @@ __device__ __forceinline__ int tile_at(const FusedStepParams& p, const TileWalk&
   return p.reverse ? w.end - 1 - it : w.begin + it;
 }
 
-// Stage of iteration `it` in the ring.
+// Ring stage `stage` (iteration it uses stage it % p.stages; the kernel counts the
+// stages with next_stage instead of dividing).
 template <int K>
-__device__ __forceinline__ const bf16* ring_stage(const FusedStepParams& p, const bf16* ring,
-                                                  int it) {
-  constexpr int kTileElems = fused_tile_vocab(K) * K;
-  return ring + (it % p.stages) * kTileElems;
+__device__ __forceinline__ const bf16* ring_stage(const bf16* ring, int stage) {
+  return ring + stage * (fused_tile_vocab(K) * K);
+}
+__device__ __forceinline__ int next_stage(const FusedStepParams& p, int stage) {
+  return stage + 1 == p.stages ? 0 : stage + 1;
 }
 
-// Queues tile `it` into its ring stage (chunk c of row v at fused_ring_chunk(v, c));
-// always commits (maybe an empty group) so every thread counts the same groups.
+// Queues tile `it` into ring stage `stage` (it % p.stages; chunk c of row v at
+// fused_ring_chunk(v, c));
+// always commits (maybe an empty group) so every thread counts the same groups. Thread
+// tid copies chunk tid % kChunks of rows tid / kChunks + j kRows (kRows = 256 / kChunks
+// rows a pass): its source and destination advance by constants, and only the swizzle
+// of rows past the first pass's eight may change with j. Rows past the vocabulary are
+// zero-filled (a source of 0 bytes).
 template <int K>
 __device__ __forceinline__ void ring_issue(const FusedStepParams& p, const TileWalk& w, bf16* ring,
-                                           int it, int tid) {
+                                           int it, int stage, int tid) {
   constexpr int kTileV = fused_tile_vocab(K);
   constexpr int kChunks = K / 8;
   constexpr int kTileElems = kTileV * K;
+  constexpr int kTileChunks = kTileElems / 8;
+  static_assert(kFusedThreads % kChunks == 0, "a pass covers whole rows");
+  constexpr int kRows = kFusedThreads / kChunks;
+  constexpr int kPasses = (kTileChunks + kFusedThreads - 1) / kFusedThreads;
   if (it < w.count) {
     const int t = tile_at(p, w, it);
-    bf16* dst = ring + (it % p.stages) * kTileElems;
-    const bf16* src = p.w2 + static_cast<int64_t>(t) * kTileElems;
-    for (int x = tid; x < kTileElems / 8; x += kFusedThreads) {
-      const int v = x / kChunks, c = x % kChunks;
-      const bool ok = t * kTileV + v < p.width;
-      cp_async_16(dst + v * K + fused_ring_chunk<K>(v, c) * 8, ok ? src + x * 8 : p.w2,
+    const int v0 = tid / kChunks, c = tid % kChunks;
+    const uint32_t dst = smem_u32(ring + stage * kTileElems + v0 * K);
+    const bf16* src = p.w2 + static_cast<int64_t>(t) * kTileElems + tid * 8;
+    const int rows_left = p.width - t * kTileV - v0;  // pass j copies a row iff j kRows < this
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      if (kTileChunks % kFusedThreads != 0 && tid + j * kFusedThreads >= kTileChunks) break;
+      const bool ok = j * kRows < rows_left;
+      const int chunk = fused_ring_chunk<K>(v0 + j * kRows, c);
+      cp_async_16(dst + (j * kRows * K + chunk * 8) * 2, ok ? src + j * kFusedThreads * 8 : p.w2,
                   ok ? 16 : 0);
     }
   }
@@ -76,7 +91,7 @@ __device__ __forceinline__ void ring_issue(const FusedStepParams& p, const TileW
 template <int K>
 __device__ __forceinline__ void ring_prologue(const FusedStepParams& p, const TileWalk& w,
                                               bf16* ring, int tid) {
-  for (int s = 0; s < p.stages - 1; ++s) ring_issue<K>(p, w, ring, s, tid);
+  for (int s = 0; s < p.stages - 1; ++s) ring_issue<K>(p, w, ring, s, s, tid);
 }
 
 // This thread's copies of the oldest pending tile landed, then everyone's; the stage

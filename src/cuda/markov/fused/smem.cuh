@@ -28,7 +28,6 @@ struct FusedSmem {
   float* temp;               // temperature
   uint32_t* seed;            // step seed
   int* last;                 // this block reduces the row
-  int* staged_v0;            // first id of each staged tile
   int* known_s;              // ordered key of a lower bound of the row's best z
   // The noise of any u in bucket b lies in [noise_b[b + 1], noise_b[b]] (the entry
   // past the last bucket holds kNoiseFloor).
@@ -46,7 +45,6 @@ __device__ __forceinline__ FusedSmem carve_smem(unsigned char* smem, const Fused
   s.temp = reinterpret_cast<float*>(smem + lay.temp);
   s.seed = reinterpret_cast<uint32_t*>(smem + lay.seed);
   s.last = reinterpret_cast<int*>(smem + lay.last);
-  s.staged_v0 = reinterpret_cast<int*>(smem + lay.staged_v0);
   s.known_s = reinterpret_cast<int*>(smem + lay.known);
   s.noise_b = reinterpret_cast<float*>(smem + lay.noise);
   s.queue = reinterpret_cast<Survivor*>(smem + lay.queue) + (threadIdx.x / kWarp) * kQueue;
