@@ -29,3 +29,15 @@ print("markov fused us  V rank rows | " + " ".join(tags))
 for k, v in sorted(rows.items(), key=lambda kv: tuple(x or 0 for x in kv[0])):
     print(k, " ".join("%.1f" % v[t] if v.get(t) else "-" for t in tags))
 PY
+# Last (optional, time permitting): ncu of T's first fused_step_kernel at 32 requests of qwen3-8b,
+# per-instruction counts and stall samples beside 2026-12-06i run 1's of main's.
+L=$OUT/ncu; mkdir -p "$L"
+timeout 120 ncu --clock-control none --kernel-name-base demangled -k "regex:fused_step_kernel" -c 1 \
+  --set full --import-source yes -o "$L/kT" ./b_T/sparkdraft bench step --preset qwen3-8b \
+  --ctx 4096 --rows 32 --repeats 2 --preset-dir /tmp > "$L/ncu_kT.log" 2>&1
+echo "ncu T fused_step rc $?"
+ncu -i "$L/kT.ncu-rep" --page details > "$L/kT_details.txt" 2>&1
+ncu -i "$L/kT.ncu-rep" --page source --csv --print-source sass > "$L/kT_sass.csv" 2>&1
+rm -f "$L/kT.ncu-rep"
+grep -E "Duration|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |Registers Per" "$L/kT_details.txt" | head -8
+(cd "$OUT" && tar cJf run02ncu_logs.tar.xz ncu && rm -rf ncu)

@@ -51,7 +51,7 @@ __device__ __forceinline__ void compute_bias(const FusedStepParams& p, const bf1
   constexpr int kTileV = fused_tile_vocab(K);
   constexpr int kMTiles = kTileV / 16;
   constexpr int kEStride = fused_e_stride(K);
-  constexpr int kSteps = K / 16;               // k steps of the chain
+  constexpr int kSteps = K / 16;                  // k steps of the chain
   constexpr int kQuad = kSteps < 4 ? kSteps : 4;  // k steps whose ring chunks differ
   static_assert(kFusedWarps % kMTiles == 0, "a warp's items share their m-tile");
   static_assert(kSteps % kQuad == 0);
