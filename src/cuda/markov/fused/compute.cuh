@@ -2,7 +2,7 @@
 // ring tile's entries for every row. The tile's entries in 16-entry m-tiles times the
 // rows in 8-row n-tiles; each warp takes (m-tile, n-tile) items (two at a time, their
 // chains interleaved) and runs the chain of mma.sync.m16n8k16 over the rank
-// (A = 16 w2 rows from the ring by ldmatrix, B = 8 embeddings from shared memory),
+// (A = 16 w2 rows from the ring, B = 8 embeddings from shared memory, both by ldmatrix),
 // so every bias is bf16(mma_chain(w2[v], e[r])) (core/mma.h), staged as bf16.
 #pragma once
 
@@ -40,7 +40,7 @@ __device__ __forceinline__ void load_embeddings(const FusedStepParams& p, unsign
 // (items w and w + 8 with kFusedWarps a multiple of kMTiles), so one ldmatrix_x4 of w2
 // a k step serves both chains, and each item's B (8 embeddings) comes two k steps at a
 // time from one ldmatrix_x4 (lane l: row l % 8 of the n-tile, k chunk l / 8; register i
-// holds b[i % 2] of k step 2 kp + i / 2, the layout of the two 32-bit loads it replaces).
+// holds b[i % 2] of k step ks + i / 2 of the pair, as the two 32-bit loads it replaces).
 // The addresses are a lane's base plus constants: a k step's ring chunk is
 // fused_ring_chunk(v, 2 ks + lm_chunk) = 8 (ks / 4) + ((2 (ks % 4) + lm_chunk) ^ (v & mask)).
 // Same operands, same chain order: the same bits as the per-register loads.
