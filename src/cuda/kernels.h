@@ -276,7 +276,7 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
 // fallback (exp: [-87, 0], attention's s - max; silu: [-80, 40]; sigmoid: [-87, 40]). The
 // proof that attention's p = exp(s - max), SwiGLU's silu and the output gate's sigmoid
 // have the contract's bits (CudaFastMath).
-enum class FastMath { exp, silu, sigmoid };
+enum class FastMath { exp, silu, sigmoid, tanh };
 uint64_t fast_math_mismatches(FastMath f, uint32_t* first_bad, uint64_t* slow_in_domain);
 
 }  // namespace sparkdraft::cuda

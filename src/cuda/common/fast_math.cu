@@ -1,6 +1,6 @@
-// cuda::fast_math_mismatches (cuda/kernels.h): common/fast_math.cuh's exp_fast, silu_fast
-// and sigmoid_fast against core/math.h's exp_f32, silu_f32 and sigmoid_f32 on every float
-// bit pattern.
+// cuda::fast_math_mismatches (cuda/kernels.h): common/fast_math.cuh's exp_fast, silu_fast,
+// sigmoid_fast and tanh_fast against core/math.h's exp_f32, silu_f32, sigmoid_f32 and
+// tanh_f32 on every float bit pattern.
 #include "cuda/common/fast_math.cuh"
 #include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"
@@ -33,6 +33,14 @@ struct Fast<FastMath::sigmoid> {
   __device__ static float slow(float x) { return sigmoid_slow(x); }
   __device__ static float ref(float x) { return sigmoid_f32(x); }
   __device__ static bool domain(float x) { return x >= -87.0f && x <= 40.0f; }
+};
+
+template <>
+struct Fast<FastMath::tanh> {
+  __device__ static float try_(float x, bool* ok) { return tanh_fast_try(x, ok); }
+  __device__ static float slow(float x) { return tanh_slow(x); }
+  __device__ static float ref(float x) { return tanh_f32(x); }
+  __device__ static bool domain(float x) { return x >= -10.0f && x <= 10.0f; }
 };
 
 template <FastMath F>
@@ -69,9 +77,10 @@ uint64_t fast_math_mismatches(FastMath f, uint32_t* first_bad, uint64_t* slow_in
   SD_CUDA_CHECK(cudaMemset(d_counts, 0, 2 * sizeof(unsigned long long)));
   SD_CUDA_CHECK(cudaMemset(d_first, 0xff, sizeof(unsigned int)));
   const LaunchShape shape{dim3(132 * 16), dim3(256), 0, nullptr};
-  const auto kernel = f == FastMath::exp    ? fast_math_check_kernel<FastMath::exp>
-                      : f == FastMath::silu ? fast_math_check_kernel<FastMath::silu>
-                                            : fast_math_check_kernel<FastMath::sigmoid>;
+  const auto kernel = f == FastMath::exp       ? fast_math_check_kernel<FastMath::exp>
+                      : f == FastMath::silu    ? fast_math_check_kernel<FastMath::silu>
+                      : f == FastMath::sigmoid ? fast_math_check_kernel<FastMath::sigmoid>
+                                               : fast_math_check_kernel<FastMath::tanh>;
   launch_kernel("fast_math_check_kernel", kernel, shape, d_counts, d_first, d_counts + 1);
   unsigned long long counts[2] = {0, 0};
   unsigned int first = 0;

@@ -1,4 +1,4 @@
-// Faster device forms of core/math.h's exp_f32, silu_f32 and sigmoid_f32 with the SAME
+// Faster device forms of core/math.h's exp_f32, silu_f32, sigmoid_f32 and tanh_f32 with the SAME
 // bits for every float input (checked on the device over all 2^32 bit patterns:
 // cuda::fast_math_mismatches, CudaFastMath.* tests). Each computes its double result by a
 // shorter route (a degree-10 Taylor polynomial, a reciprocal refined by Newton steps),
@@ -140,6 +140,52 @@ __device__ __forceinline__ float sigmoid_fast_try(float x, bool* ok) {
 }
 __device__ __forceinline__ float sigmoid_fast(float x) {
   return fast_or_slow<sigmoid_fast_try, sigmoid_slow>(x);
+}
+
+// tanh_f32 the same way. Its three ranges by the same comparisons on a = |x| (double):
+// a > 9.1 gives 1 (exact: no rounding to check); a < 0.0625 the odd series, here by fma
+// Horner (the reference rounds each product and sum: both within 2^-50 of tanh);
+// otherwise (1 - e) / (1 + e) with e = exp(-2a) by exp_taylor (2^-41) and the quotient
+// by recip_newton2 and one more Newton step. Near a = 0.0625 the subtraction 1 - e
+// magnifies e's error up to 8 times (2^-38 relative), so its boundary test takes
+// kTanhTol = 2^18 double ulps (2^-35 relative at the least) instead of kFastTol. ok is
+// false for a NaN and for subnormal inputs (their results are subnormal floats, which the
+// boundary test does not describe); there tanh_f32 itself (tanh_slow) decides.
+inline constexpr uint32_t kTanhTol = 1u << 18;
+__device__ __noinline__ inline float tanh_slow(float x) { return tanh_f32(x); }
+__device__ __forceinline__ float tanh_fast_try(float x, bool* ok) {
+  const double a = fabs(static_cast<double>(x));
+  const bool nan = (f32_bits(x) & 0x7fffffffu) > 0x7f800000u;
+  const bool big = a > 9.1, small = a < 0.0625;
+  // The series on min(a, 0.0625), the quotient on a clamped into [0.0625, 9.1]: every lane
+  // runs both on finite arguments, and the range picks one.
+  const double as = small ? a : 0.0625;
+  const double t = __dmul_rn(as, as);
+  double p = -0x1.7da36452b75e3p-10;
+  p = __fma_rn(p, t, 0x1.d6d3d0e157de0p-9);
+  p = __fma_rn(p, t, -0x1.226e355e6c23dp-7);
+  p = __fma_rn(p, t, 0x1.664f4882c10fap-6);
+  p = __fma_rn(p, t, -0x1.ba1ba1ba1ba1cp-5);
+  p = __fma_rn(p, t, 0x1.1111111111111p-3);
+  p = __fma_rn(p, t, -0x1.5555555555555p-2);
+  const double qs = __fma_rn(__dmul_rn(as, t), p, as);
+  const double am = small || big || nan ? 1.0 : a;
+  const ExpParts ep = exp_taylor(-2.0 * am);
+  const double e = scale_2k(ep.p, ep.k);
+  const double d = __dadd_rn(1.0, e), num = __dsub_rn(1.0, e);
+  const double r = recip_newton2(d);
+  const double q0 = __dmul_rn(num, r);
+  const double qm = __fma_rn(r, __fma_rn(-d, q0, num), q0);
+  const double q = small ? qs : qm;
+  const uint32_t lo = static_cast<uint32_t>(__double2loint(q));
+  const bool near = ((lo - 0x10000000u + kTanhTol) & 0x1fffffffu) < 2 * kTanhTol;
+  const bool subnormal = a != 0.0 && a < 0x1p-126;
+  *ok = !nan && (big || (!near && !subnormal));
+  const float mag = big ? 1.0f : __double2float_rn(q);
+  return bits_f32(f32_bits(mag) | (f32_bits(x) & 0x80000000u));
+}
+__device__ __forceinline__ float tanh_fast(float x) {
+  return fast_or_slow<tanh_fast_try, tanh_slow>(x);
 }
 
 }  // namespace sparkdraft::cuda

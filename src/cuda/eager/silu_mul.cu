@@ -41,12 +41,35 @@ __global__ void __launch_bounds__(kSiluThreads)
 constexpr int kSiluVec = 8;                // bf16 outputs a thread in the vector form
 constexpr int64_t kSiluVecFrom = 1 << 17;  // groups of 8 outputs from which it runs
 
-__device__ __forceinline__ uint32_t silu_pair(uint32_t g2, uint32_t u2) {
-  const float g0 = bits_f32(g2 << 16), g1 = bits_f32(g2 & 0xffff0000u);
-  const float u0 = bits_f32(u2 << 16), u1 = bits_f32(u2 & 0xffff0000u);
-  const uint32_t lo = to_bf16(__fmul_rn(silu_fast(g0), u0)).bits;
-  const uint32_t hi = to_bf16(__fmul_rn(silu_fast(g1), u1)).bits;
-  return lo | hi << 16;
+// The eight outputs of a thread from its 16 bytes of gate and of up: silu_fast's try for
+// all eight first (straight-line code: their FP64 chains overlap; a branch to the slow
+// path after each would cut them into regions the scheduler does not mix, as measured in
+// the fused Markov step, gpu-log 2026-12-07d), then, rarely, silu_f32 itself for the
+// ones not trusted: the same bits (CudaFastMath).
+__device__ __forceinline__ uint4 silu_mul8(const uint4& g4, const uint4& u4) {
+  const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w}, uw[4] = {u4.x, u4.y, u4.z, u4.w};
+  float g[kSiluVec], s[kSiluVec];
+  bool ok[kSiluVec], all_ok = true;
+#pragma unroll
+  for (int e = 0; e < kSiluVec; ++e) {
+    g[e] = bits_f32(e % 2 == 0 ? gw[e / 2] << 16 : gw[e / 2] & 0xffff0000u);
+    s[e] = silu_fast_try(g[e], &ok[e]);
+    all_ok = all_ok && ok[e];
+  }
+  if (!all_ok) {
+#pragma unroll
+    for (int e = 0; e < kSiluVec; ++e)
+      if (!ok[e]) s[e] = silu_slow(g[e]);
+  }
+  uint32_t out[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const float u0 = bits_f32(uw[w] << 16), u1 = bits_f32(uw[w] & 0xffff0000u);
+    const uint32_t lo = to_bf16(__fmul_rn(s[2 * w], u0)).bits;
+    const uint32_t hi = to_bf16(__fmul_rn(s[2 * w + 1], u1)).bits;
+    out[w] = lo | hi << 16;
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 __global__ void __launch_bounds__(kSiluThreads)
@@ -58,9 +81,7 @@ __global__ void __launch_bounds__(kSiluThreads)
     const bf16* row = gu + static_cast<int64_t>(r) * 2 * inter;
     const uint4 g = *reinterpret_cast<const uint4*>(row + v * kSiluVec);
     const uint4 u = *reinterpret_cast<const uint4*>(row + inter + v * kSiluVec);
-    const uint4 out{silu_pair(g.x, u.x), silu_pair(g.y, u.y), silu_pair(g.z, u.z),
-                    silu_pair(g.w, u.w)};
-    *reinterpret_cast<uint4*>(y + static_cast<int64_t>(r) * inter + v * kSiluVec) = out;
+    *reinterpret_cast<uint4*>(y + static_cast<int64_t>(r) * inter + v * kSiluVec) = silu_mul8(g, u);
   }
 }
 

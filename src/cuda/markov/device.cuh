@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fast_math.cuh"
 #include "cuda/markov/detail.h"
 #include "cuda/markov/markov.h"
 #include "sparkdraft/core/bf16.h"
@@ -45,13 +46,49 @@ __device__ __forceinline__ MarkovCandidate warp_best(MarkovCandidate c) {
 // t = f32(s) * multiplier, cap: t = tanh_f32(t * inv_cap) * cap; l = bf16(t). Without
 // it l = bf16(f32(s)) = s: to_bf16 returns a canonical NaN or a value bf16 holds
 // exactly, and converting that back and forth keeps its bits.
-__device__ __forceinline__ bf16 step_logit(bf16 base, bf16 bias, const ops::LogitTransform& t) {
-  const bf16 sb = to_bf16(__fadd_rn(to_f32(base), to_f32(bias)));
-  if (!t.enabled) return sb;
+// Its two halves: the sum s (step_sum) and, where the transform is enabled, l from s
+// (step_transform), for callers that run the transform of several entries under one
+// branch.
+__device__ __forceinline__ bf16 step_sum(bf16 base, bf16 bias) {
+  return to_bf16(__fadd_rn(to_f32(base), to_f32(bias)));
+}
+__device__ __forceinline__ bf16 step_transform(bf16 sb, const ops::LogitTransform& t) {
   const float s = to_f32(sb);
   float x = __fmul_rn(s, t.multiplier);
   if (t.has_cap) x = __fmul_rn(tanh_f32(__fmul_rn(x, t.inv_cap)), t.cap);
   return to_bf16(x);
+}
+// step_transform of E entries at once (the transform enabled), its tanh by tanh_fast's
+// try for all E first (straight-line code: their FP64 chains overlap) and, rarely,
+// tanh_f32 itself for all E when one is not trusted: the same bits (CudaFastMath).
+template <int E>
+__device__ __forceinline__ void step_transform_n(bf16 (&l)[E], const ops::LogitTransform& t) {
+  float x[E];
+#pragma unroll
+  for (int i = 0; i < E; ++i) x[i] = __fmul_rn(to_f32(l[i]), t.multiplier);
+  if (t.has_cap) {
+    float arg[E], th[E];
+    bool all_ok = true;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      arg[i] = __fmul_rn(x[i], t.inv_cap);
+      bool ok;
+      th[i] = tanh_fast_try(arg[i], &ok);
+      all_ok = all_ok && ok;
+    }
+    if (!all_ok) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) th[i] = tanh_slow(arg[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < E; ++i) x[i] = __fmul_rn(th[i], t.cap);
+  }
+#pragma unroll
+  for (int i = 0; i < E; ++i) l[i] = to_bf16(x[i]);
+}
+__device__ __forceinline__ bf16 step_logit(bf16 base, bf16 bias, const ops::LogitTransform& t) {
+  const bf16 sb = step_sum(base, bias);
+  return t.enabled ? step_transform(sb, t) : sb;
 }
 
 // The scored candidate of logit l at global id v (core/sampling.h).

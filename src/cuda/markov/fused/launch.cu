@@ -161,17 +161,21 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
             for (int i = 0; i < kEpl; ++i)
               u[i] = 0.0f, zhi[i] = __int_as_float(static_cast<int>(0xff800000u));  // -inf
           } else {
+            // The kEpl draws first, nothing between them, so that their Philox chains
+            // interleave; then the brackets, branch-free. (A branch between two draws,
+            // the `i < n` of each bracket, cut them into regions the scheduler does not
+            // mix: each draw's ten rounds ran as one dependent chain, ncu 2026-12-07d
+            // run 1.)
+#pragma unroll
+            for (int i = 0; i < kEpl; ++i)
+              u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
 #pragma unroll
             for (int i = 0; i < kEpl; ++i) {
-              u[i] = philox_uniform_u32(sd, static_cast<uint32_t>(v0 + i + p.id_offset));
               const Bracket bz = score_bracket(lv[i], y, u[i], s.noise_b);
               zhi[i] = bz.hi;
-              if (i < n) {
-                if (bracket_ok(lv[i], y, t))
-                  lo = fmaxf(lo, bz.lo);
-                else
-                  exact |= 1u << i;
-              }
+              const bool in = i < n, fine = bracket_ok(lv[i], y, t);
+              lo = in && fine ? fmaxf(lo, bz.lo) : lo;
+              exact |= in && !fine ? 1u << i : 0u;
             }
           }
         } else {
