@@ -14,27 +14,6 @@
 using namespace sparkdraft;
 static inline uint64_t bits64(double d){uint64_t u;memcpy(&u,&d,8);return u;}
 static inline double f64(uint64_t u){double d;memcpy(&d,&u,8);return d;}
-struct EP{double p;int k;};
-static EP exp_taylor(double xd){
-  using namespace math_detail;
-  const double sh = std::fma(xd, kInvLn2, kRoundShift);
-  const int k = (int)(uint32_t)bits64(sh);
-  const double kd = sh - kRoundShift;
-  double r = std::fma(kd, -kLn2Hi32, xd);
-  r = std::fma(kd, -kLn2Lo32, r);
-  double p = 0x1.27e4fb7789f5cp-22;
-  p = std::fma(p, r, 0x1.71de3a556c734p-19);
-  p = std::fma(p, r, 0x1.a01a01a01a01ap-16);
-  p = std::fma(p, r, 0x1.a01a01a01a01ap-13);
-  p = std::fma(p, r, 0x1.6c16c16c16c17p-10);
-  p = std::fma(p, r, 0x1.1111111111111p-7);
-  p = std::fma(p, r, 0x1.5555555555555p-5);
-  p = std::fma(p, r, 0x1.5555555555555p-3);
-  p = std::fma(p, r, 0x1.0p-1);
-  p = std::fma(p, r, 1.0);
-  p = std::fma(p, r, 1.0);
-  return {p,k};
-}
 static double scale_2k(double p,int k){ uint64_t u=bits64(p); uint32_t hi=(uint32_t)(u>>32), lo=(uint32_t)u; hi += (uint32_t)(k*(1<<20)); return f64(((uint64_t)hi<<32)|lo);}
 static double rcp_approx(double d){ double r=1.0/d; uint64_t u=bits64(r); u &= ~((1ull<<30)-1); return f64(u);} // ~22 bits
 static double recip_newton2(double d){ double r=rcp_approx(d); r=std::fma(r,std::fma(-d,r,1.0),r); return std::fma(r,std::fma(-d,r,1.0),r);}
