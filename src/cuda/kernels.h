@@ -273,9 +273,9 @@ void attention(const ops::AttentionParams& p, const bf16* q, const bf16* cache, 
 // to the function itself near float rounding boundaries) against core/math.h's function
 // on the device, over all 2^32 float bit patterns: the number that differ, the lowest
 // such pattern (0xffffffff when none) and how many x of the working domain take the
-// fallback (exp: [-87, 0], attention's s - max; silu: [-80, 40]; sigmoid: [-87, 40]). The
-// proof that attention's p = exp(s - max), SwiGLU's silu and the output gate's sigmoid
-// have the contract's bits (CudaFastMath).
+// fallback (exp: [-87, 0], attention's s - max; silu: [-80, 40]; sigmoid: [-87, 40]; tanh:
+// [-10, 10]). The proof that attention's p = exp(s - max), SwiGLU's silu, the output gate's
+// sigmoid and the Markov step logits' tanh have the contract's bits (CudaFastMath).
 enum class FastMath { exp, silu, sigmoid, tanh };
 uint64_t fast_math_mismatches(FastMath f, uint32_t* first_bad, uint64_t* slow_in_domain);
 
