@@ -18,10 +18,10 @@ namespace sparkdraft::cuda {
 
 inline constexpr uint32_t kFastTol = 1u << 14;
 
-// Whether the double whose low word is `lo` lies within kFastTol ulps of a float rounding
+// Whether the double whose low word is `lo` lies within `tol` ulps of a float rounding
 // boundary (the low 29 mantissa bits near 2^28; a normal float result).
-__device__ __forceinline__ bool near_float_boundary(uint32_t lo) {
-  return ((lo - 0x10000000u + kFastTol) & 0x1fffffffu) < 2 * kFastTol;
+__device__ __forceinline__ bool near_float_boundary(uint32_t lo, uint32_t tol = kFastTol) {
+  return ((lo - 0x10000000u + tol) & 0x1fffffffu) < 2 * tol;
 }
 
 // The fast form of a function: try's float where it is ok, else slow(x), the function
@@ -34,6 +34,27 @@ __device__ __forceinline__ float fast_or_slow(float x) {
   return f;
 }
 
+// fast_or_slow on N values: every try first (straight-line code, so that their FP64 chains
+// overlap; a branch after each try cuts them into regions the scheduler does not mix, ncu
+// 2026-12-07d run 1), then, under one branch, slow(x) for the values not trusted only (slow
+// for all N where one was not trusted made the warps that met one late at the next barrier,
+// ncu 2026-12-07d run 5). Attention keeps its own all-slow form: this per-value form was
+// slower there (gpu-log 2026-12-07c run 4).
+template <float (*Try)(float, bool*), float (*Slow)(float), int N>
+__device__ __forceinline__ void fast_or_slow_n(const float (&x)[N], float (&y)[N]) {
+  bool ok[N], all_ok = true;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    y[i] = Try(x[i], &ok[i]);
+    all_ok = all_ok && ok[i];
+  }
+  if (!all_ok) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (!ok[i]) y[i] = Slow(x[i]);
+  }
+}
+
 // exp(xd) ~ p 2^k: k = round(xd / ln2) by the shift trick, r = xd - k ln2 (two fma steps,
 // exact first: k ln2_hi has 29 + 8 bits), p the degree-10 Taylor polynomial of exp(r) by
 // fma Horner (|r| <= 0.347: truncation below 2^-41 relative). For |xd| < 700.
@@ -41,7 +62,12 @@ struct ExpParts {
   double p;
   int k;
 };
-__device__ __forceinline__ ExpParts exp_taylor(double xd) {
+// exp(xd) = 2^k (1 + r q): the reduction and the polynomial before its last step.
+struct ExpQ {
+  double q, r;
+  int k;
+};
+__device__ __forceinline__ ExpQ exp_taylor_q(double xd) {
   using namespace math_detail;
   const double sh = __fma_rn(xd, kInvLn2, kRoundShift);
   const int k = __double2loint(sh);  // round(xd / ln2)
@@ -58,8 +84,11 @@ __device__ __forceinline__ ExpParts exp_taylor(double xd) {
   p = __fma_rn(p, r, 0x1.5555555555555p-3);
   p = __fma_rn(p, r, 0x1.0p-1);
   p = __fma_rn(p, r, 1.0);
-  p = __fma_rn(p, r, 1.0);
-  return {p, k};
+  return {p, r, k};
+}
+__device__ __forceinline__ ExpParts exp_taylor(double xd) {
+  const ExpQ e = exp_taylor_q(xd);
+  return {__fma_rn(e.q, e.r, 1.0), e.k};
 }
 // p 2^k on the exponent bits (p 2^k a normal double).
 __device__ __forceinline__ double scale_2k(double p, int k) {
@@ -142,47 +171,34 @@ __device__ __forceinline__ float sigmoid_fast(float x) {
   return fast_or_slow<sigmoid_fast_try, sigmoid_slow>(x);
 }
 
-// tanh_f32 the same way. Its three ranges by the same comparisons on a = |x| (double):
-// a > 9.1 gives 1 (exact: no rounding to check); a < 0.0625 the odd series, here by fma
-// Horner (the reference rounds each product and sum: both within 2^-50 of tanh);
-// otherwise (1 - e) / (1 + e) with e = exp(-2a) by exp_taylor (2^-41) and the quotient
-// by recip_newton2 and one more Newton step. Near a = 0.0625 the subtraction 1 - e
-// magnifies e's error up to 8 times (2^-38 relative), so its boundary test takes
-// kTanhTol = 2^18 double ulps (2^-35 relative at the least) instead of kFastTol. ok is
-// false for a NaN and for subnormal inputs (their results are subnormal floats, which the
-// boundary test does not describe); there tanh_f32 itself (tanh_slow) decides.
-inline constexpr uint32_t kTanhTol = 1u << 18;
+// tanh_f32 the same way, by one route for every argument: with m = exp(-2a) - 1 (a = |x|),
+// tanh(a) = -m / (2 + m). m comes from exp_taylor's polynomial before its last step, q(r)
+// with exp(r) = 1 + r q(r): where the reduction's k is 0 (a below about 0.17) m = r q(r),
+// which has no cancellation, so no odd series is needed for small a; elsewhere m = 2^k (1 +
+// r q) - 1 with 2^k (1 + r q) <= 0.71. Its error (2^-41 from the polynomial, at most 2.4
+// times that through m) is within kTanhTol = 2^16 double ulps (2^-37 relative at the least).
+// a > 9.1 gives 1 (as tanh_f32); ok is false for a NaN and for subnormal inputs (their
+// results are subnormal floats, which the boundary test does not describe); there tanh_f32
+// itself (tanh_slow) decides. The host emulation of this arithmetic agrees with tanh_f32 on
+// every float (docs/history/runs/2026-12-07d/tanh_v2_host_check.cpp).
+inline constexpr uint32_t kTanhTol = 1u << 16;
 __device__ __noinline__ inline float tanh_slow(float x) { return tanh_f32(x); }
 __device__ __forceinline__ float tanh_fast_try(float x, bool* ok) {
   const double a = fabs(static_cast<double>(x));
   const bool nan = (f32_bits(x) & 0x7fffffffu) > 0x7f800000u;
-  const bool big = a > 9.1, small = a < 0.0625;
-  // The series on min(a, 0.0625), the quotient on a clamped into [0.0625, 9.1]: every lane
-  // runs both on finite arguments, and the range picks one.
-  const double as = small ? a : 0.0625;
-  const double t = __dmul_rn(as, as);
-  double p = -0x1.7da36452b75e3p-10;
-  p = __fma_rn(p, t, 0x1.d6d3d0e157de0p-9);
-  p = __fma_rn(p, t, -0x1.226e355e6c23dp-7);
-  p = __fma_rn(p, t, 0x1.664f4882c10fap-6);
-  p = __fma_rn(p, t, -0x1.ba1ba1ba1ba1cp-5);
-  p = __fma_rn(p, t, 0x1.1111111111111p-3);
-  p = __fma_rn(p, t, -0x1.5555555555555p-2);
-  const double qs = __fma_rn(__dmul_rn(as, t), p, as);
-  const double am = small || big || nan ? 1.0 : a;
-  const ExpParts ep = exp_taylor(-2.0 * am);
-  const double e = scale_2k(ep.p, ep.k);
-  const double d = __dadd_rn(1.0, e), num = __dsub_rn(1.0, e);
-  const double r = recip_newton2(d);
-  const double q0 = __dmul_rn(num, r);
-  const double qm = __fma_rn(r, __fma_rn(-d, q0, num), q0);
-  const double q = small ? qs : qm;
-  const uint32_t lo = static_cast<uint32_t>(__double2loint(q));
-  const bool near = ((lo - 0x10000000u + kTanhTol) & 0x1fffffffu) < 2 * kTanhTol;
+  const bool big = a > 9.1;
+  const ExpQ e = exp_taylor_q(-2.0 * (big || nan ? 1.0 : a));
+  const double rq = __dmul_rn(e.q, e.r);  // exp(r) - 1
+  const double m = e.k == 0 ? rq : __dsub_rn(scale_2k(__dadd_rn(rq, 1.0), e.k), 1.0);
+  const double d = __dadd_rn(2.0, m), num = -m;
+  const double rc = recip_newton2(d);
+  const double q0 = __dmul_rn(num, rc);
+  const double q = __fma_rn(rc, __fma_rn(-d, q0, num), q0);
+  const bool near = near_float_boundary(static_cast<uint32_t>(__double2loint(q)), kTanhTol);
   const bool subnormal = a != 0.0 && a < 0x1p-126;
   *ok = !nan && (big || (!near && !subnormal));
   const float mag = big ? 1.0f : __double2float_rn(q);
-  return bits_f32(f32_bits(mag) | (f32_bits(x) & 0x80000000u));
+  return bits_f32((f32_bits(mag) & 0x7fffffffu) | (f32_bits(x) & 0x80000000u));
 }
 __device__ __forceinline__ float tanh_fast(float x) {
   return fast_or_slow<tanh_fast_try, tanh_slow>(x);

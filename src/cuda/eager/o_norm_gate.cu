@@ -46,23 +46,17 @@ __global__ void __launch_bounds__(detail::kRowThreads)
   for (int i0 = lane; i0 < head_dim; i0 += 2 * kW) {
     const bool two = i0 + kW < head_dim;  // this lane's second element, i0 + 32
     float v[2], x[2], s[2];
-    bool ok[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int i = u == 0 || two ? i0 + u * kW : i0;  // a lane without a second redoes i0
       v[u] = to_f32(oh[i]);
       if (o_norm) v[u] = round_bf16(detail::apply_norm(v[u], r, o_norm_weight, gain, i));
-      if (gh != nullptr) {
-        x[u] = to_f32(gh[i]);
-        s[u] = sigmoid_fast_try(x[u], &ok[u]);
-      }
+      x[u] = gh != nullptr ? to_f32(gh[i]) : 0.0f;
     }
     if (gh != nullptr) {
+      fast_or_slow_n<sigmoid_fast_try, sigmoid_slow>(x, s);
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        if (!ok[u]) s[u] = sigmoid_slow(x[u]);
-        v[u] = round_bf16(__fmul_rn(v[u], s[u]));
-      }
+      for (int u = 0; u < 2; ++u) v[u] = round_bf16(__fmul_rn(v[u], s[u]));
     }
     oh[i0] = to_bf16(v[0]);
     if (two) oh[i0 + kW] = to_bf16(v[1]);

@@ -41,26 +41,15 @@ __global__ void __launch_bounds__(kSiluThreads)
 constexpr int kSiluVec = 8;                // bf16 outputs a thread in the vector form
 constexpr int64_t kSiluVecFrom = 1 << 17;  // groups of 8 outputs from which it runs
 
-// The eight outputs of a thread from its 16 bytes of gate and of up: silu_fast's try for
-// all eight first (straight-line code: their FP64 chains overlap; a branch to the slow
-// path after each would cut them into regions the scheduler does not mix, as measured in
-// the fused Markov step, gpu-log 2026-12-07d), then, rarely, silu_f32 itself for the
-// ones not trusted: the same bits (CudaFastMath).
+// The eight outputs of a thread from its 16 bytes of gate and of up, silu by silu_fast's
+// tries (fast_or_slow_n): the same bits (CudaFastMath).
 __device__ __forceinline__ uint4 silu_mul8(const uint4& g4, const uint4& u4) {
   const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w}, uw[4] = {u4.x, u4.y, u4.z, u4.w};
   float g[kSiluVec], s[kSiluVec];
-  bool ok[kSiluVec], all_ok = true;
 #pragma unroll
-  for (int e = 0; e < kSiluVec; ++e) {
+  for (int e = 0; e < kSiluVec; ++e)
     g[e] = bits_f32(e % 2 == 0 ? gw[e / 2] << 16 : gw[e / 2] & 0xffff0000u);
-    s[e] = silu_fast_try(g[e], &ok[e]);
-    all_ok = all_ok && ok[e];
-  }
-  if (!all_ok) {
-#pragma unroll
-    for (int e = 0; e < kSiluVec; ++e)
-      if (!ok[e]) s[e] = silu_slow(g[e]);
-  }
+  fast_or_slow_n<silu_fast_try, silu_slow>(g, s);
   uint32_t out[4];
 #pragma unroll
   for (int w = 0; w < 4; ++w) {

@@ -59,8 +59,7 @@ __device__ __forceinline__ bf16 step_transform(bf16 sb, const ops::LogitTransfor
   return to_bf16(x);
 }
 // step_transform of E entries at once (the transform enabled), its tanh by tanh_fast's
-// try for all E first (straight-line code: their FP64 chains overlap) and, rarely,
-// tanh_f32 itself for all E when one is not trusted: the same bits (CudaFastMath).
+// tries (fast_or_slow_n): the same bits (CudaFastMath).
 template <int E>
 __device__ __forceinline__ void step_transform_n(bf16 (&l)[E], const ops::LogitTransform& t) {
   float x[E];
@@ -68,18 +67,9 @@ __device__ __forceinline__ void step_transform_n(bf16 (&l)[E], const ops::LogitT
   for (int i = 0; i < E; ++i) x[i] = __fmul_rn(to_f32(l[i]), t.multiplier);
   if (t.has_cap) {
     float arg[E], th[E];
-    bool all_ok = true;
 #pragma unroll
-    for (int i = 0; i < E; ++i) {
-      arg[i] = __fmul_rn(x[i], t.inv_cap);
-      bool ok;
-      th[i] = tanh_fast_try(arg[i], &ok);
-      all_ok = all_ok && ok;
-    }
-    if (!all_ok) {
-#pragma unroll
-      for (int i = 0; i < E; ++i) th[i] = tanh_slow(arg[i]);
-    }
+    for (int i = 0; i < E; ++i) arg[i] = __fmul_rn(x[i], t.inv_cap);
+    fast_or_slow_n<tanh_fast_try, tanh_slow>(arg, th);
 #pragma unroll
     for (int i = 0; i < E; ++i) x[i] = __fmul_rn(th[i], t.cap);
   }
