@@ -263,8 +263,8 @@ __device__ __forceinline__ void enqueue_survivors(const FusedStepParams& p, Surv
 
 // Merges the grid-wide bounds into the block's, and publishes the block's where it
 // is ahead (once per row and epilogue: the grid-wide bound is one hot address per
-// row, so the warps do not each update it). known_g: row tid's grid-wide bound,
-// loaded by the caller before phase A (rows past the block size read theirs here).
+// row, so the warps do not each update it). known_g: row tid's grid-wide bound, loaded
+// by the caller when the epilogue's tiles began (rows past the block size read theirs here).
 __device__ __forceinline__ void merge_known_bounds(const FusedStepParams& p, int* known_s,
                                                    int known_g, int tid) {
   if (tid < p.rows) {

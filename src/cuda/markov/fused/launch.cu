@@ -95,15 +95,20 @@ __global__ void __launch_bounds__(kFusedThreads, 2) fused_step_kernel(const Fuse
 
   SurvivorQueue queue{s.queue, 0};
   int rd_stage = 0, wr_stage = p.stages - 1;  // it % stages, (it + stages - 1) % stages
+  // The grid-wide bound of row tid (rows past the block size read theirs in
+  // merge_known_bounds), loaded at the first iteration of each epilogue's group of tiles
+  // and merged after the group's last phase A: one hot address a row for the whole grid,
+  // so its load takes long, and where it was issued just before that phase A (with more
+  // than one tile a group) thread tid's warp, and with it the block at the barrier after
+  // phase A, waited for it (ncu 2026-12-07e run 1: 19% of the samples at 8 rows).
+  int known_g = 0;
   for (int it = 0; it < walk.count; ++it) {
     ring_wait(p);
     ring_issue<K>(p, walk, s.ring, it + p.stages - 1, wr_stage, tid);
     wr_stage = next_stage(p, wr_stage);
     const int slot = it & (e_tiles - 1);  // it % e_tiles (a power of two)
     const bool epilogue_now = slot == e_tiles - 1 || it == walk.count - 1;
-    // The grid-wide bound of row tid (rows past the block size read theirs in
-    // merge_known_bounds), loaded now and merged after phase A, off the critical path.
-    const int known_g = epilogue_now && tid < p.rows ? ld_volatile(p.known + tid) : 0;
+    if (slot == 0 && tid < p.rows) known_g = ld_volatile(p.known + tid);
     // The base logits of this warp's first epilogue pass, requested before phase A.
     BasePrefetch pre{make_uint4(0u, 0u, 0u, 0u), false};
     if (epilogue_now) {
