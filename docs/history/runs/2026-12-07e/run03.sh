@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# 2026-12-07e run 3 (sitting 28): the H200 refresh owed since 2026-12-06h, of W (main since
-# 345058d). On an H200 only (else it stops at once): the whole GPU suite and check, the step
+# 2026-12-07e run 3 (sitting 28): the H200 refresh owed since 2026-12-06h, of W (main: rebuild
+# .carry/bin_W.tar.xz from main). On an H200 only (else it stops at once): the whole GPU suite and check, the step
 # twice, the peer (qwen3-8b, muse), bench markov --spec and bench verify with their JSON. Carry
 # .carry/bin_W.tar.xz (sparkdraft and sparkdraft_cuda_tests). Everything tarred into
 # run03_all.tar.xz; the short tables printed last.
