@@ -1,8 +1,8 @@
 // common/fast_math.cuh's fast forms equal core/math.h's functions on every float: the
 // proof is exhaustive, all 2^32 bit patterns (NaNs, infinities, subnormals included).
 // exp_fast is attention's p = exp(s - max), silu_fast SwiGLU's silu (silu_mul, the GEMM
-// epilogues), sigmoid_fast the output gate's (o_norm_gate), tanh_fast the Markov step
-// logits' cap (cuda/markov/device.cuh step_transform_n).
+// epilogues), sigmoid_fast_try the output gate's (o_norm_gate), tanh_fast_try the Markov
+// step logits' cap (cuda/markov/device.cuh step_transform_n).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// cuda::fast_math_mismatches (cuda/kernels.h): common/fast_math.cuh's exp_fast, silu_fast,
-// sigmoid_fast and tanh_fast against core/math.h's exp_f32, silu_f32, sigmoid_f32 and
-// tanh_f32 on every float bit pattern.
+// cuda::fast_math_mismatches (cuda/kernels.h): common/fast_math.cuh's fast forms of exp,
+// silu, sigmoid and tanh (each try with its slow path) against core/math.h's exp_f32,
+// silu_f32, sigmoid_f32 and tanh_f32 on every float bit pattern.
 #include "cuda/common/fast_math.cuh"
 #include "cuda/kernels.h"
 #include "sparkdraft/cuda/check.h"

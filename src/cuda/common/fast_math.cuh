@@ -167,9 +167,6 @@ __device__ __forceinline__ float sigmoid_fast_try(float x, bool* ok) {
   *ok = x >= -87.0f && x <= 40.0f && !near_float_boundary(static_cast<uint32_t>(__double2loint(r)));
   return __double2float_rn(r);
 }
-__device__ __forceinline__ float sigmoid_fast(float x) {
-  return fast_or_slow<sigmoid_fast_try, sigmoid_slow>(x);
-}
 
 // tanh_f32 the same way, by one route for every argument: with m = exp(-2a) - 1 (a = |x|),
 // tanh(a) = -m / (2 + m). m comes from exp_taylor's polynomial before its last step, q(r)
@@ -199,9 +196,6 @@ __device__ __forceinline__ float tanh_fast_try(float x, bool* ok) {
   *ok = !nan && (big || (!near && !subnormal));
   const float mag = big ? 1.0f : __double2float_rn(q);
   return bits_f32((f32_bits(mag) & 0x7fffffffu) | (f32_bits(x) & 0x80000000u));
-}
-__device__ __forceinline__ float tanh_fast(float x) {
-  return fast_or_slow<tanh_fast_try, tanh_slow>(x);
 }
 
 }  // namespace sparkdraft::cuda

@@ -5,8 +5,8 @@
 //                                                    gain from o_norm_weight [d])
 //   o = gate   ? bf16(f32(o_i) * sigmoid_f32(f32(g[t][h*d + i]))) : o
 // Where it rounds: after the norm (bf16), after the gate (bf16); sigmoid_f32 is
-// core/math.h's, computed by common/fast_math.cuh's sigmoid_fast (the same bits on every
-// float).
+// core/math.h's, by common/fast_math.cuh's fast_or_slow_n of sigmoid_fast_try (the same
+// bits on every float).
 // Launch: one warp per (token, head), 4 per 128-thread block: the norm's sum of squares
 // in its canonical order (lane l: chunks l, l + 32, ...), then every lane rewrites
 // elements lane, lane + 32, ... (elementwise: any lane may take any element once every

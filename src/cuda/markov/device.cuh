@@ -58,8 +58,8 @@ __device__ __forceinline__ bf16 step_transform(bf16 sb, const ops::LogitTransfor
   if (t.has_cap) x = __fmul_rn(tanh_f32(__fmul_rn(x, t.inv_cap)), t.cap);
   return to_bf16(x);
 }
-// step_transform of E entries at once (the transform enabled), its tanh by tanh_fast's
-// tries (fast_or_slow_n): the same bits (CudaFastMath).
+// step_transform of E entries at once (the transform enabled), its tanh by tanh_fast_try
+// and fast_or_slow_n: the same bits (CudaFastMath).
 template <int E>
 __device__ __forceinline__ void step_transform_n(bf16 (&l)[E], const ops::LogitTransform& t) {
   float x[E];
