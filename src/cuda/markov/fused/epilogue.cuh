@@ -67,23 +67,41 @@ __device__ __forceinline__ void load_rows(const FusedStepParams& p, const FusedS
   for (int x = tid; x < p.rows; x += kFusedThreads) s.best[x] = 0ull;
 }
 
-// Base logits requested ahead of their epilogue pass: the 16 bytes of a full 8-entry
-// slot (E = 8 and vec_io), loaded before phase A so that the load's latency overlaps
-// the tensor-core work; `ok` false where there is none (load_logits loads then).
+// Base logits requested ahead of their epilogue pass: the 2E bytes of a full slot of E = 8
+// or 4 entries (vec_io; E = 4: raw.x, raw.y), loaded before phase A so that the load's
+// latency overlaps the tensor-core work; `ok` false where there is none (load_logits
+// loads then).
 struct BasePrefetch {
   uint4 raw;
   bool ok;
 };
 
-// The prefetch of n entries v0.. of row r: made when load_logits would take its 16-byte
+// Whether load_logits takes its vector path (one 2E-byte access of base and of cache)
+// for n entries of an E-entry slot.
+template <int E>
+__device__ __forceinline__ bool vector_slot(const FusedStepParams& p, int n) {
+  return (E == 8 || E == 4) && p.vec_io && n == E;
+}
+// The 2E bytes of base logits at b (E = 8 or 4; 2E-byte aligned), in raw.x .. .
+template <int E>
+__device__ __forceinline__ uint4 load_base_vec(const bf16* b) {
+  if constexpr (E == 8) {
+    return ld_streaming(reinterpret_cast<const uint4*>(b));
+  } else {
+    const uint2 v = ld_streaming(reinterpret_cast<const uint2*>(b));
+    return make_uint4(v.x, v.y, 0u, 0u);
+  }
+}
+
+// The prefetch of n entries v0.. of row r: made when load_logits would take its vector
 // path for them, else none.
 template <int E>
 __device__ __forceinline__ BasePrefetch prefetch_base(const FusedStepParams& p, bool active, int r,
                                                       int v0, int n) {
   BasePrefetch f{make_uint4(0u, 0u, 0u, 0u), false};
-  if constexpr (E == 8) {
-    if (active && p.vec_io && n == 8) {
-      f.raw = ld_streaming(reinterpret_cast<const uint4*>(p.base + r * p.base_row_stride + v0));
+  if constexpr (E == 8 || E == 4) {
+    if (active && vector_slot<E>(p, n)) {
+      f.raw = load_base_vec<E>(p.base + r * p.base_row_stride + v0);
       f.ok = true;
     }
   }
@@ -93,7 +111,7 @@ __device__ __forceinline__ BasePrefetch prefetch_base(const FusedStepParams& p, 
 // The step logits l = step_logit(base, bias) of n <= E consecutive entries v0.. of
 // row r (bias from the staging buffer), stored to cache row `crow` when crow >= 0;
 // lv = f32(l). Base logits and cache are touched once: streaming (evict-first)
-// accesses, so that L2 keeps w2 for the next step. E = 8 and vec_io: one 16-byte
+// accesses, so that L2 keeps w2 for the next step. E = 8 or 4 and vec_io: one 2E-byte
 // access each (the base's already made when pre.ok: prefetch_base of the same entries).
 // The E sums first, then the transform of all E under one branch: a branch per entry
 // put the transform's code (tanh_f32) between the entries' few instructions, which
@@ -106,30 +124,41 @@ __device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int
   const bf16* base = p.base + r * p.base_row_stride + v0;
   bf16* cache = crow >= 0 ? p.cache + crow * p.cache_row_stride + v0 : nullptr;
   bf16 l[E];
-  if constexpr (E == 8) {
-    if (p.vec_io && n == 8) {
-      const uint4 braw = pre.ok ? pre.raw : ld_streaming(reinterpret_cast<const uint4*>(base));
-      const uint4 sraw = *reinterpret_cast<const uint4*>(bias);
+  if constexpr (E == 8 || E == 4) {
+    if (vector_slot<E>(p, n)) {
+      constexpr int kWords = E / 2;  // 32-bit words: two entries each
+      const uint4 braw = pre.ok ? pre.raw : load_base_vec<E>(base);
+      uint4 sraw;
+      if constexpr (E == 8) {
+        sraw = *reinterpret_cast<const uint4*>(bias);
+      } else {
+        const uint2 s2 = *reinterpret_cast<const uint2*>(bias);
+        sraw = make_uint4(s2.x, s2.y, 0u, 0u);
+      }
       const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
       const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < kWords; ++i) {
         l[2 * i] = step_sum(bf16{static_cast<uint16_t>(bw[i] & 0xffffu)},
                             bf16{static_cast<uint16_t>(sw[i] & 0xffffu)});
         l[2 * i + 1] = step_sum(bf16{static_cast<uint16_t>(bw[i] >> 16)},
                                 bf16{static_cast<uint16_t>(sw[i] >> 16)});
       }
       if (p.transform.enabled) step_transform_n<E>(l, p.transform);
-      uint32_t lw[4];
+      uint32_t lw[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < kWords; ++i) {
         lw[i] =
             static_cast<uint32_t>(l[2 * i].bits) | (static_cast<uint32_t>(l[2 * i + 1].bits) << 16);
         lv[2 * i] = to_f32(l[2 * i]);
         lv[2 * i + 1] = to_f32(l[2 * i + 1]);
       }
-      if (cache != nullptr)
-        st_streaming(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
+      if (cache != nullptr) {
+        if constexpr (E == 8)
+          st_streaming(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
+        else
+          st_streaming(reinterpret_cast<uint2*>(cache), make_uint2(lw[0], lw[1]));
+      }
       return;
     }
   }
