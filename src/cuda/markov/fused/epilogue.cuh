@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/ptx.cuh"
 #include "cuda/markov/device.cuh"
@@ -76,21 +77,37 @@ struct BasePrefetch {
   bool ok;
 };
 
+// The slot widths with a vector path: E = 8 or 4 entries, whose 2E bytes move as one
+// access (SlotVec<E>: uint4 or uint2), held in the first E / 2 words of a uint4.
+template <int E>
+inline constexpr bool kVectorWidth = E == 8 || E == 4;
+template <int E>
+using SlotVec = std::conditional_t<E == 8, uint4, uint2>;
+template <int E>
+__device__ __forceinline__ uint4 widen(SlotVec<E> v) {
+  if constexpr (E == 8)
+    return v;
+  else
+    return make_uint4(v.x, v.y, 0u, 0u);
+}
+template <int E>
+__device__ __forceinline__ SlotVec<E> narrow(const uint32_t (&w)[4]) {
+  if constexpr (E == 8)
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  else
+    return make_uint2(w[0], w[1]);
+}
+
 // Whether load_logits takes its vector path (one 2E-byte access of base and of cache)
 // for n entries of an E-entry slot.
 template <int E>
 __device__ __forceinline__ bool vector_slot(const FusedStepParams& p, int n) {
-  return (E == 8 || E == 4) && p.vec_io && n == E;
+  return kVectorWidth<E> && p.vec_io && n == E;
 }
-// The 2E bytes of base logits at b (E = 8 or 4; 2E-byte aligned), in raw.x .. .
+// The 2E bytes of base logits at b (2E-byte aligned): a streaming load.
 template <int E>
 __device__ __forceinline__ uint4 load_base_vec(const bf16* b) {
-  if constexpr (E == 8) {
-    return ld_streaming(reinterpret_cast<const uint4*>(b));
-  } else {
-    const uint2 v = ld_streaming(reinterpret_cast<const uint2*>(b));
-    return make_uint4(v.x, v.y, 0u, 0u);
-  }
+  return widen<E>(ld_streaming(reinterpret_cast<const SlotVec<E>*>(b)));
 }
 
 // The prefetch of n entries v0.. of row r: made when load_logits would take its vector
@@ -99,7 +116,7 @@ template <int E>
 __device__ __forceinline__ BasePrefetch prefetch_base(const FusedStepParams& p, bool active, int r,
                                                       int v0, int n) {
   BasePrefetch f{make_uint4(0u, 0u, 0u, 0u), false};
-  if constexpr (E == 8 || E == 4) {
+  if constexpr (kVectorWidth<E>) {
     if (active && vector_slot<E>(p, n)) {
       f.raw = load_base_vec<E>(p.base + r * p.base_row_stride + v0);
       f.ok = true;
@@ -124,17 +141,11 @@ __device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int
   const bf16* base = p.base + r * p.base_row_stride + v0;
   bf16* cache = crow >= 0 ? p.cache + crow * p.cache_row_stride + v0 : nullptr;
   bf16 l[E];
-  if constexpr (E == 8 || E == 4) {
+  if constexpr (kVectorWidth<E>) {
     if (vector_slot<E>(p, n)) {
       constexpr int kWords = E / 2;  // 32-bit words: two entries each
       const uint4 braw = pre.ok ? pre.raw : load_base_vec<E>(base);
-      uint4 sraw;
-      if constexpr (E == 8) {
-        sraw = *reinterpret_cast<const uint4*>(bias);
-      } else {
-        const uint2 s2 = *reinterpret_cast<const uint2*>(bias);
-        sraw = make_uint4(s2.x, s2.y, 0u, 0u);
-      }
+      const uint4 sraw = widen<E>(*reinterpret_cast<const SlotVec<E>*>(bias));
       const uint32_t bw[4] = {braw.x, braw.y, braw.z, braw.w};
       const uint32_t sw[4] = {sraw.x, sraw.y, sraw.z, sraw.w};
 #pragma unroll
@@ -153,12 +164,7 @@ __device__ __forceinline__ void load_logits(const FusedStepParams& p, int r, int
         lv[2 * i] = to_f32(l[2 * i]);
         lv[2 * i + 1] = to_f32(l[2 * i + 1]);
       }
-      if (cache != nullptr) {
-        if constexpr (E == 8)
-          st_streaming(reinterpret_cast<uint4*>(cache), make_uint4(lw[0], lw[1], lw[2], lw[3]));
-        else
-          st_streaming(reinterpret_cast<uint2*>(cache), make_uint2(lw[0], lw[1]));
-      }
+      if (cache != nullptr) st_streaming(reinterpret_cast<SlotVec<E>*>(cache), narrow<E>(lw));
       return;
     }
   }
