@@ -13,6 +13,8 @@ timeout 150 b_V/sparkdraft_cuda_tests --gtest_filter='CudaVerify*' > "$OUT/run01
 echo "V tests rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/run01_tests_V.log" | tr '\n' ' ')" >> "$H"
 grep -E '^\[  FAILED' "$OUT/run01_tests_V.log" | head -20 >> "$H"
 for logits in uniform trained; do
+  # A short lease (the session's last device seconds): the trained set only if time is left.
+  if [[ $logits == trained && $SECONDS -gt 150 ]]; then echo "trained set skipped at ${SECONDS}s" >> "$H"; break; fi
   n=0
   for b in W V W V; do
     n=$((n + 1))
