@@ -1,19 +1,26 @@
 // 2026-12-07g (sitting 30): exp_law over every float of [-87, 0] in increasing order;
 // prints each place where it decreases. Build from the repository root:
-//   g++ -O2 -std=c++20 -Iinclude -Isrc docs/history/runs/2026-12-07g/exp_law_monotone.cpp -o /tmp/mono
+//   g++ -O2 -std=c++20 -Iinclude -Isrc docs/history/runs/2026-12-07g/exp_law_monotone.cpp -o
+//   /tmp/mono
 // Output on this machine (27 s), recorded below the code.
-#include "sparkdraft/core/verify_math.h"
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include "sparkdraft/core/verify_math.h"
 using namespace sparkdraft;
 int main() {
   // every float of [-87, 0], in increasing order: from -87 (bits 0xc2ae0000) down in bits to -0
   uint32_t lo = 0xc2ae0000u;
-  float prev = exp_law(bits_f32(lo)); long bad = 0; long n = 0;
+  float prev = exp_law(bits_f32(lo));
+  long bad = 0;
+  long n = 0;
   for (uint32_t b = lo - 1; b >= 0x80000000u; --b) {
-    float e = exp_law(bits_f32(b)); ++n;
-    if (e < prev) { if (bad < 5) printf("non-monotone at %a: %a < %a\n", bits_f32(b), e, prev); ++bad; }
+    float e = exp_law(bits_f32(b));
+    ++n;
+    if (e < prev) {
+      if (bad < 5) printf("non-monotone at %a: %a < %a\n", bits_f32(b), e, prev);
+      ++bad;
+    }
     prev = e;
     if (b == 0x80000000u) break;
   }
