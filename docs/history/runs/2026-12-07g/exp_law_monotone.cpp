@@ -1,7 +1,6 @@
 // 2026-12-07g (sitting 30): exp_law over every float of [-87, 0] in increasing order;
-// prints each place where it decreases. Build from the repository root:
-//   g++ -O2 -std=c++20 -Iinclude -Isrc docs/history/runs/2026-12-07g/exp_law_monotone.cpp -o
-//   /tmp/mono
+// prints each place where it decreases. Build from the repository root, F this file:
+//   g++ -O2 -std=c++20 -Iinclude -Isrc "$F" -o /tmp/mono
 // Output on this machine (27 s), recorded below the code.
 #include <cstdint>
 #include <cstdio>
