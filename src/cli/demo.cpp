@@ -54,11 +54,10 @@ Command add_demo(CLI::App& app) {
                   "CPU worker threads (0 = all cores; at most " + std::to_string(kMaxThreads) + ")")
       ->check(CLI::Range(0, kMaxThreads))
       ->capture_default_str();
-  sub->add_option("--target-noise", opts->target_noise,
-                  "Standard deviation of the seeded noise added to the draft's logits to stand in "
-                  "for the target's (0: the target is the draft, every draft is accepted)")
-      ->check(CLI::Range(0.0f, 100.0f))
-      ->capture_default_str();
+  add_bounded(sub, "--target-noise", opts->target_noise,
+              "Standard deviation of the seeded noise added to the draft's logits to stand in "
+              "for the target's (0: the target is the draft, every draft is accepted)",
+              0.0f, 100.0f);
   add_load_flags(sub, opts->load);
   sub->add_option("--backend", opts->backend, backend_help())
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))

@@ -280,8 +280,7 @@ Command add_bench_markov(CLI::App* bench) {
   add_bounded(sub, "--steps", opts->steps, "Draft tokens N", 1, 64);
   add_bounded(sub, "--rows", opts->rows, "Row counts to run (several allowed)", 1, kMaxReqs);
   add_bounded(sub, "--repeats", opts->repeats, "Timed repeats (median)", 1, 100000);
-  sub->add_option("--temperature", opts->temperature, "Temperature of every row")
-      ->capture_default_str();
+  add_bounded(sub, "--temperature", opts->temperature, "Temperature of every row", 0.0f, 1e6f);
   sub->add_flag("--transform", opts->transform, "Apply the Muse-style output-logit transform");
   sub->add_option(
          "--logits", opts->logits,

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 
@@ -92,11 +94,25 @@ inline void add_load_flags(CLI::App* sub, LoadFlags& f) {
       ->check(non_empty(""));
 }
 
-// An option whose value must lie in [lo, hi]; --help shows its default.
+// A finite number: CLI::Range compares, and NaN fails no comparison, so "nan" would pass it.
+inline CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v)) return "'" + s + "' is not a number";
+        return std::isfinite(v) ? "" : "'" + s + "' is not a finite number";
+      },
+      "");
+}
+
+// An option whose value must lie in [lo, hi] (and, for a floating-point value, be finite);
+// --help shows its default.
 template <class T, class Bound>
 CLI::Option* add_bounded(CLI::App* sub, const std::string& name, T& value, const std::string& help,
                          Bound lo, Bound hi) {
-  return sub->add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
+  CLI::Option* o = sub->add_option(name, value, help);
+  if constexpr (std::is_floating_point_v<T>) o->check(finite_number());
+  return o->check(CLI::Range(lo, hi))->capture_default_str();
 }
 
 // --seed: a uint64 (uint64_value); --help shows its default.

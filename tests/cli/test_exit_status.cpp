@@ -109,6 +109,15 @@ TEST(ExitStatus, UsageErrorsAreTwo) {
   expect_refused("bench verify --dtype f16", kExitUsage, {"--dtype", "f16"});
   expect_refused("bench verify --rows 0", kExitUsage, {"--rows", "0"});
   expect_refused("bench verify --temperature -1", kExitUsage, {"--temperature"});
+  // NaN fails no comparison, so a range check alone lets it through (demo once made its tiny
+  // checkpoint and printed its header before the scenario refused the noise).
+  expect_refused("demo --target-noise nan", kExitUsage, {"--target-noise", "'nan'", "finite"});
+  expect_refused("demo --target-noise inf", kExitUsage, {"--target-noise", "'inf'"});
+  expect_refused("bench verify --temperature nan", kExitUsage, {"--temperature", "finite"});
+  expect_refused("bench markov --temperature nan", kExitUsage, {"--temperature", "finite"});
+  expect_refused("bench markov --temperature -1", kExitUsage, {"--temperature", "-1"});
+  expect_refused("bench allreduce --timeout nan", kExitUsage, {"--timeout", "finite"});
+  expect_refused("demo --target-noise x", kExitUsage, {"--target-noise"});
   expect_refused("bench verify --form shared", kExitUsage, {"--form", "shared"});
   expect_refused("bench verify --threads 100", kExitUsage, {"--threads", "100"});
   expect_refused("bench verify --resident-rows 2", kExitUsage,
