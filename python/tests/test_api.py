@@ -198,6 +198,10 @@ def bad_calls(tiny, device):
          "propose: row 3: temperature nan must be finite and >= 0"),
         ("page", lambda p: p["block_tables"].__setitem__((0, 0), 32), sparkdraft.InvalidArgument,
          "propose: row 0: block table entry 0 = 32 is outside [0, 32)"),
+        ("negative position", lambda p: p["anchor_positions"].__setitem__(2, -3), sparkdraft.InvalidArgument,
+         "propose: row 2: anchor position -3 is negative"),
+        ("no rows", lambda p: p.update({k: v[:0] for k, v in p.items() if k != "out_draft_logits"}),
+         sparkdraft.InvalidArgument, "propose: rows 0 is outside [1, max_reqs = "),
         ("position", lambda p: p["anchor_positions"].__setitem__(0, 60), sparkdraft.InvalidArgument,
          "propose: row 0: anchor position 60 + block 7 exceeds the 64 positions (the block table's max_pages_per_req x page_size)"),
     ]

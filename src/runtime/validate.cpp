@@ -158,9 +158,10 @@ void validate_propose(const ModelConfig& c, const DraftOptions& o, const Propose
     // so that no sum can overflow (a may be INT64_MAX).
     const int64_t a = b.anchor_positions[r];
     const int Q = c.query_slots();
-    require(a >= 0 && a <= limit - Q,
-            row + "anchor position " + std::to_string(a) + " + block " + std::to_string(Q) +
-                " exceeds the " + std::to_string(limit) + " positions" + limit_reason(c, o));
+    require(a >= 0, row + "anchor position " + std::to_string(a) + " is negative");
+    require(a <= limit - Q, row + "anchor position " + std::to_string(a) + " + block " +
+                                std::to_string(Q) + " exceeds the " + std::to_string(limit) +
+                                " positions" + limit_reason(c, o));
     const int pages = static_cast<int>((a + Q + o.page_size - 1) / o.page_size);
     for (int p = 0; p < pages; ++p) {
       const int32_t page = b.block_tables[static_cast<int64_t>(r) * o.max_pages_per_req + p];

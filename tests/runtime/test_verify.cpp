@@ -452,7 +452,7 @@ TEST(Verify, RefusesBadInputNamingRowAndField) {
   with([](RefusalSetup& s) { s.vc.lengths = {0, 4, 5}; }, {"row 2", "length 5", "N = 4"});
   with([](RefusalSetup& s) { s.vc.tokens[1 * 4 + 3] = 50; }, {"row 1", "draft token 3 = 50"});
   with([](RefusalSetup& s) { s.vc.tokens[2 * 4] = -1; }, {"row 2", "draft token 0 = -1"});
-  with([](RefusalSetup& s) { s.vc.anchors[1] = -1; }, {"row 1", "anchor position -1"});
+  with([](RefusalSetup& s) { s.vc.anchors[1] = -1; }, {"row 1", "anchor position -1 is negative"});
   with([](RefusalSetup& s) { s.vc.anchors[1] = std::numeric_limits<int64_t>::max() - 3; },
        {"row 1", "anchor position"});
   with([](RefusalSetup& s) { s.vc.anchors[0] = s.o.max_positions() - 3; },
