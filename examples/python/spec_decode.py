@@ -13,6 +13,7 @@ it agrees with the target only by chance: the point is the loop, not the speed-u
 """
 
 import argparse
+import math
 import tempfile
 
 import torch
@@ -21,17 +22,35 @@ import sparkdraft
 from sparkdraft.spec import SpecDecoder, make_draft_checkpoint_for, make_target
 
 
+def at_least(lo: int):
+    """An argparse type: an int >= lo (a bad value is a usage error, exit status 2)."""
+    def parse(text: str) -> int:
+        v = int(text)
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{v} is below {lo}")
+        return v
+    parse.__name__ = f"int >= {lo}"
+    return parse
+
+
+def temperature(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
+    return v
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if sparkdraft.cuda_available() else "cpu")
-    ap.add_argument("--rows", type=int, default=4, help="prompts decoded together")
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--rows", type=at_least(1), default=4, help="prompts decoded together")
+    ap.add_argument("--new-tokens", type=at_least(1), default=64)
+    ap.add_argument("--temperature", type=temperature, default=0.0)
     ap.add_argument("--method", default="standard", choices=["standard", "block"])
-    ap.add_argument("--vocab", type=int, default=32,
+    ap.add_argument("--vocab", type=at_least(2), default=32,
                     help="a small vocabulary lets the random draft agree with the target now and then")
-    ap.add_argument("--block-size", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block-size", type=at_least(1), default=4)
+    ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("--check-greedy", action="store_true",
                     help="at temperature 0, compare with the target's own generate()")
     args = ap.parse_args()

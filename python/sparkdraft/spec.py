@@ -236,6 +236,14 @@ class SpecDecoder:
             )
         if not math.isfinite(temperature) or temperature < 0:
             raise InvalidArgument(f"SpecDecoder.generate: temperature {temperature} must be finite and >= 0")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise InvalidArgument(
+                f"SpecDecoder.generate: max_new_tokens {max_new_tokens!r} must be an int >= 0"
+            )
+        if seeds is not None and len(seeds) != len(prompts):
+            raise InvalidArgument(
+                f"SpecDecoder.generate: {len(seeds)} seeds for {len(prompts)} prompts (one a prompt)"
+            )
         limit = self.pages_per_req * self.page_size
         for i, p in enumerate(prompts):
             if len(p) < 1:
@@ -245,6 +253,8 @@ class SpecDecoder:
                     f"SpecDecoder.generate: prompt {i} ({len(p)} tokens) + {max_new_tokens} new "
                     f"+ a block of {self.N} exceeds the draft's {limit} positions per row"
                 )
+        if max_new_tokens == 0:  # nothing to generate: no forward, no round
+            return [[] for _ in prompts]
         seeds = list(seeds) if seeds is not None else list(range(len(prompts)))
         rows = [_Row(i, p, seeds[i], temperature) for i, p in enumerate(prompts)]
         R, N, dev = len(rows), self.N, self.device

@@ -154,4 +154,11 @@ def test_scheduled_lengths_keep_greedy_exact_and_verify_fewer_drafts(target_cpu,
         plain.generate(prompts, 2, schedule=lambda c: schedule.threshold_lengths(c, 0.5))
     with pytest.raises(sparkdraft.InvalidArgument, match="lengths"):
         surv.generate(prompts, 2, schedule=lambda c: np.full(3, 99))
+    for n_bad in (-1, 2.5, True):
+        with pytest.raises(sparkdraft.InvalidArgument, match="max_new_tokens"):
+            plain.generate(prompts, n_bad)
+    with pytest.raises(sparkdraft.InvalidArgument, match="2 seeds for 3 prompts"):
+        plain.generate(prompts, 2, seeds=[1, 2])
+    rounds = plain.stats.rounds
+    assert plain.generate(prompts, 0) == [[], [], []] and plain.stats.rounds == rounds
     target.to("cpu")
