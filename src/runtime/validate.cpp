@@ -6,17 +6,15 @@
 #include <set>
 #include <string>
 
+#include "runtime/require.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
 
 namespace sparkdraft {
 namespace {
 
-[[noreturn]] void refuse(const std::string& what) { throw InvalidArgument(what); }
-
-void require(bool ok, const std::string& what) {
-  if (!ok) refuse(what);
-}
+using runtime_detail::require;
+using runtime_detail::require_anchor_position;
 
 // Which bound made position_limit() what it is, for the refusals.
 std::string limit_reason(const ModelConfig& c, const DraftOptions& o) {
@@ -154,14 +152,10 @@ void validate_propose(const ModelConfig& c, const DraftOptions& o, const Propose
     require(tok >= 0 && tok < c.vocab_size, row + "anchor token " + std::to_string(tok) +
                                                 " is outside [0, " + std::to_string(c.vocab_size) +
                                                 ")");
-    // a + Q <= limit (Q = the query slots: N, or 1 + N in the fill-in layout), written
-    // so that no sum can overflow (a may be INT64_MAX).
+    // a + Q <= limit (Q = the query slots: N, or 1 + N in the fill-in layout).
     const int64_t a = b.anchor_positions[r];
     const int Q = c.query_slots();
-    require(a >= 0, row + "anchor position " + std::to_string(a) + " is negative");
-    require(a <= limit - Q, row + "anchor position " + std::to_string(a) + " + block " +
-                                std::to_string(Q) + " exceeds the " + std::to_string(limit) +
-                                " positions" + limit_reason(c, o));
+    require_anchor_position(a, Q, limit, row, limit_reason(c, o));
     const int pages = static_cast<int>((a + Q + o.page_size - 1) / o.page_size);
     for (int p = 0; p < pages; ++p) {
       const int32_t page = b.block_tables[static_cast<int64_t>(r) * o.max_pages_per_req + p];

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/require.h"
 #include "sparkdraft/cpu/verify.h"
 #include "sparkdraft/draft.h"
 #include "sparkdraft/error.h"
@@ -15,9 +16,7 @@
 namespace sparkdraft {
 namespace {
 
-void require(bool ok, const std::string& what) {
-  if (!ok) throw InvalidArgument(what);
-}
+using runtime_detail::require;
 
 }  // namespace
 
@@ -63,10 +62,7 @@ void validate_verify(const ModelConfig& c, const DraftOptions& o, const VerifyBa
               row + "length " + std::to_string(b.lengths[r]) +
                   " is outside [0, N = " + std::to_string(N) + "]");
     const int64_t a = b.anchor_positions[r];
-    require(a >= 0, row + "anchor position " + std::to_string(a) + " is negative");
-    require(a <= limit - N, row + "anchor position " + std::to_string(a) + " + block " +
-                                std::to_string(N) + " exceeds the " + std::to_string(limit) +
-                                " positions a verify may key");
+    runtime_detail::require_anchor_position(a, N, limit, row, " a verify may key");
     for (int j = 0; j < N; ++j) {
       const int64_t x = b.draft_tokens[static_cast<int64_t>(r) * N + j];
       require(x >= 0 && x < c.vocab_size, row + "draft token " + std::to_string(j) + " = " +
